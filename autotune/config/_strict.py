@@ -1,0 +1,146 @@
+"""Strict conversion between plain YAML data and trees of dataclasses.
+
+``from_dict`` walks a dataclass type and the data together. An unknown key, a missing value of
+the wrong type or a value that a ``__post_init__`` rejects raises :class:`ConfigError` naming the
+dotted key, the bad value and what is allowed, e.g.
+``ddp.bucket_cap_mb: -1 is out of range; allowed: a number > 0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from autotune.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class FieldError(ConfigError):
+    """Raised inside ``__post_init__``: ``key`` is relative to the dataclass it sits in."""
+
+    def __init__(self, key: str, value: Any, allowed: str, problem: str = "is not allowed") -> None:
+        self.key, self.value, self.allowed, self.problem = key, value, allowed, problem
+        super().__init__(f"{key}: {value!r} {problem}; allowed: {allowed}")
+
+    def at(self, prefix: str) -> ConfigError:
+        key = f"{prefix}.{self.key}" if prefix else self.key
+        return ConfigError(f"{key}: {self.value!r} {self.problem}; allowed: {self.allowed}")
+
+
+def check(cond: bool, key: str, value: Any, allowed: str, problem: str = "is out of range") -> None:
+    """Raise a :class:`FieldError` for ``key`` unless ``cond`` holds."""
+    if not cond:
+        raise FieldError(key, value, allowed, problem)
+
+
+def check_choice(key: str, value: Any, choices: typing.Iterable[Any]) -> None:
+    choices = list(choices)
+    check(value in choices, key, value, str(choices), "is not one of the choices")
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return str(list(get_args(tp)))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in get_args(tp))
+        return f"{origin.__name__}[{args}]"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping ({tp.__name__})"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{key}: {value!r} is not one of {list(get_args(tp))}")
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, key)
+            except ConfigError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: {_type_name(tp)}")
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key)
+    if origin is list or origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a list")
+        (item_tp, *_) = get_args(tp) or (Any,)
+        items = [_convert(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a mapping")
+        k_tp, v_tp = get_args(tp) or (Any, Any)
+        return {_convert(k_tp, k, key): _convert(v_tp, v, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a string")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {key}")  # a bug in the schema
+
+
+def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
+    """Build dataclass ``cls`` from ``data`` strictly (see the module docstring)."""
+    where = prefix or "the configuration"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {data!r} has the wrong type; allowed: a mapping")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = f"{prefix}.{unknown[0]}" if prefix else str(unknown[0])
+        raise ConfigError(f"{key}: unknown key; allowed: {sorted(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else name
+        kwargs[name] = _convert(hints[name], value, key)
+    try:
+        return cls(**kwargs)
+    except FieldError as exc:
+        raise exc.at(prefix) from None
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain data (dicts, lists, scalars) for a dataclass tree, in field order."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,256 @@
+"""The training configuration: every knob the tuner searches, as one tree of dataclasses.
+
+Loaded from and dumped to YAML by :mod:`autotune.config.io`. Each dataclass belongs to the
+component that applies it (see the ``Applied by`` line of each docstring). Field invariants are
+checked in ``__post_init__`` and reported with the dotted key; checks that need the machine or
+the workload (CUDA graphs on CPU, unknown region names) live in
+:func:`autotune.config.compat.check_compatible`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.config._strict import check, check_choice
+
+SCHEMA_VERSION = 1
+
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+@dataclass
+class DDPConfig:
+    """DistributedDataParallel knobs. Applied by ``autotune.train.distributed``."""
+
+    bucket_cap_mb: float = 100.0
+    """Gradient bucket size in MiB: smaller buckets start all-reduce earlier, larger ones amortise it."""
+    gradient_as_bucket_view: bool = False
+    """Let ``.grad`` tensors alias the communication buckets (saves one copy and memory)."""
+    static_graph: bool = False
+    """Declare the autograd graph static: DDP can skip unused-parameter search and reorder buckets."""
+    comm_hook: str = "none"
+    """Gradient compression hook: ``none``, ``bf16`` or ``fp16`` (DDP's default_hooks)."""
+    broadcast_buffers: bool = False
+    """Broadcast module buffers from rank 0 each step (the replica has none that change)."""
+
+    def __post_init__(self) -> None:
+        check(self.bucket_cap_mb > 0, "bucket_cap_mb", self.bucket_cap_mb, "a number > 0")
+        check(self.bucket_cap_mb <= 4096, "bucket_cap_mb", self.bucket_cap_mb, "at most 4096")
+        check_choice("comm_hook", self.comm_hook, ("none", "bf16", "fp16"))
+
+
+@dataclass
+class PrecisionConfig:
+    """Mixed precision. Applied by ``autotune.train.precision``.
+
+    ``regions`` maps a region of the workload's region map to the precision its forward runs in:
+    ``fp32`` (no autocast; its parameters kept in fp32), ``bf16`` / ``fp16`` (autocast; fp16 adds
+    a gradient scaler) or ``fp8`` (torchao float8 training of its linear layers; GPUs of compute
+    capability >= 8.9). Regions not named run in ``default``.
+    """
+
+    default: str = "bf16"
+    """Precision of every region that ``regions`` does not name."""
+    regions: dict[str, str] = field(default_factory=dict)
+    """Per-region precision overrides, e.g. ``{dit: fp32}``."""
+    tf32: bool = True
+    """Allow TF32 matmuls and convolutions for fp32 work."""
+    frozen_dtype: str = "bf16"
+    """Storage dtype of frozen weights in autocast regions (upstream stores them in bf16)."""
+    trainable_dtype: str = "fp32"
+    """Storage dtype of trainable weights (fp32 master weights upstream)."""
+
+    def __post_init__(self) -> None:
+        check_choice("default", self.default, PRECISIONS)
+        for region, prec in self.regions.items():
+            check_choice(f"regions.{region}", prec, PRECISIONS)
+        check_choice("frozen_dtype", self.frozen_dtype, DTYPES)
+        check_choice("trainable_dtype", self.trainable_dtype, ("fp32", "bf16"))
+
+    def of(self, region: str) -> str:
+        return self.regions.get(region, self.default)
+
+    def uses(self, precision: str) -> bool:
+        return self.default == precision or precision in self.regions.values()
+
+
+@dataclass
+class GraphConfig:
+    """CUDA-graph capture. Applied by ``autotune.train.graphs``.
+
+    ``mode: none`` runs eagerly; ``regions`` captures the forward and backward of each named
+    region with ``torch.cuda.make_graphed_callables``; ``step`` captures the whole step (forward,
+    backward, optimizer) with ``torch.cuda.graph`` and replays it with new inputs copied into
+    static buffers. Random numbers (noise, flow-matching times, dropout) are drawn inside the
+    graph from the graph-safe Philox generator, so they differ on every replay.
+    """
+
+    mode: str = "none"
+    """``none``, ``regions`` or ``step``."""
+    regions: list[str] = field(default_factory=list)
+    """Regions captured when ``mode`` is ``regions``."""
+    warmup_steps: int = 3
+    """Eager steps (on a side stream) before capture; DDP needs at least 11 without static_graph."""
+
+    def __post_init__(self) -> None:
+        check_choice("mode", self.mode, ("none", "regions", "step"))
+        check(self.warmup_steps >= 1, "warmup_steps", self.warmup_steps, "an integer >= 1")
+        if self.mode == "regions":
+            check(bool(self.regions), "regions", self.regions, "a non-empty list when mode is 'regions'", "is empty")
+        if self.mode != "regions":
+            check(not self.regions, "regions", self.regions, "an empty list unless mode is 'regions'", "is set")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "none"
+
+
+@dataclass
+class CompileConfig:
+    """``torch.compile`` per region. Applied by ``autotune.train.compile``."""
+
+    regions: list[str] = field(default_factory=list)
+    """Regions compiled; ``[all]`` compiles the whole model as one module."""
+    mode: str = "default"
+    """``default``, ``reduce-overhead``, ``max-autotune`` or ``max-autotune-no-cudagraphs``."""
+    fullgraph: bool = False
+    """Fail instead of falling back to eager at a graph break."""
+    dynamic: bool = False
+    """Compile for dynamic shapes (the replica's shapes are static)."""
+
+    def __post_init__(self) -> None:
+        check_choice("mode", self.mode, ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.regions)
+
+
+@dataclass
+class CheckpointConfig:
+    """Activation checkpointing per region (recompute in backward). Applied by ``autotune.train.knobs``."""
+
+    regions: list[str] = field(default_factory=list)
+    """Regions whose blocks are checkpointed (only trainable regions have a backward)."""
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW with the upstream fine-tuning hyper-parameters. Applied by ``autotune.train.optim``."""
+
+    impl: str = "foreach"
+    """``foreach`` (torch's default), ``fused`` (one kernel per group) or ``loop`` (per parameter)."""
+    lr: float = 1e-4
+    """Peak learning rate."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """Adam's beta1 and beta2."""
+    eps: float = 1e-8
+    """Adam's epsilon."""
+    weight_decay: float = 1e-5
+    """Decoupled weight decay (not applied to biases and norms)."""
+    warmup_ratio: float = 0.05
+    """Fraction of ``total_steps`` of linear warm-up before the cosine decay."""
+    total_steps: int = 10000
+    """Length of the cosine schedule."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 disables clipping)."""
+
+    def __post_init__(self) -> None:
+        check_choice("impl", self.impl, ("foreach", "fused", "loop"))
+        check(self.lr > 0, "lr", self.lr, "a number > 0")
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", self.betas, "two numbers in [0, 1)")
+        check(self.eps > 0, "eps", self.eps, "a number > 0")
+        check(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
+        check(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
+        check(self.total_steps >= 1, "total_steps", self.total_steps, "an integer >= 1")
+        check(self.grad_clip >= 0, "grad_clip", self.grad_clip, "a number >= 0")
+
+
+@dataclass
+class DataConfig:
+    """The data path and its loader knobs. Applied by ``autotune.data``."""
+
+    source: str = "lerobot"
+    """``lerobot`` (decode the LeRobot-format dataset on disk) or ``synthetic`` (random tensors, no I/O)."""
+    dataset: str | None = None
+    """Dataset folder; ``null`` makes (once) and uses a dataset in the cache folder."""
+    episodes: int = 8
+    """Episodes of the dataset made when ``dataset`` is null."""
+    video_backend: str = "pyav"
+    """mp4 decoder in the workers: ``pyav``, ``opencv`` or ``torchcodec`` (where installed)."""
+    num_workers: int = 2
+    """DataLoader worker processes (0 loads in the main process)."""
+    prefetch_factor: int | None = None
+    """Batches each worker loads ahead (``null``: torch's default, 2 with workers)."""
+    pin_memory: bool = True
+    """Page-lock host batches so host-to-device copies can be asynchronous."""
+    persistent_workers: bool = True
+    """Keep workers alive between epochs."""
+    multiprocessing_context: str = "fork"
+    """Worker start method: ``fork``, ``spawn`` or ``forkserver``."""
+    device_prefetch: int = 0
+    """Depth of the device prefetcher: batches copied host-to-device ahead on a side stream (0: off)."""
+
+    def __post_init__(self) -> None:
+        check_choice("source", self.source, ("lerobot", "synthetic"))
+        check(self.episodes >= 1, "episodes", self.episodes, "an integer >= 1")
+        check_choice("video_backend", self.video_backend, ("pyav", "opencv", "torchcodec"))
+        check(0 <= self.num_workers <= 256, "num_workers", self.num_workers, "an integer in [0, 256]")
+        if self.prefetch_factor is not None:
+            check(self.prefetch_factor >= 1, "prefetch_factor", self.prefetch_factor, "null or an integer >= 1")
+            check(self.num_workers > 0, "prefetch_factor", self.prefetch_factor, "null when num_workers is 0", "is set")
+        check_choice("multiprocessing_context", self.multiprocessing_context, ("fork", "spawn", "forkserver"))
+        check(0 <= self.device_prefetch <= 16, "device_prefetch", self.device_prefetch, "an integer in [0, 16]")
+
+
+@dataclass
+class KernelConfig:
+    """Kernel-level choices. Applied by ``autotune.train.knobs``."""
+
+    attention: str = "auto"
+    """SDPA backend: ``auto`` (torch chooses), ``flash``, ``efficient``, ``cudnn`` or ``math``."""
+    cuda_device_max_connections: int | None = None
+    """``CUDA_DEVICE_MAX_CONNECTIONS`` for the training processes (null: the driver's default)."""
+
+    def __post_init__(self) -> None:
+        check_choice("attention", self.attention, ("auto", "flash", "efficient", "cudnn", "math"))
+        if self.cuda_device_max_connections is not None:
+            check(1 <= self.cuda_device_max_connections <= 32, "cuda_device_max_connections",
+                  self.cuda_device_max_connections, "null or an integer in [1, 32]")
+
+
+@dataclass
+class TrainConfig:
+    """One training configuration: what ``autotune train --config`` runs and ``run`` emits."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this schema; files of another version are refused."""
+    workload: str = "gr00t_n16"
+    """Registered workload name (``autotune inspect --list`` shows them)."""
+    preset: str = "full"
+    """Model size preset of the workload (``full``, ``medium``, ``tiny`` for gr00t_n16)."""
+    batch_size: int = 16
+    """Samples per GPU (per process) per step."""
+    seed: int = 0
+    """Seed of the model initialisation, the data order and the training randomness."""
+    device: str = "auto"
+    """``auto`` (CUDA when present), ``cuda`` or ``cpu``."""
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    graphs: GraphConfig = field(default_factory=GraphConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    checkpointing: CheckpointConfig = field(default_factory=CheckpointConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    kernels: KernelConfig = field(default_factory=KernelConfig)
+    provenance: dict[str, Any] | None = None
+    """Where this configuration came from (written by ``autotune run``: measured samples/s,
+    speed-up, loss parity, environment). Informational: training ignores it."""
+
+    def __post_init__(self) -> None:
+        check(self.schema_version == SCHEMA_VERSION, "schema_version", self.schema_version,
+              str(SCHEMA_VERSION), "is not supported")
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        check_choice("device", self.device, ("auto", "cuda", "cpu"))

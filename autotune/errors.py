@@ -1,0 +1,52 @@
+"""The one exception hierarchy of autotune.
+
+Every user-facing problem raises a subclass of :class:`AutotuneError` with a message that
+names the file, key or value at fault and what is allowed. The CLI prints that message on one
+line and exits non-zero (a traceback only with ``--debug``).
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Base of every error autotune raises on purpose."""
+
+    exit_code = 2
+
+
+class ConfigError(AutotuneError):
+    """A configuration file or value is invalid (unknown key, wrong type, out of range)."""
+
+
+class IncompatibleConfigError(ConfigError):
+    """A combination of knobs that cannot work on this machine (e.g. CUDA graphs on CPU)."""
+
+
+class WorkloadError(AutotuneError):
+    """An unknown workload or preset, or a workload that breaks its contract."""
+
+
+class DataError(AutotuneError):
+    """A dataset on disk is missing, incomplete or corrupt."""
+
+
+class TraceFormatError(AutotuneError):
+    """A profiler trace cannot be read or classified."""
+
+
+class SearchSpaceError(ConfigError):
+    """A search-space YAML file is invalid."""
+
+
+class TrialError(AutotuneError):
+    """A training run (a trial) failed; ``reason`` is a short machine-readable tag."""
+
+    def __init__(self, message: str, reason: str = "error") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ParityError(AutotuneError):
+    """A configuration does not train the same model as the stock configuration."""
+
+    exit_code = 3
