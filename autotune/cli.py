@@ -25,6 +25,13 @@ COMMAND_MODULES = (
 )
 
 
+def _exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autotune",
@@ -33,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        if importlib.util.find_spec(name) is not None:  # a command whose module is not built yet is absent
+        if _exists(name):  # a command whose module is not built yet is absent
             importlib.import_module(name).register(sub)
     return parser
 

@@ -82,7 +82,7 @@ FULL = Gr00tPreset(name="full")
 MEDIUM = replace(
     FULL,
     name="medium",
-    vision_hidden=512, vision_mlp=2048, vision_layers=12, vision_heads=8,
+    vision_hidden=512, vision_mlp=2048, vision_layers=8, vision_heads=8,
     llm_hidden=1024, llm_ffn=3072, llm_layers=8, llm_heads=8, llm_kv_heads=4, vocab_size=32_768,
     dit_layers=16, dit_heads=16, dit_ffn=3072, dit_out=512,
     state_hidden=512, decoder_hidden=512,

@@ -1,0 +1,60 @@
+"""Building blocks shared by the towers of the replica."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class BlockStack(nn.Module):
+    """A sequence of blocks that can be activation-checkpointed block by block.
+
+    ``activation_checkpointing`` is switched by the training runner (knob ``checkpointing``);
+    it only saves memory where the blocks have a backward (trainable regions).
+    """
+
+    def __init__(self, blocks: list[nn.Module]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.activation_checkpointing = False
+
+    def run(self, x: torch.Tensor, *args) -> torch.Tensor:
+        for block in self.blocks:
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, *args, use_reentrant=False)
+            else:
+                x = block(x, *args)
+        return x
+
+
+def sinusoidal(t: torch.Tensor, channels: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal features of (possibly batched) timesteps: ``t[..., None] * freqs`` -> [cos, sin]."""
+    half = channels // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    args = t.float()[..., None] * freqs
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """Random initialisation (the replica has no weights to load)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)

@@ -1,0 +1,106 @@
+"""The GR00T N1.6 replica: backbone (vision, connector, LLM), ``vlln``, DiT action head, projectors.
+
+``Gr00tN16Model(preset, device)(batch)`` returns the flow-matching loss of the batch. The model
+is built directly on ``device`` (``"meta"`` for counting), randomly initialised, every parameter
+fp32, frozen parts (vision, connector, embeddings, lower LLM layers, final norm) not requiring
+grad. Its top-level children are exactly the regions of the workload's region map.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from autotune.workloads.gr00t_n16.dit import DiT
+from autotune.workloads.gr00t_n16.layers import init_weights
+from autotune.workloads.gr00t_n16.llm import LLMFrozen, LLMTrainable
+from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, Gr00tPreset
+from autotune.workloads.gr00t_n16.projectors import Projectors
+from autotune.workloads.gr00t_n16.vision import Connector, VisionTower
+
+BETA_ALPHA = 1.5  # s ~ Beta(1.5, 1.0)
+NOISE_S = 0.999
+
+
+def sample_flow_times(batch_size: int, device) -> torch.Tensor:
+    """t = (1 - s) * 0.999 with s ~ Beta(1.5, 1), drawn on ``device``.
+
+    Beta(a, 1) has CDF s**a, so s = u**(1/a) with u ~ U(0, 1) is an exact sample; unlike
+    ``torch.distributions.Beta`` it needs one ``rand`` kernel, no host round trip, and stays random
+    inside a captured CUDA graph (the Philox offset advances on every replay).
+    """
+    s = torch.rand(batch_size, device=device) ** (1.0 / BETA_ALPHA)
+    return (1.0 - s) * NOISE_S
+
+
+class Gr00tN16Model(nn.Module):
+    def __init__(self, preset: Gr00tPreset, device: str | torch.device = "cpu") -> None:
+        super().__init__()
+        self.preset = preset
+        with torch.device(device):
+            self.vision = VisionTower(preset)
+            self.connector = Connector(preset)
+            self.llm_frozen = LLMFrozen(preset)
+            self.llm_trainable = LLMTrainable(preset, self.llm_frozen.embed_tokens)
+            self.vlln = nn.LayerNorm(preset.llm_hidden)
+            self.dit = DiT(preset)
+            self.position_embedding = nn.Embedding(preset.max_positions, preset.dit_width)
+            self.projectors = Projectors(preset)
+        if torch.device(device).type != "meta":
+            # The backbone as HF initialises Qwen3/SigLIP (normal, std 0.02); the action head
+            # keeps PyTorch's default (fan-in scaled) initialisation, as diffusers' DiT does.
+            for module in (self.vision, self.connector, self.llm_frozen, self.llm_trainable):
+                init_weights(module)
+        frozen = (self.vision, self.connector, self.llm_frozen, self.llm_trainable.norm)
+        for module in frozen:
+            module.requires_grad_(False)
+
+    def region_map(self) -> dict[str, list[nn.Module]]:
+        """Region name -> the callable modules it owns (the position embedding sits with the DiT)."""
+        pr = self.projectors
+        return {
+            "vision": [self.vision],
+            "connector": [self.connector],
+            "llm_frozen": [self.llm_frozen],
+            "llm_trainable": [self.llm_trainable],
+            "vlln": [self.vlln],
+            "dit": [self.dit, self.position_embedding],
+            "projectors": [pr.state_encoder, pr.action_encoder, pr.action_decoder],
+        }
+
+    def backbone(self, images: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        """VL tokens [B, L, 2048] for the action head: vision -> connector -> LLM -> vlln."""
+        B, V = images.shape[:2]
+        feats = self.vision(images.flatten(0, 1))
+        image_embeds = self.connector(feats).reshape(B, -1, self.preset.llm_hidden)
+        hidden = self.llm_frozen(input_ids, image_embeds)
+        hidden, _logits = self.llm_trainable(hidden)
+        return self.vlln(hidden)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        p = self.preset
+        vl = self.backbone(batch["images"], batch["input_ids"])
+        ids, attn = batch["input_ids"], batch["attention_mask"]
+        image_mask = (ids == IMG_CONTEXT_ID)[:, None, None, :]
+        text_mask = (attn & (ids != IMG_CONTEXT_ID))[:, None, None, :]
+
+        # Padding is zero upstream by construction; enforce it so padded values never leak in.
+        mask = batch["action_mask"].to(torch.float32)
+        action, cat_ids = batch["action"] * mask, batch["embodiment_id"]
+        B = action.shape[0]
+        t = sample_flow_times(B, action.device)[:, None, None]
+        noise = torch.randn_like(action)
+        x_t = (1 - t) * noise + t * action
+        velocity = action - noise
+        t_disc = (t[:, 0, 0] * 1000).floor()
+
+        pr = self.projectors
+        state_tokens = pr.state_encoder(batch["state"], cat_ids)
+        action_tokens = pr.action_encoder(x_t, t_disc, cat_ids)
+        pos = torch.arange(action_tokens.shape[1], device=action.device)
+        action_tokens = action_tokens + self.position_embedding(pos).to(action_tokens.dtype)
+        tokens = torch.cat([state_tokens, action_tokens], dim=1)
+        out = self.dit(tokens, vl, t_disc, text_mask, image_mask)
+        pred = pr.action_decoder(out, cat_ids)[:, -p.action_horizon :]
+
+        return ((pred.float() - velocity) ** 2 * mask).sum() / (mask.sum() + 1e-6)
