@@ -222,6 +222,16 @@ class KernelConfig:
 
 
 @dataclass
+class ModelConfig:
+    """Which regions train. Applied by ``autotune.train.runner`` (upstream: tune_visual, tune_llm, ...)."""
+
+    freeze: list[str] = field(default_factory=list)
+    """Regions frozen in addition to the workload's frozen parts."""
+    unfreeze: list[str] = field(default_factory=list)
+    """Frozen regions made trainable (e.g. ``vision`` to tune the vision tower)."""
+
+
+@dataclass
 class TrainConfig:
     """One training configuration: what ``autotune train --config`` runs and ``run`` emits."""
 
@@ -237,6 +247,7 @@ class TrainConfig:
     """Seed of the model initialisation, the data order and the training randomness."""
     device: str = "auto"
     """``auto`` (CUDA when present), ``cuda`` or ``cpu``."""
+    model: ModelConfig = field(default_factory=ModelConfig)
     ddp: DDPConfig = field(default_factory=DDPConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     graphs: GraphConfig = field(default_factory=GraphConfig)

@@ -1,0 +1,87 @@
+"""Checks of a configuration against the workload and the machine it will run on.
+
+Each rule is a row of a table: a predicate that names an impossible combination and the reason.
+``check_compatible`` raises :class:`IncompatibleConfigError` for the first row that matches, so a
+configuration that cannot work is refused when it is loaded, before any process starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from autotune.config.training import TrainConfig
+from autotune.errors import IncompatibleConfigError
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the configuration will run on."""
+
+    cuda: bool
+    capability: tuple[int, int] | None = None
+    world_size: int = 1
+
+    @classmethod
+    def current(cls, world_size: int = 1) -> Machine:
+        if torch.cuda.is_available():
+            return cls(True, torch.cuda.get_device_capability(), world_size)
+        return cls(False, None, world_size)
+
+
+def _has_torchao() -> bool:
+    try:
+        import torchao.float8  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+Rule = tuple[str, Callable[[TrainConfig, Machine], bool], str]
+
+RULES: tuple[Rule, ...] = (
+    ("device", lambda c, m: c.device == "cuda" and not m.cuda, "device 'cuda' was asked for but no CUDA device is present"),
+    ("graphs.mode", lambda c, m: c.graphs.enabled and not _on_cuda(c, m), "CUDA graphs need a CUDA device"),
+    ("precision", lambda c, m: c.precision.uses("fp8") and not _on_cuda(c, m), "fp8 training needs a CUDA device"),
+    ("precision", lambda c, m: c.precision.uses("fp8") and _on_cuda(c, m) and (m.capability or (0, 0)) < (8, 9),
+     "fp8 training needs a GPU of compute capability >= 8.9 (Ada, Hopper or newer)"),
+    ("precision", lambda c, m: c.precision.uses("fp8") and not _has_torchao(), "fp8 training needs torchao (pip install torchao)"),
+    ("precision", lambda c, m: c.precision.uses("fp16") and c.graphs.mode == "step",
+     "an fp16 gradient scaler checks for inf/NaN on the host, which a captured whole step cannot do; use bf16 or graphs.mode 'regions'"),
+    ("kernels.cuda_device_max_connections", lambda c, m: c.kernels.cuda_device_max_connections is not None and not _on_cuda(c, m),
+     "CUDA_DEVICE_MAX_CONNECTIONS applies to CUDA devices only"),
+    ("kernels.attention", lambda c, m: c.kernels.attention in ("flash", "cudnn", "efficient") and not _on_cuda(c, m),
+     "this attention backend needs a CUDA device; use 'auto' or 'math' on CPU"),
+    ("compile.mode", lambda c, m: c.compile.enabled and c.graphs.enabled and c.compile.mode in ("reduce-overhead", "max-autotune"),
+     "compile modes that capture CUDA graphs themselves cannot be combined with graphs.mode; use 'default' or 'max-autotune-no-cudagraphs'"),
+    ("compile.regions", lambda c, m: "all" in c.compile.regions and c.graphs.mode == "regions",
+     "compiling the whole model cannot be combined with per-region graph capture"),
+    ("data.device_prefetch", lambda c, m: c.data.device_prefetch > 0 and not _on_cuda(c, m),
+     "the device prefetcher copies on a CUDA stream; set it to 0 on CPU"),
+)
+
+
+def _on_cuda(cfg: TrainConfig, machine: Machine) -> bool:
+    return machine.cuda and cfg.device in ("auto", "cuda")
+
+
+def check_compatible(cfg: TrainConfig, machine: Machine, regions: tuple[str, ...] | list[str]) -> None:
+    """Refuse a configuration that cannot work on ``machine`` with the workload's ``regions``."""
+    known = set(regions)
+    named = {
+        "precision.regions": list(cfg.precision.regions),
+        "graphs.regions": cfg.graphs.regions,
+        "compile.regions": [r for r in cfg.compile.regions if r != "all"],
+        "checkpointing.regions": cfg.checkpointing.regions,
+        "model.freeze": cfg.model.freeze,
+        "model.unfreeze": cfg.model.unfreeze,
+    }
+    for key, names in named.items():
+        for name in names:
+            if name not in known:
+                raise IncompatibleConfigError(f"{key}: {name!r} is not a region of workload {cfg.workload!r}; allowed: {sorted(known)}")
+    for key, predicate, reason in RULES:
+        if predicate(cfg, machine):
+            raise IncompatibleConfigError(f"{key}: refused: {reason}")

@@ -1,0 +1,73 @@
+"""Run a configuration in fresh processes (torchrun for several) and collect the result.
+
+Every run gets its own processes and its own temporary folder: a crash, a hang (killed at the
+timeout, with its whole process group) or an out-of-memory error is returned as an error result
+with a reason, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from autotune.config import TrainConfig, save_config
+
+MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def command(config_path: str, out: str, steps: int, warmup: int, nproc: int) -> list[str]:
+    worker = ["--config", config_path, "--steps", str(steps), "--warmup", str(warmup), "--out", out]
+    if nproc == 1:
+        return [sys.executable, "-m", "autotune.train.worker", *worker]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "autotune.train.worker", *worker]
+
+
+def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1, timeout: float | None = None,
+           log_path: str | os.PathLike | None = None, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The run's result dict, or ``{"error": ..., "reason": ...}`` (reasons: timeout, crash, oom, nan, ...)."""
+    with tempfile.TemporaryDirectory(prefix="autotune-run-") as tmp:
+        config_path, out = str(Path(tmp) / "config.yaml"), str(Path(tmp) / "result.json")
+        save_config(cfg, config_path)
+        env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
+        if cfg.kernels.cuda_device_max_connections is not None:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // nproc)))
+        log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(command(config_path, out, steps, warmup, nproc), stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                return {"error": f"the run did not finish within {timeout:.0f} s", "reason": "timeout"}
+            finally:
+                _kill_group(proc)  # stray children (loader workers, ranks) never outlive the run
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
+        if Path(out).exists():
+            result = json.loads(Path(out).read_text())
+            if "error" not in result and proc.returncode != 0:
+                result = {"error": f"exit code {proc.returncode}", "reason": "crash"}
+            return result
+        for extra in sorted(Path(tmp).glob("result.json.rank*")):
+            return json.loads(extra.read_text())
+        rc = proc.returncode
+        reason = "oom" if rc == -signal.SIGKILL else "crash"
+        return {"error": f"the run exited with code {rc} without a result", "reason": reason}
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

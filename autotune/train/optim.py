@@ -1,0 +1,47 @@
+"""AdamW in the configured implementation, the cosine schedule with warm-up, gradient clipping."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from autotune.config import OptimizerConfig
+
+
+def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturable: bool) -> torch.optim.Optimizer:
+    """``capturable``: the step runs inside a CUDA graph (learning rate and step count on device)."""
+    kwargs = dict(betas=tuple(cfg.betas), eps=cfg.eps)
+    if cfg.impl == "fused":
+        kwargs["fused"] = True
+    elif cfg.impl == "foreach":
+        kwargs["foreach"] = True
+    else:
+        kwargs["foreach"] = False
+    if capturable:
+        kwargs["capturable"] = True
+        device = param_groups[0]["params"][0].device
+        lr = torch.tensor(cfg.lr, device=device)
+    else:
+        lr = cfg.lr
+    return torch.optim.AdamW(param_groups, lr=lr, **kwargs)
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    warmup = max(1, int(cfg.warmup_ratio * cfg.total_steps))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, cfg.total_steps - warmup))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def clip_and_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """The global gradient norm (before clipping), clipping to ``max_norm`` when it is > 0; no host sync."""
+    if max_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    grads = [p.grad for p in params if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))

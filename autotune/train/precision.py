@@ -1,0 +1,91 @@
+"""The precision map: per-region autocast and parameter dtypes, fp16 scaling, fp8 via torchao.
+
+Each region's modules get their ``forward`` wrapped in the autocast context of the region's
+precision; ``fp32`` regions run without autocast and cast floating inputs to fp32. Parameter
+storage follows the region: fp32 regions keep fp32; autocast regions store frozen weights in
+``frozen_dtype`` and trainable weights in ``trainable_dtype``. ``fp8`` converts the region's
+linear layers with torchao's float8 training (bf16 autocast around the rest).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+
+from autotune.config import PrecisionConfig
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
+
+
+def _wrap_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None, cache: bool) -> None:
+    forward = module.forward
+
+    if dtype is None:
+
+        @functools.wraps(forward)
+        def fp32_forward(*args, **kwargs):
+            args = tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+            with torch.autocast(device_type, enabled=False):
+                return forward(*args, **kwargs)
+
+        module.forward = fp32_forward
+    else:
+
+        @functools.wraps(forward)
+        def autocast_forward(*args, **kwargs):
+            with torch.autocast(device_type, dtype=dtype, cache_enabled=cache):
+                return forward(*args, **kwargs)
+
+        module.forward = autocast_forward
+
+
+def set_param_dtypes(regions: dict[str, list[nn.Module]], cfg: PrecisionConfig) -> None:
+    for name, modules in regions.items():
+        prec = cfg.of(name)
+        for module in modules:
+            for p in module.parameters(recurse=True):
+                if prec == "fp32":
+                    dtype = torch.float32
+                elif p.requires_grad:
+                    dtype = DTYPES[cfg.trainable_dtype]
+                else:
+                    dtype = DTYPES[cfg.frozen_dtype]
+                p.data = p.data.to(dtype)
+
+
+def apply_precision(
+    regions: dict[str, list[nn.Module]], cfg: PrecisionConfig, device: torch.device, *, graphs: bool
+) -> None:
+    """Set parameter dtypes and wrap each region's modules in its autocast context."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+    set_param_dtypes(regions, cfg)
+    for name, modules in regions.items():
+        prec = cfg.of(name)
+        if prec == "fp8":
+            _convert_fp8(modules)
+        for module in modules:
+            # Autocast's weight cache must be off under graph capture (cached casts would be
+            # captured once and then go stale as the optimizer updates the weights).
+            _wrap_forward(module, device.type, autocast_dtype(prec), cache=not graphs)
+
+
+def _convert_fp8(modules: list[nn.Module]) -> None:
+    from torchao.float8 import convert_to_float8_training
+
+    def only_aligned(mod: nn.Module, fqn: str) -> bool:
+        return isinstance(mod, nn.Linear) and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
+
+    for module in modules:
+        convert_to_float8_training(module, module_filter_fn=only_aligned)
+
+
+def needs_scaler(cfg: PrecisionConfig) -> bool:
+    return cfg.uses("fp16")

@@ -1,0 +1,136 @@
+"""Run a configuration for N measured steps, in this process (one rank of a torchrun job).
+
+``run_training(cfg, steps=N)`` is the library call a long training job uses to take the tuner's
+``best.yaml``; ``autotune train`` wraps it (and ``launch`` runs it on K processes).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autotune.config import TrainConfig, to_dict
+from autotune.errors import TrialError
+from autotune.train import distributed
+from autotune.train.measure import StepTimer, Stats, matmul_rate, peak_memory, reset_peak_memory
+from autotune.train.session import Session
+
+
+@dataclass
+class TrainResult:
+    """What a measured run reports (``--json`` prints ``to_dict()`` on the last line)."""
+
+    samples_per_s: float
+    tokens_per_s: float
+    step_time_ms: float
+    step_time_spread_ms: dict[str, float]
+    peak_memory_bytes: int
+    peak_reserved_bytes: int
+    peak_memory_per_rank: list[dict[str, int]]
+    mfu: float
+    matmul_tflops: float
+    flops_per_sample: float
+    losses: list[float]
+    grad_norms: list[float]
+    world_size: int
+    batch_size: int
+    steps: int
+    warmup_steps: int
+    wall_s: float
+    device: str
+    environment: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def environment(device: torch.device, world: int) -> dict[str, Any]:
+    env = {"torch": torch.__version__, "python": platform.python_version(), "world_size": world, "device": device.type}
+    if device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+    else:
+        env["cpu"] = platform.processor() or platform.machine()
+    return env
+
+
+def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hook=None) -> TrainResult:
+    """Train ``warmup`` + ``steps`` steps; measure the last ``steps`` (rank 0's result is aggregated).
+
+    ``step_hook(i)``, if given, is called after each step (the profiler's ``step()``).
+    """
+    rank, world, local = distributed.init_from_env()
+    session = Session(cfg, rank, world, local)
+    device = session.device
+    loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world)
+    batches = session.batches(loader)
+    losses, norms = [], []
+    warmup = max(warmup, cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else warmup)
+    for i in range(warmup):
+        loss, norm = session.step(next(batches))
+        losses.append(loss)
+        norms.append(norm)
+        if step_hook:
+            step_hook(i)
+    reset_peak_memory(device)
+    timer = StepTimer(device)
+    timer.start()
+    for i in range(steps):
+        loss, norm = session.step(next(batches))
+        losses.append(loss)
+        norms.append(norm)
+        timer.lap()
+        if step_hook:
+            step_hook(warmup + i)
+    step_times, wall = timer.finish()
+    loss_values = torch.stack([x.float() for x in losses]).cpu().tolist()
+    norm_values = torch.stack([x.float() for x in norms]).cpu().tolist()
+    if any(not math.isfinite(v) for v in loss_values):
+        raise TrialError(f"the loss is not finite at step {next(i for i, v in enumerate(loss_values) if not math.isfinite(v))}", "nan")
+    mem = peak_memory(device)
+    rate = matmul_rate(device)
+    per_rank = _gather({"step_times": step_times, "memory": mem}, world)
+    # A data-parallel step ends when the slowest rank ends: take the per-step maximum over ranks.
+    step_max = [max(r["step_times"][i] for r in per_rank) for i in range(len(step_times))]
+    stats = Stats.of(step_max)
+    samples_per_s = cfg.batch_size * world / stats.median
+    flops = session.workload.flops_per_sample(cfg.preset)
+    session.close()
+    return TrainResult(
+        samples_per_s=samples_per_s,
+        tokens_per_s=samples_per_s * session.workload.tokens_per_sample(cfg.preset),
+        step_time_ms=stats.median * 1e3,
+        step_time_spread_ms={"p10": stats.p10 * 1e3, "p90": stats.p90 * 1e3, "min": stats.minimum * 1e3,
+                             "max": stats.maximum * 1e3, "mean": stats.mean * 1e3},
+        peak_memory_bytes=max(r["memory"]["allocated"] for r in per_rank),
+        peak_reserved_bytes=max(r["memory"]["reserved"] for r in per_rank),
+        peak_memory_per_rank=[r["memory"] for r in per_rank],
+        mfu=flops * samples_per_s / world / rate,
+        matmul_tflops=rate / 1e12,
+        flops_per_sample=flops,
+        losses=loss_values,
+        grad_norms=norm_values,
+        world_size=world,
+        batch_size=cfg.batch_size,
+        steps=steps,
+        warmup_steps=warmup,
+        wall_s=wall,
+        device=str(device),
+        environment=environment(device, world),
+        config=to_dict(cfg),
+    )
+
+
+def _gather(obj: dict, world: int) -> list[dict]:
+    if world == 1:
+        return [obj]
+    out: list = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+

@@ -1,0 +1,167 @@
+"""A training session in one process: the model with every knob applied, and its step function."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from autotune.config import TrainConfig
+from autotune.config.compat import Machine, check_compatible
+from autotune.train import distributed, graphs, knobs, optim, precision
+from autotune.workloads import Batch, get_workload
+
+
+def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+class Session:
+    """Builds the workload's model for ``cfg`` on this process's device and runs training steps.
+
+    ``step(batch)`` returns device tensors (loss, gradient norm) without synchronising the host.
+    """
+
+    def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> None:
+        self.cfg, self.rank, self.world = cfg, rank, world_size
+        self.workload = get_workload(cfg.workload)
+        self.workload.check_preset(cfg.preset)
+        self.device = resolve_device(cfg, local_rank)
+        model = self.workload.build_model(cfg.preset, "meta")
+        check_compatible(cfg, Machine.current(world_size), tuple(self.workload.regions(model)))
+        del model
+
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank and in every configuration
+        self.model = self.workload.build_model(cfg.preset, self.device)
+        self.model.train()
+        self.regions = self.workload.regions(self.model)
+        knobs.apply_trainability(self.regions, cfg)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        precision.apply_precision(self.regions, cfg.precision, self.device, graphs=cfg.graphs.enabled)
+        knobs.apply_checkpointing(self.regions, cfg.checkpointing.regions)
+        knobs.apply_compile(self.model, self.regions, cfg.compile)
+        self.attention = knobs.attention_context(cfg.kernels.attention)
+        # Different randomness per rank (noise, times, dropout), as in data-parallel training.
+        torch.manual_seed(cfg.seed * 1000 + rank + 1)
+
+        self.scaler = torch.amp.GradScaler(self.device.type) if precision.needs_scaler(cfg.precision) else None
+        step_graph = cfg.graphs.mode == "step"
+        if cfg.graphs.mode == "regions":
+            self._capture_regions()
+        self.ddp = None
+        self.reducer = None
+        if step_graph:
+            self.reducer = distributed.FlatGradReducer(self.params, cfg.ddp, world_size)
+        elif world_size > 1:
+            self.ddp = distributed.wrap_ddp(self.model, cfg.ddp, self.device)
+        groups = self.workload.param_groups(self.model, cfg.optimizer.weight_decay)
+        self.optimizer = optim.build_optimizer(groups, cfg.optimizer, capturable=step_graph)
+        self.schedule = optim.build_schedule(self.optimizer, cfg.optimizer)
+        self._graph: graphs.StepGraph | None = None
+        self._eager_steps = 0
+
+    # -- eager and region-graph steps -------------------------------------------------------
+    def _forward(self, batch: Batch) -> torch.Tensor:
+        with self.attention:
+            return self.workload.loss(self.ddp if self.ddp is not None else self.model, batch)
+
+    def _eager_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = self._forward(batch)
+        clip = self.cfg.optimizer.grad_clip
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+            norm = optim.clip_and_norm(self.params, clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            if self.reducer is not None:
+                self.reducer()
+            norm = optim.clip_and_norm(self.params, clip)
+            self.optimizer.step()
+        if self.reducer is not None:
+            self.reducer.zero()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+        self.schedule.step()
+        return loss.detach(), norm.detach()
+
+    def _capture_regions(self) -> None:
+        gen = torch.Generator().manual_seed(self.cfg.seed)
+        sample = self.workload.synthetic_batch(self.cfg.preset, self.cfg.batch_size, self.device, gen)
+        modules = [m for name in self.cfg.graphs.regions for m in self.regions[name]]
+        state = torch.cuda.get_rng_state(self.device)
+
+        def run() -> None:
+            with self.attention:
+                self.workload.loss(self.model, sample)
+
+        recorded = graphs.record_region_inputs(self.model, modules, run)
+        graphs.graph_regions(recorded, self.cfg.graphs.warmup_steps)
+        torch.cuda.set_rng_state(state, self.device)
+        self.model.zero_grad(set_to_none=True)
+
+    # -- whole-step graph ---------------------------------------------------------------------
+    def _capture_step(self, batch: Batch) -> None:
+        static = {k: v.clone() for k, v in batch.items()}
+        clip = self.cfg.optimizer.grad_clip
+
+        def forward_backward(b: Batch) -> torch.Tensor:
+            self.reducer.zero()
+            loss = self._forward(b)
+            loss.backward()
+            return loss.detach()
+
+        def update() -> torch.Tensor:
+            norm = optim.clip_and_norm(self.params, clip)
+            self.optimizer.step()
+            return norm.detach()
+
+        reduce = self.reducer if self.world > 1 else None
+        self._graph = graphs.StepGraph(forward_backward, update, static, reduce)
+
+    def step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """One training step on a device batch; returns (loss, grad norm) as device tensors."""
+        if self.cfg.graphs.mode != "step":
+            return self._eager_step(batch)
+        if self._graph is None and self._eager_steps < self.cfg.graphs.warmup_steps:
+            # Warm-up steps are real training steps, run eagerly on a side stream so that the
+            # optimizer state and the allocator's pools exist before capture.
+            self._eager_steps += 1
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                out = self._eager_step(batch)
+            torch.cuda.current_stream().wait_stream(stream)
+            return out
+        if self._graph is None:
+            self._capture_step(batch)
+        loss, norm = self._graph(batch)
+        self.schedule.step()
+        return loss.clone(), norm.clone()
+
+    def batches(self, loader) -> Iterator[Batch]:
+        """Device batches from a host loader (through the device prefetcher when configured)."""
+        depth = self.cfg.data.device_prefetch
+        if depth > 0 and self.device.type == "cuda":
+            from autotune.data import DevicePrefetcher
+
+            yield from DevicePrefetcher(iter(loader), self.device, depth)
+            return
+        for batch in loader:
+            with torch.profiler.record_function("autotune.h2d"):
+                yield to_device(batch, self.device)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            del self._graph

@@ -1,0 +1,82 @@
+"""Loss parity: does a configuration train the same model as the stock configuration?
+
+Both are trained from the same seed (same initial weights) on the same data for N steps, each in
+fresh processes. Per-step values differ by the random draws (noise, flow-matching times,
+dropout) whenever two configurations consume the generator differently (CUDA graphs, compiled
+regions), so the verdict compares the window means of the loss and of the gradient norm:
+
+    |mean(X) - mean(stock)| / mean(stock) <= TOLERANCE[precision]
+
+and reports the largest per-step relative difference beside them. The tolerances are set by the
+lowest precision X uses: fp32 2 %, bf16 and fp16 5 %, fp8 8 %. A configuration that stops part
+of the model from training (e.g. freezes the DiT) changes the gradient norm far beyond them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotune.config import TrainConfig
+from autotune.config.stock import stock_config
+from autotune.errors import TrialError
+from autotune.train.launch import launch
+
+TOLERANCE = {"fp32": 0.02, "bf16": 0.05, "fp16": 0.05, "fp8": 0.08}
+
+
+def tolerance_for(cfg: TrainConfig) -> float:
+    used = {cfg.precision.default, *cfg.precision.regions.values()}
+    return max(TOLERANCE[p] for p in used)
+
+
+@dataclass
+class ParityResult:
+    passed: bool
+    tolerance: float
+    loss_rel_diff: float
+    grad_norm_rel_diff: float
+    max_step_loss_rel_diff: float
+    max_step_grad_norm_rel_diff: float
+    steps: int
+    stock_losses: list[float]
+    losses: list[float]
+    stock_grad_norms: list[float]
+    grad_norms: list[float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def compare(stock: dict, other: dict, tolerance: float) -> ParityResult:
+    sl, ol = stock["losses"], other["losses"]
+    sg, og = stock["grad_norms"], other["grad_norms"]
+    n = min(len(sl), len(ol))
+    loss_d = _rel(statistics.fmean(ol[:n]), statistics.fmean(sl[:n]))
+    grad_d = _rel(statistics.fmean(og[:n]), statistics.fmean(sg[:n]))
+    return ParityResult(
+        passed=loss_d <= tolerance and grad_d <= tolerance,
+        tolerance=tolerance,
+        loss_rel_diff=loss_d,
+        grad_norm_rel_diff=grad_d,
+        max_step_loss_rel_diff=max(_rel(a, b) for a, b in zip(ol[:n], sl[:n])),
+        max_step_grad_norm_rel_diff=max(_rel(a, b) for a, b in zip(og[:n], sg[:n])),
+        steps=n, stock_losses=sl[:n], losses=ol[:n], stock_grad_norms=sg[:n], grad_norms=og[:n],
+    )
+
+
+def verify(cfg: TrainConfig, *, steps: int = 20, nproc: int = 1, timeout: float | None = None,
+           stock: dict | None = None) -> ParityResult:
+    """Train the stock configuration (unless its result is given) and ``cfg``; compare them."""
+    if stock is None:
+        stock = launch(stock_config(like=cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
+    other = launch(cfg, steps=steps, warmup=0, nproc=nproc, timeout=timeout)
+    for name, res in (("stock", stock), ("candidate", other)):
+        if "error" in res:
+            raise TrialError(f"verify: the {name} configuration failed: {res['error']}", res.get("reason", "error"))
+    return compare(stock, other, tolerance_for(cfg))

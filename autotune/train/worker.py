@@ -1,0 +1,68 @@
+"""One process of a training run: ``python -m autotune.train.worker --config C --out R.json``.
+
+Started directly (one process) or by torchrun (several). Rank 0 writes the result, or the error
+with its reason, to ``--out`` as JSON; the exit code is non-zero on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+from autotune.config import load_config
+from autotune.config.io import write_text_atomic
+from autotune.errors import AutotuneError, TrialError
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """(reason, message) of a failed run: oom, nan, nccl, compile, config or error."""
+    text = f"{type(exc).__name__}: {exc}"
+    low = text.lower()
+    if isinstance(exc, TrialError):
+        return exc.reason, str(exc)
+    if isinstance(exc, AutotuneError):
+        return "config", str(exc)
+    if "out of memory" in low or type(exc).__name__ == "OutOfMemoryError":
+        return "oom", text.splitlines()[0]
+    if "nccl" in low:
+        return "nccl", text.splitlines()[0]
+    if "inductor" in low or "dynamo" in low or "backendcompilerfailed" in low:
+        return "compile", text.splitlines()[0]
+    return "error", text.splitlines()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        from autotune.train.runner import run_training
+
+        result = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup).to_dict()
+        code = 0
+    except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
+        reason, message = classify_exception(exc)
+        result = {"error": message, "reason": reason, "traceback": traceback.format_exc()}
+        code = 1
+    if rank == 0 or code:
+        out = args.out if rank == 0 else f"{args.out}.rank{rank}"
+        write_text_atomic(out, json.dumps(result))
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        pass
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
