@@ -39,6 +39,8 @@ def _wrap_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None
 
         @functools.wraps(forward)
         def autocast_forward(*args, **kwargs):
+            # Inputs cross region boundaries in the region's dtype (an fp32 region may feed a bf16 one).
+            args = tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
             with torch.autocast(device_type, dtype=dtype, cache_enabled=cache):
                 return forward(*args, **kwargs)
 

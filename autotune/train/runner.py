@@ -44,6 +44,7 @@ class TrainResult:
     wall_s: float
     device: str
     environment: dict[str, Any] = field(default_factory=dict)
+    ddp: dict[str, Any] | None = None
     config: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +102,7 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
     stats = Stats.of(step_max)
     samples_per_s = cfg.batch_size * world / stats.median
     flops = session.workload.flops_per_sample(cfg.preset)
+    ddp_info = ddp_buckets(session.ddp) if session.ddp is not None else None
     session.close()
     return TrainResult(
         samples_per_s=samples_per_s,
@@ -123,8 +125,18 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
         wall_s=wall,
         device=str(device),
         environment=environment(device, world),
+        ddp=ddp_info,
         config=to_dict(cfg),
     )
+
+
+def ddp_buckets(ddp) -> dict[str, Any]:
+    """DDP's own logging data on its gradient buckets (after its rebuild in the first steps)."""
+    info = ddp._get_ddp_logging_data()
+    sizes = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes") or ""
+    sizes = [int(x) for x in str(sizes).split(",") if x.strip()]
+    return {"num_buckets": len(sizes), "bucket_sizes": sizes, "bucket_cap_bytes": info.get("bucket_cap_bytes"),
+            "num_buckets_reduced": info.get("num_buckets_reduced"), "static_graph": bool(info.get("static_graph", 0))}
 
 
 def _gather(obj: dict, world: int) -> list[dict]:

@@ -1,0 +1,129 @@
+"""The training runner on CPU: knobs really applied, refusals, DDP buckets, loss parity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.cli import main
+from autotune.config import TrainConfig, config_from_dict
+from autotune.config.compat import Machine, check_compatible
+from autotune.errors import IncompatibleConfigError
+from autotune.train.launch import launch
+from autotune.train.session import Session
+from autotune.train.verify import compare, verify
+
+REGIONS = ("vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors")
+
+
+def tiny(**over) -> TrainConfig:
+    data = {"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"}}
+    for key, value in over.items():
+        node = data
+        *path, last = key.split("__")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return config_from_dict(data)
+
+
+def test_precision_map_changes_exactly_the_named_regions():
+    s = Session(tiny(precision__regions={"dit": "fp32", "vision": "fp32"}))
+    dtypes = {name: {p.dtype for m in mods for p in m.parameters()} for name, mods in s.regions.items()}
+    assert dtypes["dit"] == {torch.float32}
+    assert dtypes["vision"] == {torch.float32}
+    assert dtypes["connector"] == {torch.bfloat16}  # frozen, autocast region: stored in bf16
+    assert dtypes["llm_frozen"] == {torch.bfloat16}
+    assert dtypes["projectors"] == {torch.float32}  # trainable: fp32 master weights
+    loss, norm = s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
+    assert torch.isfinite(loss) and torch.isfinite(norm)
+
+
+def test_stock_stores_frozen_weights_in_bf16():
+    s = Session(tiny())
+    assert {p.dtype for p in s.model.vision.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in s.model.dit.parameters()} == {torch.float32}
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"graphs__mode": "step"}, r"graphs\.mode: refused: CUDA graphs need a CUDA device"),
+        ({"graphs__mode": "regions", "graphs__regions": ["dit"]}, r"CUDA graphs need a CUDA device"),
+        ({"precision__regions": {"dit": "fp8"}}, r"precision: refused: fp8 training needs a CUDA device"),
+        ({"precision__regions": {"nope": "bf16"}}, r"precision\.regions: 'nope' is not a region of workload 'gr00t_n16'"),
+        ({"data__device_prefetch": 2}, r"device prefetcher copies on a CUDA stream"),
+    ],
+)
+def test_impossible_combinations_are_refused_on_cpu(over, message):
+    with pytest.raises(IncompatibleConfigError, match=message):
+        check_compatible(tiny(**over), Machine(cuda=False), REGIONS)
+
+
+def test_fp16_scaler_in_a_captured_step_is_refused_even_on_gpu():
+    cfg = tiny(device="auto", graphs__mode="step", precision__default="fp16")
+    with pytest.raises(IncompatibleConfigError, match="fp16 gradient scaler"):
+        check_compatible(cfg, Machine(cuda=True, capability=(9, 0)), REGIONS)
+
+
+def test_cli_refuses_graphs_on_cpu_in_one_line(tmp_path, capsys):
+    path = tmp_path / "g.yaml"
+    path.write_text("preset: tiny\nbatch_size: 2\ngraphs:\n  mode: step\ndata:\n  source: synthetic\n")
+    assert main(["train", "--config", str(path), "--steps", "1"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CUDA graphs need a CUDA device" in err[0]
+
+
+def test_fp16_region_runs_with_a_scaler_on_cpu():
+    s = Session(tiny(precision__regions={"dit": "fp16"}))
+    assert s.scaler is not None
+    loss, _ = s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
+    assert torch.isfinite(loss)
+
+
+def test_checkpointing_and_fused_optimizer_train():
+    s = Session(tiny(checkpointing__regions=["dit", "llm_trainable"], optimizer__impl="loop"))
+    assert s.model.dit.activation_checkpointing and s.model.llm_trainable.activation_checkpointing
+    assert not s.model.vision.activation_checkpointing
+    before = [p.detach().clone() for p in s.model.dit.parameters()][:3]
+    s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
+    after = list(s.model.dit.parameters())[:3]
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+
+
+@pytest.mark.slow
+def test_two_process_gloo_bucket_sizes_change_ddp_buckets():
+    small = launch(tiny(ddp__bucket_cap_mb=0.25), steps=2, warmup=1, nproc=2, timeout=240)
+    large = launch(tiny(ddp__bucket_cap_mb=100.0), steps=2, warmup=1, nproc=2, timeout=240)
+    assert "error" not in small, small
+    assert "error" not in large, large
+    assert small["world_size"] == 2 and large["world_size"] == 2
+    assert small["ddp"]["num_buckets"] > large["ddp"]["num_buckets"] >= 1
+    assert small["ddp"]["bucket_cap_bytes"] == int(0.25 * 2**20)
+
+
+def test_train_cli_json_keys(capsys):
+    assert main(["train", "--preset", "tiny", "--synthetic", "--steps", "3", "--warmup", "1", "--json"]) == 0
+    import json
+
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"samples_per_s", "step_time_ms", "peak_memory_bytes", "mfu", "losses"} <= set(result)
+    assert len(result["losses"]) == 4 and result["samples_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_verify_passes_for_equal_and_fails_for_frozen_dit():
+    cfg = tiny()
+    ok = verify(tiny(ddp__bucket_cap_mb=25.0), steps=12, timeout=240)
+    assert ok.passed, ok
+    stock = launch(cfg, steps=12, warmup=0, timeout=240)
+    broken = verify(tiny(model__freeze=["dit"]), steps=12, timeout=240, stock=stock)
+    assert not broken.passed
+    assert broken.grad_norm_rel_diff > 2 * broken.tolerance
+
+
+def test_compare_is_symmetric_in_its_verdict():
+    a = {"losses": [1.0, 1.1, 0.9], "grad_norms": [2.0, 2.0, 2.0]}
+    b = {"losses": [1.0, 1.1, 0.9], "grad_norms": [1.0, 1.0, 1.0]}
+    assert compare(a, a, 0.05).passed
+    assert not compare(a, b, 0.05).passed and not compare(b, a, 0.05).passed
