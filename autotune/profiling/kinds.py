@@ -1,0 +1,118 @@
+"""What each trace event is, written as data.
+
+Three ordered tables of named, compiled patterns; in each, the first match wins and the last row
+is an explicit catch-all. Patterns are applied once per *distinct* string (a trace has a few
+thousand distinct names among millions of events), then broadcast to the events by id.
+
+* :data:`CATEGORY_TABLE` sorts events by their ``cat`` field into host operators, host
+  annotations, runtime calls, device activity and events we ignore.
+* :data:`DEVICE_TABLE` sorts device activity (kernels, memcpy, memset) by name into
+  communication, memory and compute.
+* :data:`HOST_TABLE` sorts host operators and annotations by name into step markers, data waits,
+  collectives, dispatch-only operators and compute operators.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+
+class Category(IntEnum):
+    """Where an event happens, from its ``cat``."""
+
+    HOST_OP = 0  # cpu_op: an ATen operator or autograd node on a host thread
+    ANNOTATION = 1  # user_annotation: record_function spans, ProfilerStep#N, gloo:all_reduce
+    RUNTIME = 2  # cuda_runtime / cuda_driver: the host side of a launch, copy or sync
+    DEVICE = 3  # kernel, gpu_memcpy, gpu_memset: work on a device stream
+    IGNORED = 4  # python_function, gpu_user_annotation, flow events, counters, ...
+
+
+class DeviceKind(IntEnum):
+    COMM = 0
+    MEMORY = 1
+    COMPUTE = 2
+
+
+class HostKind(IntEnum):
+    STEP = 0  # ProfilerStep#N
+    DATA = 1  # waiting on the data loader
+    COMM = 2  # a collective on the host (gloo, c10d)
+    DISPATCH = 3  # does no arithmetic of its own: views, allocation, wrappers, autograd engine
+    COMPUTE = 4  # the catch-all: an operator that computes (self time)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One row of a table: a name, a compiled regular expression and the kind it assigns."""
+
+    name: str
+    regex: re.Pattern[str]
+    kind: int
+
+
+def _row(name: str, regex: str, kind: int) -> Pattern:
+    return Pattern(name, re.compile(regex), kind)
+
+
+CATEGORY_TABLE: tuple[Pattern, ...] = (
+    _row("host operator", r"^cpu_op$", Category.HOST_OP),
+    _row("host annotation", r"^user_annotation$", Category.ANNOTATION),
+    _row("runtime call", r"^(cuda_runtime|cuda_driver|hip_runtime|hip_driver)$", Category.RUNTIME),
+    _row(
+        "device activity", r"^(kernel|gpu_memcpy|gpu_memset|Kernel|Memcpy|Memset)$", Category.DEVICE
+    ),
+    _row("OTHER", r"", Category.IGNORED),
+)
+
+DEVICE_TABLE: tuple[Pattern, ...] = (
+    _row("nccl", r"^nccl|ncclKernel|ncclDevKernel|^rccl", DeviceKind.COMM),
+    _row("memcpy/memset", r"^(Memcpy|Memset|memcpy|memset)", DeviceKind.MEMORY),
+    _row("OTHER", r"", DeviceKind.COMPUTE),
+)
+
+HOST_TABLE: tuple[Pattern, ...] = (
+    _row("profiler step", r"^ProfilerStep#\d+$", HostKind.STEP),
+    _row("data loader next", r"^enumerate\(DataLoader\)#.*__next__$", HostKind.DATA),
+    _row("autotune data wait", r"^autotune\.data_wait$", HostKind.DATA),
+    _row(
+        "collective",
+        r"^(gloo:|nccl:|c10d::|c10d_functional::|_c10d_functional::|record_param_comms$)",
+        HostKind.COMM,
+    ),
+    _row(
+        "autograd engine", r"^autograd::engine::|Backward\d*$|^torch::autograd::", HostKind.DISPATCH
+    ),
+    _row(
+        "ddp reducer wrapper",
+        r"^(torch\.distributed\.ddp\.reducer::|torch::distributed::reducer::)",
+        HostKind.DISPATCH,
+    ),
+    _row(
+        "view or allocation",
+        r"^aten::(view|_unsafe_view|reshape|_reshape_alias|as_strided|t|transpose|permute|expand"
+        r"|expand_as|unsqueeze|squeeze|detach|detach_|alias|resolve_conj|resolve_neg|select"
+        r"|slice|narrow|split|split_with_sizes|chunk|unbind|flatten|unflatten|contiguous"
+        r"|empty|empty_like|empty_strided|new_empty|new_empty_strided|resize_|lift_fresh"
+        r"|to|_to_copy|type_as|numpy_T|broadcast_tensors|result_type|size|stride|dim"
+        r"|is_nonzero|item|_local_scalar_dense|linear|matmul|zeros|zeros_like|ones|ones_like"
+        r"|full|full_like|scalar_tensor|set_|record_stream)$",
+        HostKind.DISPATCH,
+    ),
+    _row("OTHER", r"", HostKind.COMPUTE),
+)
+
+
+def first_match(table: tuple[Pattern, ...], text: str) -> int:
+    for row in table:
+        if row.regex.search(text):
+            return row.kind
+    raise AssertionError(f"table without a catch-all row; {text!r} matched nothing")
+
+
+def kinds_of(table: tuple[Pattern, ...], names: list[str]) -> np.ndarray:
+    """The kind of each distinct name, as an int8 array indexed by name id."""
+    return np.fromiter((first_match(table, n) for n in names), dtype=np.int8, count=len(names))
