@@ -1,0 +1,132 @@
+"""Image augmentation of the GR00T N1.6 data path, with torch ops only (no torchvision).
+
+Per sample: resize the short edge to ``short_edge`` -> fractional random crop (0.95 of each side)
+-> resize to ``image_size`` square -> colour jitter (brightness 0.3, contrast 0.4, saturation
+0.5, hue 0.08, in a random order as torchvision's ``ColorJitter``). Upstream replays one draw
+across the views of a sample, so every view gets the same crop window and jitter. All
+randomness comes from the generator passed in, so a sample is the same in any worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+_GRAY = (0.299, 0.587, 0.114)
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    image_size: int
+    short_edge: int = 256
+    crop_fraction: float = 0.95
+    brightness: float = 0.3
+    contrast: float = 0.4
+    saturation: float = 0.5
+    hue: float = 0.08
+
+
+def short_edge_for(image_size: int) -> int:
+    """Upstream's 256, except for toy image sizes (<= 128) that use 64 px videos."""
+    return 256 if image_size > 128 else 64
+
+
+def augment(frames: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
+    """``frames``: uint8 [V, 3, H, W] (views of one sample) -> uint8 [V, 3, S, S]."""
+    x = frames.float().div_(255)
+    x = _resize_short_edge(x, spec.short_edge)
+    x = _random_crop(x, spec.crop_fraction, generator)
+    x = _resize(x, spec.image_size, spec.image_size)
+    x = color_jitter(x, spec, generator)
+    return x.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
+
+
+def _resize(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    if x.shape[-2:] == (h, w):
+        return x
+    return F.interpolate(
+        x, size=(h, w), mode="bilinear", align_corners=False, antialias=True
+    ).clamp_(0, 1)
+
+
+def _resize_short_edge(x: torch.Tensor, short: int) -> torch.Tensor:
+    h, w = x.shape[-2:]
+    scale = short / min(h, w)
+    return _resize(x, max(short, round(h * scale)), max(short, round(w * scale)))
+
+
+def _random_crop(x: torch.Tensor, fraction: float, g: torch.Generator) -> torch.Tensor:
+    h, w = x.shape[-2:]
+    ch, cw = int(h * fraction), int(w * fraction)
+    u = torch.rand(2, generator=g, dtype=torch.float64).tolist()
+    top, left = int(u[0] * (h - ch + 1)), int(u[1] * (w - cw + 1))
+    return x[..., top : top + ch, left : left + cw]
+
+
+def color_jitter(x: torch.Tensor, spec: AugmentSpec, g: torch.Generator) -> torch.Tensor:
+    """Float [V, 3, H, W] in [0, 1]; one factor per op for all views, ops in a random order."""
+    u = torch.rand(4, generator=g, dtype=torch.float64).tolist()
+    b = 1 + spec.brightness * (2 * u[0] - 1)
+    c = 1 + spec.contrast * (2 * u[1] - 1)
+    s = 1 + spec.saturation * (2 * u[2] - 1)
+    h = spec.hue * (2 * u[3] - 1)
+    for op in torch.randperm(4, generator=g).tolist():
+        if op == 0:
+            x = x.mul(b).clamp_(0, 1)
+        elif op == 1:
+            # float64 mean: a reduction's order depends on the thread count, and workers run one.
+            mean = _gray(x).double().mean(dim=(-3, -2, -1), keepdim=True).float()
+            x = _blend(x, mean, c)
+        elif op == 2:
+            x = _blend(x, _gray(x), s)
+        else:
+            x = adjust_hue(x, h)
+    return x
+
+
+def _gray(x: torch.Tensor) -> torch.Tensor:
+    r, g, b = x.unbind(-3)
+    return (_GRAY[0] * r + _GRAY[1] * g + _GRAY[2] * b).unsqueeze(-3)
+
+
+def _blend(x: torch.Tensor, other: torch.Tensor, factor: float) -> torch.Tensor:
+    return (factor * x + (1 - factor) * other).clamp_(0, 1)
+
+
+def adjust_hue(x: torch.Tensor, shift: float) -> torch.Tensor:
+    """Rotate the hue of RGB ``x`` (float in [0, 1]) by ``shift`` turns, through HSV."""
+    h, s, v = rgb_to_hsv(x).unbind(-3)
+    return hsv_to_rgb(torch.stack(((h + shift) % 1.0, s, v), dim=-3))
+
+
+def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
+    r, g, b = x.unbind(-3)
+    maxc, _ = x.max(dim=-3)
+    minc, _ = x.min(dim=-3)
+    delta = maxc - minc
+    s = torch.where(maxc > 0, delta / maxc.clamp_min(1e-12), torch.zeros_like(maxc))
+    d = delta.clamp_min(1e-12)
+    rc, gc, bc = (maxc - r) / d, (maxc - g) / d, (maxc - b) / d
+    h = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
+    h = torch.where(delta > 0, (h / 6.0) % 1.0, torch.zeros_like(h))
+    return torch.stack((h, s, maxc), dim=-3)
+
+
+def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
+    h, s, v = x.unbind(-3)
+    i = torch.floor(h * 6.0)
+    f = h * 6.0 - i
+    i = i.to(torch.int64) % 6
+    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
+    table = torch.stack(
+        (
+            torch.stack((v, q, p, p, t, v), -3),
+            torch.stack((t, v, v, q, p, p), -3),
+            torch.stack((p, p, t, v, v, q), -3),
+        ),
+        dim=-4,
+    )  # [..., 3 (rgb), 6 (sector), H, W]
+    idx = i.unsqueeze(-3).unsqueeze(-3).expand(*table.shape[:-3], 1, *i.shape[-2:])
+    return table.gather(-3, idx).squeeze(-3)

@@ -1,0 +1,65 @@
+"""The dataset made once per machine when ``data.dataset`` is null.
+
+It lives in ``$AUTOTUNE_CACHE/datasets/<name>`` (``~/.cache/autotune/datasets/<name>`` when the
+variable is unset). Ranks that start together take a file lock: the first one makes the dataset
+(written aside, then renamed into place), the others wait and reuse it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from autotune.data.augment import short_edge_for
+from autotune.data.make import MakeSpec, make_dataset
+from autotune.data.meta import INFO
+from autotune.workloads.gr00t_n16.presets import Gr00tPreset
+
+DATASET_SEED = 0
+"""The content of the cached dataset does not follow the training seed: every trial shares it."""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("AUTOTUNE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "autotune"
+
+
+def spec_for(preset: Gr00tPreset, episodes: int) -> MakeSpec:
+    """256 px videos for real image sizes, 64 px for the toy ones (as the augmentation expects)."""
+    return MakeSpec(
+        episodes=episodes,
+        views=preset.views,
+        size=short_edge_for(preset.image_size),
+        seed=DATASET_SEED,
+    )
+
+
+def cached_dataset(spec: MakeSpec) -> Path:
+    """The folder of ``spec``'s dataset in the cache, made first if it is not there."""
+    folder = cache_root() / "datasets"
+    name = f"lerobot-{spec.embodiment}-e{spec.episodes}-v{spec.views}-s{spec.size}-seed{spec.seed}"
+    path = folder / name
+    if (path / INFO).is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder / f".{name}.lock"):
+        if not (path / INFO).is_file():
+            make_dataset(path, spec)
+    return path
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): the atomic rename alone keeps the dataset whole
+        yield
+        return
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

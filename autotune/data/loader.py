@@ -1,0 +1,93 @@
+"""``build_loader``: the DataLoader of the ``lerobot`` data source, with the knobs of DataConfig."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from autotune.config import DataConfig
+from autotune.data.cache import cached_dataset, spec_for
+from autotune.data.dataset import LeRobotDataset
+from autotune.data.sampler import ShardedInfiniteSampler
+from autotune.errors import DataError
+from autotune.workloads.gr00t_n16.presets import Gr00tPreset
+
+_WORKER_PREFIX = "Caught DataError in DataLoader worker"
+
+
+class HostLoader(DataLoader):
+    """A DataLoader whose worker errors re-raise as a one-line :class:`DataError`.
+
+    torch re-raises a worker's exception with the worker's whole traceback as its message; the
+    CLI prints errors on one line, so only the original message (which names the file) is kept.
+    """
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return _clean_errors(super().__iter__())
+
+
+def _clean_errors(it: Iterator) -> Iterator:
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except DataError as exc:
+            raise DataError(worker_message(str(exc))) from None
+        yield batch
+
+
+def worker_message(message: str) -> str:
+    if not message.startswith(_WORKER_PREFIX):
+        return message
+    where = message.split("\n", 1)[0].removeprefix("Caught DataError ").rstrip(".")
+    original = message.rsplit("DataError: ", 1)[-1].strip()
+    return f"{original} (in {where})"
+
+
+def build_loader(
+    preset: Gr00tPreset,
+    data_cfg: DataConfig,
+    batch_size: int,
+    *,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> HostLoader:
+    """Endless host batches of ``preset``'s shapes, sample order seeded and sharded by rank.
+
+    ``data_cfg.dataset`` null makes (once) a dataset of ``data_cfg.episodes`` episodes in the cache.
+    ``pin_memory`` applies only where CUDA is available and ``persistent_workers``,
+    ``prefetch_factor`` and ``multiprocessing_context`` only with workers.
+    """
+    if data_cfg.source != "lerobot":
+        raise DataError(
+            f"data.source is {data_cfg.source!r}: build_loader reads only the 'lerobot' source"
+        )
+    root = (
+        Path(data_cfg.dataset)
+        if data_cfg.dataset
+        else cached_dataset(spec_for(preset, data_cfg.episodes))
+    )
+    dataset = LeRobotDataset(root, preset, video_backend=data_cfg.video_backend, seed=seed)
+    sampler = ShardedInfiniteSampler(len(dataset), seed=seed, rank=rank, world_size=world_size)
+    workers = data_cfg.num_workers
+    options = {}
+    if workers:
+        options = {
+            "prefetch_factor": data_cfg.prefetch_factor,
+            "persistent_workers": data_cfg.persistent_workers,
+            "multiprocessing_context": data_cfg.multiprocessing_context,
+        }
+    return HostLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        pin_memory=data_cfg.pin_memory and torch.cuda.is_available(),
+        drop_last=True,
+        **options,
+    )

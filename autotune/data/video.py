@@ -1,0 +1,165 @@
+"""Random access to frames of mp4 files, as DataLoader workers do it.
+
+A frame is found by seeking to the key frame at or before it and decoding forward, which is what
+makes random access to H.264 costly (on average half a GOP decoded per frame). Readers are opened
+lazily, per process, by :class:`ReaderPool`: an open container is never shared across ``fork``.
+
+Backends: ``pyav`` (default), ``opencv`` (``cv2``) and ``torchcodec``, where installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from autotune.errors import DataError
+
+BACKENDS = ("pyav", "opencv", "torchcodec")
+_MODULES = {"pyav": "av", "opencv": "cv2", "torchcodec": "torchcodec"}
+
+
+class FrameReader(Protocol):
+    num_frames: int
+
+    def frame(self, index: int) -> torch.Tensor:
+        """Frame ``index`` as uint8 [3, H, W] (RGB)."""
+
+    def close(self) -> None: ...
+
+
+def check_backend(backend: str) -> None:
+    """Raise :class:`DataError` unless ``backend`` is known and importable here."""
+    if backend not in BACKENDS:
+        raise DataError(f"video backend {backend!r} is unknown; known backends: {list(BACKENDS)}")
+    if importlib.util.find_spec(_MODULES[backend]) is None:
+        raise DataError(
+            f"video backend {backend!r} is not installed (no module {_MODULES[backend]!r}); "
+            f"install it or use video_backend: pyav"
+        )
+
+
+def open_reader(backend: str, path: Path, fps: float) -> FrameReader:
+    check_backend(backend)
+    cls = {"pyav": PyAVReader, "opencv": OpenCVReader, "torchcodec": TorchCodecReader}[backend]
+    if not path.is_file():
+        raise DataError(f"{path}: missing")
+    try:
+        return cls(path, fps)
+    except DataError:
+        raise
+    except Exception as exc:  # every decoder library has its own errors
+        raise DataError(f"{path}: cannot open the video ({type(exc).__name__}: {exc})") from None
+
+
+def _past_end(path: Path, index: int, n: int) -> DataError:
+    return DataError(f"{path}: frame {index} is past the end of the video ({n} frames)")
+
+
+class PyAVReader:
+    def __init__(self, path: Path, fps: float) -> None:
+        import av
+
+        self.path, self.fps = path, fps
+        self.container = av.open(str(path))
+        if not self.container.streams.video:
+            self.container.close()
+            raise DataError(f"{path}: no video stream")
+        self.stream = self.container.streams.video[0]
+        # One decoding thread per worker: parallelism comes from the number of workers.
+        self.stream.codec_context.thread_count = 1
+        self.num_frames = int(self.stream.frames)
+
+    def frame(self, index: int) -> torch.Tensor:
+        if not 0 <= index < self.num_frames:
+            raise _past_end(self.path, index, self.num_frames)
+        tb = self.stream.time_base
+        try:
+            self.container.seek(
+                int(round(index / self.fps / tb)), stream=self.stream, backward=True
+            )
+            for frame in self.container.decode(self.stream):
+                if round(float(frame.time) * self.fps) >= index:
+                    return torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)
+        except Exception as exc:
+            raise DataError(
+                f"{self.path}: cannot decode frame {index} ({type(exc).__name__}: {exc})"
+            ) from None
+        raise DataError(f"{self.path}: frame {index} not found: the stream ends before it")
+
+    def close(self) -> None:
+        self.container.close()
+
+
+class OpenCVReader:
+    def __init__(self, path: Path, fps: float) -> None:
+        import cv2
+
+        self.path, self._cv2 = path, cv2
+        self.cap = cv2.VideoCapture(str(path))
+        if not self.cap.isOpened():
+            raise DataError(f"{path}: OpenCV cannot open the video")
+        self.num_frames = int(self.cap.get(cv2.CAP_PROP_FRAME_COUNT))
+
+    def frame(self, index: int) -> torch.Tensor:
+        if not 0 <= index < self.num_frames:
+            raise _past_end(self.path, index, self.num_frames)
+        self.cap.set(self._cv2.CAP_PROP_POS_FRAMES, index)  # seeks to a key frame, decodes forward
+        ok, bgr = self.cap.read()
+        if not ok:
+            raise DataError(f"{self.path}: OpenCV cannot decode frame {index}")
+        return torch.from_numpy(np.ascontiguousarray(bgr[:, :, ::-1])).permute(2, 0, 1)
+
+    def close(self) -> None:
+        self.cap.release()
+
+
+class TorchCodecReader:
+    def __init__(self, path: Path, fps: float) -> None:
+        from torchcodec.decoders import VideoDecoder
+
+        self.path = path
+        self.decoder = VideoDecoder(str(path), seek_mode="exact", dimension_order="NCHW")
+        self.num_frames = int(self.decoder.metadata.num_frames)
+
+    def frame(self, index: int) -> torch.Tensor:
+        if not 0 <= index < self.num_frames:
+            raise _past_end(self.path, index, self.num_frames)
+        try:
+            return self.decoder[index]
+        except Exception as exc:
+            raise DataError(
+                f"{self.path}: cannot decode frame {index} ({type(exc).__name__}: {exc})"
+            ) from None
+
+    def close(self) -> None:
+        self.decoder = None
+
+
+class ReaderPool:
+    """Readers opened on first use in the calling process, at most ``capacity`` kept open."""
+
+    def __init__(self, backend: str, fps: float, capacity: int = 64) -> None:
+        check_backend(backend)
+        self.backend, self.fps, self.capacity = backend, fps, capacity
+        self._pid: int | None = None
+        self._readers: OrderedDict[Path, FrameReader] = OrderedDict()
+
+    def get(self, path: Path) -> FrameReader:
+        if self._pid != os.getpid():  # a forked child: readers of the parent are not ours to use
+            self._pid, self._readers = os.getpid(), OrderedDict()
+        reader = self._readers.get(path)
+        if reader is None:
+            reader = self._readers[path] = open_reader(self.backend, path, self.fps)
+            if len(self._readers) > self.capacity:
+                self._readers.popitem(last=False)[1].close()
+        self._readers.move_to_end(path)
+        return reader
+
+    def __getstate__(self) -> dict:  # spawn pickles the dataset: send no open readers
+        return {**self.__dict__, "_pid": None, "_readers": OrderedDict()}
