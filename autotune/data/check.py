@@ -15,6 +15,7 @@ from pathlib import Path
 from autotune.data.episode import read_episode
 from autotune.data.meta import TOKENIZER, DatasetMeta, load_meta
 from autotune.data.text import WordTokenizer
+from autotune.data.video import describe
 from autotune.errors import DataError
 
 
@@ -57,7 +58,7 @@ def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
     try:
         container = av.open(str(path))
     except Exception as exc:
-        raise DataError(f"{path}: cannot open the video ({type(exc).__name__}: {exc})") from None
+        raise DataError(f"{path}: cannot open the video ({describe(exc, path)})") from None
     with container:
         if not container.streams.video:
             raise DataError(f"{path}: no video stream")
@@ -75,7 +76,7 @@ def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
             raise
         except Exception as exc:
             raise DataError(
-                f"{path}: cannot decode frame {frames} ({type(exc).__name__}: {exc})"
+                f"{path}: cannot decode frame {frames} ({describe(exc, path)})"
             ) from None
         if frames < min_frames:
             raise DataError(

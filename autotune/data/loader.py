@@ -23,29 +23,42 @@ class HostLoader(DataLoader):
 
     torch re-raises a worker's exception with the worker's whole traceback as its message; the
     CLI prints errors on one line, so only the original message (which names the file) is kept.
+    The workers are stopped before the error propagates: left to the garbage collector (the
+    error's traceback keeps the iterator in a reference cycle), their queues are finalised first
+    and each worker then waits out torch's 5 s join timeout.
     """
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        return _clean_errors(super().__iter__())
+        it = super().__iter__()
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except DataError as exc:
+                self._stop(it)
+                raise DataError(worker_message(str(exc))) from None
+            yield batch
 
-
-def _clean_errors(it: Iterator) -> Iterator:
-    while True:
-        try:
-            batch = next(it)
-        except StopIteration:
-            return
-        except DataError as exc:
-            raise DataError(worker_message(str(exc))) from None
-        yield batch
+    def _stop(self, it: Iterator) -> None:
+        shutdown = getattr(
+            it, "_shutdown_workers", None
+        )  # only multi-process iterators have workers
+        if shutdown is not None:
+            shutdown()
+        if (
+            getattr(self, "_iterator", None) is it
+        ):  # persistent workers: the next iter() starts afresh
+            self._iterator = None
 
 
 def worker_message(message: str) -> str:
-    if not message.startswith(_WORKER_PREFIX):
+    """``path: problem (in DataLoader worker process N)`` out of torch's re-raised message."""
+    marker = f"\n{DataError.__module__}.{DataError.__qualname__}: "
+    if not message.startswith(_WORKER_PREFIX) or marker not in message:
         return message
     where = message.split("\n", 1)[0].removeprefix("Caught DataError ").rstrip(".")
-    original = message.rsplit("DataError: ", 1)[-1].strip()
-    return f"{original} (in {where})"
+    return f"{message.rsplit(marker, 1)[1].strip()} ({where})"
 
 
 def build_loader(

@@ -175,10 +175,25 @@ def write_video(path: Path, frames, fps: int, codec: str) -> None:
                 else:
                     stream.bit_rate = 8 * rgb.shape[0] * rgb.shape[1] * fps // 10
                 stream.options = opts
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+            frame = av.VideoFrame.from_ndarray(rgb_to_yuv420p(rgb), format="yuv420p")
             frame.pts = i
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
+
+
+def rgb_to_yuv420p(rgb: np.ndarray) -> np.ndarray:
+    """BT.601 limited range, chroma averaged over 2x2 blocks: [H * 3 / 2, W] uint8 planes.
+
+    Done here rather than by swscale: a new scaler per frame cost more than the encoding.
+    """
+    x = rgb.astype(np.float32)
+    y = 16 + x @ np.array([65.481, 128.553, 24.966], np.float32) / 255
+    h, w = rgb.shape[:2]
+    blocks = x.reshape(h // 2, 2, w // 2, 2, 3).mean(axis=(1, 3))
+    u = 128 + blocks @ np.array([-37.797, -74.203, 112.0], np.float32) / 255
+    v = 128 + blocks @ np.array([112.0, -93.786, -18.214], np.float32) / 255
+    chroma = np.concatenate([u.reshape(-1), v.reshape(-1)]).reshape(h // 2, w)
+    return np.clip(np.rint(np.concatenate([y, chroma])), 0, 255).astype(np.uint8)
 
 
 def _stats(x: np.ndarray) -> dict[str, list[float]]:

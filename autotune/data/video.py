@@ -54,7 +54,12 @@ def open_reader(backend: str, path: Path, fps: float) -> FrameReader:
     except DataError:
         raise
     except Exception as exc:  # every decoder library has its own errors
-        raise DataError(f"{path}: cannot open the video ({type(exc).__name__}: {exc})") from None
+        raise DataError(f"{path}: cannot open the video ({describe(exc, path)})") from None
+
+
+def describe(exc: Exception, path: Path) -> str:
+    """The decoder's error without the path it repeats."""
+    return f"{type(exc).__name__}: {str(exc).replace(f': {str(path)!r}', '')}"
 
 
 def _past_end(path: Path, index: int, n: int) -> DataError:
@@ -88,7 +93,7 @@ class PyAVReader:
                     return torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)
         except Exception as exc:
             raise DataError(
-                f"{self.path}: cannot decode frame {index} ({type(exc).__name__}: {exc})"
+                f"{self.path}: cannot decode frame {index} ({describe(exc, self.path)})"
             ) from None
         raise DataError(f"{self.path}: frame {index} not found: the stream ends before it")
 
@@ -134,7 +139,7 @@ class TorchCodecReader:
             return self.decoder[index]
         except Exception as exc:
             raise DataError(
-                f"{self.path}: cannot decode frame {index} ({type(exc).__name__}: {exc})"
+                f"{self.path}: cannot decode frame {index} ({describe(exc, self.path)})"
             ) from None
 
     def close(self) -> None:

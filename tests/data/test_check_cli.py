@@ -1,0 +1,76 @@
+"""``autotune data make`` and ``autotune data check`` through the CLI's ``main``."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from autotune.cli import main
+
+
+def test_make_then_check(tmp_path, capsys):
+    root = tmp_path / "made"
+    assert (
+        main(
+            [
+                "data",
+                "make",
+                str(root),
+                "--episodes",
+                "2",
+                "--size",
+                "32",
+                "--frames",
+                "50",
+                "--seed",
+                "4",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.startswith(f"made {root}: 2 episodes, 100 frames")
+    assert main(["data", "check", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"OK {root}: 2 episodes, 100 frames at 20 fps") and "32x32" in out
+
+
+def test_check_reports_a_truncated_video(broken_copy, capsys):
+    mp4 = broken_copy / "videos/chunk-000/observation.images.front/episode_000002.mp4"
+    mp4.write_bytes(mp4.read_bytes()[:-2000])
+    assert main(["data", "check", str(broken_copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"autotune: error: {mp4}: cannot open the video") and err.count("\n") == 1
+
+
+def test_check_reports_a_missing_column(broken_copy, capsys):
+    path = broken_copy / "data/chunk-000/episode_000001.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["timestamp"]), path)
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert f"{path}: missing column 'timestamp'" in capsys.readouterr().err
+
+
+def test_check_reports_a_video_shorter_than_its_episode(broken_copy, tmp_path, capsys):
+    short = tmp_path / "short"
+    assert (
+        main(["data", "make", str(short), "--episodes", "3", "--size", "64", "--frames", "40"]) == 0
+    )
+    mp4 = "videos/chunk-000/observation.images.wrist/episode_000000.mp4"
+    (broken_copy / mp4).write_bytes((short / mp4).read_bytes())
+    capsys.readouterr()
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert (
+        f"{broken_copy / mp4}: 40 frames decoded, fewer than the episode's 60"
+        in capsys.readouterr().err
+    )
+
+
+def test_check_reports_a_missing_meta_file(broken_copy, capsys):
+    (broken_copy / "meta/modality.json").unlink()
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert f"{broken_copy}/meta/modality.json: missing" in capsys.readouterr().err
+
+
+def test_check_reports_a_bad_jsonl_line(broken_copy, capsys):
+    with open(broken_copy / "meta/tasks.jsonl", "a") as fh:
+        fh.write("{not json\n")
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert "meta/tasks.jsonl: line 3 is not JSON" in capsys.readouterr().err

@@ -1,0 +1,140 @@
+"""The Dataset: one sample's keys, shapes and values, and its errors on bad data."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from autotune.data import LeRobotDataset
+from autotune.errors import DataError
+from autotune.workloads.gr00t_n16.batch import BATCH_KEYS, synthetic_batch
+from autotune.workloads.gr00t_n16.presets import (
+    IMG_CONTEXT_ID,
+    NUM_SPECIAL_TOKENS,
+    PAD_ID,
+    get_preset,
+)
+
+TINY, FULL = get_preset("tiny"), get_preset("full")
+MP4 = "videos/chunk-000/observation.images.wrist/episode_000001.mp4"
+PARQUET = "data/chunk-000/episode_000001.parquet"
+
+
+def expected_shapes(preset):
+    ref = synthetic_batch(preset, 1, "cpu", torch.Generator().manual_seed(0))
+    return {k: (tuple(v.shape[1:]), v.dtype) for k, v in ref.items()}
+
+
+@pytest.mark.parametrize("preset", [TINY, FULL], ids=["tiny", "full"])
+def test_sample_has_the_batch_format(tiny_dataset, preset):
+    sample = LeRobotDataset(tiny_dataset, preset)[7]
+    assert tuple(sample) == BATCH_KEYS
+    assert {k: (tuple(v.shape), v.dtype) for k, v in sample.items()} == expected_shapes(preset)
+
+
+def test_sample_values(tiny_dataset):
+    ds = LeRobotDataset(tiny_dataset, TINY)
+    s = ds.sample(0, 10)
+    ids, mask = s["input_ids"], s["attention_mask"]
+    n = int(mask.sum())
+    assert ids[n:].eq(PAD_ID).all() and ids[:n].ne(PAD_ID).all()
+    assert int((ids == IMG_CONTEXT_ID).sum()) == TINY.views * TINY.image_tokens_per_view
+    text = ids[: n - TINY.views * (TINY.image_tokens_per_view + 2)]
+    assert len(text) >= 4 and text.ge(NUM_SPECIAL_TOKENS).all() and text.lt(TINY.vocab_size).all()
+    assert s["state"][0, :8].abs().max() <= 5 and s["state"][0, 8:].eq(0).all()
+    assert s["action_mask"][:, :7].all() and not s["action_mask"][:, 7:].any()
+    assert int(s["embodiment_id"]) == 1
+
+
+def test_action_chunk_past_the_end_is_padded_and_masked(tiny_dataset):
+    s = LeRobotDataset(tiny_dataset, TINY).sample(2, 55)
+    steps = s["action_mask"].any(dim=1)
+    assert steps.tolist() == [True] * 5 + [False] * 45
+    assert s["action"][5:].eq(0).all() and s["action"][:5, :7].abs().sum() > 0
+
+
+def test_min_max_keys_are_in_minus_one_one(tiny_dataset):
+    ds = LeRobotDataset(tiny_dataset, TINY)
+    actions = torch.stack([ds.sample(e, t)["action"][0, :7] for e in range(3) for t in (0, 30, 59)])
+    assert actions.abs().max() <= 1.0 and actions.abs().max() > 0.5
+
+
+def test_draw_seeds_the_augmentation(tiny_dataset):
+    ds = LeRobotDataset(tiny_dataset, TINY, seed=1)
+    assert torch.equal(ds[(3, 8)]["images"], ds[(3, 8)]["images"])
+    assert not torch.equal(ds[(3, 8)]["images"], ds[(4, 8)]["images"])
+    assert torch.equal(ds[(3, 8)]["state"], ds[(4, 8)]["state"])
+
+
+def test_frame_past_the_end_of_an_episode(tiny_dataset):
+    with pytest.raises(
+        DataError,
+        match=r"episode_000001\.parquet: frame 60 is past the end of episode 1 \(60 frames\)",
+    ):
+        LeRobotDataset(tiny_dataset, TINY).sample(1, 60)
+
+
+def test_video_shorter_than_its_episode(broken_copy):
+    episodes = broken_copy / "meta/episodes.jsonl"
+    rows = [json.loads(line) for line in episodes.read_text().splitlines()]
+    rows[1]["length"] = 70
+    episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = pq.read_table(broken_copy / PARQUET)
+    pq.write_table(pa_concat_rows(table, 70), broken_copy / PARQUET)
+    with pytest.raises(
+        DataError, match=r"episode_000001\.mp4: frame 65 is past the end of the video \(60 frames\)"
+    ):
+        LeRobotDataset(broken_copy, TINY).sample(1, 65)
+
+
+def pa_concat_rows(table, n):
+    out = pa.concat_tables([table, table]).slice(0, n)
+    return out.set_column(3, "frame_index", pa.array(range(n), pa.int64()))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "overwrite"])
+def test_corrupt_mp4(broken_copy, damage):
+    path = broken_copy / MP4
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\xff" * 64 + data[64:])
+    ds = LeRobotDataset(broken_copy, TINY)
+    with pytest.raises(
+        DataError, match=r"observation\.images\.wrist/episode_000001\.mp4: cannot open the video"
+    ):
+        ds.sample(1, 3)
+
+
+def test_parquet_without_a_column(broken_copy):
+    path = broken_copy / PARQUET
+    pq.write_table(pq.read_table(path).drop_columns(["action"]), path)
+    with pytest.raises(DataError, match=r"episode_000001\.parquet: missing column 'action'"):
+        LeRobotDataset(broken_copy, TINY).sample(1, 0)
+
+
+def test_missing_meta_file(broken_copy):
+    (broken_copy / "meta/stats.json").unlink()
+    with pytest.raises(DataError, match=r"meta/stats\.json: missing"):
+        LeRobotDataset(broken_copy, TINY)
+
+
+def test_embodiment_out_of_range(tiny_dataset):
+    with pytest.raises(DataError, match=r"embodiment id 40 is not in \[0, 32\)"):
+        LeRobotDataset(tiny_dataset, TINY, embodiment_id=40)
+
+
+@pytest.mark.parametrize("backend", ["opencv", "torchcodec"])
+def test_missing_backend_is_a_clear_error(tiny_dataset, backend):
+    if importlib.util.find_spec({"opencv": "cv2", "torchcodec": "torchcodec"}[backend]):
+        ds = LeRobotDataset(tiny_dataset, TINY, video_backend=backend)
+        reference = LeRobotDataset(tiny_dataset, TINY)
+        assert (
+            ds.read_frames(0, 37).int() - reference.read_frames(0, 37).int()
+        ).abs().float().mean() < 2
+        return
+    with pytest.raises(DataError, match=f"video backend '{backend}' is not installed"):
+        LeRobotDataset(tiny_dataset, TINY, video_backend=backend)

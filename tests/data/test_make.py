@@ -1,0 +1,93 @@
+"""``data make``: the LeRobot v2 layout, real inter-frame video, determinism."""
+
+from __future__ import annotations
+
+import json
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from autotune.data import MakeSpec, load_meta, make_dataset
+from autotune.data.meta import COLUMNS, META_FILES
+from autotune.errors import DataError
+from autotune.workloads.gr00t_n16.presets import NUM_SPECIAL_TOKENS
+
+VIDEO = "videos/chunk-000/observation.images.{view}/episode_{ep:06d}.mp4"
+
+
+def decoded(path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def test_layout_and_meta(tiny_dataset):
+    for name in META_FILES:
+        assert (tiny_dataset / name).is_file(), name
+    info = json.loads((tiny_dataset / "meta/info.json").read_text())
+    assert info["total_episodes"] == 3 and info["total_frames"] == 180 and info["total_videos"] == 6
+    assert info["features"]["observation.images.front"]["shape"] == [64, 64, 3]
+    meta = load_meta(tiny_dataset)
+    assert [e.length for e in meta.episodes] == [60, 60, 60]
+    assert meta.video_keys == ["observation.images.front", "observation.images.wrist"]
+    assert all(task.endswith(".") and task[0].isupper() for task in meta.tasks.values())
+    stats = json.loads((tiny_dataset / "meta/stats.json").read_text())
+    assert set(stats["action"]) >= {"mean", "std", "min", "max"}
+    vocab = json.loads((tiny_dataset / "meta/tokenizer.json").read_text())["vocab"]
+    assert min(vocab.values()) == NUM_SPECIAL_TOKENS and "the" in vocab
+
+
+def test_parquet_columns(tiny_dataset):
+    table = pq.read_table(tiny_dataset / "data/chunk-000/episode_000001.parquet")
+    assert tuple(table.column_names) == COLUMNS
+    assert table.schema.field("action").type == pa.list_(pa.float32())
+    assert table.column("index").to_pylist()[0] == 60  # global index continues across episodes
+    assert table.column("frame_index").to_pylist() == list(range(60))
+
+
+def test_video_is_inter_coded_with_a_30_frame_gop(tiny_dataset):
+    with av.open(str(tiny_dataset / VIDEO.format(view="wrist", ep=0))) as c:
+        stream = c.streams.video[0]
+        assert stream.codec_context.name in ("h264", "mpeg4")
+        keys = [i for i, f in enumerate(c.decode(stream)) if f.key_frame]
+    assert keys == [0, 30]
+
+
+def test_moving_content(tiny_dataset):
+    frames = decoded(tiny_dataset / VIDEO.format(view="front", ep=0))
+    assert len(frames) == 60
+    assert frames[0].std() > 10  # not a flat colour
+    assert np.abs(frames[0].astype(int) - frames[20]).mean() > 3  # things move
+
+
+def test_same_seed_same_bytes_and_frames(tiny_dataset, tmp_path):
+    again = make_dataset(tmp_path / "again", MakeSpec(episodes=3, size=64, seed=0, frames=60))
+    other = make_dataset(tmp_path / "other", MakeSpec(episodes=3, size=64, seed=1, frames=60))
+    rel = "data/chunk-000/episode_000002.parquet"
+    assert (again / rel).read_bytes() == (tiny_dataset / rel).read_bytes()
+    assert (other / rel).read_bytes() != (tiny_dataset / rel).read_bytes()
+    video = VIDEO.format(view="wrist", ep=2)
+    assert all(
+        np.array_equal(a, b) for a, b in zip(decoded(again / video), decoded(tiny_dataset / video))
+    )
+    assert not np.array_equal(decoded(other / video)[5], decoded(tiny_dataset / video)[5])
+
+
+def test_default_lengths_and_other_embodiment(tmp_path):
+    root = make_dataset(
+        tmp_path / "gr1", MakeSpec(episodes=2, views=1, size=32, embodiment="gr1", embodiment_id=7)
+    )
+    meta = load_meta(root)
+    assert all(60 <= e.length <= 150 for e in meta.episodes)
+    assert (meta.state_dim, meta.action_dim, meta.embodiment_id) == (29, 29, 7)
+
+
+def test_refuses_bad_arguments_and_existing_folders(tiny_dataset):
+    with pytest.raises(DataError, match="--size 63 is not allowed"):
+        MakeSpec(episodes=1, size=63)
+    with pytest.raises(DataError, match="--embodiment 'dog'"):
+        MakeSpec(episodes=1, embodiment="dog")
+    with pytest.raises(DataError, match="exists and is not empty; pass --force"):
+        make_dataset(tiny_dataset, MakeSpec(episodes=1, size=32, frames=10))
