@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,7 +155,9 @@ def compare_with_hta(traces: list[RankTrace]) -> HtaComparison:
         return HtaComparison(NOT_APPLICABLE)
     files = {t.rank: str(t.path.resolve()) for t in traces}
     try:
-        theirs = _hta_values(files, str(traces[0].path.resolve().parent))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # HTA's pandas deprecation warnings are not ours
+            theirs = _hta_values(files, str(traces[0].path.resolve().parent))
     except Exception as exc:  # HTA raises anything from KeyError to ZeroDivisionError
         return HtaComparison(f"HTA failed: {type(exc).__name__}: {exc}")
     ranks = tuple(

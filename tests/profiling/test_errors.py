@@ -1,0 +1,116 @@
+"""Bad input is a TraceFormatError naming the file and what is wrong; the CLI prints one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.errors import TraceFormatError
+from autotune.profiling import classify, load_trace
+from autotune.profiling.synth import TraceBuilder
+
+DATA = Path(__file__).parent / "data"
+
+
+def one_step(**meta) -> TraceBuilder:
+    b = TraceBuilder(**meta)
+    b.step(1, 0, 10)
+    b.op("aten::mm", 1, 5)
+    return b
+
+
+def test_truncated_gzip(tmp_path):
+    raw = (DATA / "gpu_basic.json.gz").read_bytes()
+    bad = tmp_path / "cut.json.gz"
+    bad.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TraceFormatError, match=r"cut\.json\.gz: cannot read the gzip stream"):
+        load_trace(bad)
+
+
+def test_truncated_json(tmp_path):
+    text = gzip.decompress((DATA / "gpu_basic.json.gz").read_bytes()).decode()
+    bad = tmp_path / "cut.json"
+    bad.write_text(text[: len(text) * 2 // 3])
+    with pytest.raises(TraceFormatError, match=r"cut\.json: not a complete JSON trace .*truncated"):
+        load_trace(bad)
+
+
+def test_not_json(tmp_path):
+    bad = tmp_path / "notes.json"
+    bad.write_text("step times: 1.2 ms\n")
+    with pytest.raises(TraceFormatError, match=r"notes\.json: not a complete JSON trace"):
+        load_trace(bad)
+
+
+def test_json_without_events(tmp_path):
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"schemaVersion": 1, "traces": []}))
+    with pytest.raises(TraceFormatError, match=r"other\.json: no 'traceEvents' list"):
+        load_trace(bad)
+
+
+def test_malformed_event(tmp_path):
+    bad = tmp_path / "odd.json"
+    bad.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a"}]}))
+    with pytest.raises(TraceFormatError, match=r"odd\.json: malformed event"):
+        load_trace(bad)
+
+
+def test_no_step_markers(tmp_path):
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 5)
+    path = b.write(tmp_path / "nosteps.json")
+    with pytest.raises(TraceFormatError, match=r"nosteps\.json: no ProfilerStep#N markers"):
+        classify(path)
+
+
+def test_empty_folder(tmp_path):
+    with pytest.raises(TraceFormatError, match=r"no trace files .* in this folder"):
+        classify(tmp_path)
+
+
+def test_missing_path_and_wrong_suffix(tmp_path):
+    with pytest.raises(TraceFormatError, match=r"nothere: no such file or folder"):
+        classify(tmp_path / "nothere")
+    (tmp_path / "trace.txt").write_text("{}")
+    with pytest.raises(TraceFormatError, match=r"trace\.txt: not a trace file"):
+        classify(tmp_path / "trace.txt")
+
+
+def test_two_run_ids_in_one_folder(tmp_path):
+    one_step(rank=0, world_size=2, run_id="a").write(tmp_path / "rank0.json")
+    one_step(rank=1, world_size=2, run_id="b").write(tmp_path / "rank1.json")
+    with pytest.raises(
+        TraceFormatError, match=r"rank1\.json: run id 'b' differs from 'a' .*two runs"
+    ):
+        classify(tmp_path)
+
+
+def test_two_world_sizes_in_one_folder(tmp_path):
+    one_step(rank=0, world_size=2).write(tmp_path / "rank0.json")
+    one_step(rank=1, world_size=4).write(tmp_path / "rank1.json")
+    with pytest.raises(TraceFormatError, match=r"rank1\.json: world size 4 differs from 2"):
+        classify(tmp_path)
+
+
+def test_duplicate_ranks(tmp_path):
+    one_step(rank=0, world_size=2, run_id="a").write(tmp_path / "first.json.gz")
+    one_step(rank=0, world_size=2, run_id="a").write(tmp_path / "second.json.gz")
+    with pytest.raises(TraceFormatError, match=r"second\.json\.gz: rank 0 also in first\.json\.gz"):
+        classify(tmp_path)
+
+
+def test_cli_prints_one_line_and_fails(tmp_path, capsys):
+    shutil.copy(DATA / "cpu_only.json.gz", tmp_path / "rank0.json.gz")
+    (tmp_path / "rank1.json").write_text('{"traceEvents": [')
+    code = main(["classify", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("autotune: error: ") and "rank1.json: not a complete JSON trace" in err

@@ -1,0 +1,85 @@
+"""The HTA cross-check and the classify command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.profiling import compare_with_hta, load_traces
+from autotune.profiling.hta_check import NOT_APPLICABLE
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("source", ["gpu_basic.json.gz", "gpu_graph.json.gz", "two_ranks"])
+def test_hta_agrees_on_gpu_fixtures(source):
+    traces = load_traces(DATA / source)
+    check = compare_with_hta(traces)
+    assert check.applicable, check.status
+    assert [r.rank for r in check.ranks] == [t.rank for t in traces]
+    # HTA rounds its overlap percentage to two decimals; everything else must match exactly.
+    assert check.max_abs_diff_fraction() < 1e-4
+    for r in check.ranks:
+        assert r.ours_us["span"] > 0
+
+
+def test_hta_agrees_on_known_values():
+    [r] = compare_with_hta(load_traces(DATA / "gpu_graph.json.gz")).ranks
+    # Kernels run [20, 140) per step, steps 1000 apart; NCCL [110, 140) is a third hidden.
+    assert r.ours_us == {"span": 1120.0, "idle": 880.0, "compute": 200.0, "exposed_comm": 40.0}
+    assert r.hta_us == pytest.approx(r.ours_us, abs=0.01)
+
+
+def test_hta_not_applicable_without_gpu_events():
+    check = compare_with_hta(load_traces(DATA / "cpu_only.json.gz"))
+    assert not check.applicable
+    assert check.status == NOT_APPLICABLE == "not applicable (no GPU events)"
+
+
+def test_cli_text(capsys):
+    assert main(["classify", str(DATA / "two_ranks")]) == 0
+    out = capsys.readouterr().out
+    assert "dominant: compute_serial" in out
+    assert "straggler: rank 1" in out
+    assert "comm_wait" in out and "sm90_xmma_gemm" in out
+
+
+def test_cli_json_with_hta(capsys):
+    assert main(["classify", str(DATA / "gpu_basic.json.gz"), "--json", "--hta"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) >= {
+        "buckets",
+        "dominant",
+        "step_time_ms",
+        "steps",
+        "ranks",
+        "straggler",
+        "top_kernels",
+        "launch",
+        "hta",
+    }
+    assert list(doc["buckets"]) == [
+        "compute_serial",
+        "comm_wait",
+        "launch_overhead",
+        "data_stall",
+        "other",
+    ]
+    assert doc["dominant"] == "launch_overhead"
+    assert doc["step_time_ms"] == pytest.approx(0.1125)
+    assert doc["ranks"][0]["steps"] == 2
+    assert doc["hta"]["status"] == "ok"
+    assert doc["top_kernels"][0]["share"] == pytest.approx(35 / 98)
+
+
+def test_cli_hta_on_cpu_trace_reports_not_applicable(capsys):
+    assert main(["classify", str(DATA / "cpu_only.json.gz"), "--hta"]) == 0
+    assert "HTA cross-check: not applicable (no GPU events)" in capsys.readouterr().out
+
+
+def test_cli_rejects_negative_threshold(capsys):
+    assert main(["classify", str(DATA / "cpu_only.json.gz"), "--cpu-dispatch-us", "-1"]) != 0
+    assert "classify.cpu_dispatch_us: must be >= 0, got -1.0" in capsys.readouterr().err
