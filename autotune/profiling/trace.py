@@ -1,10 +1,11 @@
 """Load Chrome traces written by ``torch.profiler`` (Kineto) into numpy columns.
 
 A trace of hundreds of MB holds millions of events; building a dict per event and keeping them
-all (what ``json.load`` does) costs gigabytes. We decode the ``traceEvents`` array one element at
-a time with the C scanner of the ``json`` module, keep only the complete events (``ph == "X"``)
-of the categories the classifier uses, and append their fields to typed arrays. Names are
-interned: each event holds an integer id into :attr:`RankTrace.names`.
+all (what ``json.load`` does) costs gigabytes. We read the text in chunks of 8 M characters,
+decode the ``traceEvents`` array one element at a time with the C scanner of the ``json``
+module, keep only the complete events (``ph == "X"``) of the categories the classifier uses,
+and append their fields to typed arrays. Peak memory is a chunk plus the columns, whatever the
+file's size. Names are interned: each event holds an integer id into :attr:`RankTrace.names`.
 
 Times become int64 nanoseconds (Kineto writes microseconds with three decimals), so that interval
 arithmetic downstream is exact.
@@ -117,87 +118,128 @@ class _Columns:
         return table.take(~on_device), table.take(on_device)
 
 
-def _read_text(path: Path) -> str:
+class _Reader:
+    """The decoded text of a trace, read in chunks so that a large file is never held whole."""
+
+    CHUNK = 1 << 23  # characters
+
+    def __init__(self, fh, path: Path) -> None:
+        self.fh, self.path = fh, path
+        self.buf, self.pos, self.base, self.eof = "", 0, 0, False
+        self.scan = json.JSONDecoder().scan_once
+
+    def _read(self) -> str:
+        try:
+            return self.fh.read(self.CHUNK)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceFormatError(f"{self.path}: cannot read the gzip stream ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(f"{self.path}: not UTF-8 text ({exc.reason})") from None
+
+    def more(self) -> bool:
+        """Append the next chunk, dropping what was consumed; False at the end of the file."""
+        chunk = "" if self.eof else self._read()
+        if not chunk:
+            self.eof = True
+            return False
+        self.base += self.pos
+        self.buf = self.buf[self.pos :] + chunk
+        self.pos = 0
+        return True
+
+    def fail(self, what: str, pos: int | None = None) -> TraceFormatError:
+        pos = self.pos if pos is None else pos
+        where = (
+            "end of file" if self.eof and pos >= len(self.buf) else f"character {self.base + pos}"
+        )
+        return TraceFormatError(
+            f"{self.path}: not a complete JSON trace ({what} at {where}; truncated or corrupt?)"
+        )
+
+    def peek(self) -> str:
+        """The next non-blank character ("" at the end of the file), not consumed."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self.more():
+                return self.buf[self.pos : self.pos + 1]
+
+    def char(self, allowed: str) -> str:
+        c = self.peek()
+        if not c or c not in allowed:
+            raise self.fail(f"expected one of {allowed!r}")
+        self.pos += 1
+        return c
+
+    def value(self) -> Any:
+        self.peek()
+        while True:
+            try:
+                v, end = self.scan(self.buf, self.pos)
+                # A value that reaches the end of the chunk may go on in the next (a number).
+                if end < len(self.buf) or self.eof or not self.more():
+                    self.pos = end
+                    return v
+                continue
+            except StopIteration:
+                error = (self.pos, "expected a JSON value")
+            except json.JSONDecodeError as exc:
+                error = (exc.pos, exc.msg)
+            if not self.more():
+                raise self.fail(error[1], error[0])
+
+
+def _open_text(path: Path):
     try:
-        raw = path.read_bytes()
         if path.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        return raw.decode("utf-8")
+            return gzip.open(path, "rt", encoding="utf-8")
+        return open(path, encoding="utf-8")  # noqa: SIM115 (closed by the caller)
     except FileNotFoundError:
         raise TraceFormatError(f"{path}: no such file") from None
-    except (EOFError, OSError, zlib.error) as exc:
-        raise TraceFormatError(f"{path}: cannot read the gzip stream ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(
-            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from None
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot open ({exc})") from None
 
 
-def _parse(text: str, path: Path) -> tuple[dict, _Columns]:
+def _parse(path: Path) -> tuple[dict, _Columns]:
     """Parse the top-level object; events go to columns, every other key into ``meta``."""
-    scan = json.JSONDecoder().scan_once
     cols = _Columns()
     meta: dict[str, Any] = {}
     seen_events = False
-
-    def fail(pos: int, what: str) -> TraceFormatError:
-        where = "end of file" if pos >= len(text) else f"character {pos}"
-        return TraceFormatError(
-            f"{path}: not a complete JSON trace ({what} at {where}; truncated or corrupt?)"
-        )
-
-    def value(pos: int) -> tuple[Any, int]:
-        try:
-            return scan(text, pos)
-        except StopIteration:
-            raise fail(pos, "expected a JSON value") from None
-        except json.JSONDecodeError as exc:
-            raise fail(exc.pos, exc.msg) from None
-
-    def expect(pos: int, chars: str) -> tuple[str, int]:
-        pos = _WS.match(text, pos).end()
-        if pos >= len(text) or text[pos] not in chars:
-            raise fail(pos, f"expected one of {chars!r}")
-        return text[pos], pos + 1
-
-    _, pos = expect(0, "{")
-    pos = _WS.match(text, pos).end()
-    while not text.startswith("}", pos):
-        key, pos = value(pos)
-        _, pos = expect(pos, ":")
-        pos = _WS.match(text, pos).end()
-        if key == "traceEvents" and text.startswith("[", pos):
-            seen_events = True
-            pos = _parse_events(text, pos + 1, value, expect, cols, path)
-        else:
-            meta[key], pos = value(pos)
-        sep, pos = expect(pos, ",}")
-        if sep == "}":
-            break
-        pos = _WS.match(text, pos).end()
+    with _open_text(path) as fh:
+        r = _Reader(fh, path)
+        r.char("{")
+        while r.peek() != "}":
+            key = r.value()
+            r.char(":")
+            if key == "traceEvents" and r.peek() == "[":
+                r.pos += 1
+                seen_events = True
+                _parse_events(r, cols)
+            else:
+                meta[key] = r.value()
+            if r.char(",}") == "}":
+                break
     if not seen_events:
         raise TraceFormatError(f"{path}: no 'traceEvents' list; is this a torch.profiler trace?")
     return meta, cols
 
 
-def _parse_events(text, pos, value, expect, cols: _Columns, path: Path) -> int:
-    pos = _WS.match(text, pos).end()
-    if text.startswith("]", pos):
-        return pos + 1
+def _parse_events(r: _Reader, cols: _Columns) -> None:
+    if r.peek() == "]":
+        r.pos += 1
+        return
     add = cols.add
-    ws = _WS.match
     while True:
-        ev, pos = value(ws(text, pos).end())
+        ev = r.value()
         if type(ev) is dict:
             try:
                 add(ev)
             except (KeyError, TypeError, ValueError) as exc:
                 raise TraceFormatError(
-                    f"{path}: malformed event near character {pos} ({type(exc).__name__}: {exc})"
+                    f"{r.path}: malformed event near character {r.base + r.pos} "
+                    f"({type(exc).__name__}: {exc})"
                 ) from None
-        sep, pos = expect(pos, ",]")
-        if sep == "]":
-            return pos
+        if r.char(",]") == "]":
+            return
 
 
 def _rank_and_world(meta: dict, path: Path) -> tuple[int, int | None]:
@@ -212,7 +254,7 @@ def _rank_and_world(meta: dict, path: Path) -> tuple[int, int | None]:
 def load_trace(path: str | Path) -> RankTrace:
     """Read one trace file (``.json`` or ``.json.gz``) into columns."""
     path = Path(path)
-    meta, cols = _parse(_read_text(path), path)
+    meta, cols = _parse(path)
     host, device = cols.tables()
     rank, world_size = _rank_and_world(meta, path)
     run_id = meta.get(RUN_ID_KEY)
