@@ -156,6 +156,12 @@ def _device_step(trace: RankTrace, steps: _Steps) -> np.ndarray:
     return np.where(found, step_of_call[pos], -1)
 
 
+def launched_in_steps(trace: RankTrace) -> np.ndarray:
+    """Whether each device event of ``trace`` was launched by one of its steps."""
+    host_kind = kinds_of(HOST_TABLE, trace.names)[trace.host.name]
+    return _device_step(trace, _find_steps(trace, host_kind)) >= 0
+
+
 def _extend_windows(steps: _Steps, dev_end: np.ndarray, dev_step: np.ndarray) -> None:
     mine = dev_step >= 0
     np.maximum.at(steps.end, dev_step[mine], dev_end[mine])

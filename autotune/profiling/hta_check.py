@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from autotune.profiling import intervals as iv
-from autotune.profiling.kinds import DEVICE_TABLE, HOST_TABLE, DeviceKind, kinds_of
+from autotune.profiling.classify import launched_in_steps
+from autotune.profiling.kinds import DEVICE_TABLE, DeviceKind, kinds_of
 from autotune.profiling.trace import RankTrace
 
 NOT_APPLICABLE = "not applicable (no GPU events)"
@@ -88,11 +89,7 @@ class HtaComparison:
 
 def ours_for_rank(trace: RankTrace) -> dict[str, float]:
     """Span, idle, compute and exposed communication of the step-launched kernels, in µs."""
-    from autotune.profiling.classify import _device_step, _find_steps
-
-    host_kind = kinds_of(HOST_TABLE, trace.names)[trace.host.name]
-    mine = _device_step(trace, _find_steps(trace, host_kind)) >= 0
-    dev = trace.device.take(mine)
+    dev = trace.device.take(launched_in_steps(trace))
     kind = kinds_of(DEVICE_TABLE, trace.names)[dev.name]
     busy = iv.merge((dev.start, dev.end))
     compute = iv.merge((dev.start[kind == DeviceKind.COMPUTE], dev.end[kind == DeviceKind.COMPUTE]))
