@@ -86,7 +86,9 @@ class BigGradient(nn.Module):
         return self.head(x).square().mean() + self.table.sum()
 
 
-def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, run_id: str) -> None:
+def ddp_worker(
+    rank: int, world_size: int, port: int, out_dir: str, run_id: str, backend: str = "gloo"
+) -> None:
     """One rank of a gloo DDP job whose 32 MB gradient dwarfs its compute: comm_wait dominates.
 
     Gradients are views of DDP's buckets, and there is no optimizer: any pass over the 32 MB
@@ -94,11 +96,16 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, run_id: str)
     """
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(backend, rank=rank, world_size=world_size)
     try:
         torch.manual_seed(0)
-        model = nn.parallel.DistributedDataParallel(BigGradient(), gradient_as_bucket_view=True)
-        x = torch.randn(4, 8)
+        model = nn.parallel.DistributedDataParallel(
+            BigGradient().to(device), gradient_as_bucket_view=True
+        )
+        x = torch.randn(4, 8, device=device)
 
         def step():
             model(x).backward()

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from autotune.profiling import classify, data_wait, profile_window
+from tests.profiling import programs
 from tests.profiling.programs import SleepyDataset
 
 pytestmark = [
@@ -95,3 +96,24 @@ def test_a_starved_loader_is_data_stall(tmp_path):
     _, got = _profile(step, tmp_path, "data", active=3, unprofiled_steps=2)
     assert got.dominant == "data_stall"
     assert got.buckets["data_stall"] > 0.8
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_nccl_ddp_two_ranks(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    torch.multiprocessing.spawn(
+        programs.ddp_worker, args=(2, port, str(tmp_path), "nccl-run", "nccl"), nprocs=2
+    )
+    keep = os.environ.get("AUTOTUNE_TRACE_OUT")
+    if keep:
+        shutil.copytree(tmp_path, Path(keep, "nccl"), ignore=shutil.ignore_patterns("*.txt"))
+    got = classify(tmp_path)
+    assert [r.rank for r in got.ranks] == [0, 1]
+    assert any(k.name.startswith("nccl") for k in got.top_kernels)
+    for r in got.ranks:
+        assert r.buckets_ns["comm_wait"] > 0
+    assert got.straggler is not None
