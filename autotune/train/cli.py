@@ -23,6 +23,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
     p.set_defaults(func=run_train)
 
+    pr = sub.add_parser("profile", help="profile a window of a configuration and classify its step time")
+    _common(pr)
+    pr.add_argument("--out", required=True, help="folder for the per-rank traces and classification.summary (must be new or empty)")
+    pr.add_argument("--steps", type=int, default=5, help="profiled (active) steps")
+    pr.add_argument("--warmup", type=int, default=5, help="unprofiled warm-up steps before the window")
+    pr.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
+    pr.set_defaults(func=run_profile)
+
     v = sub.add_parser("verify", help="loss parity of a configuration against the stock configuration")
     _common(v)
     v.add_argument("--steps", type=int, default=20, help="steps trained by each configuration")
@@ -106,4 +114,31 @@ def run_verify(args: argparse.Namespace) -> int:
         raise ParityError(f"{args.config or 'the configuration'} does not train the same model as the stock configuration "
                           f"(loss {100 * res.loss_rel_diff:.2f} %, gradient norm {100 * res.grad_norm_rel_diff:.2f} %, "
                           f"tolerance {100 * res.tolerance:.0f} %)")
+    return 0
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune.errors import ConfigError
+    from autotune.train.launch import launch
+
+    cfg = resolve_config(args)
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out}: the profile folder exists and is not empty; give a new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    result = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, profile_out=out.resolve())
+    if "error" in result:
+        raise TrialError(f"profiling failed ({result['reason']}): {result['error']}", result["reason"])
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    from autotune.profiling import classify
+    from autotune.profiling.render import render_text
+
+    print(render_text(classify(out)))
+    print(f"profiler overhead: {100 * result['overhead']:.1f} % "
+          f"(profiled {result['profiled_step_ms']:.1f} ms vs unprofiled {result['unprofiled_step_ms']:.1f} ms per step)")
+    print(f"traces: {out}  (open them in https://ui.perfetto.dev)")
     return 0

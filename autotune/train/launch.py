@@ -21,8 +21,10 @@ from autotune.config import TrainConfig, save_config
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def command(config_path: str, out: str, steps: int, warmup: int, nproc: int) -> list[str]:
+def command(config_path: str, out: str, steps: int, warmup: int, nproc: int, profile_out: str | None = None) -> list[str]:
     worker = ["--config", config_path, "--steps", str(steps), "--warmup", str(warmup), "--out", out]
+    if profile_out:
+        worker += ["--profile-out", str(profile_out)]
     if nproc == 1:
         return [sys.executable, "-m", "autotune.train.worker", *worker]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
@@ -30,8 +32,13 @@ def command(config_path: str, out: str, steps: int, warmup: int, nproc: int) -> 
 
 
 def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1, timeout: float | None = None,
-           log_path: str | os.PathLike | None = None, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The run's result dict, or ``{"error": ..., "reason": ...}`` (reasons: timeout, crash, oom, nan, ...)."""
+           log_path: str | os.PathLike | None = None, extra_env: dict[str, str] | None = None,
+           profile_out: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The run's result dict, or ``{"error": ..., "reason": ...}`` (reasons: timeout, crash, oom, nan, ...).
+
+    With ``profile_out`` the processes profile a window into that folder instead of training
+    (``autotune.train.profile_run``) and the result is its summary.
+    """
     with tempfile.TemporaryDirectory(prefix="autotune-run-") as tmp:
         config_path, out = str(Path(tmp) / "config.yaml"), str(Path(tmp) / "result.json")
         save_config(cfg, config_path)
@@ -41,7 +48,7 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // nproc)))
         log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
-            proc = subprocess.Popen(command(config_path, out, steps, warmup, nproc), stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(command(config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None), stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True)
             try:
                 proc.wait(timeout=timeout)

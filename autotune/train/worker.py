@@ -40,12 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--profile-out", default=None, help="profile a window into this folder instead of training")
     args = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        from autotune.train.runner import run_training
+        if args.profile_out:
+            from autotune.train.profile_run import profile_config
 
-        result = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup).to_dict()
+            result = profile_config(load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps)
+        else:
+            from autotune.train.runner import run_training
+
+            result = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup).to_dict()
         code = 0
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)
