@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotune.config import TrainConfig, config_from_dict, to_dict
+from autotune.config import TrainConfig, config_from_dict
 from autotune.train.launch import launch
 from autotune.train.verify import compare, tolerance_for
 

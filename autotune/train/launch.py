@@ -7,6 +7,7 @@ with a reason, and nothing is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -73,8 +74,6 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from autotune.config import TrainConfig, to_dict
 from autotune.errors import TrialError
 from autotune.train import distributed
-from autotune.train.measure import StepTimer, Stats, matmul_rate, peak_memory, reset_peak_memory
+from autotune.train.measure import Stats, StepTimer, matmul_rate, peak_memory, reset_peak_memory
 from autotune.train.session import Session
 
 

@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
-from torch import nn
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
