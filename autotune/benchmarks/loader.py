@@ -120,18 +120,20 @@ def loader_rate(
 def run(args: argparse.Namespace) -> dict:
     preset = get_preset(args.preset)
     root = Path(args.dataset) if args.dataset else cached_dataset(spec_for(preset, args.episodes))
-    ds = LeRobotDataset(root, preset, video_backend=args.backend)
-    result = {
-        "command": "python -m autotune.benchmarks.loader " + " ".join(args.argv),
-        "machine": machine(), "preset": preset.name, "batch_size": args.batch_size, "dataset": str(root),
-        "frames": ds.meta.total_frames, "video": list(ds.meta.video_shapes.values())[0], "backend": args.backend,
-        "per_sample": sample_cost(ds, args.samples),
-    }  # fmt: skip
-    result["loader"] = [
+    # The loaders first: decoding in this process starts the decoder's threads, and forking
+    # loader workers after that can deadlock them (seen as a hang on the 16- and 32-core GPU
+    # machines when the per-sample cost was measured first).
+    loader = [
         loader_rate(preset, root, w, args.batch_size, args.batches, args.warmup, args.backend)
         for w in args.workers
     ]
-    return result
+    ds = LeRobotDataset(root, preset, video_backend=args.backend)
+    return {
+        "command": "python -m autotune.benchmarks.loader " + " ".join(args.argv),
+        "machine": machine(), "preset": preset.name, "batch_size": args.batch_size, "dataset": str(root),
+        "frames": ds.meta.total_frames, "video": list(ds.meta.video_shapes.values())[0], "backend": args.backend,
+        "per_sample": sample_cost(ds, args.samples), "loader": loader,
+    }  # fmt: skip
 
 
 def render(r: dict) -> str:

@@ -7,7 +7,9 @@ variable is unset). Ranks that start together take a file lock: the first one ma
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import multiprocessing
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,8 +48,17 @@ def cached_dataset(spec: MakeSpec) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder / f".{name}.lock"):
         if not (path / INFO).is_file():
-            make_dataset(path, spec)
+            _make_in_fresh_process(path, spec)
     return path
+
+
+def _make_in_fresh_process(path: Path, spec: MakeSpec) -> None:
+    """Encode in a spawned process: the encoder's threads must never exist in a process that
+    later forks DataLoader workers (a fork while they hold a lock deadlocks the workers; seen as a
+    hung first trial on the 16-core GPU machine)."""
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        pool.submit(make_dataset, path, spec).result()
 
 
 @contextlib.contextmanager
