@@ -1,0 +1,82 @@
+"""``autotune run``: search the knobs for the fastest configuration.
+
+    python -m autotune run                                   # CPU: tiny preset, quick space, a few trials
+    python -m autotune run --preset full --space gr00t_n16 --trials 60 --nproc 8
+    python -m autotune run --space search_spaces/quick.yaml --trials 3 --synthetic --steps 2 --warmup 1
+
+Running the same command again continues the study kept in ``--out`` (``study.journal``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from autotune.config.compat import Machine
+from autotune.config.stock import stock_config
+from autotune.search.budget import default_budget, parse_bytes
+from autotune.search.space import load_space
+from autotune.search.study import SAMPLERS, StudyOptions
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="search the training knobs for the fastest configuration (an Optuna study)")
+    p.add_argument("--workload", default="gr00t_n16", help="workload name or package.module:Class")
+    p.add_argument("--preset", default=None, help="model preset (default: full on GPU, tiny on CPU)")
+    p.add_argument("--space", default=None, help="search space name or YAML path (default: gr00t_n16 on GPU, quick on CPU)")
+    p.add_argument("--trials", type=int, default=None, help="trials in the study, counting those of earlier runs (default: 40 on GPU, 4 on CPU)")
+    p.add_argument("--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed")
+    p.add_argument("--memory-budget", default=None, help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)")
+    p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial")
+    p.add_argument("--storage", default=None, help="Optuna storage URL (e.g. postgresql://...); default: a journal file in --out")
+    p.add_argument("--out", default=None, help="run folder (default: runs/WORKLOAD-PRESET-SPACE)")
+    p.add_argument("--steps", type=int, default=None, help="measured steps per trial (default: 20 on GPU, 3 on CPU)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps per trial (default: 5 on GPU, 1 on CPU)")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per process per step (default: the preset's; 2 for tiny)")
+    p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)")
+    p.set_defaults(func=run_search)
+
+
+def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
+    """The study's options from the command line, with the machine's defaults filled in."""
+    gpu = machine.cuda
+    preset = args.preset or ("full" if gpu else "tiny")
+    space = load_space(args.space or ("gr00t_n16" if gpu else "quick"))
+    budget = parse_bytes(args.memory_budget) if args.memory_budget else default_budget(gpu)
+    base = stock_config(args.workload, preset)
+    if args.batch_size:
+        base.batch_size = args.batch_size
+    elif preset == "tiny":
+        base.batch_size = 2
+    if args.synthetic:
+        base.data.source = "synthetic"
+    name = f"{args.workload.replace(':', '.')}-{preset}-{space.name}"
+    return StudyOptions(
+        base=base, space=space, out=Path(args.out or Path("runs") / name),
+        trials=args.trials or (40 if gpu else 4), steps=args.steps or (20 if gpu else 3),
+        warmup=args.warmup if args.warmup is not None else (5 if gpu else 1), nproc=args.nproc,
+        timeout_per_trial=args.timeout_per_trial, memory_budget=budget, sampler=args.sampler, seed=args.seed,
+        storage=args.storage, study_name=name)
+
+
+def run_search(args: argparse.Namespace) -> int:
+    from autotune.search.output import write_best, write_trials
+    from autotune.search.study import run_study
+    from autotune.workloads import get_workload
+
+    machine = Machine.current(world_size=args.nproc)
+    opts = options(args, machine)
+    workload = get_workload(opts.base.workload)
+    regions = tuple(workload.regions(workload.build_model(opts.base.preset, "meta")))
+    opts.space, notes = opts.space.for_machine(machine)
+    for note in notes:
+        print(f"note: {note}")
+    print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} steps, "
+          f"memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
+    study = run_study(opts, machine, regions, report=lambda line: print(line, flush=True))
+    write_trials(opts, study)
+    best = write_best(opts, study)
+    print(f"best configuration: {best}  (train it: python -m autotune train --config {best})")
+    return 0

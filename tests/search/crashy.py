@@ -1,0 +1,24 @@
+"""A test workload (``tests.search.crashy:Workload``): gr00t_n16 whose loader fails by batch size.
+
+Batch size 3 raises in the loader (a crash), batch size 5 hangs (killed at the trial timeout);
+any other batch size trains like gr00t_n16.
+"""
+
+from __future__ import annotations
+
+import time
+
+from autotune.workloads.gr00t_n16.workload import Gr00tN16
+
+CRASH, HANG = 3, 5
+
+
+class Workload(Gr00tN16):
+    name = "crashy"
+
+    def make_loader(self, preset, data, batch_size, *, seed, rank=0, world_size=1):
+        if batch_size == CRASH:
+            raise RuntimeError("crashy: this batch size always crashes")
+        if batch_size == HANG:
+            time.sleep(3600)
+        return super().make_loader(preset, data, batch_size, seed=seed, rank=rank, world_size=world_size)

@@ -1,0 +1,80 @@
+"""End-to-end studies on the CPU: ``autotune run`` through ``autotune.cli.main``, tiny preset, synthetic data."""
+
+from __future__ import annotations
+
+import csv
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.cli import main
+from autotune.config import load_config
+
+pytestmark = pytest.mark.slow
+
+RUN = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--steps", "2", "--warmup", "1", "--batch-size", "2",
+       "--seed", "1"]
+
+
+def load_study(out, name):
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def test_study_writes_a_trainable_best_yaml_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*RUN, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "trial 1/3 #0:" in printed and "[stock]" in printed and "trial 3/3" in printed
+    best = load_config(out / "best.yaml")
+    prov = best.provenance
+    assert prov["samples_per_s"] > 0 and prov["stock_samples_per_s"] > 0 and prov["speedup_vs_stock"] >= 1.0
+    assert prov["peak_memory_bytes"] > 0 and prov["world_size"] == 1 and prov["environment"]["device"] == "cpu"
+    assert best.preset == "tiny" and best.data.source == "synthetic"
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert len(rows) == 3 and rows[0]["user_attrs_stock"] == "True"
+    assert main(["train", "--config", str(out / "best.yaml"), "--steps", "1", "--warmup", "0"]) == 0
+
+    # the same command with more trials continues the study; the stock trial is not enqueued twice
+    assert main([*RUN[:4], "4", *RUN[5:], "--out", str(out)]) == 0
+    assert "continuing study" in capsys.readouterr().out
+    study = load_study(out, "gr00t_n16-tiny-quick")
+    assert len(study.trials) == 4
+    assert [t.number for t in study.trials if t.user_attrs.get("stock")] == [0]
+    assert len(list(csv.DictReader((out / "trials.csv").open()))) == 4
+
+
+def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
+    """Batch size 3 crashes, 5 hangs (killed at the timeout), fp8 on CPU is refused; the study completes."""
+    space = tmp_path / "fail.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 3, 5], group: data}\n"
+                     "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n")
+    out = tmp_path / "run"
+    workload = "tests.search.crashy:Workload"
+    name = "tests.search.crashy.Workload-tiny-fail"
+    # queue the trials to make (the stock one first, as the study itself would)
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal")))
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True})
+    for bs, prec in ((3, "bf16"), (5, "bf16"), (2, "fp8")):
+        study.enqueue_trial({"batch_size": bs, "precision.regions.dit": prec})
+    argv = ["run", "--workload", workload, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic",
+            "--steps", "1", "--warmup", "1", "--timeout-per-trial", "20", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "failed (timeout)" in printed and "failed (config)" in printed
+    trials = load_study(out, name).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.FAIL]
+    reasons = [t.user_attrs.get("reason") for t in trials]
+    assert reasons[0] is None and reasons[1] in ("error", "crash") and reasons[2:] == ["timeout", "config"]
+    assert "this batch size always crashes" in trials[1].user_attrs["error"]
+    assert "fp8 training needs a CUDA device" in trials[3].user_attrs["error"]
+    assert load_config(out / "best.yaml").batch_size == 2
+
+
+def test_bad_arguments_fail_with_one_line(tmp_path, capsys):
+    assert main(["run", "--space", "nope", "--out", str(tmp_path)]) == 2
+    assert "search space 'nope' is unknown; known spaces:" in capsys.readouterr().err
+    assert main(["run", "--memory-budget", "lots", "--out", str(tmp_path)]) == 2
+    assert "--memory-budget: 'lots' is not a size" in capsys.readouterr().err
