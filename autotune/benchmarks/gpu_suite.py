@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -52,7 +51,7 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
     import torch
 
     from autotune.config.stock import stock_config
-    from autotune.train.measure import StepTimer, matmul_rate, peak_memory, reset_peak_memory
+    from autotune.train.measure import Stats, StepTimer, matmul_rate, peak_memory, reset_peak_memory
     from autotune.train.session import Session
 
     s = Session(stock_config(preset=preset))
@@ -66,12 +65,13 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
         s.step(b)
         timer.lap()
     times, wall = timer.finish()
-    med = statistics.median(times)
+    stats = Stats.of(times)
+    med = stats.median
     rate = matmul_rate(s.device)
     flops = s.workload.flops_per_sample(preset)
     return {"name": "model_bench_eager_on_device", "step_time_ms": med * 1e3,
-            "step_time_spread_ms": {"min": min(times) * 1e3, "max": max(times) * 1e3,
-                                    "p10": sorted(times)[len(times) // 10] * 1e3, "p90": sorted(times)[9 * len(times) // 10] * 1e3},
+            "step_time_spread_ms": {"min": stats.minimum * 1e3, "max": stats.maximum * 1e3,
+                                    "p10": stats.p10 * 1e3, "p90": stats.p90 * 1e3},
             "samples_per_s": batch / med, "mfu": flops * batch / med / rate, "matmul_tflops": rate / 1e12,
             "peak_memory_bytes": peak_memory(s.device)["allocated"], "steps": steps, "wall_s": wall}
 
