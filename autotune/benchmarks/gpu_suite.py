@@ -1,49 +1,73 @@
-"""Measure named configurations in one run, each in fresh processes, and compare them.
+"""Measure configurations in one run, each in fresh processes, and compare them with stock.
 
-    python -m autotune.benchmarks.gpu_suite --out $OUT --preset full --nproc 1 \
-        --configs stock step_graph region_graph precision_fp16_frozen
+The headline comparison after a tuning study (stock, what a user would try instead, the tuner's
+winner), on one or two GPUs::
 
-Every configuration is trained from the same seed on the same data by ``autotune.train.launch``
-(warm-up, then measured steps with the device synchronised); the loss parity of each against
-``stock`` is computed from the same runs (``autotune.train.verify.compare``). ``--model-bench``
-adds the issue-2 measurement: the stock model with one batch already on the GPU, 20 eager steps.
-Results go to ``OUT/suite-<nproc>.json``; a table is printed last.
+    python -m autotune.benchmarks.gpu_suite --preset full --nproc 1 --steps 20 --warmup 5 \
+        --configs stock compile_all runs/x/best.yaml --json $OUT/headline.json
+
+The same on the CPU, in a minute (the tiny preset, synthetic batches, gloo for ``--nproc 2``)::
+
+    python -m autotune.benchmarks.gpu_suite --preset tiny --batch-size 2 --source synthetic \
+        --steps 3 --warmup 1 --configs stock data_prefetch --json /tmp/suite.json
+
+``--configs`` takes names of :data:`CONFIGS` and configuration files (rows of files are named
+after their folder and stem: ``x/best``). Every row is trained from the same seed on the same
+data by :func:`autotune.train.launch.launch` (warm-up, then measured steps with the device
+synchronised); its loss parity against ``stock`` is computed from the same runs
+(:func:`autotune.train.verify.compare`). The bf16 matmul rate for MFU is measured once, in a
+fresh process, before the rows. Then the fastest row (``--profile`` names others) is profiled
+with ``autotune profile`` (:mod:`autotune.train.profile_run`): its profiling overhead (profiled
+vs unprofiled steps of that run) and time buckets. ``--model-bench`` adds the issue-2
+measurement (the stock model, one batch already on the GPU, eager steps).
+
+The JSON (``--json``, or ``OUT/suite-<nproc>.json`` with ``--out``) and a markdown twin
+(``.md``) are rewritten after every row, so a run cut short keeps what it measured; the
+markdown table is printed last.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from autotune.config import TrainConfig, config_from_dict
+from autotune.benchmarks.suite_configs import CONFIGS, Entry, SuiteSettings, resolve
+from autotune.benchmarks.suite_table import markdown, rows
+from autotune.errors import AutotuneError
 from autotune.train.launch import launch
 from autotune.train.verify import compare, tolerance_for
 
-ALL_REGIONS = ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]
+DEFAULT_CONFIGS = ["stock", "step_graph", "region_graph", "precision_fp16_frozen"]
 
-CONFIGS: dict[str, dict] = {
-    "stock": {},
-    "step_graph": {"graphs": {"mode": "step"}},
-    "region_graph": {"graphs": {"mode": "regions", "regions": ALL_REGIONS}},
-    "precision_fp16_frozen": {"precision": {"regions": {"vision": "fp16", "connector": "fp16", "llm_frozen": "fp16"}}},
-    "data_prefetch": {"data": {"num_workers": 8, "device_prefetch": 2, "prefetch_factor": 4}},
-    "static_fused_prefetch": {"ddp": {"static_graph": True}, "optimizer": {"impl": "fused"},
-                              "data": {"num_workers": 8, "device_prefetch": 2}},
-    "step_graph_tuned": {"graphs": {"mode": "step"}, "optimizer": {"impl": "fused"},
-                         "data": {"num_workers": 8, "device_prefetch": 2, "prefetch_factor": 4}},
-    "compile_all": {"compile": {"regions": ["all"]}},
-}
+_MATMUL_CHILD = """
+import json, torch
+from autotune.train.measure import matmul_rate
+cuda = torch.cuda.is_available()
+device = torch.device("cuda" if cuda else "cpu")
+name = torch.cuda.get_device_name(device) if cuda else "cpu"
+print(json.dumps({"flops": matmul_rate(device), "device": name,
+                  "dtype": "bf16" if cuda else "fp32", "n": 8192 if cuda else 1024}))
+"""
 
 
-def build(name: str, preset: str, source: str, backend: str, batch: int) -> TrainConfig:
-    over = json.loads(json.dumps(CONFIGS[name]))
-    data = over.setdefault("data", {})
-    data.setdefault("source", source)
-    data.setdefault("video_backend", backend)
-    return config_from_dict({"preset": preset, "batch_size": batch, **over})
+def measure_matmul(timeout: float) -> dict[str, Any]:
+    """The matmul rate MFU is computed against, measured in a fresh process (``measure.matmul_rate``)."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _MATMUL_CHILD], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish within {timeout:.0f} s"}
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["tflops"] = out["flops"] / 1e12
+    return out
 
 
 def model_bench(preset: str, batch: int, steps: int) -> dict:
@@ -76,33 +100,151 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
             "peak_memory_bytes": peak_memory(s.device)["allocated"], "steps": steps, "wall_s": wall}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--preset", default="full")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--nproc", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--source", default="lerobot")
-    ap.add_argument("--video-backend", default="pyav")
-    ap.add_argument("--configs", nargs="+", default=["stock", "step_graph", "region_graph", "precision_fp16_frozen"])
-    ap.add_argument("--model-bench", action="store_true")
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"suite-{args.nproc}.json"
-    results: dict = {"args": vars(args), "runs": {}}
-    if args.source == "lerobot":
-        # Made here, once, so that no training process encodes video (and then forks loader
-        # workers while the encoder's threads exist) and the dataset is outside every timing.
-        from autotune.data.cache import cached_dataset, spec_for
-        from autotune.workloads.gr00t_n16.presets import get_preset
+def _log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
-        t0 = time.time()
-        print(f"dataset: {cached_dataset(spec_for(get_preset(args.preset), TrainConfig().data.episodes))} "
-              f"({time.time() - t0:.1f} s)", flush=True)
+
+def measure_row(entry: Entry, args: argparse.Namespace, stock: dict | None) -> dict[str, Any]:
+    """Train one row in fresh processes; its parity against ``stock`` when that run succeeded."""
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="autotune-suite-") as tmp:
+        log = Path(tmp) / "run.log"
+        res = launch(entry.config, steps=args.steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout,
+                     log_path=log)
+        if "error" in res:
+            res["log_tail"] = _log_tail(log)
+    res["elapsed_s"] = time.time() - t0
+    res.pop("config", None)
+    res.update(entry.describe())
+    if entry.name != "stock" and "error" not in res and stock is not None and "error" not in stock:
+        parity = compare(stock, res, tolerance_for(entry.config)).to_dict()
+        for k in ("stock_losses", "losses", "stock_grad_norms", "grad_norms"):
+            parity.pop(k)
+        res["parity"] = parity
+    return res
+
+
+def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """``autotune profile`` of one row: profiling overhead and time buckets (``classification.summary``)."""
+    t0 = time.time()
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder.parent / f"{folder.name}.log"
+    res = launch(entry.config, steps=args.profile_steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout,
+                 log_path=log, profile_out=folder.resolve())
+    summary_path = folder / "classification.summary"
+    if "error" in res or not summary_path.exists():
+        out = {"error": res.get("error", f"no {summary_path.name} written"), "reason": res.get("reason", "error"),
+               "log_tail": _log_tail(log)}
+    else:
+        summary = json.loads(summary_path.read_text())
+        cls = summary.get("classification", {})
+        out = {k: summary[k] for k in ("overhead", "profiled_step_ms", "unprofiled_step_ms")}
+        out.update({k: cls.get(k) for k in ("buckets", "dominant", "step_time_ms", "launch", "straggler")})
+        out["top_kernels"] = (cls.get("top_kernels") or [])[:5]
+        out["trace_dir"] = str(folder) if args.profile_dir else None
+    out["elapsed_s"] = time.time() - t0
+    log.unlink(missing_ok=True)
+    return out
+
+
+def _profile_targets(wanted: list[str], entries: list[Entry], runs: dict[str, dict]) -> list[Entry]:
+    ok = [e for e in entries if "error" not in runs.get(e.name, {"error": 1})]
+    chosen: list[Entry] = []
+    for w in wanted:
+        if w == "none":
+            return []
+        if w == "best":
+            pick = max(ok, key=lambda e: runs[e.name]["samples_per_s"], default=None)
+        else:
+            pick = next((e for e in entries if e.name == w), None)
+            if pick is None:
+                print(f"--profile: no row named {w!r}; rows: {[e.name for e in entries]}", flush=True)
+        if pick is not None and pick not in chosen:
+            chosen.append(pick)
+    return chosen
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+class Output:
+    """The suite's JSON and its markdown twin, rewritten after every measurement."""
+
+    def __init__(self, json_path: Path | None) -> None:
+        self.json_path = json_path
+        if json_path is not None:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, results: dict[str, Any]) -> None:
+        if self.json_path is None:
+            return
+        self.json_path.write_text(json.dumps({**results, "table": rows(results)}, indent=1))
+        self.json_path.with_suffix(".md").write_text(markdown(results) + "\n")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m autotune.benchmarks.gpu_suite", description=__doc__.split("\n")[0])
+    ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS,
+                    help=f"names {sorted(CONFIGS)} or configuration YAML files (e.g. runs/x/best.yaml)")
+    ap.add_argument("--json", type=Path, help="write the results here (and the markdown table beside it, .md)")
+    ap.add_argument("--out", type=Path, help="folder for suite-<nproc>.json when --json is not given")
+    ap.add_argument("--preset", default="full")
+    ap.add_argument("--batch-size", type=int, default=16, help="samples per process per step")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per row; several run through torchrun")
+    ap.add_argument("--steps", type=int, default=20, help="measured steps per row")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per row (graph capture, compilation)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per row")
+    ap.add_argument("--source", default="lerobot", choices=["lerobot", "synthetic"])
+    ap.add_argument("--video-backend", default="pyav")
+    ap.add_argument("--profile", nargs="+", default=["best"],
+                    help="rows to profile for overhead and time buckets: row names, 'best' (the fastest) or 'none'")
+    ap.add_argument("--profile-steps", type=int, default=5, help="profiled (and as many unprofiled) steps")
+    ap.add_argument("--profile-dir", type=Path, help="keep the profiles' traces here (default: a temporary folder)")
+    ap.add_argument("--model-bench", action="store_true", help="add the eager stock model on one device-resident batch")
+    args = ap.parse_args(argv)
+    if args.json is None and args.out is not None:
+        args.json = args.out / f"suite-{args.nproc}.json"
+    return args
+
+
+def _prepare_dataset(args: argparse.Namespace) -> None:
+    # Made here, once, so that no training process encodes video (and then forks loader
+    # workers while the encoder's threads exist) and the dataset is outside every timing.
+    from autotune.config import TrainConfig
+    from autotune.data.cache import cached_dataset, spec_for
+    from autotune.workloads.gr00t_n16.presets import get_preset
+
+    t0 = time.time()
+    path = cached_dataset(spec_for(get_preset(args.preset), TrainConfig().data.episodes))
+    print(f"dataset: {path} ({time.time() - t0:.1f} s)", flush=True)
+
+
+def _report(name: str, res: dict[str, Any]) -> None:
+    what = (f"ERROR {res['reason']}: {res['error']}" if "error" in res
+            else f"{res['samples_per_s']:.2f} samples/s, {res['step_time_ms']:.1f} ms")
+    print(f"[{time.strftime('%X')}] {name}: {what}", flush=True)
+
+
+def run_suite(args: argparse.Namespace) -> dict[str, Any]:
+    settings = SuiteSettings(args.preset, args.batch_size, args.source, args.video_backend, args.seed)
+    # Stock first: the parity and the speed-up of every other row are against its run.
+    entries = sorted(resolve(args.configs, settings), key=lambda e: e.name != "stock")
+    for e in entries:
+        for key, (was, now) in e.adjusted.items():
+            print(f"{e.name}: {key} {was!r} -> {now!r} (the suite's setting)", flush=True)
+    out = Output(args.json)
+    results: dict[str, Any] = {
+        "command": "python -m autotune.benchmarks.gpu_suite " + " ".join(args.argv),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "argv"},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": {}, "profiles": {},
+    }
+    if args.source == "lerobot":
+        _prepare_dataset(args)
+    results["matmul"] = measure_matmul(args.timeout)
+    print(f"matmul: {results['matmul']}", flush=True)
+    out.write(results)
     if args.model_bench:
         t0 = time.time()
         try:
@@ -110,46 +252,37 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001  keep going: the other measurements still count
             results["model_bench"] = {"error": f"{type(exc).__name__}: {exc}"}
         results["model_bench"]["elapsed_s"] = time.time() - t0
-        path.write_text(json.dumps(results, indent=1))
-    for name in args.configs:
-        cfg = build(name, args.preset, args.source, args.video_backend, args.batch_size)
-        t0 = time.time()
-        with tempfile.NamedTemporaryFile(suffix=".log") as log:
-            res = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout, log_path=log.name)
-            if "error" in res:
-                res["log_tail"] = Path(log.name).read_text()[-3000:]
-        res["elapsed_s"] = time.time() - t0
-        res["overrides"] = CONFIGS[name]
-        res.pop("config", None)
-        results["runs"][name] = res
-        if name != "stock" and "error" not in res and "error" not in results["runs"].get("stock", {"error": 1}):
-            res["parity"] = compare(results["runs"]["stock"], res, tolerance_for(cfg)).to_dict()
-            for k in ("stock_losses", "losses", "stock_grad_norms", "grad_norms"):
-                res["parity"].pop(k)
-        path.write_text(json.dumps(results, indent=1))
-        print(f"[{time.strftime('%X')}] {name}: " + (f"ERROR {res['reason']}: {res['error']}" if "error" in res else
-              f"{res['samples_per_s']:.2f} samples/s, {res['step_time_ms']:.1f} ms"), flush=True)
-    _table(results)
+        out.write(results)
+    for entry in entries:
+        res = measure_row(entry, args, results["runs"].get("stock"))
+        results["runs"][entry.name] = res
+        results["environment"] = results.get("environment") or res.get("environment")
+        out.write(results)
+        _report(entry.name, res)
+    with tempfile.TemporaryDirectory(prefix="autotune-suite-profile-") as tmp:
+        root = args.profile_dir or Path(tmp)
+        for entry in _profile_targets(args.profile, entries, results["runs"]):
+            results["profiles"][entry.name] = profile_row(entry, args, root / _safe(entry.name))
+            out.write(results)
+            print(f"[{time.strftime('%X')}] profiled {entry.name}", flush=True)
+    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    out.write(results)
+    return results
 
 
-def _table(results: dict) -> None:
-    stock = results["runs"].get("stock", {})
-    base = stock.get("samples_per_s")
-    if "model_bench" in results:
-        m = results["model_bench"]
-        print("model bench:", json.dumps({k: v for k, v in m.items() if not isinstance(v, dict)}))
-    print(f"{'config':<24}{'samples/s':>10}{'step ms':>9}{'p10-p90':>14}{'peak GiB':>9}{'MFU%':>6}{'x stock':>8}  parity")
-    for name, r in results["runs"].items():
-        if "error" in r:
-            print(f"{name:<24} ERROR ({r['reason']}) {r['error'][:150]}")
-            continue
-        s = r["step_time_spread_ms"]
-        par = r.get("parity")
-        ptxt = "-" if not par else f"{'PASS' if par['passed'] else 'FAIL'} loss {100 * par['loss_rel_diff']:.1f}% gn {100 * par['grad_norm_rel_diff']:.1f}%"
-        speed = f"{r['samples_per_s'] / base:.2f}" if base else "-"
-        print(f"{name:<24}{r['samples_per_s']:>10.2f}{r['step_time_ms']:>9.1f}{s['p10']:>7.0f}-{s['p90']:<6.0f}"
-              f"{r['peak_memory_bytes'] / 2**30:>9.1f}{100 * r['mfu']:>6.1f}{speed:>8}  {ptxt}")
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    args.argv = argv
+    try:
+        results = run_suite(args)
+    except AutotuneError as exc:
+        print(f"gpu_suite: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print()
+    print(markdown(results), flush=True)
+    return 0 if all("error" not in r for r in results["runs"].values()) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The GPU suite's derived numbers and its markdown table, computed from the suite's JSON.
+
+``rows(results)`` turns the raw run results into one comparable row per configuration (MFU
+against the matmul rate the suite measured once, speed-up against ``stock`` of the same run,
+loss parity); ``markdown(results)`` renders those rows and the profiles. Both read only the
+JSON the suite writes, so a table can be rebuilt from a saved file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 2**30
+
+
+def mfu(run: dict[str, Any], matmul_flops: float | None) -> float | None:
+    """Model FLOP/s per process over the suite's measured matmul rate (None without one)."""
+    if not matmul_flops or "flops_per_sample" not in run:
+        return None
+    return run["flops_per_sample"] * run["samples_per_s"] / run["world_size"] / matmul_flops
+
+
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per configuration, in run order: the numbers of the table."""
+    runs = results.get("runs", {})
+    stock = runs.get("stock", {})
+    base = stock.get("samples_per_s") if "error" not in stock else None
+    matmul = (results.get("matmul") or {}).get("flops")
+    out = []
+    for name, r in runs.items():
+        if "error" in r:
+            out.append({"name": name, "error": r["error"], "reason": r.get("reason", "error")})
+            continue
+        spread = r["step_time_spread_ms"]
+        par = r.get("parity")
+        out.append({
+            "name": name,
+            "samples_per_s": r["samples_per_s"],
+            "step_time_ms": r["step_time_ms"],
+            "p10_ms": spread["p10"],
+            "p90_ms": spread["p90"],
+            "peak_memory_gib": r["peak_memory_bytes"] / GIB,
+            "mfu": mfu(r, matmul),
+            "speedup_vs_stock": r["samples_per_s"] / base if base else None,
+            "parity_passed": par["passed"] if par else None,
+            "loss_rel_diff": par["loss_rel_diff"] if par else None,
+            "grad_norm_rel_diff": par["grad_norm_rel_diff"] if par else None,
+        })
+    return out
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f} %"
+
+
+def _row(r: dict[str, Any]) -> str:
+    if "error" in r:
+        return f"| {r['name']} | ERROR ({r['reason']}): {r['error'][:120]} | | | | | | |"
+    speed = "-" if r["speedup_vs_stock"] is None else f"{r['speedup_vs_stock']:.2f}"
+    if r["parity_passed"] is None:
+        parity = "-"
+    else:
+        verdict = "PASS" if r["parity_passed"] else "FAIL"
+        parity = f"{verdict} {_pct(r['loss_rel_diff'], 2)} / {_pct(r['grad_norm_rel_diff'], 2)}"
+    return (f"| {r['name']} | {r['samples_per_s']:.1f} | {r['step_time_ms']:.1f} | "
+            f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_pct(r['mfu'])} | "
+            f"{speed} | {parity} |")
+
+
+def _profile_line(name: str, p: dict[str, Any]) -> str:
+    if "error" in p:
+        return f"- {name}: profiling failed ({p.get('reason', 'error')}): {p['error'][:150]}"
+    buckets = ", ".join(f"{k} {100 * v:.0f} %" for k, v in (p.get("buckets") or {}).items())
+    return (f"- {name}: profiling overhead {_pct(p['overhead'])} (profiled {p['profiled_step_ms']:.1f} ms vs "
+            f"unprofiled {p['unprofiled_step_ms']:.1f} ms per step); buckets: {buckets or '-'}; "
+            f"dominant: {p.get('dominant', '-')}")
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The suite as a short markdown block: the table, the matmul rate, the profiles."""
+    args = results.get("args", {})
+    matmul = results.get("matmul") or {}
+    lines = [f"`{results.get('command', '')}`", ""]
+    head = f"preset {args.get('preset')}, {args.get('batch_size')} samples per process, {args.get('nproc')} process(es)"
+    env = results.get("environment") or {}
+    if env:
+        head += f", {env.get('gpu') or env.get('cpu') or env.get('device')}, torch {env.get('torch')}"
+    lines += [head, ""]
+    lines += ["| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU | × stock | parity (loss / grad-norm mean diff) |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [_row(r) for r in rows(results)]
+    if "error" in matmul:
+        lines += ["", f"matmul rate: not measured ({matmul['error'][:150]})"]
+    elif matmul:
+        lines += ["", f"MFU against {matmul['tflops']:.4g} TFLOP/s ({matmul['dtype']} {matmul['n']}³ matmul on "
+                      f"{matmul['device']}, measured in this run)"]
+    profiles = results.get("profiles") or {}
+    if profiles:
+        lines += [""] + [_profile_line(n, p) for n, p in profiles.items()]
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""The comparison harness: rows from names and files, its table, and one real run on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.benchmarks.suite_configs import SuiteSettings, resolve
+from autotune.benchmarks.suite_table import markdown, rows
+from autotune.config import TrainConfig, load_config, save_config
+from autotune.errors import ConfigError
+
+TINY = SuiteSettings(preset="tiny", batch_size=2, source="synthetic", video_backend="pyav")
+
+
+def _best_yaml(folder: Path) -> Path:
+    """A file shaped like ``autotune run``'s best.yaml: tuned knobs, full preset, provenance."""
+    cfg = TrainConfig(preset="full")
+    cfg.ddp.bucket_cap_mb = 50.0
+    cfg.data.num_workers = 0
+    cfg.provenance = {"tool": "autotune run", "trial": 3, "speedup_vs_stock": 1.5}
+    path = folder / "study1" / "best.yaml"
+    path.parent.mkdir(parents=True)
+    save_config(cfg, path)
+    return path
+
+
+def test_entries_from_names_and_files(tmp_path):
+    path = _best_yaml(tmp_path)
+    stock, best, again = resolve(["stock", str(path), str(path)], TINY)
+    assert (stock.name, stock.source, stock.config.preset) == ("stock", "builtin", "tiny")
+    assert (best.name, again.name) == ("study1/best", "study1/best#2")
+    assert best.config.preset == "tiny" and best.config.batch_size == 2
+    assert best.config.data.source == "synthetic"
+    assert best.config.ddp.bucket_cap_mb == 50.0 and best.config.data.num_workers == 0
+    assert best.adjusted == {"preset": ["full", "tiny"], "batch_size": [16, 2], "data.source": ["lerobot", "synthetic"]}
+    assert best.provenance["trial"] == 3 and best.config.provenance is None
+    assert load_config(path).preset == "full"  # the file itself is not touched
+
+
+def test_unknown_entry_names_the_choices():
+    with pytest.raises(ConfigError, match=r"'stok' is neither a configuration name \[.*'stock'.*\] nor a configuration file"):
+        resolve(["stok"], TINY)
+
+
+def _run(samples_per_s: float, losses: list[float], **extra) -> dict:
+    return {"samples_per_s": samples_per_s, "step_time_ms": 1000 * 2 / samples_per_s,
+            "step_time_spread_ms": {"p10": 90.0, "p90": 110.0}, "peak_memory_bytes": 3 * 2**30,
+            "flops_per_sample": 1e12, "world_size": 1, "losses": losses, **extra}
+
+
+def test_table_rows_speedup_mfu_parity_and_errors():
+    parity = {"passed": True, "loss_rel_diff": 0.001, "grad_norm_rel_diff": 0.002}
+    results = {
+        "command": "python -m autotune.benchmarks.gpu_suite", "args": {"preset": "full", "batch_size": 16, "nproc": 1},
+        "matmul": {"flops": 1e15, "tflops": 1000.0, "dtype": "bf16", "n": 8192, "device": "H200"},
+        "runs": {"stock": _run(50.0, [1.0]), "x/best": _run(150.0, [1.0], parity=parity),
+                 "compile_all": {"error": "boom", "reason": "compile"}},
+        "profiles": {"x/best": {"overhead": 0.04, "profiled_step_ms": 104.0, "unprofiled_step_ms": 100.0,
+                                "buckets": {"compute_serial": 0.9, "other": 0.1}, "dominant": "compute_serial"}},
+    }
+    stock, best, failed = rows(results)
+    assert stock["speedup_vs_stock"] == 1.0 and best["speedup_vs_stock"] == pytest.approx(3.0)
+    assert best["mfu"] == pytest.approx(1e12 * 150 / 1e15)
+    assert best["parity_passed"] is True and stock["parity_passed"] is None
+    assert failed == {"name": "compile_all", "error": "boom", "reason": "compile"}
+    text = markdown(results)
+    assert "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % | 3.00 | PASS 0.10 % / 0.20 % |" in text
+    assert "| compile_all | ERROR (compile): boom" in text
+    assert "x/best: profiling overhead 4.0 %" in text
+
+
+@pytest.mark.slow
+def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
+    """The lead's command on the tiny preset: a stock row, a best.yaml row, the profile of the fastest."""
+    path = _best_yaml(tmp_path)
+    out = tmp_path / "out" / "headline.json"
+    cmd = [sys.executable, "-m", "autotune.benchmarks.gpu_suite", "--preset", "tiny", "--batch-size", "2",
+           "--source", "synthetic", "--steps", "2", "--warmup", "1", "--profile-steps", "1", "--timeout", "240",
+           "--configs", str(path), "stock", "--json", str(out), "--profile-dir", str(tmp_path / "prof")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert list(got["runs"]) == ["stock", "study1/best"]  # stock first, whatever the order given
+    for r in got["runs"].values():
+        assert "error" not in r, r.get("log_tail")
+        assert r["steps"] == 2 and len(r["losses"]) == 3
+    best = got["runs"]["study1/best"]
+    assert best["source"] == str(path) and best["provenance"]["trial"] == 3
+    assert best["adjusted"]["preset"] == ["full", "tiny"]
+    assert best["parity"]["passed"] is True and best["parity"]["steps"] == 3
+    assert got["matmul"]["flops"] > 0 and got["matmul"]["dtype"] == "fp32"
+    table = {r["name"]: r for r in got["table"]}
+    assert table["stock"]["speedup_vs_stock"] == 1.0
+    assert table["study1/best"]["speedup_vs_stock"] == pytest.approx(
+        best["samples_per_s"] / got["runs"]["stock"]["samples_per_s"])
+    assert 0 < table["study1/best"]["mfu"] < 1
+    (name, prof), = got["profiles"].items()
+    fastest = max(got["runs"], key=lambda n: got["runs"][n]["samples_per_s"])
+    assert name == fastest, prof
+    assert isinstance(prof["overhead"], float) and prof["unprofiled_step_ms"] > 0
+    assert sum(prof["buckets"].values()) == pytest.approx(1.0)
+    assert any(Path(prof["trace_dir"]).glob("rank0.pt.trace.json.gz"))
+    md = out.with_suffix(".md").read_text()
+    assert "| study1/best |" in md and "| stock |" in md
+    assert proc.stdout.rstrip().endswith(md.rstrip().splitlines()[-1])  # the table is printed last
