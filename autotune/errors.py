@@ -50,3 +50,7 @@ class ParityError(AutotuneError):
     """A configuration does not train the same model as the stock configuration."""
 
     exit_code = 3
+
+
+class ReportError(AutotuneError):
+    """A run folder cannot be reported on (not a folder, no study in it, an unreadable study)."""

@@ -1,0 +1,29 @@
+"""``python -m autotune report RUN_DIR [--out FILE]``: the HTML report of a run folder.
+
+    python -m autotune report runs/gr00t_n16-full-gr00t_n16             # -> RUN_DIR/report.html
+    python -m autotune report runs/gr00t_n16-tiny-quick --out /tmp/r.html
+
+Works on a finished study, one still running and one that was interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write the HTML report of a run folder (report.html)",
+                       description="Rebuild the self-contained HTML report of an `autotune run` folder from its "
+                                   "study, best.yaml, diagnosis and profiles.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (autotune run --out)")
+    p.add_argument("--out", default=None, help="the page to write (default: RUN_DIR/report.html)")
+    p.add_argument("--study", default=None, help="the study's name, when the storage holds several")
+    p.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from autotune.report.render import write_report
+
+    path = write_report(args.run_dir, args.out, study_name=args.study)
+    print(f"report: {path}")
+    return 0

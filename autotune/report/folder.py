@@ -1,0 +1,102 @@
+"""Reading a run folder at the edge: the study, and the files ``autotune run`` writes beside it.
+
+Only the study is required. Every other file is optional, because a study that is still running
+(or was interrupted) has no ``best.yaml`` yet and an older run has no ``diagnosis.json``: a missing
+file reads as ``None``, an unreadable one as ``None`` plus a note for the page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.errors import AutotuneError, ReportError
+
+JOURNAL = "study.journal"
+PROFILES = "profiles"
+SUMMARY = "classification.summary"
+_TRIAL_DIR = re.compile(r"trial-(\d+)$")
+
+
+def check_folder(run_dir: str | Path) -> Path:
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ReportError(f"{path}: not a folder; give the run folder of `autotune run` (it holds {JOURNAL})")
+    return path
+
+
+def read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when the file is absent or unreadable (then noted)."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path.name} could not be read ({exc}); left out")
+        return None
+    if not isinstance(data, dict):
+        notes.append(f"{path.name} does not hold a JSON object; left out")
+        return None
+    return data
+
+
+def read_text(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+def open_study(run_dir: Path, storage_url: str | None, study_name: str | None, hint: str | None = None) -> optuna.Study:
+    """The run's study: ``study.journal`` in the folder, or the database ``storage_url`` names.
+
+    Without a name, the storage must hold one study (or ``hint``, e.g. best.yaml's study, among several).
+    """
+    storage = _storage(run_dir, storage_url)
+    names = optuna.get_all_study_names(storage)
+    if study_name is None:
+        if hint in names:
+            study_name = hint
+        elif len(names) == 1:
+            study_name = names[0]
+        elif not names:
+            raise ReportError(f"{run_dir}: its storage holds no study yet")
+        else:
+            raise ReportError(f"{run_dir}: its storage holds several studies {names}; choose one with --study")
+    elif study_name not in names:
+        raise ReportError(f"{run_dir}: no study {study_name!r} in its storage; it holds {names}")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def _storage(run_dir: Path, url: str | None) -> optuna.storages.BaseStorage:
+    if url is None:
+        journal = run_dir / JOURNAL
+        if not journal.is_file():
+            raise ReportError(f"{run_dir}: no study in it (no {JOURNAL}, no run.json naming a storage); "
+                              f"give the run folder of `autotune run`")
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+    try:
+        return optuna.storages.RDBStorage(url)
+    except AutotuneError:
+        raise
+    except Exception as exc:  # SQLAlchemy's and the drivers' errors have no common base worth importing
+        shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ReportError(f"{run_dir}: cannot open the study's storage {shown}: {first}") from None
+
+
+def profile_dirs(run_dir: Path) -> list[Path]:
+    """The profiling folders of the run (``profiles/trial-NNNN``), in trial order."""
+    root = run_dir / PROFILES
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def trial_of(profile_dir: Path) -> int | None:
+    match = _TRIAL_DIR.search(profile_dir.name)
+    return int(match.group(1)) if match else None
+
+
+def trace_files(profile_dir: Path) -> list[Path]:
+    """The trace files of a profiling folder (every file but the classification summary)."""
+    return sorted(p for p in profile_dir.iterdir() if p.is_file() and p.name != SUMMARY and not p.name.startswith("."))

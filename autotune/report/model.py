@@ -1,0 +1,239 @@
+"""The report of a run folder as plain data: ``build_report(RUN_DIR) -> Report``.
+
+Compute first, render second: this module reads the study and the files beside it into one
+JSON-able object; ``autotune.report.render`` turns it into the HTML page, and tests assert on it.
+Every part but the study is optional, so the report of a study that is still running, or was
+interrupted, shows what there is and says what is missing (``Report.notes``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.report import folder
+from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
+from autotune.search.study import best_trial, feasible, stock_trial
+
+
+@dataclass
+class Summary:
+    """The numbers at the top of the page."""
+
+    stock_trial: int | None
+    best_trial: int | None
+    stock_samples_per_s: float | None
+    best_samples_per_s: float | None
+    speedup: float | None
+    """Best over stock samples/s."""
+    stock_peak_memory_bytes: int | None
+    best_peak_memory_bytes: int | None
+    memory_budget_bytes: int | None
+    stock_mfu: float | None
+    best_mfu: float | None
+    trials: int
+    """Every trial in the study, running ones included."""
+    finished: int
+    """Trials that ended (complete, pruned or failed)."""
+    complete: int
+    """Trials measured to the end (within or over the memory budget)."""
+    pruned: int
+    failed: int
+    """Trials that gave no measurement: failed, out of memory, or interrupted."""
+    running: int
+    tuning_time_s: float | None
+    """From the first trial's start to the last trial's end."""
+    parity: Parity | None
+
+
+@dataclass
+class Report:
+    """Everything the page shows, as plain data (``to_dict`` is its JSON)."""
+
+    run_dir: str
+    study_name: str
+    status: str
+    """``finished`` or ``running or interrupted`` (the tuner has not written run.json's ``finished_at``)."""
+    generated_at: str
+    run: RunInfo
+    summary: Summary
+    trials: list[TrialRow]
+    param_names: list[str]
+    importances: dict[str, float] | None
+    """Importance of each parameter for samples/s (Optuna's default, PED-ANOVA); None when not computable."""
+    stages: list[Stage]
+    stock_profile: Profile | None
+    best_profile: Profile | None
+    profiles: list[Profile]
+    """Every profiling folder of the run, for the trace links."""
+    best_yaml: str | None
+    """best.yaml as written by the tuner (None until the tuner has written it)."""
+    best_params: dict[str, Any]
+    environment: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    """What could not be shown, and why."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def trial(self, number: int) -> TrialRow:
+        return next(t for t in self.trials if t.number == number)
+
+
+def build_report(run_dir: str | Path, study_name: str | None = None) -> Report:
+    """Read the run folder (``autotune run --out RUN_DIR``) into a :class:`Report`."""
+    return load_report(run_dir, study_name)[0]
+
+
+def load_report(run_dir: str | Path, study_name: str | None = None) -> tuple[Report, optuna.Study]:
+    """The report of the run folder and the study it was built from (Optuna's plots draw from the study)."""
+    run_dir = folder.check_folder(run_dir)
+    notes: list[str] = []
+    run = RunInfo.from_dict(folder.read_json(run_dir / "run.json", notes) or {})
+    best_yaml = folder.read_text(run_dir / "best.yaml")
+    provenance = _provenance(best_yaml)
+    study = folder.open_study(run_dir, run.storage, study_name or run.study_name, provenance.get("study"))
+    return report_of(study, run_dir, run, best_yaml, provenance, notes), study
+
+
+def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str | None, provenance: dict[str, Any],
+              notes: list[str]) -> Report:
+    trials = study.get_trials(deepcopy=False)
+    stock, best = stock_trial(study), best_trial(study)
+    budget = run.memory_budget_bytes or provenance.get("memory_budget_bytes")
+    front = pareto_front(trials)
+    rows = [trial_row(t, run_dir, stock=t is stock, best=t is best, pareto=t.number in front) for t in trials]
+    stages = _stages(study, run_dir, notes)
+    profiles = [Profile.read(d, run_dir, notes) for d in folder.profile_dirs(run_dir)]
+    diagnosis = folder.read_json(run_dir / "diagnosis.json", {}) or {}
+    stock_profile = _profile_of(stock, profiles, None)
+    best_profile = _profile_of(best, profiles, diagnosis.get("final_profile"))
+    if best_yaml is None:
+        notes.append("best.yaml is not written yet (the study is running or was interrupted); "
+                     "the best trial's parameters are shown instead")
+    elif best is not None and provenance.get("trial") not in (None, best.number):
+        notes.append(f"best.yaml is of trial #{provenance['trial']}, the study's best is now #{best.number}")
+    if not profiles:
+        notes.append("the run folder holds no profiles (profiles/trial-NNNN): no time buckets, kernels or traces")
+    importances = _importances(study, notes)
+    return Report(
+        run_dir=str(run_dir), study_name=study.study_name, status=_status(run, trials, best_yaml),
+        generated_at=dt.datetime.now().isoformat(timespec="seconds"), run=run,
+        summary=_summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)),
+        trials=rows, param_names=sorted({p for t in trials for p in t.params}), importances=importances,
+        stages=stages, stock_profile=stock_profile, best_profile=best_profile, profiles=profiles,
+        best_yaml=best_yaml, best_params=dict(best.params) if best else {},
+        environment=_environment(best or stock, run), notes=notes)
+
+
+def _status(run: RunInfo, trials: list[FrozenTrial], best_yaml: str | None) -> str:
+    if run.finished_at:
+        return "finished"
+    if run.started_at:  # run.json written, the end not yet
+        return "running or interrupted"
+    # an older run folder without run.json: best.yaml is written when the tuner ends
+    running = any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
+    return "finished" if best_yaml is not None and not running else "running or interrupted"
+
+
+def _provenance(best_yaml: str | None) -> dict[str, Any]:
+    import yaml
+
+    if best_yaml is None:
+        return {}
+    try:
+        data = yaml.safe_load(best_yaml)
+    except yaml.YAMLError:
+        return {}
+    prov = data.get("provenance") if isinstance(data, dict) else None
+    return prov if isinstance(prov, dict) else {}
+
+
+def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenTrial | None, budget: int | None,
+             parity: Parity | None) -> Summary:
+    def attr(t: FrozenTrial | None, key: str) -> Any:
+        return t.user_attrs.get(key) if t is not None else None
+
+    stock_speed = stock.value if stock is not None and feasible(stock) else None
+    best_speed = best.value if best is not None else None
+    states = [t.state for t in trials]
+    measured = [t for t in trials if t.state == TrialState.COMPLETE and "reason" not in t.user_attrs]
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    return Summary(
+        stock_trial=stock.number if stock else None, best_trial=best.number if best else None,
+        stock_samples_per_s=stock_speed, best_samples_per_s=best_speed,
+        speedup=best_speed / stock_speed if best_speed and stock_speed else None,
+        stock_peak_memory_bytes=attr(stock, "peak_memory_bytes"), best_peak_memory_bytes=attr(best, "peak_memory_bytes"),
+        memory_budget_bytes=budget, stock_mfu=attr(stock, "mfu"), best_mfu=attr(best, "mfu"),
+        trials=len(trials), finished=sum(s.is_finished() for s in states), complete=len(measured),
+        pruned=states.count(TrialState.PRUNED),
+        failed=states.count(TrialState.FAIL) + sum(t.state == TrialState.COMPLETE and "reason" in t.user_attrs for t in trials),
+        running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),
+        tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None, parity=parity)
+
+
+def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Parity | None:
+    data = folder.read_json(run_dir / "parity.json", notes) or provenance.get("parity")
+    return Parity.from_dict(data) if isinstance(data, dict) else None
+
+
+def _stages(study: optuna.Study, run_dir: Path, notes: list[str]) -> list[Stage]:
+    """The diagnosis chain: diagnosis.json, else the stages the running study keeps in its attributes."""
+    data = folder.read_json(run_dir / "diagnosis.json", notes)
+    raw = data.get("stages") if data else None
+    if raw is None:
+        kept = study.user_attrs.get("autotune.diagnosis")
+        raw = json.loads(kept) if isinstance(kept, str) else kept
+    if not raw:
+        notes.append("no diagnosis stages (diagnosis.json): the search was not guided by profiles")
+        return []
+    return [Stage.from_dict(s, run_dir) for s in raw if isinstance(s, dict)]
+
+
+def _profile_of(trial: FrozenTrial | None, profiles: list[Profile], path: str | None) -> Profile | None:
+    if path:
+        found = next((p for p in profiles if Path(p.path) == Path(path) or p.path.endswith(str(path))), None)
+        if found:
+            return found
+    if trial is None:
+        return None
+    return next((p for p in profiles if p.trial == trial.number), None)
+
+
+def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | None:
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) < 2 or not any(t.params for t in done):
+        notes.append("parameter importances need at least 2 completed trials with parameters")
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = optuna.importance.get_param_importances(study)  # PED-ANOVA: deterministic, numpy only
+    except (ValueError, RuntimeError) as exc:
+        notes.append(f"parameter importances could not be computed: {exc}")
+        return None
+    if not found:
+        notes.append("parameter importances: no parameter was sampled in every completed trial")
+        return None
+    return {k: float(v) for k, v in found.items()}
+
+
+def _environment(trial: FrozenTrial | None, run: RunInfo) -> dict[str, Any]:
+    env: dict[str, Any] = {}
+    if trial is not None:
+        raw = trial.user_attrs.get("environment")
+        with_env = json.loads(raw) if isinstance(raw, str) and raw.startswith("{") else raw
+        env.update(with_env if isinstance(with_env, dict) else {})
+        env.setdefault("world_size", trial.user_attrs.get("world_size"))
+    env["optuna"] = optuna.__version__
+    if run.nproc is not None:
+        env.setdefault("processes per trial", run.nproc)
+    return {k: v for k, v in env.items() if v is not None}

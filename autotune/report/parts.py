@@ -1,0 +1,237 @@
+"""The parts of a report: plain dataclasses, each built from one file or one trial of the run.
+
+The ``from_dict`` / ``read`` constructors are where the raw JSON of the run folder stops: they keep
+the fields the page shows, tolerate absent ones (older or unfinished runs) and ignore unknown ones.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.report import folder
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def relative(path: str | os.PathLike | None, run_dir: Path) -> str | None:
+    """``path`` relative to the run folder when it lies inside it (links in the page are relative)."""
+    if not path:
+        return None
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return p.resolve().relative_to(run_dir.resolve()).as_posix()
+        except ValueError:
+            return str(p)
+    return p.as_posix()
+
+
+@dataclass
+class RunInfo:
+    """run.json: how the tuner was started (every field optional: older runs have no run.json)."""
+
+    study_name: str | None = None
+    storage: str | None = None
+    """None: the journal file study.journal in the run folder."""
+    workload: str | None = None
+    preset: str | None = None
+    space: str | None = None
+    nproc: int | None = None
+    trials: int | None = None
+    steps: int | None = None
+    warmup: int | None = None
+    batch_size: int | None = None
+    memory_budget_bytes: int | None = None
+    sampler: str | None = None
+    seed: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunInfo:
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class Parity:
+    """Loss parity of the best configuration against stock (autotune.train.verify)."""
+
+    passed: bool
+    tolerance: float | None = None
+    loss_rel_diff: float | None = None
+    grad_norm_rel_diff: float | None = None
+    steps: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Parity | None:
+        return cls(**_known(cls, data)) if "passed" in data else None
+
+
+@dataclass
+class Stage:
+    """One link of the diagnosis chain: bottleneck -> knob group -> measured gain."""
+
+    stage: int
+    incumbent: int | None = None
+    incumbent_samples_per_s: float | None = None
+    profile: str | None = None
+    """The incumbent's profiling folder, relative to the run folder."""
+    buckets: dict[str, float] | None = None
+    dominant: str | None = None
+    bottleneck: str | None = None
+    """The bucket the stage acted on; None for a free stage over all knobs."""
+    share: float | None = None
+    groups: list[str] | None = None
+    knobs: list[str] | None = None
+    trials: list[int] | None = None
+    best_trial: int | None = None
+    best_samples_per_s: float | None = None
+    gain: float | None = None
+    """Best samples/s of the stage over the incumbent's (1.2 = 20 % faster)."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], run_dir: Path) -> Stage:
+        stage = cls(**_known(cls, {"stage": 0, **data}))
+        stage.profile = relative(stage.profile, run_dir)
+        if stage.gain is None and stage.best_samples_per_s and stage.incumbent_samples_per_s:
+            stage.gain = stage.best_samples_per_s / stage.incumbent_samples_per_s
+        return stage
+
+
+@dataclass
+class Kernel:
+    name: str
+    total_ms: float
+    count: int
+    share: float
+    """Fraction of the time of all kernels (of all compute operators' self time on CPU)."""
+
+
+@dataclass
+class RankBuckets:
+    rank: int
+    step_time_ms: float
+    """Median step time of the rank."""
+    buckets: dict[str, float]
+    """Fraction of the rank's step time per bucket (autotune.profiling.BUCKETS)."""
+
+
+@dataclass
+class Profile:
+    """One profiling folder: its traces and their classification (classification.summary)."""
+
+    path: str
+    """The folder, relative to the run folder."""
+    trial: int | None
+    traces: list[str]
+    """Trace files, relative to the run folder."""
+    device: str | None = None
+    step_time_ms: float | None = None
+    overhead: float | None = None
+    """Profiler overhead: profiled over unprofiled step time, minus one."""
+    dominant: str | None = None
+    buckets: dict[str, float] | None = None
+    ranks: list[RankBuckets] | None = None
+    top_kernels: list[Kernel] | None = None
+
+    @classmethod
+    def read(cls, path: Path, run_dir: Path, notes: list[str]) -> Profile:
+        prof = cls(path=relative(path, run_dir) or path.name, trial=folder.trial_of(path),
+                   traces=[relative(p, run_dir) or p.name for p in folder.trace_files(path)])
+        summary = folder.read_json(path / folder.SUMMARY, notes)
+        c = (summary or {}).get("classification")
+        if not isinstance(c, dict):
+            return prof
+        try:
+            prof.ranks = [RankBuckets(int(r["rank"]), float(r["step_time_ms"]), dict(r["buckets"])) for r in c["ranks"]]
+            prof.top_kernels = [Kernel(**_known(Kernel, k)) for k in c.get("top_kernels", [])]
+        except (KeyError, TypeError, ValueError) as exc:
+            notes.append(f"{prof.path}/{folder.SUMMARY} has an unexpected shape ({exc!r}); its buckets are left out")
+            return prof
+        prof.device, prof.dominant, prof.buckets = c.get("device"), c.get("dominant"), c.get("buckets")
+        prof.step_time_ms, prof.overhead = c.get("step_time_ms"), (summary or {}).get("overhead")
+        return prof
+
+
+@dataclass
+class TrialRow:
+    """One trial of the study, as the table shows it."""
+
+    number: int
+    state: str
+    """Optuna's state: COMPLETE, PRUNED, FAIL, RUNNING or WAITING."""
+    outcome: str
+    """``ok``, ``over budget``, ``pruned``, ``running``, or why it gave no measurement (``oom``, ``timeout``, ...)."""
+    samples_per_s: float | None
+    """Measured samples/s; for a pruned trial, its last reported value."""
+    peak_memory_bytes: int | None
+    mfu: float | None
+    params: dict[str, Any]
+    stage: int | None
+    group: str | None
+    dominant: str | None
+    """The dominant time bucket of the trial's profile, where it was profiled."""
+    error: str | None
+    duration_s: float | None
+    log: str | None
+    """The trial's log file, relative to the run folder."""
+    stock: bool = False
+    best: bool = False
+    pareto: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "FAIL" or self.outcome not in ("ok", "over budget", "pruned", "running", "waiting")
+
+
+def outcome_of(t: FrozenTrial) -> str:
+    reason = t.user_attrs.get("reason")
+    if t.state == TrialState.COMPLETE:
+        if reason:
+            return str(reason)
+        return "over budget" if float(t.user_attrs.get("constraint", 0.0)) > 0 else "ok"
+    if t.state == TrialState.FAIL:
+        return str(reason) if reason else "interrupted"
+    return t.state.name.lower()
+
+
+def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto: bool) -> TrialRow:
+    a = t.user_attrs
+    speed = a.get("samples_per_s")
+    if speed is None and t.state == TrialState.PRUNED and t.intermediate_values:
+        speed = t.intermediate_values[max(t.intermediate_values)]
+    log = run_dir / "logs" / f"trial-{t.number:04d}.log"
+    duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
+    return TrialRow(
+        number=t.number, state=t.state.name, outcome=outcome_of(t), samples_per_s=speed,
+        peak_memory_bytes=a.get("peak_memory_bytes"), mfu=a.get("mfu"), params=dict(t.params),
+        stage=a.get("stage"), group=a.get("group"), dominant=a.get("dominant"), error=a.get("error"),
+        duration_s=duration, log=relative(log, run_dir) if log.is_file() else None,
+        stock=stock, best=best, pareto=pareto)
+
+
+def measured(t: FrozenTrial) -> bool:
+    """Complete with a samples/s and a peak memory (within the budget or not)."""
+    a = t.user_attrs
+    return t.state == TrialState.COMPLETE and "reason" not in a and a.get("peak_memory_bytes") is not None \
+        and a.get("samples_per_s") is not None
+
+
+def pareto_front(trials: list[FrozenTrial]) -> set[int]:
+    """Numbers of the measured trials no other trial beats on both samples/s (up) and peak memory (down)."""
+    points = [(t.number, float(t.user_attrs["samples_per_s"]), int(t.user_attrs["peak_memory_bytes"]))
+              for t in trials if measured(t)]
+
+    def dominated(s: float, m: int) -> bool:
+        return any(s2 >= s and m2 <= m and (s2 > s or m2 < m) for _, s2, m2 in points)
+
+    return {n for n, s, m in points if not dominated(s, m)}
+

@@ -1,0 +1,79 @@
+"""The HTML page of a report: one self-contained file (figures inline, no script, no external resource).
+
+    python -m autotune report RUN_DIR            # writes RUN_DIR/report.html
+    from autotune.report import write_report     # what ``autotune run`` calls when it ends
+
+The page comes from ``templates/report.html.j2`` (Jinja2, autoescaped); links to the trace and log
+files are relative to the page, so the run folder can be moved or copied as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import optuna
+
+from autotune.config.io import write_text_atomic
+from autotune.profiling.result import BUCKETS
+from autotune.report import folder
+from autotune.report.model import Report, load_report
+
+REPORT = "report.html"
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("autotune.report", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=_num, gib=_gib, pct=_pct, duration=_duration, times=_times)
+    return env
+
+
+def render_html(report: Report, study: optuna.Study, link_base: str = ".") -> str:
+    """The page; relative links of the run folder are prefixed with ``link_base`` (the run folder seen from the page)."""
+    from autotune.report.plots import figures
+
+    def link(path: str) -> str:
+        return path if link_base in ("", ".") else f"{link_base.rstrip('/')}/{path}"
+
+    template = environment().get_template("report.html.j2")
+    return template.render(r=report, s=report.summary, figures=figures(report, study), link=link,
+                           buckets=BUCKETS, run_info=asdict(report.run))
+
+
+def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, study_name: str | None = None) -> Path:
+    """Build the report of ``run_dir`` and write it (atomically) to ``out``, default ``RUN_DIR/report.html``."""
+    run_dir = folder.check_folder(run_dir)
+    report, study = load_report(run_dir, study_name)
+    path = Path(out) if out else run_dir / REPORT
+    base = os.path.relpath(run_dir.resolve(), path.resolve().parent)
+    write_text_atomic(path, render_html(report, study, base))
+    return path
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def _gib(x: Any) -> str:
+    return "–" if x is None else f"{x / 2**30:,.2f} GiB"
+
+
+def _pct(x: Any, digits: int = 1) -> str:
+    return "–" if x is None else f"{100 * x:.{digits}f} %"
+
+
+def _times(x: Any) -> str:
+    return "–" if x is None else f"{x:.2f}\u00d7"
+
+
+def _duration(seconds: Any) -> str:
+    if seconds is None:
+        return "–"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+

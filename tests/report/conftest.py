@@ -1,0 +1,62 @@
+"""Run folders of real tiny CPU studies, made once per test session and shared by the report tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.cli import main
+
+from .browser import CHROMIUM
+
+QUICK = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--steps", "2", "--warmup", "1",
+         "--batch-size", "2", "--seed", "1"]
+
+CRASHY = "tests.search.crashy:Workload"
+CRASHY_STUDY = "tests.search.crashy.Workload-tiny-fail"
+
+
+def journal(out: Path) -> optuna.storages.JournalStorage:
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory) -> Path:
+    """``autotune run`` of the quick space on the CPU: the stock trial and two sampled ones."""
+    out = tmp_path_factory.mktemp("quick") / "run"
+    assert main([*QUICK, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def failed_run(tmp_path_factory) -> Path:
+    """A study whose trial #1 crashes (batch size 3) and #2 is refused (fp8 on CPU); #0 is stock."""
+    root = tmp_path_factory.mktemp("failed")
+    space = root / "fail.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 3], group: data}\n"
+                     "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n")
+    out = root / "run"
+    out.mkdir()
+    study = optuna.create_study(study_name=CRASHY_STUDY, storage=journal(out), direction="maximize")
+    study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True})
+    study.enqueue_trial({"batch_size": 3, "precision.regions.dit": "bf16"})
+    study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "fp8"})
+    argv = ["run", "--workload", CRASHY, "--preset", "tiny", "--space", str(space), "--trials", "3", "--synthetic",
+            "--steps", "1", "--warmup", "1", "--timeout-per-trial", "60", "--out", str(out)]
+    assert main(argv) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """Debian's chromium (.ci/run installs it); in CI a missing browser fails rather than skips."""
+    missing = "chromium is not installed (apt-get install -y chromium)" if CHROMIUM is None else None
+    if importlib.util.find_spec("websocket") is None:
+        missing = "websocket-client is not installed (pip install -e '.[test]')"
+    if missing:
+        pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
+    return CHROMIUM

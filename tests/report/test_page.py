@@ -1,0 +1,102 @@
+"""The HTML page: one self-contained file that a real headless Chromium opens without an error."""
+
+from __future__ import annotations
+
+import base64
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.report import write_report
+
+from .browser import PageResult, open_page
+
+pytestmark = pytest.mark.slow
+
+
+class _Refs(HTMLParser):
+    """Every URL the page refers to (tag, URL), and the tags it uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[tuple[str, str]] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.refs += [(tag, v) for k, v in attrs if k in ("src", "href") and v]
+
+
+def refs(html: str) -> _Refs:
+    parser = _Refs()
+    parser.feed(html)
+    return parser
+
+
+def problems(page: PageResult) -> list[str]:
+    """What is wrong with a page that Chromium opened: errors, undecoded images, loaded resources."""
+    found = list(page.errors)
+    found += [f"image not decoded: {i['src']}" for i in page.images if not (i["complete"] and i["width"] > 0)]
+    found += [f"resource loaded: {r}" for r in page.resources]
+    return found
+
+
+def test_page_opens_in_chromium_without_errors(quick_run, tmp_path, chromium_path):
+    assert main(["report", str(quick_run)]) == 0
+    page_path = quick_run / "report.html"
+    page = open_page(page_path, screenshot=tmp_path / "report.png")
+    assert problems(page) == []
+    assert len(page.images) >= 3  # history, importances, samples/s vs memory (+ buckets with profiles)
+    assert page.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and page.screenshot.stat().st_size > 50_000
+
+
+def test_broken_pages_are_caught(quick_run, tmp_path, chromium_path):
+    """The checks above can fail: a corrupt image, a console error, a fetched resource."""
+    html = write_report(quick_run, tmp_path / "good.html").read_text()
+    broken = re.sub(r"(data:image/png;base64,)[A-Za-z0-9+/=]{40}", r"\1" + base64.b64encode(b"not a png").decode(),
+                    html, count=1)
+    broken = broken.replace("</body>", "<script>console.error('boom')</script>"
+                                       "<img src='missing.png'></body>")
+    (tmp_path / "broken.html").write_text(broken)
+    found = problems(open_page(tmp_path / "broken.html"))
+    assert sum(p.startswith("image not decoded") for p in found) == 2  # the corrupt figure, the missing file
+    assert any("boom" in p for p in found)
+    assert any("missing.png" in p for p in found)
+
+
+def test_page_is_self_contained_and_its_links_resolve(quick_run, tmp_path):
+    """Figures inline, no script or stylesheet fetched; relative links work from another folder too."""
+    out = tmp_path / "elsewhere" / "page.html"
+    assert write_report(quick_run, out) == out
+    html = out.read_text()
+    parsed = refs(html)
+    assert "script" not in parsed.tags and "link" not in parsed.tags
+    for tag, url in parsed.refs:
+        if tag == "img":
+            assert url.startswith("data:image/png;base64,")
+        elif url.startswith("https://"):
+            assert url == "https://ui.perfetto.dev"  # a link for the reader, nothing is loaded from it
+        elif not url.startswith("#"):
+            assert (out.parent / url).exists(), url
+    logs = [url for _, url in parsed.refs if url.endswith(".log")]
+    assert len(logs) == 3 and all(not Path(url).is_absolute() for url in logs)
+
+
+def test_failed_trials_show_in_the_page(failed_run):
+    html = write_report(failed_run).read_text()
+    rows = re.findall(r'<tr class="failed">(.*?)</tr>', html, re.S)
+    assert len(rows) == 2
+    assert "this batch size always crashes" in rows[0] and "fp8 training needs a CUDA device" in rows[1]
+    assert ">config</b>" in rows[1]
+    assert "3 / 0 / 2" in html  # trials run / pruned / failed
+
+
+def test_report_cli_writes_into_the_run_folder(failed_run, capsys):
+    target = Path(failed_run) / "report.html"
+    target.unlink(missing_ok=True)
+    assert main(["report", str(failed_run)]) == 0
+    assert capsys.readouterr().out.strip() == f"report: {target}"
+    assert target.read_text().startswith("<!DOCTYPE html>")
