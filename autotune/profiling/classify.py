@@ -12,7 +12,9 @@ Every ``ProfilerStep#N`` host span of every rank is a step. Its window runs from
 start to the later of the span's end and the end of the device work the step launched: kernels,
 memcpy and memset whose ``correlation`` id matches a runtime call (``cudaLaunchKernel``,
 ``cudaMemcpyAsync``, ``cudaGraphLaunch``, ...) made during the span, on any host thread. A
-``cudaGraphLaunch`` shares its correlation id with every kernel of the replayed graph. Windows
+``cudaGraphLaunch`` normally shares its correlation id with every kernel of the replayed graph;
+device work whose id matches no call goes to the step of the latest graph launch before it
+(:mod:`autotune.profiling.attribution` says why and where that rule ends). Windows
 of consecutive steps may overlap (step N's device tail runs while step N+1 starts); each step
 is classified over its own window, so the per-step buckets add up to each step's time.
 
@@ -66,6 +68,7 @@ import numpy as np
 
 from autotune.errors import ConfigError, TraceFormatError
 from autotune.profiling import intervals as iv
+from autotune.profiling.attribution import attribute
 from autotune.profiling.kinds import (
     DEVICE_TABLE,
     HOST_TABLE,
@@ -140,26 +143,15 @@ def _find_steps(trace: RankTrace, host_kind: np.ndarray) -> _Steps:
     )
 
 
-def _device_step(trace: RankTrace, steps: _Steps) -> np.ndarray:
+def _device_step(trace: RankTrace, host_kind: np.ndarray, steps: _Steps) -> np.ndarray:
     """Index of the step that launched each device event (-1: launched outside every step)."""
-    host, dev = trace.host, trace.device
-    calls = np.flatnonzero((host.category == Category.RUNTIME) & (host.corr >= 0))
-    k = np.searchsorted(steps.start, host.start[calls], side="right") - 1
-    inside = (k >= 0) & (host.start[calls] < steps.end[np.maximum(k, 0)])
-    corr, step_of_call = host.corr[calls][inside], k[inside]
-    order = np.argsort(corr)
-    corr, step_of_call = corr[order], step_of_call[order]
-    if len(corr) == 0:
-        return np.full(len(dev), -1)
-    pos = np.minimum(np.searchsorted(corr, dev.corr), len(corr) - 1)
-    found = (dev.corr >= 0) & (corr[pos] == dev.corr)
-    return np.where(found, step_of_call[pos], -1)
+    return attribute(trace, host_kind, steps.start, steps.end).step
 
 
 def launched_in_steps(trace: RankTrace) -> np.ndarray:
     """Whether each device event of ``trace`` was launched by one of its steps."""
     host_kind = kinds_of(HOST_TABLE, trace.names)[trace.host.name]
-    return _device_step(trace, _find_steps(trace, host_kind)) >= 0
+    return _device_step(trace, host_kind, _find_steps(trace, host_kind)) >= 0
 
 
 def _extend_windows(steps: _Steps, dev_end: np.ndarray, dev_step: np.ndarray) -> None:
@@ -223,7 +215,7 @@ def _classify_gpu_rank(
     trace: RankTrace, host_kind, steps: _Steps, opts: ClassifyOptions
 ) -> _RankPart:
     device_kind = kinds_of(DEVICE_TABLE, trace.names)[trace.device.name]
-    dev_step = _device_step(trace, steps)
+    dev_step = _device_step(trace, host_kind, steps)
     _extend_windows(steps, trace.device.end, dev_step)
     layers = gpu_layers(
         trace.host, host_kind, trace.device, device_kind, round(opts.launch_gap_max_us * 1000)
@@ -262,7 +254,21 @@ def _classify_rank(trace: RankTrace, opts: ClassifyOptions) -> _RankPart:
     steps = _find_steps(trace, host_kind)
     if len(trace.device):
         return _classify_gpu_rank(trace, host_kind, steps, opts)
+    _check_no_lost_device_events(trace, host_kind)
     return _classify_cpu_rank(trace, host_kind, steps, opts)
+
+
+def _check_no_lost_device_events(trace: RankTrace, host_kind: np.ndarray) -> None:
+    """A trace of kernel launches without a single kernel is a GPU trace whose device side the
+    profiler lost (CUPTI); classifying it as a CPU-only trace would mislead."""
+    launches = (trace.host.category == Category.RUNTIME) & np.isin(
+        host_kind, [HostKind.LAUNCH, HostKind.GRAPH_LAUNCH]
+    )
+    if launches.any():
+        raise TraceFormatError(
+            f"{trace.path}: {int(launches.sum())} kernel launches but no device activity; the profiler "
+            "recorded no GPU events (CUPTI): profile again, in a fresh process"
+        )
 
 
 def _top_kernels(parts: list[_RankPart]) -> tuple[KernelStat, ...]:

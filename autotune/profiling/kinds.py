@@ -9,7 +9,8 @@ thousand distinct names among millions of events), then broadcast to the events 
 * :data:`DEVICE_TABLE` sorts device activity (kernels, memcpy, memset) by name into
   communication, memory and compute.
 * :data:`HOST_TABLE` sorts host operators and annotations by name into step markers, data waits,
-  collectives, dispatch-only operators and compute operators.
+  collectives, dispatch-only operators and compute operators, and finds the runtime calls that
+  replay a CUDA graph.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class HostKind(IntEnum):
     COMM = 2  # a collective on the host (gloo, c10d)
     DISPATCH = 3  # does no arithmetic of its own: views, allocation, wrappers, autograd engine
     COMPUTE = 4  # the catch-all: an operator that computes (self time)
+    GRAPH_LAUNCH = 5  # a runtime call that replays a CUDA (HIP) graph
+    LAUNCH = 6  # a runtime call that puts one kernel, copy or set on a stream
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ HOST_TABLE: tuple[Pattern, ...] = (
         r"|full|full_like|scalar_tensor|set_|record_stream)$",
         HostKind.DISPATCH,
     ),
+    _row("graph launch", r"^(cuda|cu|hip)GraphLaunch", HostKind.GRAPH_LAUNCH),
+    _row("launch, copy or set", r"^(cuda|cu|hip)(Launch|Memcpy|Memset)", HostKind.LAUNCH),
     _row("OTHER", r"", HostKind.COMPUTE),
 )
 

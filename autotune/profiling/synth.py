@@ -78,9 +78,19 @@ class TraceBuilder:
         return self._corr
 
     def device_event(
-        self, name: str, ts: float, dur: float, corr: int, *, stream: int = 7, cat: str = "kernel"
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        corr: int | None,
+        *,
+        stream: int = 7,
+        cat: str = "kernel",
     ) -> None:
-        args = {"device": self.device, "stream": stream, "correlation": corr, "External id": corr}
+        """A kernel (memcpy, memset) on ``stream``; ``corr=None`` writes no correlation id."""
+        args: dict[str, Any] = {"device": self.device, "stream": stream}
+        if corr is not None:
+            args.update({"correlation": corr, "External id": corr})
         self._x(cat, name, ts, dur, self.device, stream, args)
 
     def flow(self, corr: int, host_ts: float, device_ts: float, stream: int = 7) -> None:
@@ -119,12 +129,31 @@ class TraceBuilder:
         return corr
 
     def graph_launch(
-        self, host_ts: float, host_dur: float, kernels: list[tuple[str, float, float, int]]
+        self,
+        host_ts: float,
+        host_dur: float,
+        kernels: list[tuple[str, float, float, int]],
+        correlation: str = "launch",
     ) -> int:
-        """``cudaGraphLaunch`` and the kernels of the replayed graph: (name, ts, dur, stream)."""
+        """``cudaGraphLaunch`` and the kernels of the replayed graph: (name, ts, dur, stream).
+
+        ``correlation`` is what the kernels carry, in the shapes real traces show: ``launch``
+        (the launch's id, CUPTI's normal case), ``none`` (no id), ``foreign`` (ids that match no
+        call: how the wrong ids of CUPTI 13.0 in a process's later profiling sessions look to
+        the classifier) or ``first`` (the first kernel of each stream has the launch's id, the
+        others none).
+        """
         corr = self.runtime("cudaGraphLaunch", host_ts, host_dur)
+        streams_seen: set[int] = set()
         for name, ts, dur, stream in kernels:
-            self.device_event(name, ts, dur, corr, stream=stream)
+            ids = {
+                "launch": corr,
+                "none": None,
+                "foreign": 1_000_000 + corr,
+                "first": corr if stream not in streams_seen else None,
+            }
+            self.device_event(name, ts, dur, ids[correlation], stream=stream)
+            streams_seen.add(stream)
         return corr
 
     def to_dict(self) -> dict[str, Any]:

@@ -51,11 +51,16 @@ def gpu_basic() -> TraceBuilder:
     return b
 
 
-def gpu_graph() -> TraceBuilder:
+GRAPH_SHAPES = ("none", "foreign", "first")
+"""How the kernels of a replayed graph may be correlated (``TraceBuilder.graph_launch``)."""
+
+
+def gpu_graph(correlation: str = "launch") -> TraceBuilder:
     """A cudaGraphLaunch replays 50 kernels on two streams; an NCCL kernel on a third.
 
     Each step's window is [0, 140): compute 100 (the two streams' union is [20, 120)),
     comm 22 (host record_param_comms [16, 18) + NCCL [120, 140)), launch 10, other 8.
+    The same answer holds for every ``correlation`` of the graph's kernels (GRAPH_SHAPES).
     """
     b = TraceBuilder()
     for n, t in ((5, 0), (6, 1000)):
@@ -63,7 +68,7 @@ def gpu_graph() -> TraceBuilder:
         b.op("CUDAGraph::replay", t + 5, 10)
         kernels = [(f"graph_kernel_{j}", t + 20 + 4 * j, 3, 7) for j in range(25)]
         kernels += [(f"graph_kernel_{j}", t + 21 + 4 * j, 3, 8) for j in range(25)]
-        b.graph_launch(t + 8, 6, kernels)
+        b.graph_launch(t + 8, 6, kernels, correlation)
         b.op("record_param_comms", t + 16, 2)
         b.launch(NCCL, t + 16.5, 1, t + 110, 30, stream=9)
     return b
@@ -115,6 +120,8 @@ def cpu_only() -> TraceBuilder:
 def main() -> None:
     gpu_basic().write(DATA / "gpu_basic.json.gz")
     gpu_graph().write(DATA / "gpu_graph.json.gz")
+    for shape in GRAPH_SHAPES:
+        gpu_graph(shape).write(DATA / "graph_shapes" / f"{shape}.json.gz")
     for rank in (0, 1):
         two_ranks(rank).write(DATA / "two_ranks" / f"rank{rank}.pt.trace.json.gz")
     cpu_only().write(DATA / "cpu_only.json.gz")

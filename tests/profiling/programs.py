@@ -124,3 +124,38 @@ def ddp_worker(
         Path(out_dir, f"overhead{rank}.txt").write_text(str(result.overhead))
     finally:
         torch.distributed.destroy_process_group()
+
+
+GRAPH_OPS = 200
+"""In-place ops captured in the test graph: two kernels each (mul_, add_)."""
+
+
+def capture_graph() -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``2 * GRAPH_OPS`` tiny elementwise kernels, warmed up on a side stream."""
+    x = torch.zeros(1024, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            x.mul_(0.5).add_(1.0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_OPS):
+            x.mul_(0.5).add_(1.0)
+    return graph
+
+
+def graph_replay_worker(_index: int, out_dir: str, earlier_session: bool) -> None:
+    """Profile replays of :func:`capture_graph` into ``out_dir/graph``, in a process of its own.
+
+    The graph is captured before this process's profiler runs, as ``autotune profile`` of a
+    whole-step graph does. With ``earlier_session``, a profiling window of eager kernels runs
+    first (into ``out_dir/earlier``), so that the replays are traced in a later session: the
+    shape in which the test failed on the H200 when it ran after the other GPU tests.
+    """
+    if earlier_session:
+        y = torch.zeros(1, device="cuda")
+        profile_window(lambda: y.add_(1.0), out_dir=Path(out_dir, "earlier"), active=1, unprofiled_steps=1)
+    graph = capture_graph()
+    profile_window(graph.replay, out_dir=Path(out_dir, "graph"), active=3, unprofiled_steps=3)
