@@ -1,9 +1,14 @@
 """Time and peak memory of our trace parse + classify against HTA's ``TraceAnalysis`` load.
 
-Command (CPU machine; the synthetic trace is written first when ``--synthetic-mb`` is given
-and TRACE does not exist)::
+Commands (CPU machine). A real trace: a file (``.json`` or ``.json.gz``) or a folder holding one
+rank's trace, e.g. what ``python -m autotune profile --out DIR`` wrote; a synthetic one is
+written first when ``--synthetic-mb`` is given and TRACE does not exist::
 
+    python -m autotune.benchmarks.classify runs/full_stock_profile --repeats 3 --hta-repeats 3 --json bench.json
     python -m autotune.benchmarks.classify /tmp/synthetic_gpu.json.gz --synthetic-mb 120
+
+The report gives the file's size on disk and its JSON size (the same for ``.json``; for
+``.json.gz`` the uncompressed size), and both tools' median time and peak RSS.
 
 Each measurement runs in a fresh interpreter (``--child``), so that peak RSS
 (``ru_maxrss`` of the process and of its children: HTA parses in a worker process) belongs to
@@ -292,8 +297,11 @@ def measure(trace: Path, tool: str, repeats: int) -> dict:
             [sys.executable, "-m", "autotune.benchmarks.classify", "--child", tool, str(trace)],
             capture_output=True,
             text=True,
-            check=True,
         )
+        if proc.returncode != 0:
+            # A tool that cannot read the trace is a result too (HTA on some CPU-only traces).
+            lines = proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"]
+            return {"tool": tool, "error": lines[-1]}
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return {
         "tool": tool,
@@ -305,16 +313,56 @@ def measure(trace: Path, tool: str, repeats: int) -> dict:
     }
 
 
+def one_trace(path: Path) -> Path:
+    """The trace file to measure: ``path`` itself, or the one trace inside the folder ``path``."""
+    from autotune.errors import TraceFormatError
+    from autotune.profiling.trace import trace_files
+
+    files = trace_files(path)
+    if len(files) > 1:
+        raise TraceFormatError(
+            f"{path}: {len(files)} traces ({', '.join(f.name for f in files)}); the benchmark "
+            "compares one rank's trace: give one of the files"
+        )
+    return files[0]
+
+
+def sizes(trace: Path) -> dict:
+    """Size on disk and size of the JSON text, in MB (10^6 bytes)."""
+    return {
+        "file_mb": trace.stat().st_size / 1e6,
+        "json_mb": sum(len(chunk) for chunk in _chunks(trace)) / 1e6,
+        "gzipped": trace.name.endswith(".gz"),
+    }
+
+
+def report(trace: Path, repeats: int, hta_repeats: int) -> dict:
+    ours = measure(trace, "ours", repeats)
+    hta = measure(trace, "hta", hta_repeats)
+    both = "error" not in ours and "error" not in hta
+    return {
+        "trace": str(trace),
+        **sizes(trace),
+        "ours": ours,
+        "hta": hta,
+        "speedup": hta["seconds"] / ours["seconds"] if both else None,
+        "peak_ratio": hta["peak_mb"] / ours["peak_mb"] if both else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
+    from autotune.errors import AutotuneError
+
     p = argparse.ArgumentParser(
         prog="python -m autotune.benchmarks.classify", description=__doc__.split("\n")[0]
     )
-    p.add_argument("trace", type=Path)
+    p.add_argument("trace", type=Path, help="a trace file (.json, .json.gz) or a folder of one rank's trace")
     p.add_argument(
         "--synthetic-mb", type=float, help="write a synthetic GPU trace of this size first"
     )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hta-repeats", type=int, default=1)
+    p.add_argument("--json", type=Path, help="also write the report to this file")
     p.add_argument("--child", choices=["ours", "hta"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -325,19 +373,19 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"wrote {args.trace}: {steps} steps, {args.trace.stat().st_size / 1e6:.1f} MB gzipped"
         )
-    raw_mb = sum(len(chunk) for chunk in _chunks(args.trace)) / 1e6
-    ours = measure(args.trace, "ours", args.repeats)
-    hta = measure(args.trace, "hta", args.hta_repeats)
-    report = {
-        "trace": str(args.trace),
-        "json_mb": raw_mb,
-        "ours": ours,
-        "hta": hta,
-        "speedup": hta["seconds"] / ours["seconds"],
-        "peak_ratio": hta["peak_mb"] / ours["peak_mb"],
-    }
-    print(json.dumps(report, indent=2))
-    return 0
+    try:
+        trace = one_trace(args.trace)
+    except AutotuneError as exc:
+        print(f"classify benchmark: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    out = report(trace, args.repeats, args.hta_repeats)
+    text = json.dumps(out, indent=2)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
+    kind = "gzipped" if out["gzipped"] else "plain"
+    print(f"{trace.name}: {out['file_mb']:.1f} MB on disk ({kind}), {out['json_mb']:.1f} MB of JSON")
+    return 0 if "error" not in out["ours"] else 1
 
 
 def _chunks(path: Path):
