@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.add_argument("--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)")
+    p.add_argument("--no-guidance", action="store_true", help="search all knobs from the start (no profile-guided stages)")
+    p.add_argument("--stage-trials", type=int, default=None, help="trials per profile-guided stage (default: 4 on GPU, 2 on CPU)")
+    p.add_argument("--no-prune", action="store_true", help="run every trial to its end (no pruning from step times)")
+    p.add_argument("--profile-steps", type=int, default=3, help="steps profiled after each trial's measured steps (0: none)")
     p.set_defaults(func=run_search)
 
 
@@ -58,11 +62,12 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         trials=args.trials or (40 if gpu else 4), steps=args.steps or (20 if gpu else 3),
         warmup=args.warmup if args.warmup is not None else (5 if gpu else 1), nproc=args.nproc,
         timeout_per_trial=args.timeout_per_trial, memory_budget=budget, sampler=args.sampler, seed=args.seed,
-        storage=args.storage, study_name=name)
+        storage=args.storage, study_name=name, guidance=not args.no_guidance,
+        stage_trials=args.stage_trials or (4 if gpu else 2), prune=not args.no_prune, profile_steps=args.profile_steps)
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from autotune.search.output import write_best, write_trials
+    from autotune.search.output import write_best, write_parity, write_run_info, write_trials
     from autotune.search.study import run_study
     from autotune.workloads import get_workload
 
@@ -75,8 +80,11 @@ def run_search(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} steps, "
           f"memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
+    write_run_info(opts, finished=False)
     study = run_study(opts, machine, regions, report=lambda line: print(line, flush=True))
     write_trials(opts, study)
-    best = write_best(opts, study)
+    parity = write_parity(opts, study)
+    best = write_best(opts, study, parity)
+    write_run_info(opts, finished=True)
     print(f"best configuration: {best}  (train it: python -m autotune train --config {best})")
     return 0

@@ -1,7 +1,14 @@
-"""What a study leaves in its run folder: ``best.yaml`` and ``trials.csv``."""
+"""What a study leaves in its run folder besides the study and the profiles.
+
+``run.json`` (how the study was started, so that ``autotune report`` can find it), ``best.yaml``
+(the winner, with its provenance), ``parity.json`` (loss parity of the winner against the stock
+trial: both trials train from the same seed on the same batches, so their losses are compared
+with :func:`autotune.train.verify.compare` at the winner's tolerance) and ``trials.csv``.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +19,58 @@ from autotune.config import SCHEMA_VERSION, save_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import TrialError
 from autotune.search.study import StudyOptions, best_trial, config_of, feasible, stock_trial
+
+
+def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
+    """``run.json``: the study's name, storage and options (started_at kept from the first write)."""
+    path = opts.out / "run.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    info = {
+        "study_name": opts.study_name, "storage": _redact(opts.storage), "workload": opts.base.workload,
+        "preset": opts.base.preset, "space": opts.space.name, "nproc": opts.nproc, "trials": opts.trials,
+        "steps": opts.steps, "warmup": opts.warmup, "batch_size": opts.base.batch_size,
+        "memory_budget_bytes": opts.memory_budget, "sampler": opts.sampler, "seed": opts.seed,
+        "guidance": opts.guidance, "stage_trials": opts.stage_trials, "prune": opts.prune,
+        "started_at": old.get("started_at", now) if not finished or old else now,
+        "finished_at": now if finished else None,
+    }
+    opts.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(info, indent=1))
+    return path
+
+
+def _redact(url: str | None) -> str | None:
+    """The storage URL without its password."""
+    if not url or "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    cred, host = rest.rsplit("@", 1)
+    return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else url
+
+
+def write_parity(opts: StudyOptions, study: optuna.Study) -> dict[str, Any] | None:
+    """Loss parity of the best trial against the stock trial, from the losses both recorded."""
+    from autotune.train.verify import compare, tolerance_for
+
+    best, stock = best_trial(study), stock_trial(study)
+    if best is None or stock is None or not best.user_attrs.get("losses") or not stock.user_attrs.get("losses"):
+        return None
+    result = compare(stock.user_attrs, best.user_attrs, tolerance_for(config_of(opts, best))).to_dict()
+    result.update({"stock_trial": stock.number, "trial": best.number})
+    write_text_atomic(opts.out / "parity.json", json.dumps(result, indent=1))
+    return result
+
+
+def trials_to_fraction(study: optuna.Study, fraction: float = 0.95) -> int | None:
+    """How many trials (counting from the first) the study took to reach ``fraction`` of its best."""
+    best = best_trial(study)
+    if best is None:
+        return None
+    for i, t in enumerate(study.get_trials(deepcopy=False)):
+        if feasible(t) and t.value >= fraction * best.value:
+            return i + 1
+    return None
 
 
 def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.FrozenTrial) -> dict[str, Any]:
@@ -35,12 +94,15 @@ def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.Froze
         "world_size": a.get("world_size", opts.nproc),
         "steps": opts.steps,
         "warmup": opts.warmup,
+        "trials_to_95_percent": trials_to_fraction(study, 0.95),
+        "pruned": sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials),
+        "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
         "environment": json.loads(a.get("environment", "{}")),
         "schema_version": SCHEMA_VERSION,
     }
 
 
-def write_best(opts: StudyOptions, study: optuna.Study) -> Path:
+def write_best(opts: StudyOptions, study: optuna.Study, parity: dict[str, Any] | None = None) -> Path:
     """Write the winning configuration to ``out/best.yaml``; no feasible trial is an error."""
     best = best_trial(study)
     if best is None:
@@ -48,6 +110,8 @@ def write_best(opts: StudyOptions, study: optuna.Study) -> Path:
                          f"see {opts.out / 'trials.csv'} and {opts.out / 'logs'}", "infeasible")
     cfg = config_of(opts, best)
     cfg.provenance = provenance(opts, study, best)
+    if parity is not None:
+        cfg.provenance["parity"] = {k: parity[k] for k in ("passed", "tolerance", "loss_rel_diff", "grad_norm_rel_diff", "steps")}
     path = opts.out / "best.yaml"
     save_config(cfg, path)
     return path

@@ -13,6 +13,10 @@ A space is a YAML file (``search_spaces/NAME.yaml``) loaded once, strictly, at t
         when: {graphs.mode: regions}
         group: graphs
 
+``remedy`` is the value that relieves the knob group's bottleneck as a rule (more loader workers
+for a data stall, whole-step graphs for launch overhead): the profile-guided search tries it first
+when the profile points at that group.
+
 Each knob key is a dotted key of the TrainConfig tree (``precision.regions.vision`` addresses one
 entry of a mapping). ``when`` makes the knob exist only while other knobs take the given value(s);
 ``requires`` (``cuda`` or ``fp8``) drops the knob, with a note, on a machine without it. Every
@@ -35,7 +39,7 @@ from autotune.errors import ConfigError, SearchSpaceError
 TYPES = ("int", "float", "categorical", "bool")
 GROUPS = ("data", "graphs", "compile", "comm", "precision", "optimizer")
 REQUIREMENTS = ("cuda", "fp8")
-KNOB_KEYS = ("type", "low", "high", "log", "step", "choices", "when", "requires", "group", "doc")
+KNOB_KEYS = ("type", "low", "high", "log", "step", "choices", "when", "requires", "group", "doc", "remedy")
 EMPTY = "none"  # how an empty list choice is named among Optuna's categorical values
 
 
@@ -54,6 +58,8 @@ class Knob:
     when: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     requires: str | None = None
     doc: str = ""
+    remedy: Any = None
+    """The value that relieves the group's bottleneck as a rule (tried first when the profile points here)."""
 
     @property
     def list_valued(self) -> bool:
@@ -212,7 +218,13 @@ def _parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kn
     else:
         kw["choices"] = _parse_choices(path, where, kind, spec)
     kw["when"] = _parse_when(path, where, spec.get("when"), earlier)
-    return Knob(**kw)
+    knob = Knob(**kw)
+    if "remedy" in spec:
+        remedy = spec["remedy"]
+        if remedy is None or not knob.contains(remedy):
+            raise _err(path, f"{where}.remedy", f"{remedy!r} is not a value this knob can take")
+        knob = dataclasses.replace(knob, remedy=remedy)
+    return knob
 
 
 def _parse_range(path: Path, where: str, kind: str, spec: dict) -> dict[str, Any]:

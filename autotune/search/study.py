@@ -16,13 +16,26 @@ How a trial ends:
 * refused configuration, crash, timeout, NaN loss, compile error: FAIL with
   ``user_attrs["reason"]`` and ``["error"]``; the study goes on.
 
-Pruning clearly worse trials from their first step times is not done yet: every trial runs all
-its steps.
+* clearly worse: PRUNED. Each measured step's time reaches the study while the trial runs
+  (``launch(on_step=...)``) as an intermediate value (samples/s of that step); Optuna's
+  ``WilcoxonPruner`` stops the trial when its steps are significantly slower than the best
+  trial's same steps (one-sided signed-rank test, p < ``PRUNE_P``).
+
+After its measured steps, every trial profiles ``profile_steps`` more steps into
+``profiles/trial-NNNN`` of the run folder; the classification (buckets, dominant bucket, profiling
+overhead) goes into the trial's user attributes, and :mod:`autotune.search.guide` uses the
+incumbent's to choose the knob group to search next. Traces are kept for the stock trial, the
+incumbents the stages started from and the best trial; the other trials keep their
+``classification.summary``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -31,15 +44,19 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.samplers import PartialFixedSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
+from autotune.search.guide import Guide, Stage
 from autotune.search.space import SearchSpace, apply_values
+from autotune.search.storage import open_storage
 from autotune.train.launch import launch
 
 SAMPLERS = ("tpe", "gp", "random")
+PRUNE_P = 0.1
 
 
 @dataclass
@@ -59,6 +76,10 @@ class StudyOptions:
     seed: int = 0
     storage: str | None = None
     study_name: str = ""
+    guidance: bool = True
+    stage_trials: int = 4
+    prune: bool = True
+    profile_steps: int = 3
 
 
 def constraint_of(trial: FrozenTrial) -> list[float]:
@@ -80,14 +101,46 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def open_study(opts: StudyOptions) -> optuna.Study:
-    """Create the study, or load it to continue (same name, same storage)."""
-    storage: Any = opts.storage
-    if storage is None:
-        opts.out.mkdir(parents=True, exist_ok=True)
-        backend = optuna.storages.journal.JournalFileBackend(str(opts.out / "study.journal"))
-        storage = optuna.storages.JournalStorage(backend)
-    return optuna.create_study(study_name=opts.study_name, storage=storage, direction="maximize",
-                               sampler=make_sampler(opts.sampler, opts.seed), load_if_exists=True)
+    """Create the study with the stock configuration queued first, or load it to continue."""
+    kwargs: dict[str, Any] = dict(study_name=opts.study_name, storage=open_storage(opts.storage, opts.out),
+                                  sampler=make_sampler(opts.sampler, opts.seed), pruner=make_pruner(opts.prune))
+    try:  # of several workers starting at once, exactly one creates the study (its name is unique)
+        study = optuna.create_study(direction="maximize", **kwargs)
+    except optuna.exceptions.DuplicatedStudyError:
+        return optuna.load_study(**kwargs)
+    study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={"stock": True})
+    return study
+
+
+def make_pruner(prune: bool) -> optuna.pruners.BasePruner:
+    """Wilcoxon's signed-rank test of a trial's step times against the best trial's, or none."""
+    if not prune:
+        return optuna.pruners.NopPruner()
+    with warnings.catch_warnings():  # experimental since 3.6
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return ClearlyWorsePruner(optuna.pruners.WilcoxonPruner(p_threshold=PRUNE_P, n_startup_steps=2))
+
+
+class ClearlyWorsePruner(optuna.pruners.BasePruner):
+    """``inner``'s verdict, or: after ``min_steps`` steps, even the trial's fastest step is slower
+    than ``ratio`` times the best trial's median step (a test needs more steps than a short
+    window gives to call a 10x slower trial significant)."""
+
+    def __init__(self, inner: optuna.pruners.BasePruner, ratio: float = 0.5, min_steps: int = 2) -> None:
+        self.inner, self.ratio, self.min_steps = inner, ratio, min_steps
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if self.inner.prune(study, trial):
+            return True
+        values = list(trial.intermediate_values.values())
+        if len(values) < self.min_steps:
+            return False
+        try:
+            best = study.best_trial
+        except ValueError:  # no completed trial yet
+            return False
+        reference = list(best.intermediate_values.values())
+        return bool(reference) and max(values) < self.ratio * statistics.median(reference)
 
 
 def sample(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
@@ -128,6 +181,7 @@ def _fail(trial: optuna.Trial, reason: str, error: str) -> tuple[TrialState, flo
 
 def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions: tuple[str, ...]) -> tuple[TrialState, float | None]:
     """Sample, check and measure one trial; its state and value for ``study.tell``."""
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
     try:
         cfg = trial_config(opts.base, sample(trial, opts.space))
         check_compatible(cfg, machine, regions)
@@ -135,9 +189,22 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
         return _fail(trial, "config", str(exc))
     log = opts.out / "logs" / f"trial-{trial.number:04d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    profile_dir = opts.out / "profiles" / f"trial-{trial.number:04d}"
+    per_step = cfg.batch_size * opts.nproc
+
+    def on_step(step: int, seconds: float) -> bool:
+        trial.report(per_step / seconds, step)
+        return step < opts.steps - 1 and trial.should_prune()  # the last step: the measurement is complete
+
     result = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=opts.timeout_per_trial,
-                    log_path=log)
+                    log_path=log, on_step=on_step, profile_after=profile_dir if opts.profile_steps else None,
+                    profile_steps=opts.profile_steps)
     if "error" in result:
+        if result.get("reason") == "pruned":
+            trial.set_user_attr("reason", "pruned")
+            trial.set_user_attr("error", str(result["error"]))
+            shutil.rmtree(profile_dir, ignore_errors=True)
+            return TrialState.PRUNED, None
         if result.get("reason") == "oom":
             trial.set_user_attr("constraint", 1.0)
             trial.set_constraint("memory", 1.0)
@@ -148,16 +215,50 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
     attrs = {
         "samples_per_s": float(result["samples_per_s"]),
         "step_time_ms": float(result["step_time_ms"]),
+        "step_time_spread_ms": result.get("step_time_spread_ms", {}),
         "peak_memory_bytes": peak,
         "mfu": float(result.get("mfu", 0.0)),
         "world_size": int(result.get("world_size", opts.nproc)),
         "environment": json.dumps(result.get("environment", {})),
         "constraint": (peak - opts.memory_budget) / opts.memory_budget,
+        "losses": result.get("losses", []),
+        "grad_norms": result.get("grad_norms", []),
     }
+    attrs.update(profile_attrs(result.get("profile"), profile_dir, opts.out))
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
     trial.set_constraint("memory", attrs["constraint"])
     return TrialState.COMPLETE, attrs["samples_per_s"]
+
+
+def profile_attrs(profile: dict | None, profile_dir: Path, out: Path) -> dict[str, Any]:
+    """The trial's user attributes from its profiled window (nothing when there was none)."""
+    cls = (profile or {}).get("classification")
+    if not cls:
+        return {}
+    return {
+        "buckets": json.dumps(cls["buckets"]),
+        "dominant": cls["dominant"],
+        "profile_dir": str(profile_dir.relative_to(out)),
+        "profile_overhead": float(profile.get("overhead") or 0.0),
+        "profiled_step_ms": profile.get("profiled_step_ms"),
+        "unprofiled_step_ms": profile.get("unprofiled_step_ms"),
+    }
+
+
+def keep_traces(study: optuna.Study, guide: Guide, out: Path) -> None:
+    """Delete the traces of trials that are neither stock, a stage's incumbent, nor the best."""
+    keep = {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("stock")}
+    keep |= {s.incumbent for s in guide.stages}
+    best = best_trial(study)
+    if best is not None:
+        keep.add(best.number)
+    for folder in (out / "profiles").glob("trial-*"):
+        number = int(folder.name.split("-")[1]) if folder.name.split("-")[1].isdigit() else -1
+        if number in keep:
+            continue
+        for trace in folder.glob("*.json*"):
+            trace.unlink(missing_ok=True)
 
 
 def feasible(trial: FrozenTrial) -> bool:
@@ -179,30 +280,59 @@ def finished(study: optuna.Study) -> int:
 
 
 def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], report: Callable[[str], None] = print) -> optuna.Study:
-    """Run trials until the study holds ``opts.trials`` finished ones; returns the study."""
+    """Run trials until the study holds ``opts.trials`` finished ones (all workers together)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(opts)
     if opts.storage is None:  # our own file: a RUNNING trial is left over from an interrupted run
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study.tell(t.number, state=TrialState.FAIL)
     if not study.get_trials(deepcopy=False):
-        study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={"stock": True})
+        study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={"stock": True}, skip_if_exists=True)
+    guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance)
+    guide.load(study)
+    base_sampler = study.sampler
     done = finished(study)
     todo = max(0, opts.trials - done)
     if done:
         report(f"continuing study {opts.study_name!r}: {done} trials done, {todo} to go")
-    start = time.monotonic()
-    for i in range(todo):
+    start, ran = time.monotonic(), 0
+    while finished(study) < opts.trials:
+        guide.load(study)  # another worker may have moved the stages on
+        fixed, stage = None, None
+        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):  # queued trials go first, unguided
+            fixed, stage = guide.next_trial(study, best_trial(study))
+        with warnings.catch_warnings():  # experimental since 2.4
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.sampler = base_sampler if fixed is None else PartialFixedSampler(fixed, base_sampler)
         trial = study.ask()
+        if stage is not None and not trial.user_attrs.get("stock"):
+            trial.set_user_attr("stage", stage.stage)
+            trial.set_user_attr("group", "+".join(stage.groups))
+        else:
+            stage = None
         state, value = run_trial(trial, opts, machine, regions)
         study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
-        report(progress_line(study, study.trials[trial.number], done + i + 1, opts.trials, start, i + 1, todo))
+        frozen = study.trials[trial.number]
+        guide.record(study, stage, frozen)
+        keep_traces(study, guide, opts.out)
+        write_diagnosis(opts.out, guide)
+        ran += 1
+        report(progress_line(study, frozen, finished(study), opts.trials, start, ran, max(ran, opts.trials - done), stage))
     return study
 
 
-def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int) -> str:
-    """``trial 3/8 #2: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``."""
-    if "reason" in trial.user_attrs:
+def write_diagnosis(out: Path, guide: Guide) -> None:
+    from autotune.config.io import write_text_atomic
+
+    write_text_atomic(out / "diagnosis.json", json.dumps(guide.to_dict(), indent=1))
+
+
+def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int,
+                  stage: Stage | None = None) -> str:
+    """``trial 3/8 #2 [data_stall -> data]: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``."""
+    if trial.state == TrialState.PRUNED:
+        what = "pruned (" + str(trial.user_attrs.get("error", "")) + ")"
+    elif "reason" in trial.user_attrs:
         what = f"failed ({trial.user_attrs['reason']}): {str(trial.user_attrs.get('error', ''))[:80]}"
     else:
         what = f"{trial.value:.2f} samples/s" + ("" if feasible(trial) else " (over the memory budget)")
@@ -217,7 +347,10 @@ def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: in
         inc += ")"
     elapsed = time.monotonic() - start
     left = elapsed / ran * (todo - ran)
-    return f"trial {index}/{total} #{trial.number}: {what} | {inc} | {_clock(elapsed)} elapsed, ~{_clock(left)} left"
+    where = ""
+    if stage is not None:
+        where = f" [{stage.bottleneck or 'free'} -> {'+'.join(stage.groups)}]"
+    return f"trial {index}/{total} #{trial.number}{where}: {what} | {inc} | {_clock(elapsed)} elapsed, ~{_clock(left)} left"
 
 
 def _clock(seconds: float) -> str:

@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,9 @@ from autotune.config import TrainConfig, save_config
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def command(config_path: str, out: str, steps: int, warmup: int, nproc: int, profile_out: str | None = None) -> list[str]:
-    worker = ["--config", config_path, "--steps", str(steps), "--warmup", str(warmup), "--out", out]
+def command(config_path: str, out: str, steps: int, warmup: int, nproc: int, profile_out: str | None = None,
+            extra: list[str] | None = None) -> list[str]:
+    worker = ["--config", config_path, "--steps", str(steps), "--warmup", str(warmup), "--out", out, *(extra or [])]
     if profile_out:
         worker += ["--profile-out", str(profile_out)]
     if nproc == 1:
@@ -34,30 +37,39 @@ def command(config_path: str, out: str, steps: int, warmup: int, nproc: int, pro
 
 def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1, timeout: float | None = None,
            log_path: str | os.PathLike | None = None, extra_env: dict[str, str] | None = None,
-           profile_out: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The run's result dict, or ``{"error": ..., "reason": ...}`` (reasons: timeout, crash, oom, nan, ...).
+           profile_out: str | os.PathLike | None = None, profile_after: str | os.PathLike | None = None,
+           profile_steps: int = 3, on_step: Callable[[int, float], bool] | None = None) -> dict[str, Any]:
+    """The run's result dict, or ``{"error": ..., "reason": ...}`` (reasons: timeout, crash, oom, nan, pruned, ...).
 
     With ``profile_out`` the processes profile a window into that folder instead of training
-    (``autotune.train.profile_run``) and the result is its summary.
+    (``autotune.train.profile_run``) and the result is its summary. With ``profile_after`` they
+    train and measure, then profile ``profile_steps`` steps into that folder (``result["profile"]``).
+    ``on_step(i, seconds)`` is called with each measured step's time while the run goes on; when
+    it returns True the run is stopped and the result is ``{"reason": "pruned", ...}``.
     """
     with tempfile.TemporaryDirectory(prefix="autotune-run-") as tmp:
         config_path, out = str(Path(tmp) / "config.yaml"), str(Path(tmp) / "result.json")
+        progress = Path(tmp) / "progress"
         save_config(cfg, config_path)
         env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
         if cfg.kernels.cuda_device_max_connections is not None:
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // nproc)))
+        extra = ["--progress", str(progress)] if on_step else []
+        if profile_after:
+            extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]
+        argv = command(config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra)
         log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
-            proc = subprocess.Popen(command(config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None), stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
-                proc.wait(timeout=timeout)
+                stopped = _wait(proc, timeout, progress if on_step else None, on_step)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
                 return {"error": f"the run did not finish within {timeout:.0f} s", "reason": "timeout"}
             finally:
                 _kill_group(proc)  # stray children (loader workers, ranks) never outlive the run
+            if stopped is not None:
+                return {"error": f"pruned after {stopped} measured steps", "reason": "pruned", "steps_run": stopped}
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
@@ -66,11 +78,37 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
             if "error" not in result and proc.returncode != 0:
                 result = {"error": f"exit code {proc.returncode}", "reason": "crash"}
             return result
-        for extra in sorted(Path(tmp).glob("result.json.rank*")):
-            return json.loads(extra.read_text())
+        for extra_result in sorted(Path(tmp).glob("result.json.rank*")):
+            return json.loads(extra_result.read_text())
         rc = proc.returncode
         reason = "oom" if rc == -signal.SIGKILL else "crash"
         return {"error": f"the run exited with code {rc} without a result", "reason": reason}
+
+
+def _wait(proc: subprocess.Popen, timeout: float | None, progress: Path | None,
+          on_step: Callable[[int, float], bool] | None) -> int | None:
+    """Wait for the run; with a progress file, feed ``on_step`` and return the step count if it says stop."""
+    if progress is None or on_step is None:
+        proc.wait(timeout=timeout)
+        return None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    seen = 0
+    while True:
+        try:
+            proc.wait(timeout=0.2)
+            finished = True
+        except subprocess.TimeoutExpired:
+            finished = False
+        text = progress.read_text() if progress.exists() else ""
+        complete = text.split("\n")[:-1]  # the piece after the last newline is still being written
+        for line in complete[seen:]:
+            seen += 1
+            if on_step(seen - 1, float(line)):
+                return seen
+        if finished:
+            return None
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -63,6 +63,8 @@ class StepTimer:
         self.device = device
         self._events: list = []
         self._host: list[float] = []
+        self.polled = 0
+        """Steps already handed out by :meth:`poll`."""
 
     def start(self) -> None:
         synchronize(self.device)
@@ -77,6 +79,22 @@ class StepTimer:
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
             self._events.append(ev)
+
+    def poll(self) -> list[float]:
+        """Step times completed since the last poll, without waiting (``Event.query`` on CUDA)."""
+        done = self.polled
+        new: list[float] = []
+        while done + 1 < len(self._host):
+            if self.cuda:
+                end = self._events[done + 1]
+                if not end.query():
+                    break
+                new.append(self._events[done].elapsed_time(end) / 1e3)
+            else:
+                new.append(self._host[done + 1] - self._host[done])
+            done += 1
+        self.polled = done
+        return new
 
     def finish(self) -> tuple[list[float], float]:
         """(per-step seconds, wall seconds of the whole window, synchronised)."""

@@ -10,6 +10,7 @@ into ``DIR/classification.summary`` (JSON; not named .json, so that the folder s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +24,30 @@ from autotune.train.session import Session
 
 def profile_config(cfg: TrainConfig, out_dir: str | Path, *, warmup: int = 5, active: int = 5,
                    unprofiled: int = 5) -> dict[str, Any]:
-    from autotune.profiling import classify, data_wait, profile_window
-
     rank, world, local = distributed.init_from_env()
     session = Session(cfg, rank, world, local)
     loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world)
     batches = session.batches(loader)
+    warmup = max(warmup, cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else 0)
+    for _ in range(warmup):
+        session.step(next(batches))
+    summary = profile_session(session, batches, out_dir, active=active, unprofiled=unprofiled)
+    session.close()
+    return summary
+
+
+def profile_session(session: Session, batches: Iterator, out_dir: str | Path, *, active: int = 5,
+                    unprofiled: int = 5) -> dict[str, Any]:
+    """Profile one window of a warmed-up session; rank 0 classifies it (all ranks must call)."""
+    from autotune.profiling import classify, data_wait, profile_window
+
+    rank, world = session.rank, session.world
 
     def step() -> None:
         with data_wait():
             batch = next(batches)
         session.step(batch)
 
-    warmup = max(warmup, cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else 0)
-    for _ in range(warmup):
-        step()
     window = profile_window(step, out_dir=out_dir, rank=rank, world_size=world, wait=1, warmup=2,
                             active=active, unprofiled_steps=unprofiled)
     if world > 1:
@@ -45,8 +55,6 @@ def profile_config(cfg: TrainConfig, out_dir: str | Path, *, warmup: int = 5, ac
     summary: dict[str, Any] = {"profiled_step_ms": window.profiled_step_ms, "unprofiled_step_ms": window.unprofiled_step_ms,
                                "overhead": window.overhead}
     if rank == 0:
-        result = classify(Path(out_dir)).to_dict()
-        summary["classification"] = result
+        summary["classification"] = classify(Path(out_dir)).to_dict()
         write_text_atomic(Path(out_dir) / "classification.summary", json.dumps(summary, indent=1))
-    session.close()
     return summary

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import platform
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,6 +47,8 @@ class TrainResult:
     device: str
     environment: dict[str, Any] = field(default_factory=dict)
     ddp: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None
+    """With ``profile_out``: the profiled window's summary (overhead and classification, rank 0)."""
     config: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -61,10 +65,16 @@ def environment(device: torch.device, world: int) -> dict[str, Any]:
     return env
 
 
-def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hook=None) -> TrainResult:
+def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hook=None,
+                 progress: Callable[[float], None] | None = None, profile_out: str | Path | None = None,
+                 profile_steps: int = 3) -> TrainResult:
     """Train ``warmup`` + ``steps`` steps; measure the last ``steps`` (rank 0's result is aggregated).
 
     ``step_hook(i)``, if given, is called after each step (the profiler's ``step()``).
+    ``progress(seconds)`` receives each measured step's time as soon as the device has finished
+    it (without synchronising; the tuner prunes from these). With ``profile_out``, a window of
+    ``profile_steps`` steps is profiled after the measured ones (so that the measurement stays
+    unprofiled) into that folder and classified (``TrainResult.profile``).
     """
     rank, world, local = distributed.init_from_env()
     session = Session(cfg, rank, world, local)
@@ -89,12 +99,23 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
         timer.lap()
         if step_hook:
             step_hook(warmup + i)
+        if progress:
+            for seconds in timer.poll():
+                progress(seconds)
     step_times, wall = timer.finish()
+    if progress:
+        for seconds in step_times[timer.polled:]:
+            progress(seconds)
     loss_values = torch.stack([x.float() for x in losses]).cpu().tolist()
     norm_values = torch.stack([x.float() for x in norms]).cpu().tolist()
     if any(not math.isfinite(v) for v in loss_values):
         raise TrialError(f"the loss is not finite at step {next(i for i, v in enumerate(loss_values) if not math.isfinite(v))}", "nan")
     mem = peak_memory(device)
+    profile = None
+    if profile_out is not None:
+        from autotune.train.profile_run import profile_session
+
+        profile = profile_session(session, batches, profile_out, active=profile_steps, unprofiled=profile_steps)
     rate = matmul_rate(device)
     per_rank = _gather({"step_times": step_times, "memory": mem}, world)
     # A data-parallel step ends when the slowest rank ends: take the per-step maximum over ranks.
@@ -126,6 +147,7 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
         device=str(device),
         environment=environment(device, world),
         ddp=ddp_info,
+        profile=profile,
         config=to_dict(cfg),
     )
 

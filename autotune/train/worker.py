@@ -34,6 +34,16 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     return "error", text.splitlines()[0]
 
 
+def _progress_writer(path: str):
+    """A callback appending one line per measured step (seconds), flushed, for the tuner to read."""
+    f = open(path, "a", buffering=1)  # noqa: SIM115  closed at exit
+
+    def write(seconds: float) -> None:
+        f.write(f"{seconds:.9f}\n")
+
+    return write
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
@@ -41,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile-out", default=None, help="profile a window into this folder instead of training")
+    ap.add_argument("--profile-after", default=None, help="after the measured steps, profile a window into this folder")
+    ap.add_argument("--profile-steps", type=int, default=3, help="profiled steps of --profile-after")
+    ap.add_argument("--progress", default=None, help="append each measured step's seconds to this file (rank 0)")
     args = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
@@ -51,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from autotune.train.runner import run_training
 
-            result = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup).to_dict()
+            progress = _progress_writer(args.progress) if args.progress and rank == 0 else None
+            result = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup, progress=progress,
+                                  profile_out=args.profile_after, profile_steps=args.profile_steps).to_dict()
         code = 0
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)

@@ -60,7 +60,7 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
     for bs, prec in ((3, "bf16"), (5, "bf16"), (2, "fp8")):
         study.enqueue_trial({"batch_size": bs, "precision.regions.dit": prec})
     argv = ["run", "--workload", workload, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic",
-            "--steps", "1", "--warmup", "1", "--timeout-per-trial", "20", "--out", str(out)]
+            "--steps", "1", "--warmup", "1", "--timeout-per-trial", "30", "--profile-steps", "0", "--out", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "failed (timeout)" in printed and "failed (config)" in printed

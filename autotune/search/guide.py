@@ -1,0 +1,165 @@
+"""Profile guidance: the incumbent's dominant time bucket decides which knob group is searched next.
+
+Every measured trial is profiled for a few steps after its measured window (``launch(...,
+profile_after=...)``), so the incumbent's buckets are always known. The search runs in stages:
+
+1. the stock configuration (trial 0) is measured and profiled;
+2. a stage takes the incumbent's largest bucket (at least ``MIN_SHARE`` of the step) that maps to a
+   knob group not yet explored (``BUCKET_GROUPS``), and runs ``stage_trials`` trials in which only
+   that group's knobs vary; the other knobs keep the incumbent's values (fixed with Optuna's
+   ``PartialFixedSampler``, so the sampler chooses the group's knobs from all it has learnt). The first
+   trial of a stage sets the group's knobs to their ``remedy`` values where the space gives one;
+3. the stage ends; its gain is best-in-stage over the incumbent it started from; the new
+   incumbent's profile picks the next stage;
+4. with no bucket left to act on, the search goes on over all knobs (a ``free`` stage).
+
+The stages are the chain "bottleneck -> knob group -> measured gain" of the report. They live in
+the study's user attributes (``STUDY_ATTR``), so a resumed or shared study continues them, and in
+``diagnosis.json`` of the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.search.space import SearchSpace
+
+BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
+    "data_stall": ("data",),
+    "launch_overhead": ("graphs", "optimizer", "compile"),
+    "comm_wait": ("comm",),
+    "compute_serial": ("precision", "compile"),
+    "other": (),
+}
+"""Knob groups that address each bucket, in the order they are tried."""
+
+MIN_SHARE = 0.05
+"""A bucket below this share of the step is not worth a stage."""
+
+STUDY_ATTR = "autotune.diagnosis"
+FREE = "all"
+
+
+@dataclass
+class Stage:
+    """One stage of the search: what the profile said, what was tried, what it gained."""
+
+    stage: int
+    bottleneck: str | None
+    share: float | None
+    groups: list[str]
+    knobs: list[str]
+    incumbent: int
+    incumbent_samples_per_s: float
+    profile: str | None
+    buckets: dict[str, float] | None
+    dominant: str | None
+    trials: list[int] = field(default_factory=list)
+    best_trial: int | None = None
+    best_samples_per_s: float | None = None
+    gain: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def buckets_of(trial: FrozenTrial) -> dict[str, float] | None:
+    raw = trial.user_attrs.get("buckets")
+    return json.loads(raw) if raw else None
+
+
+class Guide:
+    """Chooses the fixed parameters of the next trial; keeps the stages."""
+
+    def __init__(self, space: SearchSpace, stage_trials: int, enabled: bool = True) -> None:
+        self.space = space
+        self.stage_trials = max(1, stage_trials)
+        self.enabled = enabled
+        self.stages: list[Stage] = []
+
+    # ------------------------------------------------------------------ state in the study
+
+    def load(self, study: optuna.Study) -> None:
+        raw = study.user_attrs.get(STUDY_ATTR)
+        self.stages = [Stage(**s) for s in json.loads(raw)] if raw else []
+
+    def save(self, study: optuna.Study) -> None:
+        study.set_user_attr(STUDY_ATTR, json.dumps([s.to_dict() for s in self.stages]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "stage_trials": self.stage_trials, "stages": [s.to_dict() for s in self.stages]}
+
+    # ------------------------------------------------------------------ decisions
+
+    def next_trial(self, study: optuna.Study, incumbent: FrozenTrial | None) -> tuple[dict[str, Any] | None, Stage | None]:
+        """Fixed Optuna parameters for the next trial (None: sample everything) and its stage.
+
+        Starts a new stage when the current one has had its trials. Without an incumbent (no
+        feasible trial yet, e.g. the stock trial itself) nothing is guided.
+        """
+        if not self.enabled or incumbent is None:
+            return None, None
+        stage = self.stages[-1] if self.stages else None
+        if stage is None or (stage.groups != [FREE] and len(stage.trials) >= self.stage_trials):
+            stage = self._new_stage(study, incumbent)
+            self.stages.append(stage)
+            self.save(study)
+        if stage.groups == [FREE]:
+            return None, stage
+        first = not stage.trials
+        fixed: dict[str, Any] = {}
+        params = incumbent.params
+        for knob in self.space.knobs:
+            if knob.group in stage.groups:
+                if first and knob.remedy is not None:
+                    fixed[knob.key] = knob.encode(knob.remedy)
+            elif knob.key in params:
+                fixed[knob.key] = params[knob.key]
+        return fixed, stage
+
+    def _new_stage(self, study: optuna.Study, incumbent: FrozenTrial) -> Stage:
+        self._close(study)
+        explored = {g for s in self.stages for g in s.groups}
+        have = {k.group for k in self.space.knobs}
+        buckets = buckets_of(incumbent)
+        number = len(self.stages) + 1
+        common = {"stage": number, "incumbent": incumbent.number, "incumbent_samples_per_s": float(incumbent.value or 0.0),
+                  "profile": incumbent.user_attrs.get("profile_dir"), "buckets": buckets,
+                  "dominant": incumbent.user_attrs.get("dominant")}
+        for bucket, share in sorted((buckets or {}).items(), key=lambda kv: -kv[1]):
+            if share < MIN_SHARE:
+                break
+            for group in BUCKET_GROUPS.get(bucket, ()):
+                if group in have and group not in explored:
+                    knobs = [k.key for k in self.space.knobs if k.group == group]
+                    return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, **common)
+        return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], **common)
+
+    def record(self, study: optuna.Study, stage: Stage | None, trial: FrozenTrial) -> None:
+        """Add a finished trial to its stage and update the stage's best and gain."""
+        if stage is None:
+            return
+        stage.trials.append(trial.number)
+        self._update(study, stage)
+        self.save(study)
+
+    def _close(self, study: optuna.Study) -> None:
+        if self.stages:
+            self._update(study, self.stages[-1])
+
+    @staticmethod
+    def _update(study: optuna.Study, stage: Stage) -> None:
+        from autotune.search.study import feasible
+
+        trials = [study.trials[n] for n in stage.trials if n < len(study.trials)]
+        ok = [t for t in trials if feasible(t)]
+        if ok:
+            best = max(ok, key=lambda t: t.value)
+            stage.best_trial, stage.best_samples_per_s = best.number, float(best.value)
+            if stage.incumbent_samples_per_s:
+                stage.gain = stage.best_samples_per_s / stage.incumbent_samples_per_s

@@ -1,0 +1,135 @@
+"""Where a study lives: a journal file in the run folder, or a database that several workers share.
+
+    python -m autotune run                                                # run_dir/study.journal
+    python -m autotune run --storage postgresql://user:pw@host:5432/db    # shared by every worker
+
+A database URL opens Optuna's ``RDBStorage`` with heartbeats: a worker records its running trial's
+heartbeat every ``HEARTBEAT_INTERVAL`` seconds (:func:`heartbeat`), and a trial whose heartbeat is
+older than ``GRACE_PERIOD`` (its worker was killed, or its machine lost) is marked FAIL by the next
+worker that looks (:func:`fail_stale`), so the study never waits on it.
+
+``postgresql://`` URLs are opened with psycopg 3 (the ``postgres`` extra): SQLAlchemy before 2.1
+reads a bare ``postgresql://`` as psycopg2, so the scheme is rewritten to ``postgresql+psycopg://``;
+a URL that names its driver (``postgresql+psycopg2://``) is used as given.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import optuna
+import sqlalchemy
+import sqlalchemy.exc
+import sqlalchemy.pool
+from optuna.storages import BaseStorage
+from sqlalchemy.engine import URL, make_url
+
+from autotune.errors import ConfigError
+
+JOURNAL = "study.journal"
+HEARTBEAT_INTERVAL = 30
+"""Seconds between two heartbeats of a running trial."""
+GRACE_PERIOD = 120
+"""Seconds without a heartbeat after which another worker marks the trial FAIL."""
+CONNECT_TIMEOUT = 10
+"""Seconds to wait for a PostgreSQL server before ``--storage`` is reported unreachable."""
+SCHEMA_LOCK = int.from_bytes(b"autotune", "big")
+"""PostgreSQL advisory lock held while Optuna creates its tables."""
+
+# Study.ask warns about heartbeats outside Study.optimize; :func:`heartbeat` does Optuna's part.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def open_storage(url: str | None, run_dir: Path, *, heartbeat_interval: int = HEARTBEAT_INTERVAL,
+                 grace_period: int = GRACE_PERIOD) -> BaseStorage:
+    """The journal file ``run_dir/study.journal`` when ``url`` is None, else the database at ``url``.
+
+    Raises :class:`ConfigError` naming ``--storage`` (never its password) when the URL is not a
+    database URL, its driver is not installed, or the database cannot be opened.
+    """
+    if url is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(run_dir / JOURNAL)))
+    given = _parse(url)
+    shown = given.render_as_string(hide_password=True)
+    parsed = given.set(drivername="postgresql+psycopg") if given.drivername in ("postgresql", "postgres") else given
+    try:
+        return _rdb_storage(parsed, heartbeat_interval, grace_period)
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise ConfigError(f"--storage {shown}: {parsed.drivername!r} is not a database SQLAlchemy knows "
+                          f"(e.g. postgresql://user:password@host:5432/db)") from None
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
+        raise ConfigError(f"--storage {shown}: the database driver {missing!r} is not installed "
+                          f"(for PostgreSQL: pip install 'autotune[postgres]')") from None
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise ConfigError(f"--storage {shown}: cannot open the database: {_reason(exc, parsed)}") from None
+
+
+def _rdb_storage(url: URL, heartbeat_interval: int, grace_period: int) -> optuna.storages.RDBStorage:
+    def storage(**engine_kwargs: object) -> optuna.storages.RDBStorage:
+        with warnings.catch_warnings():  # heartbeat_interval is "experimental" since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url.render_as_string(hide_password=False), engine_kwargs=engine_kwargs,
+                                              heartbeat_interval=heartbeat_interval, grace_period=grace_period)
+
+    if url.get_backend_name() != "postgresql":
+        return storage()
+    # Workers starting together on a fresh database would race on CREATE TABLE (PostgreSQL's
+    # IF NOT EXISTS is not atomic: "duplicate key ... pg_type_typname_nsp_index"); the first to
+    # take this lock creates Optuna's tables, the others wait and find them.
+    connect_args = {"connect_timeout": CONNECT_TIMEOUT}
+    engine = sqlalchemy.create_engine(url, connect_args=connect_args, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK})
+            try:
+                return storage(connect_args=connect_args)
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK})
+    finally:
+        engine.dispose()
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """Mark FAIL the running trials whose heartbeat stopped (their worker died); call before counting.
+
+    Optuna does this only inside ``Study.optimize``; the ask-and-tell loop of ``run_study`` must do
+    it itself. A no-op for storages without heartbeats (the journal file).
+    """
+    with warnings.catch_warnings():  # experimental since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+@contextmanager
+def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Record ``trial``'s heartbeat while the body runs (a no-op without heartbeats)."""
+    # Study.optimize does this with Optuna's private helper; ask-and-tell has no public one.
+    from optuna.storages._heartbeat import get_heartbeat_thread
+
+    with get_heartbeat_thread(trial._trial_id, study._storage):
+        yield
+
+
+def _parse(url: str) -> URL:
+    try:
+        return make_url(url.strip())
+    except sqlalchemy.exc.ArgumentError:
+        raise ConfigError(f"--storage {_hide_password(url)!r} is not a database URL "
+                          f"(e.g. postgresql://user:password@host:5432/db)") from None
+
+
+def _reason(exc: sqlalchemy.exc.SQLAlchemyError, url: URL) -> str:
+    """The driver's own message (first line), without SQLAlchemy's boilerplate or the password."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    line = " ".join(text[0].split()) if text else type(exc).__name__
+    return line.replace(url.password, "***") if url.password else line
+
+
+def _hide_password(url: str) -> str:
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)

@@ -1,0 +1,132 @@
+"""Profile guidance: which group a stage searches, what it fixes, what it records; pruning."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from autotune.cli import main
+from autotune.search.guide import FREE, STUDY_ATTR, Guide, buckets_of
+from autotune.search.space import load_space, parse_space
+
+SPACE = {
+    "knobs": {
+        "data.num_workers": {"type": "int", "low": 0, "high": 2, "group": "data", "remedy": 2},
+        "optimizer.impl": {"type": "categorical", "choices": ["foreach", "fused"], "group": "optimizer", "remedy": "fused"},
+        "checkpointing.regions": {"type": "categorical", "choices": [[], ["dit"]], "group": "compile"},
+    }
+}
+DISTS = {"data.num_workers": IntDistribution(0, 2), "optimizer.impl": CategoricalDistribution(["foreach", "fused"]),
+         "checkpointing.regions": CategoricalDistribution(["none", "dit"])}
+
+
+def incumbent(study, buckets, params, value=10.0):
+    trial = create_trial(params=params, distributions=DISTS, value=value,
+                         user_attrs={"buckets": json.dumps(buckets), "dominant": max(buckets, key=buckets.get)})
+    study.add_trial(trial)
+    return study.trials[-1]
+
+
+def test_stages_follow_the_largest_actionable_bucket(tmp_path):
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    stock = incumbent(study, {"data_stall": 0.6, "launch_overhead": 0.3, "compute_serial": 0.08, "comm_wait": 0.0,
+                              "other": 0.02}, {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"})
+    guide = Guide(space, stage_trials=2)
+    fixed, stage = guide.next_trial(study, stock)
+    # data stall first; the first trial of the stage takes the remedy, the other knobs the incumbent's values
+    assert (stage.bottleneck, stage.groups, stage.knobs) == ("data_stall", ["data"], ["data.num_workers"])
+    assert fixed == {"data.num_workers": 2, "optimizer.impl": "foreach", "checkpointing.regions": "none"}
+    stage.trials.append(1)
+    fixed, same = guide.next_trial(study, stock)
+    assert same is stage and fixed == {"optimizer.impl": "foreach", "checkpointing.regions": "none"}
+    stage.trials.append(2)
+    # the data group is explored: launch overhead maps to graphs (absent here), then the optimizer
+    fixed, stage2 = guide.next_trial(study, stock)
+    assert (stage2.stage, stage2.bottleneck, stage2.groups) == (2, "launch_overhead", ["optimizer"])
+    assert fixed == {"data.num_workers": 0, "optimizer.impl": "fused", "checkpointing.regions": "none"}
+    stage2.trials += [3, 4]
+    # launch overhead's last group is compile; then compute_serial (8 %, over the 5 % floor) maps to
+    # precision (absent) and compile (explored): the free search
+    _, stage3 = guide.next_trial(study, stock)
+    assert (stage3.bottleneck, stage3.groups) == ("launch_overhead", ["compile"])
+    stage3.trials += [5, 6]
+    fixed, stage4 = guide.next_trial(study, stock)
+    assert fixed is None and stage4.bottleneck is None and stage4.groups == [FREE]
+    # the stages are in the study, for a resumed or shared run
+    again = Guide(space, stage_trials=2)
+    again.load(study)
+    assert [s.groups for s in again.stages] == [["data"], ["optimizer"], ["compile"], [FREE]]
+
+
+def test_small_buckets_and_missing_profiles_lead_to_the_free_search(tmp_path):
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    quiet = incumbent(study, {"data_stall": 0.04, "other": 0.96, "compute_serial": 0.0, "comm_wait": 0.0, "launch_overhead": 0.0},
+                      {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"})
+    assert Guide(space, 2).next_trial(study, quiet)[1].groups == [FREE]
+    assert Guide(space, 2, enabled=False).next_trial(study, quiet) == (None, None)
+    assert buckets_of(study.trials[0]) is not None
+
+
+@pytest.mark.slow
+def test_guided_study_records_the_chain(tmp_path, capsys):
+    """A real tiny study: every stage's trials vary only its group; the chain is in diagnosis.json."""
+    out = tmp_path / "run"
+    argv = ["run", "--space", "quick", "--trials", "5", "--synthetic", "--steps", "3", "--warmup", "1",
+            "--batch-size", "2", "--stage-trials", "2", "--no-prune", "--out", str(out)]
+    assert main(argv) == 0
+    assert " -> " in capsys.readouterr().out
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=storage)
+    diagnosis = json.loads((out / "diagnosis.json").read_text())
+    assert diagnosis["stages"] == json.loads(study.user_attrs[STUDY_ATTR])
+    space = {k.key: k for k in load_space("quick").knobs}
+    trials = study.trials
+    assert trials[0].user_attrs["stock"] and "stage" not in trials[0].user_attrs
+    assert (out / "profiles" / "trial-0000" / "classification.summary").exists()
+    assert list((out / "profiles" / "trial-0000").glob("*.json.gz")), "the stock trial keeps its trace"
+    first = diagnosis["stages"][0]
+    assert first["incumbent"] == 0 and first["buckets"] == buckets_of(trials[0])
+    for stage in diagnosis["stages"]:
+        inc = trials[stage["incumbent"]]
+        for n in stage["trials"]:
+            t = trials[n]
+            assert t.user_attrs["stage"] == stage["stage"]
+            for key, value in t.params.items():
+                if space[key].group not in stage["groups"] and stage["groups"] != [FREE] and key in inc.params:
+                    assert value == inc.params[key], (n, key)
+        if stage["groups"] != [FREE] and stage["trials"]:
+            t = trials[stage["trials"][0]]
+            for key in stage["knobs"]:
+                if space[key].remedy is not None:
+                    assert space[key].decode(t.params[key]) == space[key].remedy
+        if stage["best_trial"] is not None:
+            assert stage["gain"] == pytest.approx(stage["best_samples_per_s"] / stage["incumbent_samples_per_s"])
+    assert sum(len(s["trials"]) for s in diagnosis["stages"]) == len(trials) - 1
+    assert json.loads((out / "parity.json").read_text())["passed"]
+
+
+@pytest.mark.slow
+def test_clearly_slower_trials_are_pruned(tmp_path, capsys):
+    """Batch size 4 of the crashy workload sleeps 3 s per batch: pruned long before its 8 steps end."""
+    space = tmp_path / "slow.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 4], group: data}\n")
+    out = tmp_path / "run"
+    name = "tests.search.crashy.Workload-tiny-slow"
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal")))
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    study.enqueue_trial({"batch_size": 2}, user_attrs={"stock": True})
+    study.enqueue_trial({"batch_size": 4})
+    argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "2",
+            "--synthetic", "--steps", "8", "--warmup", "1", "--profile-steps", "0", "--out", str(out)]
+    assert main(argv) == 0
+    assert "pruned (pruned after" in capsys.readouterr().out
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
+    assert 2 <= len(trials[1].intermediate_values) <= 4 and len(trials[0].intermediate_values) == 8
+    assert trials[1].user_attrs["reason"] == "pruned"
