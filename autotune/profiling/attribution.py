@@ -10,7 +10,7 @@ CUDA-graph replays need a second rule. One ``cudaGraphLaunch`` replays many kern
 normally tags with the launch's id, but a trace can also hold graph kernels whose id matches no
 call at all: CUPTI of CUDA 13.0 writes wrong correlation ids on ``cudaGraphLaunch`` and its
 kernels in every profiling session of a process after the first (fixed in CUDA 13.1 Update 1),
-and kernels may come without a correlation. Their stream does not help either: a replayed
+and kernels may come without a correlation (or with id 0, which CUPTI never gives a call). Their stream does not help either: a replayed
 graph runs on the driver's internal streams, not on the stream it was launched into. So a device
 event whose correlation matches no runtime call of the trace goes to the step of the latest
 graph launch that started before it, if it starts before the host ends the following step (the
@@ -53,14 +53,15 @@ def _step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
 
 def _by_correlation(trace: RankTrace, starts, ends) -> tuple[np.ndarray, np.ndarray]:
     host, dev = trace.host, trace.device
-    calls = np.flatnonzero((host.category == Category.RUNTIME) & (host.corr >= 0))
+    # CUPTI numbers correlations from 1: an id of 0 (or none, -1) correlates nothing.
+    calls = np.flatnonzero((host.category == Category.RUNTIME) & (host.corr > 0))
     if len(calls) == 0:
         return np.full(len(dev), -1), np.zeros(len(dev), dtype=bool)
     order = np.argsort(host.corr[calls], kind="stable")
     corr = host.corr[calls][order]
     step_of_call = _step_of(host.start[calls][order], starts, ends)
     pos = np.minimum(np.searchsorted(corr, dev.corr), len(corr) - 1)
-    matched = (dev.corr >= 0) & (corr[pos] == dev.corr)
+    matched = (dev.corr > 0) & (corr[pos] == dev.corr)
     return np.where(matched, step_of_call[pos], -1), matched
 
 

@@ -138,10 +138,10 @@ class TraceBuilder:
         """``cudaGraphLaunch`` and the kernels of the replayed graph: (name, ts, dur, stream).
 
         ``correlation`` is what the kernels carry, in the shapes real traces show: ``launch``
-        (the launch's id, CUPTI's normal case), ``none`` (no id), ``foreign`` (ids that match no
-        call: how the wrong ids of CUPTI 13.0 in a process's later profiling sessions look to
-        the classifier) or ``first`` (the first kernel of each stream has the launch's id, the
-        others none).
+        (the launch's id, CUPTI's normal case), ``none`` (no id), ``zero`` (id 0), ``foreign``
+        (ids that match no call: how the wrong ids of CUPTI 13.0 in a process's later profiling
+        sessions look to the classifier) or ``first`` (the first kernel of each stream has the
+        launch's id, the others none).
         """
         corr = self.runtime("cudaGraphLaunch", host_ts, host_dur)
         streams_seen: set[int] = set()
@@ -149,6 +149,7 @@ class TraceBuilder:
             ids = {
                 "launch": corr,
                 "none": None,
+                "zero": 0,
                 "foreign": 1_000_000 + corr,
                 "first": corr if stream not in streams_seen else None,
             }

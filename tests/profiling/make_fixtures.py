@@ -51,7 +51,7 @@ def gpu_basic() -> TraceBuilder:
     return b
 
 
-GRAPH_SHAPES = ("none", "foreign", "first")
+GRAPH_SHAPES = ("none", "zero", "foreign", "first")
 """How the kernels of a replayed graph may be correlated (``TraceBuilder.graph_launch``)."""
 
 

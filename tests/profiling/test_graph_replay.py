@@ -46,7 +46,7 @@ def test_attribution_says_how_each_kernel_was_found(shape):
     graph = np.array([trace.names[i].startswith("graph_kernel") for i in trace.device.name])
     assert (att.step >= 0).all()
     assert not att.via_graph_launch[~graph].any()  # the NCCL kernels keep their correlation
-    expected_via = {"none": 100, "foreign": 100, "first": 96}[shape]
+    expected_via = {"none": 100, "zero": 100, "foreign": 100, "first": 96}[shape]
     assert att.via_graph_launch.sum() == expected_via
     assert launched_in_steps(trace).all()
 
@@ -138,7 +138,7 @@ def test_the_gpu_test_check_passes_on_every_shape(tmp_path, shape):
     facts = check_graph_replays(tmp_path, want=400)
     steps = census(tmp_path / "rank0.pt.trace.json.gz")["steps"]
     assert [(s["device_events"], s["graph_kernels"], s["graph_launches"]) for s in steps] == [(402, 400, 1)] * 3
-    relation = {"launch": "graph_launch", "none": "no_correlation", "foreign": "unmatched"}.get(shape)
+    relation = {"launch": "graph_launch", "none": "no_correlation", "zero": "unmatched", "foreign": "unmatched"}.get(shape)
     if relation:
         assert steps[0]["correlation"] == {relation: 400, "other_call": 2}
     else:
