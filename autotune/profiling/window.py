@@ -22,8 +22,7 @@ folder are detected by the classifier.
 
 One window per process: on CUDA 13.0, CUPTI gives CUDA-graph kernels wrong correlation ids in a
 process's later profiling sessions (NVIDIA's CUPTI 13.1 Update 1 notes), and has been reported to
-trace no kernel at all once a graph was captured
-between two sessions (see :mod:`autotune.profiling.attribution`); ``autotune profile`` and the
+trace no kernel at all once a graph was captured between two sessions (see :mod:`autotune.profiling.attribution`); ``autotune profile`` and the
 tuner's trials therefore profile in fresh processes.
 """
 
