@@ -20,10 +20,11 @@ overhead in the same run. Each rank writes ``rank{R}.pt.trace.json.gz``; the fil
 otherwise) and the run id under ``autotune_run_id``, so that traces of two runs mixed in one
 folder are detected by the classifier.
 
-One window per process: on CUDA 13.0, CUPTI gives CUDA-graph kernels wrong correlation ids in a
-process's later profiling sessions (NVIDIA's CUPTI 13.1 Update 1 notes), and has been reported to
-trace no kernel at all once a graph was captured between two sessions (see :mod:`autotune.profiling.attribution`); ``autotune profile`` and the
-tuner's trials therefore profile in fresh processes.
+One window per process: on CUDA 13.0, CUPTI gives CUDA-graph kernels wrong correlation ids in
+a process's later profiling sessions (NVIDIA's CUPTI 13.1 Update 1 notes), and has been
+reported to trace no kernel at all once a graph was captured between two sessions (see
+:mod:`autotune.profiling.attribution`); ``autotune profile`` and the tuner's trials therefore
+profile in fresh processes.
 """
 
 from __future__ import annotations
