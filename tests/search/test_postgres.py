@@ -1,0 +1,155 @@
+"""``--storage postgresql://…`` against a real PostgreSQL server.
+
+    AUTOTUNE_TEST_POSTGRES=postgresql://autotune:autotune@localhost:5432/autotune_test \\
+        .venv/bin/python -m pytest -q tests/search/test_postgres.py
+
+Without ``AUTOTUNE_TEST_POSTGRES`` the tests start a throwaway server of their own (``initdb`` and
+``pg_ctl`` in a temporary folder, as the ``postgres`` user when run as root); they skip only when
+neither a server nor the PostgreSQL binaries are there. ``.ci/run`` sets the variable. Each test
+works in a database of its own, created and dropped around it (the role needs CREATEDB).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
+
+from autotune.errors import ConfigError
+from autotune.search.storage import fail_stale, open_storage
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')")
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def _bindir() -> Path | None:
+    found = shutil.which("initdb")
+    candidates = [Path(found).resolve().parent] if found else []
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
+    return next((d for d in candidates if (d / "initdb").exists() and (d / "pg_ctl").exists()), None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The URL of a server where the role may create databases."""
+    if os.environ.get("AUTOTUNE_TEST_POSTGRES"):
+        yield os.environ["AUTOTUNE_TEST_POSTGRES"]
+        return
+    bindir = _bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL: set AUTOTUNE_TEST_POSTGRES or install postgresql (.ci/run does both)")
+    root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port = root / "data", _free_port()
+    run = dict(check=True, capture_output=True, cwd=root)
+    subprocess.run([*as_user, bindir / "initdb", "-D", data, "-U", "autotune", "--auth=trust", "--no-sync"], **run)
+    subprocess.run([*as_user, bindir / "pg_ctl", "-D", data, "-l", root / "log", "-w", "-o",
+                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"], **run)
+    try:
+        yield f"postgresql://autotune@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, bindir / "pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True, cwd=root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A fresh database on the server, dropped after the test."""
+    admin = make_url(pg_server).set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"autotune_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield make_url(pg_server).set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_open_storage_rejects_bad_urls(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match=r"^--storage 'nonsense' is not a database URL"):
+        open_storage("nonsense", tmp_path)
+    with pytest.raises(ConfigError, match=r"^--storage foo://a/b: 'foo' is not a database SQLAlchemy knows"):
+        open_storage("foo://a/b", tmp_path)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the postgres extra were not installed
+    with pytest.raises(ConfigError, match=r"driver 'psycopg' is not installed \(for PostgreSQL: pip install"):
+        open_storage("postgresql://u:secret@127.0.0.1:1/x", tmp_path)
+
+
+def test_unreachable_server_is_one_line_without_the_password(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        open_storage("postgresql://nobody:hunter2@127.0.0.1:1/x", tmp_path)
+    msg = str(err.value)
+    assert msg.startswith("--storage postgresql://nobody:***@127.0.0.1:1/x: cannot open the database: ")
+    assert "Connection refused" in msg and "hunter2" not in msg and "\n" not in msg
+
+
+def test_bad_storage_exits_2_with_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "autotune", "run", "--storage", "postgresql://nobody:hunter2@127.0.0.1:1/x",
+           "--space", "quick", "--synthetic", "--trials", "1", "--out", str(tmp_path / "run")]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: --storage postgresql://nobody:***@127.0.0.1:1/x"), done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+
+
+def test_workers_opening_a_fresh_database_together(pg_url, tmp_path):
+    """Optuna's CREATE TABLEs race on PostgreSQL without the schema lock (duplicate key in pg_type)."""
+    with ThreadPoolExecutor(4) as pool:
+        storages = list(pool.map(lambda _: open_storage(pg_url, tmp_path), range(4)))
+    assert all(s.get_all_studies() == [] for s in storages)
+
+
+KILLED_WORKER = textwrap.dedent("""
+    import sys, time, optuna
+    from pathlib import Path
+    from autotune.search.storage import heartbeat, open_storage
+    storage = open_storage(sys.argv[1], Path("."), heartbeat_interval=1, grace_period=2)
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial = study.ask()
+    with heartbeat(study, trial):
+        print(trial.number, flush=True)
+        time.sleep(60)
+""")
+
+
+def test_trial_of_a_killed_worker_is_failed_by_the_next(pg_url, tmp_path):
+    worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, pg_url], stdout=subprocess.PIPE, text=True,
+                              env=ENV, cwd=tmp_path)
+    try:
+        assert worker.stdout.readline().strip() == "0"
+        time.sleep(1.5)  # the worker beats meanwhile: its trial is not stale
+        study = optuna.load_study(study_name="s", storage=open_storage(pg_url, tmp_path, heartbeat_interval=1, grace_period=2))
+        fail_stale(study)
+        assert study.trials[0].state == TrialState.RUNNING
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    time.sleep(3)  # past the grace period
+    fail_stale(study)
+    assert study.trials[0].state == TrialState.FAIL
