@@ -14,9 +14,9 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import AutotuneError, ReportError
+from autotune.errors import ReportError
+from autotune.search.storage import JOURNAL, open_storage
 
-JOURNAL = "study.journal"
 PROFILES = "profiles"
 SUMMARY = "classification.summary"
 _TRIAL_DIR = re.compile(r"trial-(\d+)$")
@@ -75,15 +75,10 @@ def _storage(run_dir: Path, url: str | None) -> optuna.storages.BaseStorage:
         if not journal.is_file():
             raise ReportError(f"{run_dir}: no study in it (no {JOURNAL}, no run.json naming a storage); "
                               f"give the run folder of `autotune run`")
-        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
-    try:
-        return optuna.storages.RDBStorage(url)
-    except AutotuneError:
-        raise
-    except Exception as exc:  # SQLAlchemy's and the drivers' errors have no common base worth importing
-        shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ReportError(f"{run_dir}: cannot open the study's storage {shown}: {first}") from None
+    elif ":***@" in url:  # run.json keeps the URL without its password
+        raise ReportError(f"{run_dir}: the study is in the database {url}; give its URL with the password "
+                          f"(autotune report RUN_DIR --storage URL)")
+    return open_storage(url, run_dir)
 
 
 def profile_dirs(run_dir: Path) -> list[Path]:

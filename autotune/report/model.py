@@ -87,19 +87,23 @@ class Report:
         return next(t for t in self.trials if t.number == number)
 
 
-def build_report(run_dir: str | Path, study_name: str | None = None) -> Report:
-    """Read the run folder (``autotune run --out RUN_DIR``) into a :class:`Report`."""
-    return load_report(run_dir, study_name)[0]
+def build_report(run_dir: str | Path, study_name: str | None = None, storage: str | None = None) -> Report:
+    """Read the run folder (``autotune run --out RUN_DIR``) into a :class:`Report`.
+
+    ``study_name`` and ``storage`` (a database URL) default to those run.json names; run.json keeps
+    no password, so a database that needs one is given here.
+    """
+    return load_report(run_dir, study_name, storage)[0]
 
 
-def load_report(run_dir: str | Path, study_name: str | None = None) -> tuple[Report, optuna.Study]:
+def load_report(run_dir: str | Path, study_name: str | None = None, storage: str | None = None) -> tuple[Report, optuna.Study]:
     """The report of the run folder and the study it was built from (Optuna's plots draw from the study)."""
     run_dir = folder.check_folder(run_dir)
     notes: list[str] = []
     run = RunInfo.from_dict(folder.read_json(run_dir / "run.json", notes) or {})
     best_yaml = folder.read_text(run_dir / "best.yaml")
     provenance = _provenance(best_yaml)
-    study = folder.open_study(run_dir, run.storage, study_name or run.study_name, provenance.get("study"))
+    study = folder.open_study(run_dir, storage or run.storage, study_name or run.study_name, provenance.get("study"))
     return report_of(study, run_dir, run, best_yaml, provenance, notes), study
 
 
@@ -199,13 +203,13 @@ def _stages(study: optuna.Study, run_dir: Path, notes: list[str]) -> list[Stage]
 
 
 def _profile_of(trial: FrozenTrial | None, profiles: list[Profile], path: str | None) -> Profile | None:
-    if path:
-        found = next((p for p in profiles if Path(p.path) == Path(path) or p.path.endswith(str(path))), None)
+    """The profile of ``trial``: the folder ``path`` names, its ``profile_dir``, or profiles/trial-NNNN."""
+    wanted = [path, trial.user_attrs.get("profile_dir") if trial is not None else None]
+    for want in filter(None, wanted):
+        found = next((p for p in profiles if Path(p.path) == Path(want) or Path(want).as_posix().endswith("/" + p.path)), None)
         if found:
             return found
-    if trial is None:
-        return None
-    return next((p for p in profiles if p.trial == trial.number), None)
+    return next((p for p in profiles if p.trial == trial.number), None) if trial is not None else None
 
 
 def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | None:

@@ -44,10 +44,14 @@ def render_html(report: Report, study: optuna.Study, link_base: str = ".") -> st
                            buckets=BUCKETS, run_info=asdict(report.run))
 
 
-def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, study_name: str | None = None) -> Path:
-    """Build the report of ``run_dir`` and write it (atomically) to ``out``, default ``RUN_DIR/report.html``."""
+def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, study_name: str | None = None,
+                 storage: str | None = None) -> Path:
+    """Build the report of ``run_dir`` and write it (atomically) to ``out``, default ``RUN_DIR/report.html``.
+
+    ``study_name`` and ``storage`` override those of run.json (see :func:`build_report`).
+    """
     run_dir = folder.check_folder(run_dir)
-    report, study = load_report(run_dir, study_name)
+    report, study = load_report(run_dir, study_name, storage)
     path = Path(out) if out else run_dir / REPORT
     base = os.path.relpath(run_dir.resolve(), path.resolve().parent)
     write_text_atomic(path, render_html(report, study, base))

@@ -34,10 +34,10 @@ def quick_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def failed_run(tmp_path_factory) -> Path:
-    """A study whose trial #1 crashes (batch size 3) and #2 is refused (fp8 on CPU); #0 is stock."""
+    """#0 stock, #1 crashes (batch size 3), #2 is refused (fp8 on CPU), #3 is pruned (batch size 4 sleeps)."""
     root = tmp_path_factory.mktemp("failed")
     space = root / "fail.yaml"
-    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 3], group: data}\n"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 3, 4], group: data}\n"
                      "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n")
     out = root / "run"
     out.mkdir()
@@ -45,8 +45,9 @@ def failed_run(tmp_path_factory) -> Path:
     study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True})
     study.enqueue_trial({"batch_size": 3, "precision.regions.dit": "bf16"})
     study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "fp8"})
-    argv = ["run", "--workload", CRASHY, "--preset", "tiny", "--space", str(space), "--trials", "3", "--synthetic",
-            "--steps", "1", "--warmup", "1", "--timeout-per-trial", "60", "--out", str(out)]
+    study.enqueue_trial({"batch_size": 4, "precision.regions.dit": "bf16"})
+    argv = ["run", "--workload", CRASHY, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic",
+            "--steps", "4", "--warmup", "1", "--timeout-per-trial", "60", "--profile-steps", "0", "--out", str(out)]
     assert main(argv) == 0
     return out
 

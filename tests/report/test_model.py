@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import uuid
+from dataclasses import asdict
 
 import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autotune.report import build_report
+from autotune.report import Stage, build_report
 from autotune.search.space import load_space
 
 from .conftest import CRASHY_STUDY, journal
@@ -52,17 +55,44 @@ def test_report_of_a_cpu_study_holds_the_study(quick_run):
     json.dumps(report.to_dict())  # plain data
 
 
-def test_failed_trials_are_reported_with_their_reason(failed_run):
+def test_failed_and_pruned_trials_are_reported_with_their_reason(failed_run):
     report = build_report(failed_run)
     s = report.summary
-    assert (s.trials, s.complete, s.failed) == (3, 1, 2)
-    ok, crash, refused = report.trials
+    assert (s.trials, s.finished, s.complete, s.failed, s.pruned) == (4, 4, 1, 2, 1)
+    ok, crash, refused, pruned = report.trials
     assert ok.stock and ok.best and ok.outcome == "ok" and not ok.failed
     assert crash.state == "FAIL" and crash.outcome in ("error", "crash") and crash.failed
     assert "this batch size always crashes" in crash.error
     assert refused.state == "FAIL" and refused.outcome == "config" and refused.failed
     assert "fp8 training needs a CUDA device" in refused.error and refused.log is None  # refused before launch
+    assert pruned.state == "PRUNED" and pruned.outcome == "pruned" and not pruned.failed
+    assert 0 < pruned.samples_per_s < ok.samples_per_s  # its last reported step
     assert s.best_trial == 0 and s.speedup == 1.0
+    assert report.profiles == [] and any("holds no profiles" in n for n in report.notes)  # --profile-steps 0
+
+
+def test_diagnosis_profiles_and_parity_of_a_guided_run(quick_run):
+    """What the tuner leaves beside the study (diagnosis.json, profiles/, parity.json), read into the report."""
+    report = build_report(quick_run)
+    study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=journal(quick_run))
+    diagnosis = json.loads((quick_run / "diagnosis.json").read_text())["stages"]
+    assert [asdict(st) for st in report.stages] == [{**asdict(Stage(stage=0)), **raw} for raw in diagnosis]
+    assert report.stages[0].incumbent == 0 and report.stages[0].profile == "profiles/trial-0000"
+    staged = {n: st.stage for st in report.stages for n in st.trials}
+    assert {t.number: t.stage for t in report.trials if t.stage is not None} == staged
+    assert all(t.group == study.trials[t.number].user_attrs["group"] for t in report.trials if t.stage)
+
+    stock, best = report.stock_profile, report.best_profile
+    assert stock.trial == 0 and stock.path == "profiles/trial-0000" and stock.device == "cpu"
+    assert stock.traces == ["profiles/trial-0000/rank0.pt.trace.json.gz"] and (quick_run / stock.traces[0]).is_file()
+    assert [r.rank for r in stock.ranks] == [0] and sum(stock.ranks[0].buckets.values()) == pytest.approx(1.0)
+    assert stock.top_kernels and stock.top_kernels[0].name.startswith("aten::")
+    assert best.trial == report.summary.best_trial and best.ranks
+    assert [p.trial for p in report.profiles] == sorted(int(d.name[6:]) for d in (quick_run / "profiles").iterdir())
+
+    parity = json.loads((quick_run / "parity.json").read_text())
+    assert report.summary.parity.passed == parity["passed"] and report.summary.parity.tolerance == parity["tolerance"]
+    assert report.summary.parity.loss_rel_diff == parity["loss_rel_diff"]
 
 
 def test_interrupted_study_is_reported_as_such(quick_run, tmp_path):
@@ -108,4 +138,34 @@ def test_a_storage_with_several_studies_needs_a_name(failed_run, tmp_path):
     optuna.create_study(study_name="other", storage=journal(run))
     with pytest.raises(ReportError, match=r"holds several studies .*choose one with --study"):
         build_report(run)
-    assert build_report(run, CRASHY_STUDY).summary.trials == 3
+    assert build_report(run, CRASHY_STUDY).summary.trials == 4
+
+
+def test_a_study_in_a_database_needs_its_password(quick_run, tmp_path):
+    """run.json keeps a database URL without its password: the report asks for it, then reads the study."""
+    server = os.environ.get("AUTOTUNE_TEST_POSTGRES") or pytest.skip("AUTOTUNE_TEST_POSTGRES is not set (.ci/run sets it)")
+    psycopg = pytest.importorskip("psycopg")
+    from sqlalchemy.engine import make_url
+
+    from autotune.errors import ReportError
+    from autotune.search.storage import open_storage
+
+    admin, name = make_url(server).set(drivername="postgresql"), f"autotune_report_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = make_url(server).set(database=name)
+        run = tmp_path / "run"
+        shutil.copytree(quick_run, run)
+        (run / "study.journal").unlink()
+        optuna.copy_study(from_study_name="gr00t_n16-tiny-quick", from_storage=journal(quick_run),
+                          to_storage=open_storage(url.render_as_string(hide_password=False), run))
+        info = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps({**info, "storage": url.render_as_string(hide_password=True)}))
+        with pytest.raises(ReportError, match=r"the study is in the database postgresql://.*:\*\*\*@.*--storage URL"):
+            build_report(run)
+        report = build_report(run, storage=url.render_as_string(hide_password=False))
+        assert report.summary == build_report(quick_run).summary and report.stages == build_report(quick_run).stages
+    finally:
+        with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

@@ -49,7 +49,7 @@ def test_page_opens_in_chromium_without_errors(quick_run, tmp_path, chromium_pat
     page_path = quick_run / "report.html"
     page = open_page(page_path, screenshot=tmp_path / "report.png")
     assert problems(page) == []
-    assert len(page.images) >= 3  # history, importances, samples/s vs memory (+ buckets with profiles)
+    assert len(page.images) == 4  # time buckets, history, importances, samples/s vs memory
     assert page.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and page.screenshot.stat().st_size > 50_000
 
 
@@ -91,7 +91,9 @@ def test_failed_trials_show_in_the_page(failed_run):
     assert len(rows) == 2
     assert "this batch size always crashes" in rows[0] and "fp8 training needs a CUDA device" in rows[1]
     assert ">config</b>" in rows[1]
-    assert "3 / 0 / 2" in html  # trials run / pruned / failed
+    pruned = re.search(r"<td>PRUNED</td>\s*<td>pruned.*?</tr>", html, re.S).group(0)
+    assert "(last step)" in pruned and "pruned after" in pruned
+    assert "4 / 1 / 2" in html  # trials run / pruned / failed
 
 
 def test_report_cli_writes_into_the_run_folder(failed_run, capsys):
