@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.add_argument("--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)")
+    p.add_argument("--reference", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
+                   help="also measure the stock configuration with these changes (e.g. compile.regions=[all]) as a "
+                        "trial of its own, for comparison; repeatable")
     p.add_argument("--no-guidance", action="store_true", help="search all knobs from the start (no profile-guided stages)")
     p.add_argument("--stage-trials", type=int, default=None, help="trials per profile-guided stage (default: 4 on GPU, 2 on CPU)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to its end (no pruning from step times)")
@@ -57,13 +60,44 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     if args.synthetic:
         base.data.source = "synthetic"
     name = f"{args.workload.replace(':', '.')}-{preset}-{space.name}"
+    references = tuple((text, reference_config(base, text)) for text in args.reference)
     return StudyOptions(
         base=base, space=space, out=Path(args.out or Path("runs") / name),
         trials=args.trials or (40 if gpu else 4), steps=args.steps or (20 if gpu else 3),
         warmup=args.warmup if args.warmup is not None else (5 if gpu else 1), nproc=args.nproc,
         timeout_per_trial=args.timeout_per_trial, memory_budget=budget, sampler=args.sampler, seed=args.seed,
-        storage=args.storage, study_name=name, guidance=not args.no_guidance,
+        storage=args.storage, study_name=name, guidance=not args.no_guidance, references=references,
         stage_trials=args.stage_trials or (4 if gpu else 2), prune=not args.no_prune, profile_steps=args.profile_steps)
+
+
+def reference_config(base, text: str):
+    """``base`` with ``key=value`` pairs applied (values in YAML: ``[all]``, ``true``, ``8``)."""
+    import yaml
+
+    from autotune.errors import ConfigError
+    from autotune.search.space import apply_values
+
+    values = {}
+    for pair in text.split(","):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--reference: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])")
+        values[key.strip()] = yaml.safe_load(value)
+    return apply_values(base, values)
+
+
+def check_references(opts) -> None:
+    """A reference may change only knobs of the space: a trial is rebuilt from its knob values."""
+    from autotune.config import to_dict
+    from autotune.errors import ConfigError
+    from autotune.search.study import trial_config
+
+    for text, cfg in opts.references:
+        rebuilt = trial_config(opts.base, {k.key: k.decode(v) for k in opts.space.knobs
+                                            for key, v in opts.space.stock_params(cfg).items() if key == k.key})
+        if to_dict(rebuilt) != to_dict(trial_config(cfg, {})):
+            raise ConfigError(f"--reference {text!r}: changes a setting that is not a knob of search space "
+                              f"{opts.space.name!r} (on this machine); allowed: {[k.key for k in opts.space.knobs]}")
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -78,6 +112,7 @@ def run_search(args: argparse.Namespace) -> int:
     opts.space, notes = opts.space.for_machine(machine)
     for note in notes:
         print(f"note: {note}")
+    check_references(opts)
     print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} steps, "
           f"memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
     write_run_info(opts, finished=False)

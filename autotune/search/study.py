@@ -77,6 +77,8 @@ class StudyOptions:
     storage: str | None = None
     study_name: str = ""
     guidance: bool = True
+    references: tuple[tuple[str, TrainConfig], ...] = ()
+    """Configurations measured as trials of their own right after the stock one (``--reference``)."""
     stage_trials: int = 4
     prune: bool = True
     profile_steps: int = 3
@@ -288,6 +290,10 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
             study.tell(t.number, state=TrialState.FAIL)
     if not study.get_trials(deepcopy=False):
         study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={"stock": True}, skip_if_exists=True)
+    have = {t.user_attrs.get("reference") for t in study.get_trials(deepcopy=False)}
+    for name, cfg in opts.references:
+        if name not in have:
+            study.enqueue_trial(opts.space.stock_params(cfg), user_attrs={"reference": name})
     guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance)
     guide.load(study)
     base_sampler = study.sampler
@@ -338,6 +344,8 @@ def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: in
         what = f"{trial.value:.2f} samples/s" + ("" if feasible(trial) else " (over the memory budget)")
     if trial.user_attrs.get("stock"):
         what += " [stock]"
+    if trial.user_attrs.get("reference"):
+        what += f" [reference: {trial.user_attrs['reference']}]"
     best, stock = best_trial(study), stock_trial(study)
     inc = "no feasible trial yet"
     if best is not None:

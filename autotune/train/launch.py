@@ -54,7 +54,7 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
         env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
         if cfg.kernels.cuda_device_max_connections is not None:
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // nproc)))
+        env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
         extra = ["--progress", str(progress)] if on_step else []
         if profile_after:
             extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]
@@ -109,6 +109,14 @@ def _wait(proc: subprocess.Popen, timeout: float | None, progress: Path | None,
             return None
         if deadline is not None and time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(proc.args, timeout)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity: ``taskset`` or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
