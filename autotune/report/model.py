@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.report import folder
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
+from autotune.search.guide import STUDY_ATTR
 from autotune.search.study import best_trial, feasible, stock_trial
 
 
@@ -51,6 +52,8 @@ class Summary:
     tuning_time_s: float | None
     """From the first trial's start to the last trial's end."""
     parity: Parity | None
+    references: dict[str, float | None] = field(default_factory=dict)
+    """Samples/s of each ``--reference`` configuration over stock's (None: it gave no measurement)."""
 
 
 @dataclass
@@ -181,7 +184,9 @@ def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenT
         pruned=states.count(TrialState.PRUNED),
         failed=states.count(TrialState.FAIL) + sum(t.state == TrialState.COMPLETE and "reason" in t.user_attrs for t in trials),
         running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),
-        tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None, parity=parity)
+        tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None, parity=parity,
+        references={t.user_attrs["reference"]: t.value / stock_speed if feasible(t) and stock_speed else None
+                    for t in trials if t.user_attrs.get("reference")})
 
 
 def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Parity | None:
@@ -194,10 +199,11 @@ def _stages(study: optuna.Study, run_dir: Path, notes: list[str]) -> list[Stage]
     data = folder.read_json(run_dir / "diagnosis.json", notes)
     raw = data.get("stages") if data else None
     if raw is None:
-        kept = study.user_attrs.get("autotune.diagnosis")
+        kept = study.user_attrs.get(STUDY_ATTR)  # the guide's record, kept up to date while the study runs
         raw = json.loads(kept) if isinstance(kept, str) else kept
     if not raw:
-        notes.append("no diagnosis stages (diagnosis.json): the search was not guided by profiles")
+        notes.append("no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "
+                     "guided by profiles, or has not got past the stock trial yet")
         return []
     return [Stage.from_dict(s, run_dir) for s in raw if isinstance(s, dict)]
 

@@ -183,6 +183,8 @@ class TrialRow:
     duration_s: float | None
     log: str | None
     """The trial's log file, relative to the run folder."""
+    reference: str | None = None
+    """The changes to stock this trial measures for comparison (``autotune run --reference``)."""
     stock: bool = False
     best: bool = False
     pareto: bool = False
@@ -215,7 +217,7 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
         peak_memory_bytes=a.get("peak_memory_bytes"), mfu=a.get("mfu"), params=dict(t.params),
         stage=a.get("stage"), group=a.get("group"), dominant=a.get("dominant"), error=a.get("error"),
         duration_s=duration, log=relative(log, run_dir) if log.is_file() else None,
-        stock=stock, best=best, pareto=pareto)
+        reference=a.get("reference"), stock=stock, best=best, pareto=pareto)
 
 
 def measured(t: FrozenTrial) -> bool:

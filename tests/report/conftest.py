@@ -13,9 +13,9 @@ from autotune.cli import main
 
 from .browser import CHROMIUM
 
+REFERENCE = "optimizer.impl=fused"
 QUICK = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--steps", "2", "--warmup", "1",
-         "--batch-size", "2", "--seed", "1"]
-
+         "--batch-size", "2", "--seed", "1", "--reference", REFERENCE]
 CRASHY = "tests.search.crashy:Workload"
 CRASHY_STUDY = "tests.search.crashy.Workload-tiny-fail"
 
@@ -26,7 +26,7 @@ def journal(out: Path) -> optuna.storages.JournalStorage:
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory) -> Path:
-    """``autotune run`` of the quick space on the CPU: the stock trial and two sampled ones."""
+    """``autotune run`` of the quick space on the CPU: the stock trial, a reference (fused AdamW), one sampled."""
     out = tmp_path_factory.mktemp("quick") / "run"
     assert main([*QUICK, "--out", str(out)]) == 0
     return out

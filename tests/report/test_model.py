@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from autotune.report import Stage, build_report
 from autotune.search.space import load_space
 
-from .conftest import CRASHY_STUDY, journal
+from .conftest import CRASHY_STUDY, REFERENCE, journal
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +45,11 @@ def test_report_of_a_cpu_study_holds_the_study(quick_run):
         else:
             assert row.outcome == "ok" and row.samples_per_s == t.value
     assert [t.stock for t in report.trials] == [True, False, False]
+    assert [t.reference for t in report.trials] == [None, REFERENCE, None]  # measured right after stock
+    ref = study.trials[1]
+    assert ref.params["optimizer.impl"] == "fused"
+    ratio = ref.value / s.stock_samples_per_s if ref.state == TrialState.COMPLETE else None
+    assert s.references == {REFERENCE: pytest.approx(ratio) if ratio else None}
     assert [t.number for t in report.trials if t.best] == [s.best_trial]
     assert report.trial(s.best_trial).pareto  # the fastest trial is on the front whatever its memory
     assert report.param_names == sorted(k.key for k in load_space("quick").knobs)
@@ -77,7 +82,8 @@ def test_diagnosis_profiles_and_parity_of_a_guided_run(quick_run):
     study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=journal(quick_run))
     diagnosis = json.loads((quick_run / "diagnosis.json").read_text())["stages"]
     assert [asdict(st) for st in report.stages] == [{**asdict(Stage(stage=0)), **raw} for raw in diagnosis]
-    assert report.stages[0].incumbent == 0 and report.stages[0].profile == "profiles/trial-0000"
+    first = report.stages[0]  # its incumbent: the faster of stock (#0) and the reference (#1)
+    assert first.incumbent in (0, 1) and first.profile == f"profiles/trial-{first.incumbent:04d}"
     staged = {n: st.stage for st in report.stages for n in st.trials}
     assert {t.number: t.stage for t in report.trials if t.stage is not None} == staged
     assert all(t.group == study.trials[t.number].user_attrs["group"] for t in report.trials if t.stage)

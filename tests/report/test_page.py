@@ -50,6 +50,8 @@ def test_page_opens_in_chromium_without_errors(quick_run, tmp_path, chromium_pat
     page = open_page(page_path, screenshot=tmp_path / "report.png")
     assert problems(page) == []
     assert len(page.images) == 4  # time buckets, history, importances, samples/s vs memory
+    html = page_path.read_text()
+    assert "reference <code>optimizer.impl=fused</code>" in html and "References measured beside the search" in html
     assert page.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and page.screenshot.stat().st_size > 50_000
 
 
