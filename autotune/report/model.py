@@ -112,14 +112,15 @@ def load_report(run_dir: str | Path, study_name: str | None = None, storage: str
 
 def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str | None, provenance: dict[str, Any],
               notes: list[str]) -> Report:
+    """The report of ``study``, with what its run folder holds beside it (run.json, best.yaml read by the caller)."""
     trials = study.get_trials(deepcopy=False)
     stock, best = stock_trial(study), best_trial(study)
     budget = run.memory_budget_bytes or provenance.get("memory_budget_bytes")
     front = pareto_front(trials)
     rows = [trial_row(t, run_dir, stock=t is stock, best=t is best, pareto=t.number in front) for t in trials]
-    stages = _stages(study, run_dir, notes)
+    diagnosis = folder.read_json(run_dir / "diagnosis.json", notes) or {}
+    stages = _stages(study, diagnosis, run_dir, notes)
     profiles = [Profile.read(d, run_dir, notes) for d in folder.profile_dirs(run_dir)]
-    diagnosis = folder.read_json(run_dir / "diagnosis.json", {}) or {}
     stock_profile = _profile_of(stock, profiles, None)
     best_profile = _profile_of(best, profiles, diagnosis.get("final_profile"))
     if best_yaml is None:
@@ -194,10 +195,9 @@ def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Pari
     return Parity.from_dict(data) if isinstance(data, dict) else None
 
 
-def _stages(study: optuna.Study, run_dir: Path, notes: list[str]) -> list[Stage]:
+def _stages(study: optuna.Study, diagnosis: dict[str, Any], run_dir: Path, notes: list[str]) -> list[Stage]:
     """The diagnosis chain: diagnosis.json, else the stages the running study keeps in its attributes."""
-    data = folder.read_json(run_dir / "diagnosis.json", notes)
-    raw = data.get("stages") if data else None
+    raw = diagnosis.get("stages")
     if raw is None:
         kept = study.user_attrs.get(STUDY_ATTR)  # the guide's record, kept up to date while the study runs
         raw = json.loads(kept) if isinstance(kept, str) else kept
