@@ -100,6 +100,18 @@ def check_references(opts) -> None:
                               f"{opts.space.name!r} (on this machine); allowed: {[k.key for k in opts.space.knobs]}")
 
 
+def write_study_report(opts):
+    """``report.html`` of the finished study; a report that cannot be made is a warning, not a failure."""
+    from autotune.errors import AutotuneError
+    from autotune.report import write_report
+
+    try:
+        return write_report(opts.out, study_name=opts.study_name, storage=opts.storage)
+    except AutotuneError as exc:
+        print(f"warning: no report: {exc}")
+        return None
+
+
 def run_search(args: argparse.Namespace) -> int:
     from autotune.search.output import write_best, write_parity, write_run_info, write_trials
     from autotune.search.study import run_study
@@ -121,5 +133,8 @@ def run_search(args: argparse.Namespace) -> int:
     parity = write_parity(opts, study)
     best = write_best(opts, study, parity)
     write_run_info(opts, finished=True)
+    report = write_study_report(opts)
     print(f"best configuration: {best}  (train it: python -m autotune train --config {best})")
+    if report is not None:
+        print(f"report: {report}")
     return 0

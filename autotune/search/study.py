@@ -52,7 +52,7 @@ from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
 from autotune.search.guide import Guide, Stage
 from autotune.search.space import SearchSpace, apply_values
-from autotune.search.storage import open_storage
+from autotune.search.storage import fail_stale, heartbeat, open_storage
 from autotune.train.launch import launch
 
 SAMPLERS = ("tpe", "gp", "random")
@@ -281,6 +281,12 @@ def finished(study: optuna.Study) -> int:
     return sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
 
 
+def started(study: optuna.Study) -> int:
+    """Trials finished or running, all workers together (a dead worker's trial is failed first)."""
+    fail_stale(study)
+    return sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
 def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], report: Callable[[str], None] = print) -> optuna.Study:
     """Run trials until the study holds ``opts.trials`` finished ones (all workers together)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -288,8 +294,6 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
     if opts.storage is None:  # our own file: a RUNNING trial is left over from an interrupted run
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study.tell(t.number, state=TrialState.FAIL)
-    if not study.get_trials(deepcopy=False):
-        study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={"stock": True}, skip_if_exists=True)
     have = {t.user_attrs.get("reference") for t in study.get_trials(deepcopy=False)}
     for name, cfg in opts.references:
         if name not in have:
@@ -302,7 +306,7 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
     if done:
         report(f"continuing study {opts.study_name!r}: {done} trials done, {todo} to go")
     start, ran = time.monotonic(), 0
-    while finished(study) < opts.trials:
+    while started(study) < opts.trials:
         guide.load(study)  # another worker may have moved the stages on
         fixed, stage = None, None
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):  # queued trials go first, unguided
@@ -316,7 +320,8 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
             trial.set_user_attr("group", "+".join(stage.groups))
         else:
             stage = None
-        state, value = run_trial(trial, opts, machine, regions)
+        with heartbeat(study, trial):
+            state, value = run_trial(trial, opts, machine, regions)
         study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
         frozen = study.trials[trial.number]
         guide.record(study, stage, frozen)

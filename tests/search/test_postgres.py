@@ -153,3 +153,23 @@ def test_trial_of_a_killed_worker_is_failed_by_the_next(pg_url, tmp_path):
     time.sleep(3)  # past the grace period
     fail_stale(study)
     assert study.trials[0].state == TrialState.FAIL
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_study(pg_url, tmp_path):
+    """Two ``autotune run`` processes, one study: 4 finished trials in all, one stock trial, both worked."""
+    run = [sys.executable, "-m", "autotune", "run", "--storage", pg_url, "--space", "quick", "--synthetic",
+           "--steps", "2", "--warmup", "1", "--batch-size", "2", "--trials", "4",
+           "--profile-steps", "0", "--no-guidance"]  # the sharing, not the guidance, is under test here
+    workers = [subprocess.Popen([*run, "--out", str(tmp_path / f"worker{i}")], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=ENV, cwd=ROOT) for i in range(2)]
+    outputs = [w.communicate(timeout=180)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], "\n\n".join(outputs)
+
+    study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=open_storage(pg_url, tmp_path))
+    assert [t.state.is_finished() for t in study.trials] == [True] * 4, "\n\n".join(outputs)
+    assert sum(bool(t.user_attrs.get("stock")) for t in study.trials) == 1
+    pids = {str(w.pid) for w in workers}
+    assert {t.user_attrs["worker"].rsplit(":", 1)[1] for t in study.trials} == pids
+    for i in range(2):  # each worker wrote its own results from the shared study
+        assert (tmp_path / f"worker{i}" / "best.yaml").exists()
