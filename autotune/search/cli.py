@@ -24,13 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default="gr00t_n16", help="workload name or package.module:Class")
     p.add_argument("--preset", default=None, help="model preset (default: full on GPU, tiny on CPU)")
     p.add_argument("--space", default=None, help="search space name or YAML path (default: gr00t_n16 on GPU, quick on CPU)")
-    p.add_argument("--trials", type=int, default=None, help="trials in the study, counting those of earlier runs (default: 40 on GPU, 4 on CPU)")
+    p.add_argument("--trials", type=int, default=None, help="trials in the study, counting those of earlier runs (default: 20 on GPU, 4 on CPU)")
     p.add_argument("--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed")
     p.add_argument("--memory-budget", default=None, help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)")
     p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial")
     p.add_argument("--storage", default=None, help="Optuna storage URL (e.g. postgresql://...); default: a journal file in --out")
     p.add_argument("--out", default=None, help="run folder (default: runs/WORKLOAD-PRESET-SPACE)")
-    p.add_argument("--steps", type=int, default=None, help="measured steps per trial (default: 20 on GPU, 3 on CPU)")
+    p.add_argument("--steps", type=int, default=None, help="measured steps per trial (default: 12 on GPU, 3 on CPU)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per trial (default: 5 on GPU, 1 on CPU)")
     p.add_argument("--batch-size", type=int, default=None, help="samples per process per step (default: the preset's; 2 for tiny)")
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
@@ -63,7 +63,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     references = tuple((text, reference_config(base, text)) for text in args.reference)
     return StudyOptions(
         base=base, space=space, out=Path(args.out or Path("runs") / name),
-        trials=args.trials or (40 if gpu else 4), steps=args.steps or (20 if gpu else 3),
+        trials=args.trials or (20 if gpu else 4), steps=args.steps or (12 if gpu else 3),
         warmup=args.warmup if args.warmup is not None else (5 if gpu else 1), nproc=args.nproc,
         timeout_per_trial=args.timeout_per_trial, memory_budget=budget, sampler=args.sampler, seed=args.seed,
         storage=args.storage, study_name=name, guidance=not args.no_guidance, references=references,

@@ -5,7 +5,7 @@ profile_after=...)``), so the incumbent's buckets are always known. The search r
 
 1. the stock configuration (trial 0) is measured and profiled;
 2. a stage takes the incumbent's largest bucket (at least ``MIN_SHARE`` of the step) that maps to a
-   knob group not yet explored (``BUCKET_GROUPS``), and runs ``stage_trials`` trials in which only
+   knob group not searched from this incumbent (``BUCKET_GROUPS``; see ``Guide._blocked``), and runs ``stage_trials`` trials in which only
    that group's knobs vary; the other knobs keep the incumbent's values (fixed with Optuna's
    ``PartialFixedSampler``, so the sampler chooses the group's knobs from all it has learnt). The first
    trial of a stage sets the group's knobs to their ``remedy`` values where the space gives one;
@@ -33,7 +33,8 @@ BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
     "launch_overhead": ("graphs", "optimizer", "compile"),
     "comm_wait": ("comm",),
-    "compute_serial": ("precision", "compile"),
+    # a fused optimizer moves the optimizer state once instead of once per multi-tensor chunk
+    "compute_serial": ("optimizer", "precision", "compile"),
     "other": (),
 }
 """Knob groups that address each bucket, in the order they are tried."""
@@ -124,7 +125,7 @@ class Guide:
 
     def _new_stage(self, study: optuna.Study, incumbent: FrozenTrial) -> Stage:
         self._close(study)
-        explored = {g for s in self.stages for g in s.groups}
+        explored = self._blocked(incumbent.number)
         have = {k.group for k in self.space.knobs}
         buckets = buckets_of(incumbent)
         number = len(self.stages) + 1
@@ -139,6 +140,19 @@ class Guide:
                     knobs = [k.key for k in self.space.knobs if k.group == group]
                     return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, **common)
         return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], **common)
+
+    def _blocked(self, incumbent: int) -> set[str]:
+        """Groups not to search now: those searched from this incumbent, the last stage's, and any
+        searched twice. A group searched from an older incumbent may pay again once other knobs
+        moved (more loader workers after CUDA graphs made the step shorter)."""
+        blocked = {g for s in self.stages if s.incumbent == incumbent for g in s.groups}
+        if self.stages:
+            blocked |= set(self.stages[-1].groups)
+        counts: dict[str, int] = {}
+        for s in self.stages:
+            for g in s.groups:
+                counts[g] = counts.get(g, 0) + 1
+        return blocked | {g for g, n in counts.items() if n >= 2}
 
     def record(self, study: optuna.Study, stage: Stage | None, trial: FrozenTrial) -> None:
         """Add a finished trial to its stage and update the stage's best and gain."""

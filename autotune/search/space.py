@@ -100,12 +100,19 @@ class SearchSpace:
 
     def for_machine(self, machine: Machine) -> tuple[SearchSpace, list[str]]:
         """The space without the knobs ``machine`` cannot run, and a note for each one dropped."""
-        fp8 = machine.cuda and (machine.capability or (0, 0)) >= (8, 9)
+        from autotune.config.compat import _has_torchao
+
+        fp8 = machine.cuda and (machine.capability or (0, 0)) >= (8, 9) and _has_torchao()
         have = {"cuda": machine.cuda, "fp8": fp8}
         kept, notes = [], []
         for knob in self.knobs:
             if knob.requires and not have[knob.requires]:
                 notes.append(f"{knob.key}: dropped, needs {knob.requires}")
+            elif not fp8 and knob.key.startswith("precision.") and "fp8" in knob.choices and len(knob.choices) > 1:
+                # a choice the machine cannot run would only make refused trials
+                notes.append(f"{knob.key}: choice fp8 dropped, needs a GPU of compute capability >= 8.9 and torchao")
+                kept.append(dataclasses.replace(knob, choices=tuple(c for c in knob.choices if c != "fp8"),
+                                                remedy=None if knob.remedy == "fp8" else knob.remedy))
             else:
                 kept.append(knob)
         names = {k.key for k in kept}

@@ -156,7 +156,11 @@ def sample(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
         elif knob.type == "float":
             param = trial.suggest_float(knob.key, knob.low, knob.high, step=knob.step, log=knob.log)
         else:
-            param = trial.suggest_categorical(knob.key, [knob.encode(c) for c in knob.choices])
+            choices = [knob.encode(c) for c in knob.choices]
+            try:
+                param = trial.suggest_categorical(knob.key, choices)
+            except ValueError as exc:  # a queued value (enqueue_trial, a shared study) this machine's space lacks
+                raise ConfigError(f"{knob.key}: a queued value is not one of this machine's choices ({exc})") from None
         values[knob.key] = knob.decode(param)
     return values
 

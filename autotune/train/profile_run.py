@@ -28,7 +28,9 @@ def profile_config(cfg: TrainConfig, out_dir: str | Path, *, warmup: int = 5, ac
     session = Session(cfg, rank, world, local)
     loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world)
     batches = session.batches(loader)
-    warmup = max(warmup, cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else 0)
+    from autotune.train.runner import loader_buffer
+
+    warmup = max(warmup, cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else 0, loader_buffer(cfg) + 1)
     for _ in range(warmup):
         session.step(next(batches))
     summary = profile_session(session, batches, out_dir, active=active, unprofiled=unprofiled)

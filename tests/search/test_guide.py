@@ -130,3 +130,32 @@ def test_clearly_slower_trials_are_pruned(tmp_path, capsys):
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
     assert 2 <= len(trials[1].intermediate_values) <= 4 and len(trials[0].intermediate_values) == 8
     assert trials[1].user_attrs["reason"] == "pruned"
+
+
+def test_a_group_is_searched_again_from_a_new_incumbent(tmp_path):
+    """Data after graphs: a group searched from an older incumbent may pay again; twice is the limit."""
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    params = {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"}
+    data_bound = {"data_stall": 0.6, "launch_overhead": 0.3, "compute_serial": 0.1, "comm_wait": 0.0, "other": 0.0}
+    stock = incumbent(study, data_bound, params)
+    guide = Guide(space, stage_trials=1)
+    assert guide.next_trial(study, stock)[1].groups == ["data"]
+    guide.stages[-1].trials.append(1)
+    assert guide.next_trial(study, stock)[1].groups == ["optimizer"]  # data was searched from this incumbent
+    guide.stages[-1].trials.append(2)
+    faster = incumbent(study, data_bound, {**params, "optimizer.impl": "fused"}, value=20.0)
+    again = guide.next_trial(study, faster)[1]
+    assert again.groups == ["data"] and again.incumbent == faster.number
+    guide.stages[-1].trials.append(3)
+    newest = incumbent(study, data_bound, {**params, "data.num_workers": 2}, value=30.0)
+    assert guide.next_trial(study, newest)[1].groups == ["optimizer"]  # data twice: blocked
+
+
+def test_fp8_is_dropped_where_it_cannot_run(tmp_path):
+    from autotune.config.compat import Machine
+
+    space = load_space("gr00t_n16")
+    kept, notes = space.for_machine(Machine(cuda=True, capability=(7, 0)))
+    dit = next(k for k in kept.knobs if k.key == "precision.regions.dit")
+    assert "fp8" not in dit.choices and any("choice fp8 dropped" in n for n in notes)
