@@ -127,3 +127,17 @@ def test_compare_is_symmetric_in_its_verdict():
     b = {"losses": [1.0, 1.1, 0.9], "grad_norms": [1.0, 1.0, 1.0]}
     assert compare(a, a, 0.05).passed
     assert not compare(a, b, 0.05).passed and not compare(b, a, 0.05).passed
+
+
+def test_warm_up_drains_the_loader_buffer_before_measuring(tmp_path):
+    """Workers fill workers x prefetch batches while the model is built; measuring from a full
+    buffer would time a data-bound configuration faster than its loader can feed it."""
+    from autotune.data import MakeSpec, make_dataset
+    from autotune.train.runner import loader_buffer
+
+    dataset = make_dataset(tmp_path / "ds", MakeSpec(episodes=2, views=2, size=64, seed=0, frames=40))
+    cfg = tiny(data__source="lerobot", data__dataset=str(dataset), data__num_workers=2, data__prefetch_factor=3)
+    assert loader_buffer(cfg) == 6 and loader_buffer(tiny()) == 0
+    result = launch(cfg, steps=2, warmup=1, timeout=300)
+    assert "error" not in result, result
+    assert result["warmup_steps"] == 7 and len(result["losses"]) == 9
