@@ -34,7 +34,7 @@ def quick_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def failed_run(tmp_path_factory) -> Path:
-    """#0 stock, #1 crashes (batch size 3), #2 is refused (fp8 on CPU), #3 is pruned (batch size 4 sleeps)."""
+    """#0 stock, #1 crashes (batch size 3), #2 is refused (fp8 is not a choice on a CPU), #3 is pruned (batch size 4 sleeps)."""
     root = tmp_path_factory.mktemp("failed")
     space = root / "fail.yaml"
     space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 3, 4], group: data}\n"
