@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import signal
 import sys
+import threading
 
 from autotune.errors import AutotuneError
 
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if not argv else 2
+    previous = _exit_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except AutotuneError as exc:
@@ -62,3 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm():
+    """Turn SIGTERM into SystemExit, so that ``finally`` blocks run: a killed ``run`` stops its
+    trial's process group and removes its temporary folder. Returns the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, terminate)

@@ -80,3 +80,35 @@ def test_bad_arguments_fail_with_one_line(tmp_path, capsys):
     assert "search space 'nope' is unknown; known spaces:" in capsys.readouterr().err
     assert main(["run", "--memory-budget", "lots", "--out", str(tmp_path)]) == 2
     assert "--memory-budget: 'lots' is not a size" in capsys.readouterr().err
+
+
+def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path):
+    """SIGTERM to `autotune run` stops the trial in flight: its processes and temporary folder go."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    # batch size 5 of the crashy workload hangs in its loader: the trial is surely in flight
+    space = tmp_path / "hang.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [5], group: data}\n")
+    argv = [sys.executable, "-m", "autotune", "run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny",
+            "--space", str(space), "--trials", "1", "--synthetic", "--batch-size", "5", "--out", str(tmp_path / "run")]
+    run = subprocess.Popen(argv, env=env, cwd=Path(__file__).parents[2])
+    deadline = time.monotonic() + 120
+    while not list(tmp.glob("autotune-run-*/config.yaml")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    folder = next(tmp.glob("autotune-run-*"))
+    time.sleep(2)  # the worker process is up
+    workers = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
+    assert workers, "the trial's worker is running"
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not folder.exists()
+    left = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
+    assert not left, f"trial processes left behind: {left}"
