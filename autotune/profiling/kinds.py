@@ -73,7 +73,8 @@ CATEGORY_TABLE: tuple[Pattern, ...] = (
 
 DEVICE_TABLE: tuple[Pattern, ...] = (
     _row("nccl", r"^nccl|ncclKernel|ncclDevKernel|^rccl", DeviceKind.COMM),
-    _row("memcpy/memset", r"^(Memcpy|Memset|memcpy|memset)", DeviceKind.MEMORY),
+    # Kineto's names of copies and sets; lower-case names are kernels (memcpy32_post of graphs).
+    _row("memcpy/memset", r"^(hip)?(Memcpy|Memset)", DeviceKind.MEMORY),
     _row("OTHER", r"", DeviceKind.COMPUTE),
 )
 

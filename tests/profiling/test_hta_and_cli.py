@@ -83,3 +83,26 @@ def test_cli_hta_on_cpu_trace_reports_not_applicable(capsys):
 def test_cli_rejects_negative_threshold(capsys):
     assert main(["classify", str(DATA / "cpu_only.json.gz"), "--cpu-dispatch-us", "-1"]) != 0
     assert "classify.cpu_dispatch_us: must be >= 0, got -1.0" in capsys.readouterr().err
+
+
+# Device event names from the H200 traces of issue 5.
+H200_NAMES = {
+    "memcpy32_post": "COMPUTATION",  # a kernel of CUDA-graph memcpy nodes, not a copy
+    "Memcpy HtoD (Pageable -> Device)": "MEMORY",
+    "Memcpy DtoD (Device -> Device)": "MEMORY",
+    "Memset (Device)": "MEMORY",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "COMMUNICATION",
+    "nvjet_sm90_tst_144x128_64x6_1x2_h_bz_coopA_bias_TNN": "COMPUTATION",
+    "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda>": "COMPUTATION",
+}
+
+
+def test_device_kinds_agree_with_hta_kernel_types():
+    from hta.utils.utils import get_kernel_type
+
+    from autotune.profiling.kinds import DEVICE_TABLE, DeviceKind, kinds_of
+
+    ours = dict(zip(H200_NAMES, kinds_of(DEVICE_TABLE, list(H200_NAMES))))
+    as_hta = {DeviceKind.COMM: "COMMUNICATION", DeviceKind.MEMORY: "MEMORY", DeviceKind.COMPUTE: "COMPUTATION"}
+    assert {n: as_hta[DeviceKind(k)] for n, k in ours.items()} == H200_NAMES
+    assert {n: get_kernel_type(n) for n in H200_NAMES} == H200_NAMES
