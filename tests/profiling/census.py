@@ -12,7 +12,10 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from statistics import median
 from typing import Any
+
+import pytest
 
 RUNTIME = ("cuda_runtime", "cuda_driver")
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -34,8 +37,30 @@ def _relation(ev: dict, graph_ids: set, call_ids: set) -> str:
     return "other_call" if corr in call_ids else "unmatched"
 
 
+def _timing(span: dict, device: list[dict], launches: list[dict]) -> dict[str, float]:
+    """Where a step's time went, in µs: whether the device waited on the host's graph launch
+    (kernels spaced by the launch call's pace) or ran back to back."""
+    runs = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in device)
+    busy, gaps, reach = 0.0, [], None
+    for start, end in runs:
+        if reach is not None:
+            gaps.append(max(start - reach, 0.0))
+        busy += max(end - max(start, reach if reach is not None else start), 0.0)
+        reach = end if reach is None else max(reach, end)
+    first_launch = min((e["ts"] for e in launches), default=None)
+    return {
+        "window_us": round(span.get("dur", 0), 1),
+        "graph_launch_call_us": round(sum(e.get("dur", 0) for e in launches), 1),
+        "first_kernel_after_launch_us": round(runs[0][0] - first_launch, 1) if runs and first_launch is not None else None,
+        "device_busy_us": round(busy, 1),
+        "median_kernel_us": round(median(e - s for s, e in runs), 2) if runs else None,
+        "median_gap_us": round(median(gaps), 2) if gaps else None,
+    }
+
+
 def census(path: str | Path) -> dict[str, Any]:
-    """Counts per ``ProfilerStep`` span: device events starting in it, by how they are correlated.
+    """Counts per ``ProfilerStep`` span: device events starting in it, by how they are correlated,
+    and their timing (:func:`_timing`).
 
     ``device_events`` are all of them; ``graph_kernels`` are those less one per launch call of the
     step that is not a graph launch (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...): the replayed
@@ -65,6 +90,7 @@ def census(path: str | Path) -> dict[str, Any]:
             "correlation": dict(how),
             "graph_launches": sum(lo <= e["ts"] < hi for e in launches),
             "streams": sorted({(e.get("args") or {}).get("stream") for e in mine}, key=str),
+            **_timing(span, mine, [e for e in launches if lo <= e["ts"] < hi]),
         })
     graph_args = sorted({k for e in device for k in (e.get("args") or {}) if "graph" in k.lower()})
     return {
@@ -111,5 +137,12 @@ def check_graph_replays(folder: Path, want: int) -> str:
         f"the classifier counts {per_step} kernels per step, the trace has {in_trace}; {facts}"
     )
     assert got.device == "gpu", facts
+    compute = [s.buckets_ns["compute_serial"] / 1000 for s in got.ranks[0].steps]
+    busy = [s["device_busy_us"] for s in found["steps"]]
+    assert compute == pytest.approx(busy, abs=0.5), (
+        f"the classifier's compute time per step {compute} µs is not the device's busy time {busy}; {facts}"
+    )
+    # The test graph's kernels are long enough for the device, not the host's graph launch, to
+    # pace the replay; the timing in the census says which one did.
     assert got.dominant == "compute_serial", f"buckets {got.buckets}; {facts}"
     return facts

@@ -128,11 +128,18 @@ def ddp_worker(
 
 GRAPH_OPS = 200
 """In-place ops captured in the test graph: two kernels each (mul_, add_)."""
+GRAPH_NUMEL = 1 << 23
+"""Elements of the test graph's tensor: 32 MB, so each kernel runs ~15 µs on an H200, longer
+than the 1.9-2.6 µs per node that ``cudaGraphLaunch`` took under the profiler on the H200.
+With 1024 elements (~1 µs kernels) the H200 trace (torch 2.11, CUDA 13.0) had the device idle
+between the nodes for 56 % of each step while the host was in ``cudaGraphLaunch`` or
+synchronising: launch_overhead by definition, not a misattribution (every kernel was counted in
+its step)."""
 
 
 def capture_graph() -> torch.cuda.CUDAGraph:
-    """A CUDA graph of ``2 * GRAPH_OPS`` tiny elementwise kernels, warmed up on a side stream."""
-    x = torch.zeros(1024, device="cuda")
+    """A CUDA graph of ``2 * GRAPH_OPS`` elementwise kernels, warmed up on a side stream."""
+    x = torch.zeros(GRAPH_NUMEL, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -175,3 +175,46 @@ def test_the_gpu_test_check_on_a_trace_without_cuda_activity(tmp_path):
     b.write(tmp_path / "rank0.pt.trace.json.gz")
     with pytest.raises(GraphKernelsNotTraced, match=r"recorded no CUDA activity at all; .*census"):
         check_graph_replays(tmp_path, want=400)
+
+
+def _h200_replay_trace(folder: Path, kernel_us: float, spacing_us: float) -> Path:
+    """The shape of test_gpu.py's graph replays on the H200 (torch 2.11, CUDA 13.0): no operator,
+    one cudaGraphLaunch per step (1 ms on the host), 400 kernels on stream 7 that all carry the
+    launch's correlation id, the first 100 µs after the call begins, then cudaDeviceSynchronize."""
+    b = TraceBuilder()
+    for n, t in ((3, 0), (4, 10_000), (5, 20_000)):
+        replay = [(f"elementwise_{j % 2}", t + 150 + spacing_us * j, kernel_us, 7) for j in range(400)]
+        b.graph_launch(t + 50, 1000, replay, "launch")
+        end = replay[-1][1] + kernel_us
+        b.runtime("cudaDeviceSynchronize", t + 1050, end - (t + 1050))
+        b.step(n, t, end - t + 150)
+    return b.write(folder / "rank0.pt.trace.json.gz")
+
+
+def test_tiny_graph_kernels_paced_by_the_launch_are_launch_overhead(tmp_path):
+    """1 µs kernels every 2.5 µs: the device idles between nodes while the host is still in
+    cudaGraphLaunch (then in the synchronise), which is launch overhead; every kernel is counted."""
+    _h200_replay_trace(tmp_path, kernel_us=1.0, spacing_us=2.5)
+    got = classify(tmp_path)
+    assert [s.kernels for s in got.ranks[0].steps] == [400] * 3
+    for s in got.ranks[0].steps:
+        # [0, 50) Python, [50, 1148.5) launch and kernels, [1148.5, 1298.5) after the sync.
+        assert s.buckets_ns == {"compute_serial": 400_000, "comm_wait": 0, "data_stall": 0,
+                                "launch_overhead": 698_500, "other": 200_000}
+    assert got.dominant == "launch_overhead"
+    with pytest.raises(AssertionError, match=r"buckets \{'compute_serial': 0.30.*'launch_overhead': 0.53.*median_gap_us"):
+        check_graph_replays(tmp_path, want=400)
+
+
+def test_long_graph_kernels_run_back_to_back_are_compute(tmp_path):
+    """What the fixed GPU test replays: 14 µs kernels 0.4 µs apart; the device paces the replay."""
+    _h200_replay_trace(tmp_path, kernel_us=14.0, spacing_us=14.4)
+    got = classify(tmp_path)
+    assert [s.kernels for s in got.ranks[0].steps] == [400] * 3
+    for s in got.ranks[0].steps:
+        # The 100 µs before the first kernel and 399 gaps of 0.4 µs are launch overhead.
+        assert s.buckets_ns["compute_serial"] == 5_600_000
+        assert s.buckets_ns["launch_overhead"] == 100_000 + 399 * 400
+        assert s.buckets_ns["other"] == 200_000
+    facts = check_graph_replays(tmp_path, want=400)
+    assert '"device_busy_us": 5600.0' in facts and '"median_gap_us": 0.4' in facts
