@@ -52,6 +52,8 @@ framework work around it: Python between operators, the dispatcher, autograd boo
    hundreds of tiny operators therefore lands here, as its GPU twin would.
 5. ``other``: the rest: long gaps with no operator running (pure-Python work, sleeps).
 
+A CPU-only window recorded with ``detail="spans"`` (no operators) is refused, not classified.
+
 Several ranks: each rank's steps are classified on their own; the aggregate adds the bucket
 times of all steps of all ranks. The straggler is the rank with the largest median step time.
 """
@@ -255,6 +257,7 @@ def _classify_rank(trace: RankTrace, opts: ClassifyOptions) -> _RankPart:
     if len(trace.device):
         return _classify_gpu_rank(trace, host_kind, steps, opts)
     _check_no_lost_device_events(trace, host_kind)
+    _check_recorded_operators(trace)
     return _classify_cpu_rank(trace, host_kind, steps, opts)
 
 
@@ -268,6 +271,16 @@ def _check_no_lost_device_events(trace: RankTrace, host_kind: np.ndarray) -> Non
         raise TraceFormatError(
             f"{trace.path}: {int(launches.sum())} kernel launches but no device activity; the profiler "
             "recorded no GPU events (CUPTI): profile again, in a fresh process"
+        )
+
+
+def _check_recorded_operators(trace: RankTrace) -> None:
+    """A CPU-only trace's buckets come from its operators; a window recorded with
+    ``detail="spans"`` has none to split the steps by."""
+    if trace.detail == "spans":
+        raise TraceFormatError(
+            f"{trace.path}: a CPU-only trace recorded with detail='spans' holds no operators to "
+            "classify; profile CPU runs with detail='ops' (profile_window's default on CPU)"
         )
 
 

@@ -29,6 +29,7 @@ from autotune.profiling.kinds import CATEGORY_TABLE, Category, first_match
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 RUN_ID_KEY = "autotune_run_id"
+DETAIL_KEY = "autotune_profile_detail"
 
 _WS = re.compile(r"[ \t\n\r]*")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)")
@@ -62,6 +63,8 @@ class RankTrace:
     rank: int
     world_size: int | None
     run_id: str | None
+    detail: str | None
+    """What ``profile_window`` recorded (``"ops"`` or ``"spans"``); None for other traces."""
     names: list[str]
     host: EventTable
     device: EventTable
@@ -263,6 +266,7 @@ def load_trace(path: str | Path) -> RankTrace:
         rank=rank,
         world_size=world_size,
         run_id=str(run_id) if run_id is not None else None,
+        detail=meta.get(DETAIL_KEY) if isinstance(meta.get(DETAIL_KEY), str) else None,
         names=list(cols.names),
         host=host,
         device=device,

@@ -18,7 +18,9 @@ work (``torch.cuda.synchronize``), and the medians of the two groups give the pr
 overhead in the same run. Each rank writes ``rank{R}.pt.trace.json.gz``; the file carries
 ``distributedInfo`` (torch writes it when ``torch.distributed`` is initialised, we add it
 otherwise) and the run id under ``autotune_run_id``, so that traces of two runs mixed in one
-folder are detected by the classifier.
+folder are detected by the classifier. On CUDA the trace holds, by default, only the spans the
+classifier needs, not every operator (``detail``, :mod:`autotune.profiling.detail`): each
+recorded operator is a profiler callback, ~37,000 of them in an eager step of ``full``.
 
 One window per process: on CUDA 13.0, CUPTI gives CUDA-graph kernels wrong correlation ids in
 a process's later profiling sessions (NVIDIA's CUPTI 13.1 Update 1 notes), and has been
@@ -45,7 +47,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from autotune.errors import ConfigError
-from autotune.profiling.trace import RUN_ID_KEY
+from autotune.profiling.detail import profiler_options, recorded_scopes, resolve_detail
+from autotune.profiling.trace import DETAIL_KEY, RUN_ID_KEY
 
 DATA_WAIT = "autotune.data_wait"
 """Name of the span that marks the host waiting for the next batch."""
@@ -74,6 +77,8 @@ class ProfileWindowResult:
     """Times of the ``active`` (traced) steps."""
     unprofiled_ms: tuple[float, ...]
     """Times of the steps run after the window, without the profiler."""
+    detail: str
+    """What the trace records: ``"ops"`` or ``"spans"`` (:mod:`autotune.profiling.detail`)."""
 
     @property
     def trace_paths(self) -> tuple[Path, ...]:
@@ -117,15 +122,17 @@ def _shared_run_id(run_id: str | None) -> str:
     return ids[0]
 
 
-def stamp_trace(src: Path, dst: Path, *, rank: int, world_size: int, run_id: str) -> None:
-    """Copy an exported trace to ``dst`` (gzipped) with the run id and ``distributedInfo``.
+def stamp_trace(
+    src: Path, dst: Path, *, rank: int, world_size: int, run_id: str, detail: str = "ops"
+) -> None:
+    """Copy an exported trace to ``dst`` (gzipped) with the run id, the detail and ``distributedInfo``.
 
     The keys go right after the opening brace, as text, so a large trace is not parsed again.
     """
     text = src.read_text(encoding="utf-8")
     brace = text.index("{") + 1
     head = text[: text.find('"traceEvents"')]
-    extra = {RUN_ID_KEY: run_id}
+    extra = {RUN_ID_KEY: run_id, DETAIL_KEY: detail}
     if '"distributedInfo"' not in head:
         extra["distributedInfo"] = {"backend": "none", "rank": rank, "world_size": world_size}
     # HTA finds the rank with the regex '"rank":\s+(\d+)', hence json.dumps' default spacing.
@@ -166,34 +173,43 @@ def profile_window(
     active: int = 5,
     unprofiled_steps: int = 5,
     run_id: str | None = None,
+    detail: str = "auto",
 ) -> ProfileWindowResult:
     """Run ``step_fn`` under the profiler for one window, then unprofiled; write this rank's trace.
 
     ``step_fn`` runs ``wait + warmup + active + unprofiled_steps`` times in all. Collective:
     with ``torch.distributed`` initialised and no ``run_id``, every rank must call it.
+    ``detail`` says what the trace records (:mod:`autotune.profiling.detail`): ``"auto"``
+    records only the spans the classifier needs on CUDA, every operator on CPU.
     """
     _check(wait, warmup, active, unprofiled_steps, rank, world_size)
+    cuda = torch.cuda.is_available()
+    detail = resolve_detail(detail, cuda)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_id = _shared_run_id(run_id)
     activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
+    if cuda:
         activities.append(ProfilerActivity.CUDA)
     profiled: list[float] = []
     with tempfile.TemporaryDirectory(dir=out, prefix=".export-") as tmp:
         raw = Path(tmp) / "trace.json"
-        with profile(
-            activities=activities,
-            schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-            on_trace_ready=lambda p: p.export_chrome_trace(str(raw)),
-        ) as prof:
+        with (
+            recorded_scopes(detail),
+            profile(
+                activities=activities,
+                schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+                on_trace_ready=lambda p: p.export_chrome_trace(str(raw)),
+                **profiler_options(detail),
+            ) as prof,
+        ):
             for i in range(wait + warmup + active):
                 ms = _timed(step_fn)
                 if i >= wait + warmup:
                     profiled.append(ms)
                 prof.step()
         dst = out / trace_name(rank)
-        stamp_trace(raw, dst, rank=rank, world_size=world_size, run_id=run_id)
+        stamp_trace(raw, dst, rank=rank, world_size=world_size, run_id=run_id, detail=detail)
     unprofiled = [_timed(step_fn) for _ in range(unprofiled_steps)]
     return ProfileWindowResult(
         out_dir=out,
@@ -203,4 +219,5 @@ def profile_window(
         run_id=run_id,
         profiled_ms=tuple(profiled),
         unprofiled_ms=tuple(unprofiled),
+        detail=detail,
     )

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.profiling import classify, data_wait, profile_window
+from autotune.profiling import classify, data_wait, load_traces, profile_window
+from autotune.profiling.kinds import Category
 from tests.profiling import programs
 from tests.profiling.census import GraphKernelsNotTraced, check_graph_replays
 from tests.profiling.programs import SleepyDataset
@@ -48,14 +49,20 @@ def test_large_matmuls_are_compute(tmp_path):
     assert got.launch.kernels_per_step >= 16
 
 
-def test_thousands_of_tiny_kernels_are_launch_overhead(tmp_path):
+@pytest.mark.parametrize("detail", ["ops", "spans"])
+def test_thousands_of_tiny_kernels_are_launch_overhead(tmp_path, detail):
     x = torch.zeros(1, device="cuda")
 
     def step():
         for _ in range(2000):
             x.add_(1.0)
 
-    result, got = _profile(step, tmp_path, "tiny", active=3, unprofiled_steps=3)
+    result, got = _profile(step, tmp_path, f"tiny_{detail}", active=3, unprofiled_steps=3, detail=detail)
+    print(f"{detail}: profiled {result.profiled_step_ms:.2f} ms, unprofiled {result.unprofiled_step_ms:.2f} ms")
+    assert result.detail == detail
+    [trace] = load_traces(tmp_path)
+    operators = int((trace.host.category == Category.HOST_OP).sum())
+    assert (operators > 0) == (detail == "ops")
     assert got.dominant == "launch_overhead"
     assert got.launch.kernels_per_step == pytest.approx(2000, abs=5)
     assert result.overhead > -0.5
