@@ -14,7 +14,8 @@
   operator (not a runtime call) counts as ``other``. On the H200 traces of issue 5 that moved
   0 to 2.9 points of step time from launch_overhead to other and changed no dominant bucket
   (BENCHMARKS.md).
-* ``"auto"`` (the default): ``"spans"`` when the window profiles CUDA, ``"ops"`` otherwise.
+* ``"auto"`` (the default): ``"spans"`` when the window profiles CUDA and this torch has the
+  private hooks it needs (:func:`spans_supported`), ``"ops"`` otherwise.
 
 Why ``spans`` is cheaper: with every operator recorded, each of the ~37,000 host operators of an
 eager ``full`` step runs the profiler's RecordFunction callback (a timestamped event, plus a
@@ -41,8 +42,21 @@ def resolve_detail(detail: str, cuda: bool) -> str:
     if detail not in DETAILS:
         raise ConfigError(f"profile_window.detail: {detail!r} is not one of {list(DETAILS)}")
     if detail == "auto":
-        return "spans" if cuda else "ops"
+        return "spans" if cuda and spans_supported() else "ops"
     return detail
+
+
+def spans_supported() -> bool:
+    """Whether this torch has the private hooks ``spans`` relies on (checked on 2.13; a torch
+    without them records every operator instead of failing the window)."""
+    try:
+        import torch.autograd.profiler as autograd_profiler
+        from torch._C._profiler import RecordScope, _ExperimentalConfig
+
+        _ExperimentalConfig(disable_external_correlation=True)
+        return callable(getattr(autograd_profiler, "_enable_profiler", None)) and hasattr(RecordScope, "USER_SCOPE")
+    except (ImportError, TypeError, AttributeError, RuntimeError):
+        return False
 
 
 def profiler_options(detail: str) -> dict[str, Any]:

@@ -241,7 +241,7 @@ def profile_attrs(profile: dict | None, profile_dir: Path, out: Path) -> dict[st
     """The trial's user attributes from its profiled window (nothing when there was none)."""
     cls = (profile or {}).get("classification")
     if not cls:
-        return {}
+        return {"profile_error": profile["error"]} if profile and "error" in profile else {}
     return {
         "buckets": json.dumps(cls["buckets"]),
         "dominant": cls["dominant"],

@@ -129,7 +129,12 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
     if profile_out is not None:
         from autotune.train.profile_run import profile_session
 
-        profile = profile_session(session, batches, profile_out, active=profile_steps, unprofiled=profile_steps)
+        try:  # the measurement stands without its profile
+            profile = profile_session(session, batches, profile_out, active=profile_steps, unprofiled=profile_steps)
+        except Exception as exc:  # noqa: BLE001
+            if "out of memory" in str(exc).lower():
+                raise
+            profile = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     rate = matmul_rate(device)
     per_rank = _gather({"step_times": step_times, "memory": mem}, world)
     # A data-parallel step ends when the slowest rank ends: take the per-step maximum over ranks.
