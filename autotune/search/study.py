@@ -302,6 +302,7 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
     for name, cfg in opts.references:
         if name not in have:
             study.enqueue_trial(opts.space.stock_params(cfg), user_attrs={"reference": name})
+    check_space_unchanged(study, opts.space)
     guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance)
     guide.load(study)
     base_sampler = study.sampler
@@ -334,6 +335,26 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         ran += 1
         report(progress_line(study, frozen, finished(study), opts.trials, start, ran, max(ran, opts.trials - done), stage))
     return study
+
+
+def check_space_unchanged(study: optuna.Study, space: SearchSpace) -> None:
+    """A study continues only with the space it began with (Optuna keeps one distribution a knob)."""
+    probe = optuna.create_study(direction="maximize")
+    trial = probe.ask()
+    try:
+        sample(trial, space)  # the distributions this space gives, as the knobs are conditioned
+    except ConfigError:
+        return
+    mine = trial.distributions
+    for t in study.get_trials(deepcopy=False):
+        for key, dist in t.distributions.items():
+            if key in mine:
+                try:
+                    optuna.distributions.check_distribution_compatibility(dist, mine[key])
+                except ValueError:
+                    raise ConfigError(f"{space.path}: knobs.{key}: the space changed since study {study.study_name!r} "
+                                      f"began ({dist} then, {mine[key]} now); continue it with the old space or "
+                                      "start a new study with another --out") from None
 
 
 def write_diagnosis(out: Path, guide: Guide) -> None:

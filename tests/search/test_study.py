@@ -94,9 +94,9 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
-    # batch size 5 of the crashy workload hangs in its loader: the trial is surely in flight
+    # batch size 5 (the stock trial here) of the crashy workload hangs in its loader: surely in flight
     space = tmp_path / "hang.yaml"
-    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [5], group: data}\n")
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n")
     argv = [sys.executable, "-m", "autotune", "run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny",
             "--space", str(space), "--trials", "1", "--synthetic", "--batch-size", "5", "--out", str(tmp_path / "run")]
     run = subprocess.Popen(argv, env=env, cwd=Path(__file__).parents[2])
@@ -112,3 +112,25 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path):
     assert not folder.exists()
     left = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
     assert not left, f"trial processes left behind: {left}"
+
+    # the same command again continues the study: the trial in flight is lost (FAIL), the rest runs
+    name = "tests.search.crashy.Workload-tiny-hang"
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "run" / "study.journal")))
+    optuna.load_study(study_name=name, storage=storage).enqueue_trial({"batch_size": 2})
+    again = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "2",
+             "--synthetic", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--out", str(tmp_path / "run")]
+    assert main(again) == 0
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+
+
+def test_a_changed_space_does_not_continue_the_study(tmp_path, capsys):
+    space = tmp_path / "s.yaml"
+    space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n")
+    argv = ["run", "--space", str(space), "--trials", "1", "--synthetic", "--steps", "1", "--warmup", "1",
+            "--profile-steps", "0", "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused, loop], group: optimizer}\n")
+    assert main([*argv[:4], "2", *argv[5:]]) == 2
+    err = capsys.readouterr().err
+    assert "knobs.optimizer.impl: the space changed since study" in err and len(err.strip().splitlines()) == 1
