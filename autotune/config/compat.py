@@ -58,6 +58,8 @@ RULES: tuple[Rule, ...] = (
      "compile modes that capture CUDA graphs themselves cannot be combined with graphs.mode; use 'default' or 'max-autotune-no-cudagraphs'"),
     ("compile.regions", lambda c, m: "all" in c.compile.regions and c.graphs.mode == "regions",
      "compiling the whole model cannot be combined with per-region graph capture"),
+    ("ddp.comm_hook", lambda c, m: c.ddp.comm_hook == "bf16" and m.world_size > 1 and not _on_cuda(c, m),
+     "the bf16 compression hook needs NCCL (CUDA); gloo supports 'fp16' or 'none'"),
     ("data.device_prefetch", lambda c, m: c.data.device_prefetch > 0 and not _on_cuda(c, m),
      "the device prefetcher copies on a CUDA stream; set it to 0 on CPU"),
 )

@@ -27,7 +27,7 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return "config", str(exc)
     if "out of memory" in low or type(exc).__name__ == "OutOfMemoryError":
         return "oom", text.splitlines()[0]
-    if "nccl" in low:
+    if "nccl" in low and "gloo" not in low and "required cuda" not in low:
         return "nccl", text.splitlines()[0]
     if "inductor" in low or "dynamo" in low or "backendcompilerfailed" in low:
         return "compile", text.splitlines()[0]

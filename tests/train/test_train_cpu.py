@@ -60,6 +60,14 @@ def test_impossible_combinations_are_refused_on_cpu(over, message):
         check_compatible(tiny(**over), Machine(cuda=False), REGIONS)
 
 
+def test_bf16_gradient_compression_is_refused_on_gloo_only():
+    cfg = tiny(ddp__comm_hook="bf16")
+    with pytest.raises(IncompatibleConfigError, match=r"ddp\.comm_hook: refused: the bf16 compression hook needs NCCL"):
+        check_compatible(cfg, Machine(cuda=False, world_size=2), REGIONS)
+    check_compatible(cfg, Machine(cuda=False, world_size=1), REGIONS)  # one process: no hook runs
+    check_compatible(tiny(ddp__comm_hook="fp16"), Machine(cuda=False, world_size=2), REGIONS)
+
+
 def test_fp16_scaler_in_a_captured_step_is_refused_even_on_gpu():
     cfg = tiny(device="auto", graphs__mode="step", precision__default="fp16")
     with pytest.raises(IncompatibleConfigError, match="fp16 gradient scaler"):
