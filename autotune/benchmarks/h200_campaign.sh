@@ -5,7 +5,8 @@
 #
 #   bash autotune/benchmarks/h200_campaign.sh a   # install, datasets, GPU tests, profiler overhead, start 1-GPU studies
 #   bash autotune/benchmarks/h200_campaign.sh b   # wait for them, start the 2-GPU full study
-#   bash autotune/benchmarks/h200_campaign.sh c   # wait for it, start the 2-GPU medium study, wait, pack into $OUT
+#   bash autotune/benchmarks/h200_campaign.sh c   # wait for it, profile whole-step graphs on 1 and 2 GPUs, pack into $OUT
+#   bash autotune/benchmarks/h200_campaign.sh d   # the 2-GPU medium study, pack (if device time is left)
 #
 # carry [".whl"] (../shared/device/fetch-wheels.sh av; add a torchao wheel for fp8). Phase a
 # installs the wheels into /tmp/site, which later calls on the same machine reuse.
@@ -38,12 +39,22 @@ b)
   ;;
 c)
   $M wait full-2gpu --dir "$C" --seconds 300 --every 60
+  # issue 5: full under whole-step graph capture, 1 and 2 GPUs, traces kept for classify --hta
+  python3 -c "from autotune.config import save_config; from autotune.config.stock import stock_config
+c = stock_config('gr00t_n16', 'full'); c.graphs.mode = 'step'; c.optimizer.impl = 'fused'
+c.data.num_workers, c.data.prefetch_factor, c.data.device_prefetch = 8, 4, 2
+save_config(c, '$C/step_graph_tuned.yaml')"
+  python3 -m autotune profile --config "$C/step_graph_tuned.yaml" --steps 4 --out "$C/prof-step-graph-1gpu" > "$C/prof1.log" 2>&1
+  python3 -m autotune profile --config "$C/step_graph_tuned.yaml" --steps 4 --nproc 2 --out "$C/prof-step-graph-2gpu" > "$C/prof2.log" 2>&1
+  $M pack --dir "$C" --out "$OUT" --name campaign --traces 7
+  ;;
+d)
   $M start medium-2gpu --dir "$C" -- --preset medium --nproc 2 "${STUDY[@]}" --trials 10 --timeout-per-trial 300
-  $M wait medium-2gpu --dir "$C" --seconds $((500 - SECONDS)) --every 60
-  $M pack --dir "$C" --out "$OUT" --name campaign --traces 6
+  $M wait medium-2gpu --dir "$C" --seconds $((520 - SECONDS)) --every 60
+  $M pack --dir "$C" --out "$OUT" --name campaign-d --traces 2
   ;;
 *)
-  echo "usage: $0 a|b|c" >&2
+  echo "usage: $0 a|b|c|d" >&2
   exit 2
   ;;
 esac
