@@ -223,10 +223,16 @@ def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | No
     if len(done) < 2 or not any(t.params for t in done):
         notes.append("parameter importances need at least 2 completed trials with parameters")
         return None
+    varied = varied_params(done)
+    if not varied:
+        notes.append("parameter importances: no parameter took two values in the completed trials")
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            found = optuna.importance.get_param_importances(study)  # PED-ANOVA: deterministic, numpy only
+            # PED-ANOVA (deterministic, numpy only), over the knobs that varied: a knob held at one
+            # value in every trial (a stage's fixed knobs) has no importance to report
+            found = optuna.importance.get_param_importances(study, params=varied)
     except (ValueError, RuntimeError) as exc:
         notes.append(f"parameter importances could not be computed: {exc}")
         return None
@@ -234,6 +240,12 @@ def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | No
         notes.append("parameter importances: no parameter was sampled in every completed trial")
         return None
     return {k: float(v) for k, v in found.items()}
+
+
+def varied_params(trials: list[FrozenTrial]) -> list[str]:
+    """Parameters present in every trial that took at least two values."""
+    common = set.intersection(*(set(t.params) for t in trials)) if trials else set()
+    return sorted(k for k in common if len({repr(t.params[k]) for t in trials}) > 1)
 
 
 def _environment(trial: FrozenTrial | None, run: RunInfo) -> dict[str, Any]:

@@ -70,7 +70,8 @@ def importances(report: Report, study: optuna.Study) -> Figure:
     if report.importances is None:
         return Figure(title, note="not computed: " + next(
             (n for n in report.notes if n.startswith("parameter importances")), "too few completed trials"))
-    ax = optuna.visualization.matplotlib.plot_param_importances(study, target_name="samples/s")
+    ax = optuna.visualization.matplotlib.plot_param_importances(study, target_name="samples/s",
+                                                                params=list(report.importances))
     ax.figure.set_size_inches(7.5, max(2.5, 0.45 * len(report.importances) + 1.2))
     return Figure(title, png=png(ax.figure))
 

@@ -175,3 +175,17 @@ def test_a_study_in_a_database_needs_its_password(quick_run, tmp_path):
     finally:
         with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_importances_cover_only_the_knobs_that_varied():
+    """A stage holds most knobs at the incumbent's values: those get no importance bar."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+    from optuna.trial import create_trial
+
+    from autotune.report.model import varied_params
+
+    dists = {"a": IntDistribution(0, 4), "b": CategoricalDistribution(["x", "y"])}
+    trials = [create_trial(params={"a": a, "b": "x"}, distributions=dists, value=float(a)) for a in (0, 2, 4)]
+    assert varied_params(trials) == ["a"]
+    trials.append(create_trial(params={"a": 1}, distributions={"a": dists["a"]}, value=1.0))
+    assert varied_params(trials) == ["a"] and varied_params([]) == []
