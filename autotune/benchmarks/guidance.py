@@ -108,6 +108,7 @@ def run_study(args: argparse.Namespace, seed: int, mode: str) -> StudyRun:
            "--trials", str(args.trials), "--seed", str(seed), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--stage-trials", str(args.stage_trials), "--nproc", str(args.nproc), "--out", str(folder)]
     cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
+    cmd += ["--base", args.base] if args.base else []
     cmd += ["--synthetic"] if args.synthetic else []
     cmd += [] if args.prune else ["--no-prune"]
     cmd += ["--no-guidance"] if mode == "unguided" else []
@@ -141,6 +142,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--space", default="cpu_bench", help="search space name or YAML path")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--base", default=None, help="starting configuration of every study (autotune run --base), "
+                   "e.g. autotune/benchmarks/bases/tiny_data_bound.yaml")
     p.add_argument("--steps", type=int, default=6, help="measured steps per trial")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per trial")
     p.add_argument("--stage-trials", type=int, default=2, help="trials per guided stage")

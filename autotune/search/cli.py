@@ -18,10 +18,12 @@ from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.space import load_space
 from autotune.search.study import SAMPLERS, StudyOptions
 
+DEFAULT_WORKLOAD = "gr00t_n16"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="search the training knobs for the fastest configuration (an Optuna study)")
-    p.add_argument("--workload", default="gr00t_n16", help="workload name or package.module:Class")
+    p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload name or package.module:Class")
     p.add_argument("--preset", default=None, help="model preset (default: full on GPU, tiny on CPU)")
     p.add_argument("--space", default=None, help="search space name or YAML path (default: gr00t_n16 on GPU, quick on CPU)")
     p.add_argument("--trials", type=int, default=None, help="trials in the study, counting those of earlier runs (default: 20 on GPU, 4 on CPU)")
@@ -36,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.add_argument("--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)")
+    p.add_argument("--base", default=None, metavar="CONFIG.yaml",
+                   help="start from this configuration instead of the stock one (trial 0, what speed-ups are "
+                        "measured against); its workload and preset are used unless --workload/--preset are given")
     p.add_argument("--reference", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
                    help="also measure the stock configuration with these changes (e.g. compile.regions=[all]) as a "
                         "trial of its own, for comparison; repeatable")
@@ -49,17 +54,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     """The study's options from the command line, with the machine's defaults filled in."""
     gpu = machine.cuda
-    preset = args.preset or ("full" if gpu else "tiny")
     space = load_space(args.space or ("gr00t_n16" if gpu else "quick"))
     budget = parse_bytes(args.memory_budget) if args.memory_budget else default_budget(gpu)
-    base = stock_config(args.workload, preset)
+    if args.base:
+        from autotune.config import load_config
+
+        base = load_config(args.base)
+        base.provenance = {}
+        base.workload = args.workload if args.workload != DEFAULT_WORKLOAD else base.workload
+        base.preset = args.preset or base.preset
+    else:
+        base = stock_config(args.workload, args.preset or ("full" if gpu else "tiny"))
+        if base.preset == "tiny":
+            base.batch_size = 2
     if args.batch_size:
         base.batch_size = args.batch_size
-    elif preset == "tiny":
-        base.batch_size = 2
     if args.synthetic:
         base.data.source = "synthetic"
-    name = f"{args.workload.replace(':', '.')}-{preset}-{space.name}"
+    name = f"{base.workload.replace(':', '.')}-{base.preset}-{space.name}"
+    if args.base:
+        name += f"-{Path(args.base).stem}"
     references = tuple((text, reference_config(base, text)) for text in args.reference)
     return StudyOptions(
         base=base, space=space, out=Path(args.out or Path("runs") / name),

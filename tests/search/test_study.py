@@ -134,3 +134,16 @@ def test_a_changed_space_does_not_continue_the_study(tmp_path, capsys):
     assert main([*argv[:4], "2", *argv[5:]]) == 2
     err = capsys.readouterr().err
     assert "knobs.optimizer.impl: the space changed since study" in err and len(err.strip().splitlines()) == 1
+
+
+def test_base_configuration_is_trial_0(tmp_path):
+    """--base: the study starts from the user's configuration instead of the stock one."""
+    base = tmp_path / "mine.yaml"
+    base.write_text("preset: tiny\nbatch_size: 3\noptimizer: {impl: fused}\n")
+    out = tmp_path / "run"
+    argv = ["run", "--base", str(base), "--space", "quick", "--trials", "1", "--synthetic", "--steps", "1",
+            "--warmup", "1", "--profile-steps", "0", "--out", str(out)]
+    assert main(argv) == 0
+    best = load_config(out / "best.yaml")
+    assert best.batch_size == 3 and best.optimizer.impl == "fused"
+    assert best.provenance["study"] == "gr00t_n16-tiny-quick-mine" and best.provenance["speedup_vs_stock"] == 1.0
