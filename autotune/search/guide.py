@@ -4,11 +4,14 @@ Every measured trial is profiled for a few steps after its measured window (``la
 profile_after=...)``), so the incumbent's buckets are always known. The search runs in stages:
 
 1. the stock configuration (trial 0) is measured and profiled;
-2. a stage takes the incumbent's largest bucket (at least ``MIN_SHARE`` of the step) that maps to a
-   knob group not searched from this incumbent (``BUCKET_GROUPS``; see ``Guide._blocked``), and runs ``stage_trials`` trials in which only
-   that group's knobs vary; the other knobs keep the incumbent's values (fixed with Optuna's
-   ``PartialFixedSampler``, so the sampler chooses the group's knobs from all it has learnt). The first
-   trial of a stage sets the group's knobs to their ``remedy`` values where the space gives one;
+2. remedies first: for every bucket of the incumbent's profile worth acting on (at least
+   ``MIN_SHARE`` of the step), largest first, each mapped knob group (``BUCKET_GROUPS``) with
+   ``remedy`` values in the space gets one trial with its knobs at those values and every other
+   knob at the incumbent's (a ``remedy`` stage; the incumbent moves on as soon as one pays);
+   then a ``search`` stage takes the largest bucket whose group was not searched from this
+   incumbent (``Guide._blocked``) and runs ``stage_trials`` trials in which only that group's knobs
+   vary, the others fixed at the incumbent's values with Optuna's ``PartialFixedSampler`` (the
+   sampler still chooses the group's knobs from all it has learnt);
 3. the stage ends; its gain is best-in-stage over the incumbent it started from; the new
    incumbent's profile picks the next stage;
 4. with no bucket left to act on, the search goes on over all knobs (a ``free`` stage).
@@ -60,6 +63,9 @@ class Stage:
     profile: str | None
     buckets: dict[str, float] | None
     dominant: str | None
+    kind: str = "search"
+    """``remedy``: one trial, the group's remedy values; ``search``: the sampler over the group;
+    ``free``: the sampler over every knob."""
     trials: list[int] = field(default_factory=list)
     best_trial: int | None = None
     best_samples_per_s: float | None = None
@@ -88,6 +94,9 @@ class Guide:
     def load(self, study: optuna.Study) -> None:
         raw = study.user_attrs.get(STUDY_ATTR)
         self.stages = [Stage(**s) for s in json.loads(raw)] if raw else []
+        for stage in self.stages:  # studies of before the stage kinds
+            if stage.groups == [FREE]:
+                stage.kind = "free"
 
     def save(self, study: optuna.Study) -> None:
         study.set_user_attr(STUDY_ATTR, json.dumps([s.to_dict() for s in self.stages]))
@@ -106,22 +115,30 @@ class Guide:
         if not self.enabled or incumbent is None:
             return None, None
         stage = self.stages[-1] if self.stages else None
-        if stage is None or (stage.groups != [FREE] and len(stage.trials) >= self.stage_trials):
+        if stage is None or (stage.kind != "free" and len(stage.trials) >= self._length(stage)):
             stage = self._new_stage(study, incumbent)
             self.stages.append(stage)
             self.save(study)
-        if stage.groups == [FREE]:
+        if stage.kind == "free":
             return None, stage
-        first = not stage.trials
         fixed: dict[str, Any] = {}
         params = incumbent.params
         for knob in self.space.knobs:
-            if knob.group in stage.groups:
-                if first and knob.remedy is not None:
-                    fixed[knob.key] = knob.encode(knob.remedy)
-            elif knob.key in params:
+            if knob.group in stage.groups and stage.kind == "remedy" and knob.remedy is not None:
+                fixed[knob.key] = knob.encode(knob.remedy)
+            elif (knob.group not in stage.groups or stage.kind == "remedy") and knob.key in params:
                 fixed[knob.key] = params[knob.key]
         return fixed, stage
+
+    def _length(self, stage: Stage) -> int:
+        return 1 if stage.kind == "remedy" else self.stage_trials
+
+    def _remedy_pending(self, group: str, incumbent: FrozenTrial) -> bool:
+        """The group has remedies, none tried yet, and the incumbent does not already hold them."""
+        if any(s.kind == "remedy" and group in s.groups for s in self.stages):
+            return False
+        remedies = [k for k in self.space.knobs if k.group == group and k.remedy is not None]
+        return any(incumbent.params.get(k.key) != k.encode(k.remedy) for k in remedies)
 
     def _new_stage(self, study: optuna.Study, incumbent: FrozenTrial) -> Stage:
         self._close(study)
@@ -132,24 +149,29 @@ class Guide:
         common = {"stage": number, "incumbent": incumbent.number, "incumbent_samples_per_s": float(incumbent.value or 0.0),
                   "profile": incumbent.user_attrs.get("profile_dir"), "buckets": buckets,
                   "dominant": incumbent.user_attrs.get("dominant")}
-        for bucket, share in sorted((buckets or {}).items(), key=lambda kv: -kv[1]):
-            if share < MIN_SHARE:
-                break
+        ranked = [(b, v) for b, v in sorted((buckets or {}).items(), key=lambda kv: -kv[1]) if v >= MIN_SHARE]
+        for bucket, share in ranked:  # first the remedies of every bucket worth acting on, one trial each
+            for group in BUCKET_GROUPS.get(bucket, ()):
+                if group in have and self._remedy_pending(group, incumbent):
+                    knobs = [k.key for k in self.space.knobs if k.group == group and k.remedy is not None]
+                    return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, kind="remedy", **common)
+        for bucket, share in ranked:
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and group not in explored:
                     knobs = [k.key for k in self.space.knobs if k.group == group]
                     return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, **common)
-        return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], **common)
+        return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], kind="free", **common)
 
     def _blocked(self, incumbent: int) -> set[str]:
         """Groups not to search now: those searched from this incumbent, the last stage's, and any
         searched twice. A group searched from an older incumbent may pay again once other knobs
         moved (more loader workers after CUDA graphs made the step shorter)."""
-        blocked = {g for s in self.stages if s.incumbent == incumbent for g in s.groups}
-        if self.stages:
-            blocked |= set(self.stages[-1].groups)
+        searched = [s for s in self.stages if s.kind == "search"]
+        blocked = {g for s in searched if s.incumbent == incumbent for g in s.groups}
+        if searched and self.stages[-1] is searched[-1]:
+            blocked |= set(searched[-1].groups)
         counts: dict[str, int] = {}
-        for s in self.stages:
+        for s in searched:
             for g in s.groups:
                 counts[g] = counts.get(g, 0) + 1
         return blocked | {g for g, n in counts.items() if n >= 2}

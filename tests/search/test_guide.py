@@ -31,36 +31,52 @@ def incumbent(study, buckets, params, value=10.0):
     return study.trials[-1]
 
 
-def test_stages_follow_the_largest_actionable_bucket(tmp_path):
+def test_remedies_first_then_the_largest_actionable_bucket(tmp_path):
     space = parse_space(SPACE, tmp_path / "s.yaml")
     study = optuna.create_study(direction="maximize")
     stock = incumbent(study, {"data_stall": 0.6, "launch_overhead": 0.3, "compute_serial": 0.08, "comm_wait": 0.0,
                               "other": 0.02}, {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"})
     guide = Guide(space, stage_trials=2)
+    # one remedy trial per actionable bucket, largest first; every other knob at the incumbent's value
     fixed, stage = guide.next_trial(study, stock)
-    # data stall first; the first trial of the stage takes the remedy, the other knobs the incumbent's values
-    assert (stage.bottleneck, stage.groups, stage.knobs) == ("data_stall", ["data"], ["data.num_workers"])
+    assert (stage.kind, stage.bottleneck, stage.groups, stage.knobs) == ("remedy", "data_stall", ["data"], ["data.num_workers"])
     assert fixed == {"data.num_workers": 2, "optimizer.impl": "foreach", "checkpointing.regions": "none"}
     stage.trials.append(1)
-    fixed, same = guide.next_trial(study, stock)
-    assert same is stage and fixed == {"optimizer.impl": "foreach", "checkpointing.regions": "none"}
-    stage.trials.append(2)
-    # the data group is explored: launch overhead maps to graphs (absent here), then the optimizer
-    fixed, stage2 = guide.next_trial(study, stock)
-    assert (stage2.stage, stage2.bottleneck, stage2.groups) == (2, "launch_overhead", ["optimizer"])
+    fixed, stage2 = guide.next_trial(study, stock)  # launch overhead: graphs (absent here), then the optimizer
+    assert (stage2.kind, stage2.bottleneck, stage2.groups) == ("remedy", "launch_overhead", ["optimizer"])
     assert fixed == {"data.num_workers": 0, "optimizer.impl": "fused", "checkpointing.regions": "none"}
-    stage2.trials += [3, 4]
-    # launch overhead's last group is compile; then compute_serial (8 %, over the 5 % floor) maps to
-    # precision (absent) and compile (explored): the free search
-    _, stage3 = guide.next_trial(study, stock)
-    assert (stage3.bottleneck, stage3.groups) == ("launch_overhead", ["compile"])
-    stage3.trials += [5, 6]
-    fixed, stage4 = guide.next_trial(study, stock)
-    assert fixed is None and stage4.bottleneck is None and stage4.groups == [FREE]
+    stage2.trials.append(2)
+    # compute_serial (8 %, over the 5 % floor) maps to the optimizer (tried) and compile (no remedy):
+    # the searches begin, largest bucket first, the group's knobs left to the sampler
+    fixed, stage3 = guide.next_trial(study, stock)
+    assert (stage3.kind, stage3.bottleneck, stage3.groups) == ("search", "data_stall", ["data"])
+    assert fixed == {"optimizer.impl": "foreach", "checkpointing.regions": "none"}
+    stage3.trials.append(3)
+    assert guide.next_trial(study, stock)[1] is stage3
+    stage3.trials.append(4)
+    _, stage4 = guide.next_trial(study, stock)
+    assert (stage4.bottleneck, stage4.groups) == ("launch_overhead", ["optimizer"])
+    stage4.trials += [5, 6]
+    _, stage5 = guide.next_trial(study, stock)
+    assert (stage5.bottleneck, stage5.groups) == ("launch_overhead", ["compile"])
+    stage5.trials += [7, 8]
+    fixed, stage6 = guide.next_trial(study, stock)  # every group searched from this incumbent: the free search
+    assert fixed is None and stage6.kind == "free" and stage6.bottleneck is None and stage6.groups == [FREE]
     # the stages are in the study, for a resumed or shared run
     again = Guide(space, stage_trials=2)
     again.load(study)
-    assert [s.groups for s in again.stages] == [["data"], ["optimizer"], ["compile"], [FREE]]
+    assert [(s.kind, s.groups) for s in again.stages] == [("remedy", ["data"]), ("remedy", ["optimizer"]),
+                                                          ("search", ["data"]), ("search", ["optimizer"]),
+                                                          ("search", ["compile"]), ("free", [FREE])]
+
+
+def test_a_remedy_the_incumbent_already_holds_is_not_tried(tmp_path):
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    fused = incumbent(study, {"data_stall": 0.0, "launch_overhead": 0.7, "compute_serial": 0.3, "comm_wait": 0.0, "other": 0.0},
+                      {"data.num_workers": 0, "optimizer.impl": "fused", "checkpointing.regions": "none"})
+    _, stage = Guide(space, 2).next_trial(study, fused)
+    assert (stage.kind, stage.groups) == ("search", ["optimizer"])
 
 
 def test_small_buckets_and_missing_profiles_lead_to_the_free_search(tmp_path):
@@ -98,9 +114,10 @@ def test_guided_study_records_the_chain(tmp_path, capsys):
             t = trials[n]
             assert t.user_attrs["stage"] == stage["stage"]
             for key, value in t.params.items():
-                if space[key].group not in stage["groups"] and stage["groups"] != [FREE] and key in inc.params:
+                if (space[key].group not in stage["groups"] or stage["kind"] == "remedy" and space[key].remedy is None) \
+                        and stage["kind"] != "free" and key in inc.params:
                     assert value == inc.params[key], (n, key)
-        if stage["groups"] != [FREE] and stage["trials"]:
+        if stage["kind"] == "remedy" and stage["trials"]:
             t = trials[stage["trials"][0]]
             for key in stage["knobs"]:
                 if space[key].remedy is not None:
@@ -134,7 +151,8 @@ def test_clearly_slower_trials_are_pruned(tmp_path, capsys):
 
 def test_a_group_is_searched_again_from_a_new_incumbent(tmp_path):
     """Data after graphs: a group searched from an older incumbent may pay again; twice is the limit."""
-    space = parse_space(SPACE, tmp_path / "s.yaml")
+    space = parse_space({"knobs": {k: {kk: vv for kk, vv in v.items() if kk != "remedy"} for k, v in SPACE["knobs"].items()}},
+                        tmp_path / "s.yaml")  # no remedies: searches only
     study = optuna.create_study(direction="maximize")
     params = {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"}
     data_bound = {"data_stall": 0.6, "launch_overhead": 0.3, "compute_serial": 0.1, "comm_wait": 0.0, "other": 0.0}
