@@ -91,6 +91,8 @@ class Stage:
     share: float | None = None
     groups: list[str] | None = None
     knobs: list[str] | None = None
+    kind: str | None = None
+    """``remedy`` (one trial at the group's remedy values), ``search`` or ``free``."""
     trials: list[int] | None = None
     best_trial: int | None = None
     best_samples_per_s: float | None = None
