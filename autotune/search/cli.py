@@ -123,7 +123,9 @@ def write_study_report(opts):
         return write_report(opts.out, study_name=opts.study_name, storage=opts.storage)
     except AutotuneError as exc:
         print(f"warning: no report: {exc}")
-        return None
+    except Exception as exc:  # noqa: BLE001  the study and best.yaml stand; `autotune report` can retry
+        print(f"warning: no report ({type(exc).__name__}: {exc}); rebuild it with: python -m autotune report {opts.out}")
+    return None
 
 
 def run_search(args: argparse.Namespace) -> int:
