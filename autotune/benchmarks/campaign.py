@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -134,7 +135,7 @@ def pack(args: argparse.Namespace) -> int:
         size = p.stat().st_size
         if sent < args.traces and size <= MAX_FILE:
             name = str(p.relative_to(d)).replace("/", "__")
-            (out / name).write_bytes(p.read_bytes())
+            shutil.copyfile(p, out / name)
             sent += 1
             manifest.append({"path": str(p.relative_to(d)), "file": name, "bytes": size})
         else:

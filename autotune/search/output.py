@@ -18,6 +18,7 @@ import optuna
 from autotune.config import SCHEMA_VERSION, save_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import TrialError
+from autotune.search.storage import hide_password
 from autotune.search.study import StudyOptions, best_trial, config_of, feasible, stock_trial
 
 
@@ -27,7 +28,7 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     old = json.loads(path.read_text()) if path.exists() else {}
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     info = {
-        "study_name": opts.study_name, "storage": _redact(opts.storage), "workload": opts.base.workload,
+        "study_name": opts.study_name, "storage": hide_password(opts.storage) if opts.storage else None, "workload": opts.base.workload,
         "preset": opts.base.preset, "space": opts.space.name, "nproc": opts.nproc, "trials": opts.trials,
         "steps": opts.steps, "warmup": opts.warmup, "batch_size": opts.base.batch_size,
         "memory_budget_bytes": opts.memory_budget, "sampler": opts.sampler, "seed": opts.seed,
@@ -38,15 +39,6 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     opts.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(info, indent=1))
     return path
-
-
-def _redact(url: str | None) -> str | None:
-    """The storage URL without its password."""
-    if not url or "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    cred, host = rest.rsplit("@", 1)
-    return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else url
 
 
 def write_parity(opts: StudyOptions, study: optuna.Study) -> dict[str, Any] | None:

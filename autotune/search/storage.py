@@ -120,7 +120,7 @@ def _parse(url: str) -> URL:
     try:
         return make_url(url.strip())
     except sqlalchemy.exc.ArgumentError:
-        raise ConfigError(f"--storage {_hide_password(url)!r} is not a database URL "
+        raise ConfigError(f"--storage {hide_password(url)!r} is not a database URL "
                           f"(e.g. postgresql://user:password@host:5432/db)") from None
 
 
@@ -131,5 +131,6 @@ def _reason(exc: sqlalchemy.exc.SQLAlchemyError, url: URL) -> str:
     return line.replace(url.password, "***") if url.password else line
 
 
-def _hide_password(url: str) -> str:
+def hide_password(url: str) -> str:
+    """``url`` with its password, if any, as ``***``."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)

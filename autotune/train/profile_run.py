@@ -28,9 +28,9 @@ def profile_config(cfg: TrainConfig, out_dir: str | Path, *, warmup: int = 5, ac
     session = Session(cfg, rank, world, local)
     loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world)
     batches = session.batches(loader)
-    from autotune.train.runner import loader_buffer
+    from autotune.train.runner import warmup_steps
 
-    warmup = max(warmup, cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else 0, loader_buffer(cfg) + 1)
+    warmup = warmup_steps(cfg, warmup)
     for _ in range(warmup):
         session.step(next(batches))
     summary = profile_session(session, batches, out_dir, active=active, unprofiled=unprofiled)

@@ -79,6 +79,13 @@ def loader_buffer(cfg: TrainConfig) -> int:
     return workers * (cfg.data.prefetch_factor or 2) + cfg.data.device_prefetch
 
 
+def warmup_steps(cfg: TrainConfig, asked: int) -> int:
+    """Warm-up steps of a run: as asked, but enough for a whole-step graph's capture and to drain
+    the loader's buffer."""
+    graph = cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else 0
+    return max(asked, graph, loader_buffer(cfg) + 1)
+
+
 def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hook=None,
                  progress: Callable[[float], None] | None = None, profile_out: str | Path | None = None,
                  profile_steps: int = 3) -> TrainResult:
@@ -96,7 +103,7 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
     loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world)
     batches = session.batches(loader)
     losses, norms = [], []
-    warmup = max(warmup, cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else warmup, loader_buffer(cfg) + 1)
+    warmup = warmup_steps(cfg, warmup)
     for i in range(warmup):
         loss, norm = session.step(next(batches))
         losses.append(loss)
