@@ -104,11 +104,10 @@ def check_references(opts) -> None:
     """A reference may change only knobs of the space: a trial is rebuilt from its knob values."""
     from autotune.config import to_dict
     from autotune.errors import ConfigError
-    from autotune.search.study import trial_config
+    from autotune.search.study import config_of_params, trial_config
 
     for text, cfg in opts.references:
-        rebuilt = trial_config(opts.base, {k.key: k.decode(v) for k in opts.space.knobs
-                                            for key, v in opts.space.stock_params(cfg).items() if key == k.key})
+        rebuilt = config_of_params(opts, opts.space.stock_params(cfg))
         if to_dict(rebuilt) != to_dict(trial_config(cfg, {})):
             raise ConfigError(f"--reference {text!r}: changes a setting that is not a knob of search space "
                               f"{opts.space.name!r} (on this machine); allowed: {[k.key for k in opts.space.knobs]}")

@@ -174,8 +174,13 @@ def trial_config(base: TrainConfig, values: dict[str, Any]) -> TrainConfig:
 
 def config_of(opts: StudyOptions, trial: FrozenTrial) -> TrainConfig:
     """The configuration a finished trial ran (rebuilt from its parameters)."""
+    return config_of_params(opts, trial.params)
+
+
+def config_of_params(opts: StudyOptions, params: dict[str, Any]) -> TrainConfig:
+    """The base configuration with Optuna parameters of the space applied."""
     by_key = {k.key: k for k in opts.space.knobs}
-    values = {key: by_key[key].decode(p) if key in by_key else p for key, p in trial.params.items()}
+    values = {key: by_key[key].decode(p) if key in by_key else p for key, p in params.items()}
     return trial_config(opts.base, values)
 
 
