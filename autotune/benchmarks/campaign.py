@@ -18,6 +18,7 @@ one host can so each have a 16-core half of it, as a 1-GPU machine has.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -122,13 +123,24 @@ def wait(args: argparse.Namespace) -> int:
 
 
 def pack(args: argparse.Namespace) -> int:
-    """Everything but the traces in one tarball; the largest traces each as a file of their own."""
+    """Everything but the traces in one tarball (only the ``--only`` folders where given); traces each
+    as a file of their own: those matching a ``--prefer`` pattern first, in its order, then the largest."""
     d, out = Path(args.dir), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    traces = sorted((p for p in d.rglob(f"*{TRACE_SUFFIX}")), key=lambda p: p.stat().st_size, reverse=True)
+
+    def wanted(p: Path) -> bool:
+        rel = p.relative_to(d)
+        return not args.only or len(rel.parts) == 1 or rel.parts[0] in args.only
+
+    def rank(p: Path) -> tuple[int, int]:
+        rel = str(p.relative_to(d))
+        first = next((i for i, pat in enumerate(args.prefer) if fnmatch.fnmatch(rel, pat)), len(args.prefer))
+        return first, -p.stat().st_size
+
+    traces = sorted((p for p in d.rglob(f"*{TRACE_SUFFIX}") if wanted(p)), key=rank)
     with tarfile.open(out / f"{args.name}.tar.gz", "w:gz") as tar:
         for p in sorted(d.rglob("*")):
-            if p.is_file() and not p.name.endswith(TRACE_SUFFIX):
+            if p.is_file() and not p.name.endswith(TRACE_SUFFIX) and wanted(p):
                 tar.add(p, arcname=str(p.relative_to(d)))
     sent, manifest = 0, []
     for p in traces:
@@ -171,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--name", default="campaign")
     p.add_argument("--traces", type=int, default=5)
+    p.add_argument("--only", nargs="*", default=[], help="top-level folders to pack (default: all)")
+    p.add_argument("--prefer", nargs="*", default=[], help="glob patterns of traces to send first")
     p.set_defaults(func=pack)
     argv = list(sys.argv[1:] if argv is None else argv)
     run_args = argv[argv.index("--") + 1:] if "--" in argv else []

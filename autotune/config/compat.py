@@ -7,6 +7,8 @@ configuration that cannot work is refused when it is loaded, before any process 
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,12 +25,14 @@ class Machine:
     cuda: bool
     capability: tuple[int, int] | None = None
     world_size: int = 1
+    cpus: int | None = None  # host cores this process may run on (its affinity), shared by the ranks
 
     @classmethod
     def current(cls, world_size: int = 1) -> Machine:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         if torch.cuda.is_available():
-            return cls(True, torch.cuda.get_device_capability(), world_size)
-        return cls(False, None, world_size)
+            return cls(True, torch.cuda.get_device_capability(), world_size, cpus)
+        return cls(False, None, world_size, cpus)
 
 
 def _has_torchao() -> bool:

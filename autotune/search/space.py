@@ -15,7 +15,9 @@ A space is a YAML file (``search_spaces/NAME.yaml``) loaded once, strictly, at t
 
 ``remedy`` is the value that relieves the knob group's bottleneck as a rule (more loader workers
 for a data stall, whole-step graphs for launch overhead): the profile-guided search tries it first
-when the profile points at that group.
+when the profile points at that group. An int knob may take ``remedy: cores``: the host cores each
+rank has, less two (the training process and the pinning thread), within the knob's range; it is
+resolved by :meth:`SearchSpace.for_machine` (loader workers that use the machine they are on).
 
 Each knob key is a dotted key of the TrainConfig tree (``precision.regions.vision`` addresses one
 entry of a mapping). ``when`` makes the knob exist only while other knobs take the given value(s);
@@ -106,6 +108,9 @@ class SearchSpace:
         have = {"cuda": machine.cuda, "fp8": fp8}
         kept, notes = [], []
         for knob in self.knobs:
+            if knob.remedy == "cores":
+                per_rank = (machine.cpus or os.cpu_count() or 1) // max(1, machine.world_size)
+                knob = dataclasses.replace(knob, remedy=int(min(knob.high, max(knob.low, per_rank - 2))))
             if knob.requires and not have[knob.requires]:
                 notes.append(f"{knob.key}: dropped, needs {knob.requires}")
             elif not fp8 and knob.key.startswith("precision.") and "fp8" in knob.choices and len(knob.choices) > 1:
@@ -228,7 +233,9 @@ def _parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kn
     knob = Knob(**kw)
     if "remedy" in spec:
         remedy = spec["remedy"]
-        if remedy is None or not knob.contains(remedy):
+        if remedy == "cores" and kind == "int":
+            pass  # resolved per machine (for_machine)
+        elif remedy is None or not knob.contains(remedy):
             raise _err(path, f"{where}.remedy", f"{remedy!r} is not a value this knob can take")
         knob = dataclasses.replace(knob, remedy=remedy)
     return knob

@@ -40,13 +40,21 @@ def apply_checkpointing(regions: dict[str, list[nn.Module]], names: list[str]) -
 
 
 def apply_compile(model: nn.Module, regions: dict[str, list[nn.Module]], cfg: CompileConfig) -> None:
+    """``all``: the whole model, as a user would try first. A named region is compiled block by block
+    where it is a block stack (regional compilation: the blocks share their code, so Dynamo compiles
+    each kind of block once instead of tracing the unrolled stack), else as one module."""
     kwargs = dict(mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
     if "all" in cfg.regions:
         model.compile(**kwargs)
         return
     for name in cfg.regions:
         for m in regions[name]:
-            m.compile(**kwargs)
+            blocks = getattr(m, "blocks", None)
+            if isinstance(blocks, nn.ModuleList) and len(blocks):
+                for block in blocks:
+                    block.compile(**kwargs)
+            else:
+                m.compile(**kwargs)
 
 
 def attention_context(backend: str) -> contextlib.AbstractContextManager:

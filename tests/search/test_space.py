@@ -113,3 +113,25 @@ def test_parse_bytes(text, expected):
 def test_bad_memory_budget(text):
     with pytest.raises(ConfigError, match=r"--memory-budget: .* (is not a size|is out of range)"):
         parse_bytes(text)
+
+
+@pytest.mark.parametrize(("cpus", "world", "workers"), [(16, 1, 14), (32, 2, 14), (2, 1, 0), (128, 1, 16), (None, 1, None)])
+def test_cores_remedy_gives_each_rank_the_cores_it_has(cpus, world, workers):
+    def remedy_of(space):
+        return next(k.remedy for k in space.knobs if k.key == "data.num_workers")
+
+    raw = load_space("gr00t_n16")
+    assert remedy_of(raw) == "cores"
+    remedy = remedy_of(raw.for_machine(Machine(cuda=True, capability=(9, 0), world_size=world, cpus=cpus))[0])
+    if workers is None:  # unknown affinity: the machine's core count
+        import os
+
+        workers = min(16, max(0, (os.cpu_count() or 1) - 2))
+    assert remedy == workers
+
+
+def test_cores_remedy_only_for_int_knobs(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nknobs:\n  data.pin_memory: {type: bool, group: data, remedy: cores}\n")
+    with pytest.raises(SearchSpaceError, match=r"knobs.data.pin_memory.remedy"):
+        load_space(str(path))

@@ -149,3 +149,12 @@ def test_warm_up_drains_the_loader_buffer_before_measuring(tmp_path):
     result = launch(cfg, steps=2, warmup=1, timeout=300)
     assert "error" not in result, result
     assert result["warmup_steps"] == 7 and len(result["losses"]) == 9
+
+
+def test_compile_of_a_block_stack_compiles_block_by_block():
+    s = Session(tiny(compile__regions=["dit", "projectors"]))
+    dit = s.regions["dit"][0]
+    assert dit._compiled_call_impl is None  # the stack itself stays eager: its loop is not unrolled
+    assert all(b._compiled_call_impl is not None for b in dit.blocks)
+    assert all(m._compiled_call_impl is not None for m in s.regions["projectors"])  # not a stack: whole
+    assert all(b._compiled_call_impl is None for b in s.regions["llm_trainable"][0].blocks)
