@@ -8,7 +8,6 @@ configuration that cannot work is refused when it is loaded, before any process 
 from __future__ import annotations
 
 import os
-
 from collections.abc import Callable
 from dataclasses import dataclass
 
