@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,35 @@ from autotune.errors import DataError
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 _WORKER_PREFIX = "Caught DataError in DataLoader worker"
+LOAD_KEY = "load_s"
+"""Key of the seconds each sample took to make (read, decode, augment) in its worker; collated to
+one value per sample, popped by the training session before the batch reaches the model."""
+
+
+class TimedDataset(torch.utils.data.Dataset):
+    """``dataset`` whose samples carry the seconds they took to make (``LOAD_KEY``).
+
+    A worker makes a batch's samples one after another, so their sum is the batch's cost: with
+    ``W`` workers the loader sustains at most ``W x batch / cost`` samples/s, whatever a short
+    window fed from its prefetch buffer shows.
+    """
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str):  # the wrapped dataset's attributes (meta, preset, ...)
+        if name == "dataset":  # not yet set (unpickling in a spawned worker)
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __getitem__(self, key):
+        start = time.perf_counter()
+        sample = self.dataset[key]
+        sample[LOAD_KEY] = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
+        return sample
 
 
 class HostLoader(DataLoader):
@@ -96,7 +126,7 @@ def build_loader(
             "multiprocessing_context": data_cfg.multiprocessing_context,
         }
     return HostLoader(
-        dataset,
+        TimedDataset(dataset),
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,

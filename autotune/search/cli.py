@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autotune.config.compat import Machine
 from autotune.config.stock import stock_config
+from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.space import load_space
 from autotune.search.study import SAMPLERS, StudyOptions
@@ -48,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stage-trials", type=int, default=None, help="trials per profile-guided stage (default: 4 on GPU, 2 on CPU)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to its end (no pruning from step times)")
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled after each trial's measured steps (0: none)")
+    p.add_argument("--time-budget", default=None, metavar="DURATION",
+                   help="start no trial after this much tuning time, e.g. 900, 15m, 1.5h (default: none, --trials decides)")
     p.set_defaults(func=run_search)
 
 
@@ -81,7 +84,21 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         warmup=args.warmup if args.warmup is not None else (5 if gpu else 1), nproc=args.nproc,
         timeout_per_trial=args.timeout_per_trial, memory_budget=budget, sampler=args.sampler, seed=args.seed,
         storage=args.storage, study_name=name, guidance=not args.no_guidance, references=references,
-        stage_trials=args.stage_trials or (4 if gpu else 2), prune=not args.no_prune, profile_steps=args.profile_steps)
+        stage_trials=args.stage_trials or (4 if gpu else 2), prune=not args.no_prune, profile_steps=args.profile_steps,
+        time_budget_s=parse_duration(args.time_budget) if args.time_budget else None)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of ``900``, ``900s``, ``15m`` or ``1.5h``."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    value, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = float(value) * units[unit]
+    except ValueError:
+        raise ConfigError(f"--time-budget: {text!r} is not a duration (e.g. 900, 900s, 15m, 1.5h)") from None
+    if not seconds > 0:
+        raise ConfigError(f"--time-budget: {text!r} must be more than zero")
+    return seconds
 
 
 def reference_config(base, text: str):

@@ -82,6 +82,9 @@ class StudyOptions:
     stage_trials: int = 4
     prune: bool = True
     profile_steps: int = 3
+    time_budget_s: float | None = None
+    """No trial starts once this run has spent it (the running one ends within its own timeout); each
+    run measures at least one trial."""
 
 
 def constraint_of(trial: FrozenTrial) -> list[float]:
@@ -225,6 +228,9 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
     peak = int(result["peak_memory_bytes"])
     attrs = {
         "samples_per_s": float(result["samples_per_s"]),
+        "window_samples_per_s": float(result.get("window_samples_per_s") or result["samples_per_s"]),
+        "loader_samples_per_s": result.get("loader_samples_per_s"),
+        "loader_bound": bool(result.get("loader_bound", False)),
         "step_time_ms": float(result["step_time_ms"]),
         "step_time_spread_ms": result.get("step_time_spread_ms", {}),
         "peak_memory_bytes": peak,
@@ -277,8 +283,11 @@ def feasible(trial: FrozenTrial) -> bool:
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The fastest feasible trial (chosen here, so that the random sampler obeys the budget too)."""
-    ok = [t for t in study.get_trials(deepcopy=False) if feasible(t)]
+    """The fastest feasible trial of the search (chosen here, so that the random sampler obeys the
+    budget too). ``--reference`` trials are measured for comparison only: they are never the
+    incumbent the guide builds on, nor ``best.yaml`` (on an H200 a faster reference became the
+    incumbent and every later trial inherited its whole-model compile)."""
+    ok = [t for t in study.get_trials(deepcopy=False) if feasible(t) and not t.user_attrs.get("reference")]
     return max(ok, key=lambda t: t.value) if ok else None
 
 
@@ -317,6 +326,10 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         report(f"continuing study {opts.study_name!r}: {done} trials done, {todo} to go")
     start, ran = time.monotonic(), 0
     while started(study) < opts.trials:
+        if ran and opts.time_budget_s is not None and time.monotonic() - start >= opts.time_budget_s:
+            report(f"time budget of {opts.time_budget_s:.0f} s spent after {ran} trials of this run; stopping "
+                   f"(the same command continues the study)")
+            break
         guide.load(study)  # another worker may have moved the stages on
         fixed, stage = None, None
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):  # queued trials go first, unguided

@@ -32,6 +32,7 @@ class Session:
 
     def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world_size
+        self.load_times: list[float] = []  # seconds each host batch took in its worker (see batches)
         self.workload = get_workload(cfg.workload)
         self.workload.check_preset(cfg.preset)
         self.device = resolve_device(cfg, local_rank)
@@ -150,16 +151,29 @@ class Session:
         return loss.clone(), norm.clone()
 
     def batches(self, loader) -> Iterator[Batch]:
-        """Device batches from a host loader (through the device prefetcher when configured)."""
+        """Device batches from a host loader (through the device prefetcher when configured).
+
+        The seconds each host batch took to make in its worker (``LOAD_KEY``, summed over its
+        samples) are taken out of the batch and appended to ``self.load_times``.
+        """
         depth = self.cfg.data.device_prefetch
+        host = self._untimed(loader)
         if depth > 0 and self.device.type == "cuda":
             from autotune.data import DevicePrefetcher
 
-            yield from DevicePrefetcher(iter(loader), self.device, depth)
+            yield from DevicePrefetcher(host, self.device, depth)
             return
-        for batch in loader:
+        for batch in host:
             with torch.profiler.record_function("autotune.h2d"):
                 yield to_device(batch, self.device)
+
+    def _untimed(self, loader) -> Iterator:
+        from autotune.data.loader import LOAD_KEY
+
+        for batch in loader:
+            if isinstance(batch, dict) and LOAD_KEY in batch:
+                self.load_times.append(float(batch.pop(LOAD_KEY).sum()))
+            yield batch
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -10,7 +10,7 @@ import torch
 
 from autotune.config import DataConfig
 from autotune.data import ShardedInfiniteSampler, build_loader
-from autotune.data.loader import worker_message
+from autotune.data.loader import LOAD_KEY, worker_message
 from autotune.errors import DataError
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_n16.batch import BATCH_KEYS
@@ -30,7 +30,10 @@ def test_batches_have_the_workload_format(tiny_dataset):
     ref = get_workload("gr00t_n16").synthetic_batch(
         "tiny", 4, "cpu", torch.Generator().manual_seed(0)
     )
-    assert tuple(batch) == BATCH_KEYS
+    # plus the seconds each sample took in its worker, which the training session takes out
+    assert tuple(batch) == (*BATCH_KEYS, LOAD_KEY)
+    load = batch.pop(LOAD_KEY)
+    assert load.shape == (4,) and load.dtype == torch.float64 and bool((load > 0).all())
     assert {k: (v.shape, v.dtype) for k, v in batch.items()} == {
         k: (v.shape, v.dtype) for k, v in ref.items()
     }

@@ -80,6 +80,15 @@ def test_bad_arguments_fail_with_one_line(tmp_path, capsys):
     assert "search space 'nope' is unknown; known spaces:" in capsys.readouterr().err
     assert main(["run", "--memory-budget", "lots", "--out", str(tmp_path)]) == 2
     assert "--memory-budget: 'lots' is not a size" in capsys.readouterr().err
+    assert main(["run", "--time-budget", "soon", "--out", str(tmp_path)]) == 2
+    assert "--time-budget: 'soon' is not a duration" in capsys.readouterr().err
+
+
+def test_time_budget_stops_starting_trials(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*RUN, "--time-budget", "0.01s", "--out", str(out)]) == 0  # each run measures at least one trial
+    assert "time budget of 0 s spent after 1 trials" in capsys.readouterr().out
+    assert len(load_study(out, "gr00t_n16-tiny-quick").trials) == 1 and (out / "best.yaml").exists()
 
 
 def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path):
@@ -147,3 +156,17 @@ def test_base_configuration_is_trial_0(tmp_path):
     best = load_config(out / "best.yaml")
     assert best.batch_size == 3 and best.optimizer.impl == "fused"
     assert best.provenance["study"] == "gr00t_n16-tiny-quick-mine" and best.provenance["speedup_vs_stock"] == 1.0
+
+
+def test_a_faster_reference_is_neither_the_incumbent_nor_the_best():
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from autotune.search.study import best_trial
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": FloatDistribution(0, 1)}
+    for value, attrs in ((10.0, {"stock": True}), (50.0, {"reference": "compile.regions=[all]"}), (20.0, {})):
+        study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, distributions=dist, value=value,
+                                                  user_attrs={"constraint": -0.5, **attrs}))
+    assert best_trial(study).value == 20.0
