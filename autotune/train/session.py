@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -49,7 +50,8 @@ class Session:
         precision.apply_precision(self.regions, cfg.precision, self.device, graphs=cfg.graphs.enabled)
         knobs.apply_checkpointing(self.regions, cfg.checkpointing.regions)
         knobs.apply_compile(self.model, self.regions, cfg.compile)
-        self.attention = knobs.attention_context(cfg.kernels.attention)
+        # a context manager per use: torch's sdpa_kernel is a generator context manager, good for one entry
+        self.attention = functools.partial(knobs.attention_context, cfg.kernels.attention)
         # Different randomness per rank (noise, times, dropout), as in data-parallel training.
         torch.manual_seed(cfg.seed * 1000 + rank + 1)
 
@@ -71,7 +73,7 @@ class Session:
 
     # -- eager and region-graph steps -------------------------------------------------------
     def _forward(self, batch: Batch) -> torch.Tensor:
-        with self.attention:
+        with self.attention():
             return self.workload.loss(self.ddp if self.ddp is not None else self.model, batch)
 
     def _eager_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,7 +105,7 @@ class Session:
         state = torch.cuda.get_rng_state(self.device)
 
         def run() -> None:
-            with self.attention:
+            with self.attention():
                 self.workload.loss(self.model, sample)
 
         recorded = graphs.record_region_inputs(self.model, modules, run)

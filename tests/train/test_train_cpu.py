@@ -176,3 +176,12 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     assert result["loader_bound"] == (result["window_samples_per_s"] > result["loader_samples_per_s"])
     synthetic = launch(tiny(), steps=2, warmup=1, timeout=300)
     assert synthetic["loader_samples_per_s"] is None and synthetic["samples_per_s"] == synthetic["window_samples_per_s"]
+
+
+def test_an_attention_backend_holds_for_every_step():
+    """torch's sdpa_kernel context manager is good for one entry: the session makes one per step
+    (on an H200 every trial with a backend other than auto failed at its second step)."""
+    s = Session(tiny(kernels__attention="math"))
+    for seed in range(3):
+        loss, _ = s.step(s.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(seed)))
+        assert torch.isfinite(loss)
