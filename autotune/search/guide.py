@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search.space import SearchSpace
 
@@ -45,6 +45,7 @@ BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
 """Knob groups that address each bucket, in the order they are tried."""
 
 MIN_SHARE = 0.05
+MAX_ENUMERATED = 32  # a search stage enumerates a discrete group of at most this many combinations
 """A bucket below this share of the step is not worth a stage."""
 
 STUDY_ATTR = "autotune.diagnosis"
@@ -117,7 +118,8 @@ class Guide:
         if not self.enabled or incumbent is None:
             return None, None
         stage = self.stages[-1] if self.stages else None
-        if stage is None or (stage.kind != "free" and len(stage.trials) >= self._length(stage)):
+        if stage is None or (stage.kind != "free" and (len(stage.trials) >= self._length(stage)
+                                                       or self._untried(study, stage, incumbent) == [])):
             stage = self._new_stage(study, incumbent)
             self.stages.append(stage)
             self.save(study)
@@ -130,7 +132,43 @@ class Guide:
                 fixed[knob.key] = knob.encode(knob.remedy)
             elif (knob.group not in stage.groups or stage.kind == "remedy") and knob.key in params:
                 fixed[knob.key] = params[knob.key]
+        untried = self._untried(study, stage, incumbent) if stage.kind == "search" else None
+        if untried:  # a small discrete group: measure a combination not yet measured instead of sampling one again
+            fixed.update(untried[0])
         return fixed, stage
+
+    def _untried(self, study: optuna.Study, stage: Stage, incumbent: FrozenTrial) -> list[dict[str, Any]] | None:
+        """The combinations of a search stage's knobs not yet measured with every other knob at the
+        incumbent's values, in the space's order; None where the group is not small and discrete
+        (an int or float knob, or more than ``MAX_ENUMERATED`` combinations): the sampler decides.
+
+        On an H200 a search of the optimizer group (one knob, three values) from an incumbent that
+        already had the fused optimizer spent its three trials on fused, loop and fused again.
+        """
+        if stage.kind != "search":
+            return None
+        mine = [k for k in self.space.knobs if k.group in stage.groups]
+        others = {k.key: incumbent.params[k.key] for k in self.space.knobs
+                  if k.group not in stage.groups and k.key in incumbent.params}
+        values = {k.key: k.decode(incumbent.params[k.key]) for k in self.space.knobs
+                  if k.group not in stage.groups and k.key in incumbent.params}
+        combos: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, values)]
+        for knob in mine:  # in sampling order: a condition's knob comes before the knobs it conditions
+            if knob.type not in ("categorical", "bool"):
+                return None
+            grown = []
+            for params, vals in combos:
+                if not knob.active(vals):
+                    grown.append((params, vals))
+                    continue
+                grown += [({**params, knob.key: knob.encode(c)}, {**vals, knob.key: c}) for c in knob.choices]
+            combos = grown
+            if len(combos) > MAX_ENUMERATED:
+                return None
+        keys = {k.key for k in mine}
+        tried = [{k: v for k, v in t.params.items() if k in keys} for t in study.get_trials(deepcopy=False)
+                 if t.state != TrialState.WAITING and all(t.params.get(k, v) == v for k, v in others.items())]
+        return [params for params, _ in combos if params not in tried]
 
     def _length(self, stage: Stage) -> int:
         return 1 if stage.kind == "remedy" else self.stage_trials
@@ -161,7 +199,9 @@ class Guide:
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and group not in explored:
                     knobs = [k.key for k in self.space.knobs if k.group == group]
-                    return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, **common)
+                    stage = Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, **common)
+                    if self._untried(study, stage, incumbent) != []:  # [] : every combination measured already
+                        return stage
         return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], kind="free", **common)
 
     def _blocked(self, incumbent: int) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -177,3 +178,24 @@ def test_fp8_is_dropped_where_it_cannot_run(tmp_path):
     kept, notes = space.for_machine(Machine(cuda=True, capability=(7, 0)))
     dit = next(k for k in kept.knobs if k.key == "precision.regions.dit")
     assert "fp8" not in dit.choices and any("choice fp8 dropped" in n for n in notes)
+
+
+def test_a_small_discrete_group_is_enumerated_not_sampled_again(tmp_path):
+    """A search of the optimizer (two values here) from an incumbent that has one of them measures
+    the other, then ends: no trial repeats a measured combination."""
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    params = {"data.num_workers": 2, "optimizer.impl": "fused", "checkpointing.regions": "none"}
+    best = incumbent(study, {"compute_serial": 0.9, "launch_overhead": 0.1, "data_stall": 0.0, "comm_wait": 0.0,
+                             "other": 0.0}, params)
+    guide = Guide(space, stage_trials=3)
+    fixed, stage = guide.next_trial(study, best)  # remedies held already: the optimizer search
+    assert (stage.kind, stage.groups) == ("search", ["optimizer"])
+    assert fixed == {**params, "optimizer.impl": "foreach"}
+    incumbent(study, {"compute_serial": 0.9, "other": 0.1}, fixed, value=8.0)
+    stage.trials.append(1)
+    fixed, nxt = guide.next_trial(study, best)  # both values measured: the stage ends after 1 of its 3 trials
+    assert nxt is not stage and nxt.groups == ["compile"] and fixed["checkpointing.regions"] == "dit"
+    # a group with an int knob is left to the sampler
+    data = guide._untried(study, replace(stage, groups=["data"]), best)
+    assert data is None
