@@ -187,6 +187,8 @@ class TrialRow:
     """The trial's log file, relative to the run folder."""
     reference: str | None = None
     """The changes to stock this trial measures for comparison (``autotune run --reference``)."""
+    window_samples_per_s: float | None = None
+    """Where the loader set ``samples_per_s`` (loader-bound): what the measured window ran at."""
     stock: bool = False
     best: bool = False
     pareto: bool = False
@@ -219,7 +221,8 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
         peak_memory_bytes=a.get("peak_memory_bytes"), mfu=a.get("mfu"), params=dict(t.params),
         stage=a.get("stage"), group=a.get("group"), dominant=a.get("dominant"), error=a.get("error"),
         duration_s=duration, log=relative(log, run_dir) if log.is_file() else None,
-        reference=a.get("reference"), stock=stock, best=best, pareto=pareto)
+        reference=a.get("reference"), stock=stock, best=best, pareto=pareto,
+        window_samples_per_s=a.get("window_samples_per_s") if a.get("loader_bound") else None)
 
 
 def measured(t: FrozenTrial) -> bool:

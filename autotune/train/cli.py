@@ -91,6 +91,9 @@ def _print(r: dict) -> None:
     print(f"{r['config']['workload']}/{r['config']['preset']} on {r['world_size']} x {r['device']}, "
           f"{r['batch_size']} samples per process, {r['steps']} measured steps")
     print(f"  samples/s     {r['samples_per_s']:.2f}   tokens/s {r['tokens_per_s']:.0f}")
+    if r.get("loader_bound"):
+        print(f"                loader-bound: the window ran at {r['window_samples_per_s']:.2f} from the workers' buffer, "
+              f"the {r['config']['data']['num_workers']} workers sustain {r['loader_samples_per_s']:.2f}")
     print(f"  step time     {r['step_time_ms']:.1f} ms median (p10 {s['p10']:.1f}, p90 {s['p90']:.1f})")
     print(f"  peak memory   {r['peak_memory_bytes'] / 2**30:.2f} GiB allocated, {r['peak_reserved_bytes'] / 2**30:.2f} GiB reserved")
     print(f"  MFU           {100 * r['mfu']:.1f} % of {r['matmul_tflops']:.1f} TFLOP/s measured")

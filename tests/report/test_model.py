@@ -191,3 +191,18 @@ def test_importances_cover_only_the_knobs_that_varied():
     assert varied_params(trials) == ["a"]
     trials.append(create_trial(params={"a": 1}, distributions={"a": dists["a"]}, value=1.0))
     assert varied_params(trials) == ["a"] and varied_params([]) == []
+
+
+def test_a_loader_bound_trial_shows_what_its_window_ran_at(tmp_path):
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from autotune.report.parts import trial_row
+
+    attrs = {"samples_per_s": 230.0, "window_samples_per_s": 652.0, "loader_bound": True, "peak_memory_bytes": 1}
+    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=attrs)
+    row = trial_row(t, tmp_path, stock=False, best=True, pareto=False)
+    assert (row.samples_per_s, row.window_samples_per_s) == (230.0, 652.0)
+    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0,
+                     user_attrs={**attrs, "loader_bound": False, "window_samples_per_s": 230.0})
+    assert trial_row(t, tmp_path, stock=False, best=True, pareto=False).window_samples_per_s is None
