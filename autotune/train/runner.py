@@ -109,6 +109,13 @@ def sustained_loader_rate(load_times: list[float], workers: int, batch_size: int
     return workers * batch_size / cost if cost > 0 else None
 
 
+def _sustained(seconds: float, load_times: list[float], cfg: TrainConfig) -> float:
+    """A step's time as the tuner's pruner sees it: no shorter than the loader's workers can feed
+    (the same rule as ``samples_per_s``, step by step, from the batches timed so far)."""
+    rate = sustained_loader_rate(load_times, cfg.data.num_workers, cfg.batch_size)
+    return max(seconds, cfg.batch_size / rate) if rate else seconds
+
+
 def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hook=None,
                  progress: Callable[[float], None] | None = None, profile_out: str | Path | None = None,
                  profile_steps: int = 3) -> TrainResult:
@@ -146,12 +153,12 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
             step_hook(warmup + i)
         if progress:
             for seconds in timer.poll():
-                progress(seconds)
+                progress(_sustained(seconds, session.load_times, cfg))
     step_times, wall = timer.finish()
     loads = session.load_times[first_load:] or session.load_times
     if progress:
         for seconds in step_times[timer.polled:]:
-            progress(seconds)
+            progress(_sustained(seconds, session.load_times, cfg))
     loss_values = torch.stack([x.float() for x in losses]).cpu().tolist()
     norm_values = torch.stack([x.float() for x in norms]).cpu().tolist()
     if any(not math.isfinite(v) for v in loss_values):

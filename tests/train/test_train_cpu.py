@@ -176,6 +176,19 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     assert 0.25 * sustained < result["loader_samples_per_s"] < 4 * sustained, (sustained, result)
     assert result["samples_per_s"] == min(result["window_samples_per_s"], result["loader_samples_per_s"])
     assert result["loader_bound"] == (result["window_samples_per_s"] > result["loader_samples_per_s"])
+    # the step times streamed to the pruner follow the same rule, step by step
+    from autotune.train.runner import run_training
+
+    streamed: list[float] = []
+    again = run_training(cfg, steps=6, warmup=1, progress=streamed.append)
+    assert len(streamed) == 6 and again.loader_samples_per_s
+    assert min(streamed) >= 0.7 * 2 / again.loader_samples_per_s  # no faster than the workers feed (rate so far)
+    from autotune.train.runner import _sustained
+
+    fed = tiny(data__source="lerobot", data__num_workers=2)  # 2 workers, 0.2 s a batch of 2: 0.1 s a step at best
+    assert _sustained(0.01, [0.2, 0.3, 0.2], fed) == pytest.approx(0.1)
+    assert _sustained(0.5, [0.2, 0.3, 0.2], fed) == 0.5 and _sustained(0.01, [], fed) == 0.01
+    assert _sustained(0.01, [0.2], tiny(data__source="lerobot", data__num_workers=0)) == 0.01  # loading is in the step
     synthetic = launch(tiny(), steps=2, warmup=1, timeout=300)
     assert synthetic["loader_samples_per_s"] is None and synthetic["samples_per_s"] == synthetic["window_samples_per_s"]
 
