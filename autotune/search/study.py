@@ -351,7 +351,8 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         keep_traces(study, guide, opts.out)
         write_diagnosis(opts.out, guide)
         ran += 1
-        report(progress_line(study, frozen, finished(study), opts.trials, start, ran, max(ran, opts.trials - done), stage))
+        report(progress_line(study, frozen, finished(study), opts.trials, start, ran, max(ran, opts.trials - done), stage,
+                             opts.time_budget_s))
     return study
 
 
@@ -382,7 +383,7 @@ def write_diagnosis(out: Path, guide: Guide) -> None:
 
 
 def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int,
-                  stage: Stage | None = None) -> str:
+                  stage: Stage | None = None, budget_s: float | None = None) -> str:
     """``trial 3/8 #2 [data_stall -> data]: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``."""
     if trial.state == TrialState.PRUNED:
         what = "pruned (" + str(trial.user_attrs.get("error", "")) + ")"
@@ -403,6 +404,8 @@ def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: in
         inc += ")"
     elapsed = time.monotonic() - start
     left = elapsed / ran * (todo - ran)
+    if budget_s is not None:  # no trial starts after the budget; the last one may run past it
+        left = min(left, max(0.0, budget_s - elapsed))
     where = ""
     if stage is not None:
         where = f" [{stage.bottleneck or 'free'} -> {'+'.join(stage.groups)}]"
