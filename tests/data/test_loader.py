@@ -117,3 +117,13 @@ def test_null_dataset_is_made_once_in_the_cache(tmp_path, monkeypatch):
         == made[0].parent / "lerobot-panda-e2-v2-s64-seed0"
     )
     assert next(iter(loaders[0]))["images"].shape == (2, 2, 3, 56, 56)
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_workers_started_afresh_make_the_same_timed_batches(tiny_dataset, context):
+    """spawn and forkserver workers unpickle the (timed) dataset: same batches as fork, each timed."""
+    fork = batches(tiny_dataset, 2, seed=3, workers=1, prefetch_factor=1, persistent_workers=False)
+    fresh = batches(tiny_dataset, 2, seed=3, workers=1, prefetch_factor=1, persistent_workers=False,
+                    multiprocessing_context=context)
+    for a, b in zip(fork, fresh):
+        assert all(torch.equal(a[k], b[k]) for k in BATCH_KEYS) and bool((b[LOAD_KEY] > 0).all())
