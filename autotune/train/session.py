@@ -89,8 +89,7 @@ class Session:
             loss.backward()
             if self.reducer is not None:
                 self.reducer()
-            norm = optim.clip_and_norm(self.params, clip)
-            self.optimizer.step()
+            norm = optim.clip_and_step(self.optimizer, self.params, clip)
         if self.reducer is not None:
             self.reducer.zero()
         else:
@@ -125,9 +124,7 @@ class Session:
             return loss.detach()
 
         def update() -> torch.Tensor:
-            norm = optim.clip_and_norm(self.params, clip)
-            self.optimizer.step()
-            return norm.detach()
+            return optim.clip_and_step(self.optimizer, self.params, clip).detach()
 
         reduce = self.reducer if self.world > 1 else None
         self._graph = graphs.StepGraph(forward_backward, update, static, reduce)

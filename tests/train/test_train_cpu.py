@@ -200,3 +200,27 @@ def test_an_attention_backend_holds_for_every_step():
     for seed in range(3):
         loss, _ = s.step(s.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(seed)))
         assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipping and not
+def test_fused_adamw_clips_inside_its_kernel_with_the_same_update(max_norm):
+    from autotune.train.optim import clip_and_step
+
+    def run(fused: bool) -> tuple[list[torch.Tensor], list[float]]:
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(17))]
+        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, **({"fused": True} if fused else {"foreach": True}))
+        norms = []
+        for step in range(4):
+            gen = torch.Generator().manual_seed(step)
+            for p in params:
+                p.grad = (1 + 5 * step) * torch.randn(p.shape, generator=gen)  # norms that differ step to step
+            norms.append(float(clip_and_step(opt, params, max_norm)))
+            opt.zero_grad(set_to_none=True)
+        assert getattr(opt, "grad_scale", None) is None  # nothing left for a later step
+        return [p.detach() for p in params], norms
+
+    (fused, fused_norms), (plain, plain_norms) = run(True), run(False)
+    assert fused_norms == pytest.approx(plain_norms, rel=1e-6)
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused, plain))
+    assert max_norm > 10 or plain_norms[0] > max_norm  # the clipping case does clip
