@@ -36,10 +36,11 @@ BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
     "launch_overhead": ("graphs", "optimizer", "compile"),
     "comm_wait": ("comm",),
-    # a fused optimizer moves the optimizer state once instead of once per multi-tensor chunk; compile
-    # fuses the elementwise work between the matmuls (H200, full: 87 ms with it in a whole-step graph,
-    # 110 ms without); precision last (fp32 regions were slower, fp8 on the DiT too at 16 samples)
-    "compute_serial": ("optimizer", "compile", "precision"),
+    # a fused optimizer moves the optimizer state once instead of once per multi-tensor chunk. Compile
+    # is searched after precision: tried before it, on the CPU benchmark its stage (checkpointing
+    # there) cost 2 trials to 90 % of the best; on a GPU its remedy (the whole model: 87 ms a step
+    # inside a whole-step graph on an H200, 110 ms without) is tried among the remedies anyway
+    "compute_serial": ("optimizer", "precision", "compile"),
     "other": (),
 }
 """Knob groups that address each bucket, in the order they are tried."""
@@ -141,6 +142,7 @@ class Guide:
         """The combinations of a search stage's knobs not yet measured with every other knob at the
         incumbent's values, in the space's order; None where the group is not small and discrete
         (an int or float knob, or more than ``MAX_ENUMERATED`` combinations): the sampler decides.
+        Combinations that change fewer of the incumbent's values come first.
 
         On an H200 a search of the optimizer group (one knob, three values) from an incumbent that
         already had the fused optimizer spent its three trials on fused, loop and fused again.
@@ -168,7 +170,9 @@ class Guide:
         keys = {k.key for k in mine}
         tried = [{k: v for k, v in t.params.items() if k in keys} for t in study.get_trials(deepcopy=False)
                  if t.state != TrialState.WAITING and all(t.params.get(k, v) == v for k, v in others.items())]
-        return [params for params, _ in combos if params not in tried]
+        untried = [params for params, _ in combos if params not in tried]
+        # one knob changed from the incumbent before two (a local search), the space's order within
+        return sorted(untried, key=lambda p: sum(incumbent.params.get(k) != v for k, v in p.items()))
 
     def _length(self, stage: Stage) -> int:
         return 1 if stage.kind == "remedy" else self.stage_trials

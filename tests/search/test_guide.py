@@ -199,3 +199,21 @@ def test_a_small_discrete_group_is_enumerated_not_sampled_again(tmp_path):
     # a group with an int knob is left to the sampler
     data = guide._untried(study, replace(stage, groups=["data"]), best)
     assert data is None
+
+
+def test_enumeration_changes_one_knob_before_two(tmp_path):
+    spec = {"knobs": {"precision.default": {"type": "categorical", "choices": ["bf16", "fp32"], "group": "precision"},
+                      "precision.frozen_dtype": {"type": "categorical", "choices": ["bf16", "fp32"], "group": "precision"}}}
+    space = parse_space(spec, tmp_path / "s.yaml")
+    dists = {k: CategoricalDistribution(["bf16", "fp32"]) for k in spec["knobs"]}
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(create_trial(params={"precision.default": "bf16", "precision.frozen_dtype": "fp32"}, distributions=dists,
+                                 value=1.0, user_attrs={"buckets": json.dumps({"compute_serial": 1.0}), "dominant": "compute_serial"}))
+    guide = Guide(space, stage_trials=3)
+    fixed, stage = guide.next_trial(study, study.trials[0])
+    assert stage.groups == ["precision"]
+    assert guide._untried(study, stage, study.trials[0]) == [
+        {"precision.default": "bf16", "precision.frozen_dtype": "bf16"},  # one change, in the space's order of values
+        {"precision.default": "fp32", "precision.frozen_dtype": "fp32"},
+        {"precision.default": "fp32", "precision.frozen_dtype": "bf16"},  # two changes last
+    ]
