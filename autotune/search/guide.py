@@ -134,7 +134,9 @@ class Guide:
             elif (knob.group not in stage.groups or stage.kind == "remedy") and knob.key in params:
                 fixed[knob.key] = params[knob.key]
         untried = self._untried(study, stage, incumbent) if stage.kind == "search" else None
-        if untried:  # a small discrete group: measure a combination not yet measured instead of sampling one again
+        if untried and len(untried) <= self._length(stage) - len(stage.trials):
+            # the stage can measure every combination left: do so, rather than let the sampler draw one twice;
+            # a larger group is left to the sampler, which learns from what it has measured
             fixed.update(untried[0])
         return fixed, stage
 

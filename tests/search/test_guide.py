@@ -211,9 +211,13 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
                                  value=1.0, user_attrs={"buckets": json.dumps({"compute_serial": 1.0}), "dominant": "compute_serial"}))
     guide = Guide(space, stage_trials=3)
     fixed, stage = guide.next_trial(study, study.trials[0])
-    assert stage.groups == ["precision"]
+    assert stage.groups == ["precision"] and fixed == {"precision.default": "bf16", "precision.frozen_dtype": "bf16"}
     assert guide._untried(study, stage, study.trials[0]) == [
         {"precision.default": "bf16", "precision.frozen_dtype": "bf16"},  # one change, in the space's order of values
         {"precision.default": "fp32", "precision.frozen_dtype": "fp32"},
         {"precision.default": "fp32", "precision.frozen_dtype": "bf16"},  # two changes last
     ]
+    # with fewer trials in the stage than combinations left, the sampler chooses
+    small = Guide(space, stage_trials=2)
+    fixed, stage = small.next_trial(study, study.trials[0])
+    assert stage.groups == ["precision"] and fixed == {}
