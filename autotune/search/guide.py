@@ -46,8 +46,10 @@ BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
 """Knob groups that address each bucket, in the order they are tried."""
 
 MIN_SHARE = 0.05
-MAX_ENUMERATED = 32  # a search stage enumerates a discrete group of at most this many combinations
 """A bucket below this share of the step is not worth a stage."""
+
+MAX_ENUMERATED = 32
+"""A search stage enumerates a discrete group of at most this many combinations."""
 
 STUDY_ATTR = "autotune.diagnosis"
 FREE = "all"
@@ -119,11 +121,12 @@ class Guide:
         if not self.enabled or incumbent is None:
             return None, None
         stage = self.stages[-1] if self.stages else None
-        if stage is None or (stage.kind != "free" and (len(stage.trials) >= self._length(stage)
-                                                       or self._untried(study, stage, incumbent) == [])):
+        untried = self._untried(study, stage, incumbent) if stage is not None else None
+        if stage is None or (stage.kind != "free" and (len(stage.trials) >= self._length(stage) or untried == [])):
             stage = self._new_stage(study, incumbent)
             self.stages.append(stage)
             self.save(study)
+            untried = self._untried(study, stage, incumbent)
         if stage.kind == "free":
             return None, stage
         fixed: dict[str, Any] = {}
@@ -133,7 +136,6 @@ class Guide:
                 fixed[knob.key] = knob.encode(knob.remedy)
             elif (knob.group not in stage.groups or stage.kind == "remedy") and knob.key in params:
                 fixed[knob.key] = params[knob.key]
-        untried = self._untried(study, stage, incumbent) if stage.kind == "search" else None
         if untried and len(untried) <= self._length(stage) - len(stage.trials):
             # the stage can measure every combination left: do so, rather than let the sampler draw one twice;
             # a larger group is left to the sampler, which learns from what it has measured
@@ -152,10 +154,9 @@ class Guide:
         if stage.kind != "search":
             return None
         mine = [k for k in self.space.knobs if k.group in stage.groups]
-        others = {k.key: incumbent.params[k.key] for k in self.space.knobs
-                  if k.group not in stage.groups and k.key in incumbent.params}
-        values = {k.key: k.decode(incumbent.params[k.key]) for k in self.space.knobs
-                  if k.group not in stage.groups and k.key in incumbent.params}
+        held = [k for k in self.space.knobs if k.group not in stage.groups and k.key in incumbent.params]
+        others = {k.key: incumbent.params[k.key] for k in held}
+        values = {k.key: k.decode(others[k.key]) for k in held}
         combos: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, values)]
         for knob in mine:  # in sampling order: a condition's knob comes before the knobs it conditions
             if knob.type not in ("categorical", "bool"):

@@ -67,4 +67,3 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], 
     finally:
         optimizer.grad_scale = None
     return norm
-

@@ -175,8 +175,8 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
                 raise
             profile = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     rate = matmul_rate(device)
-    loader_rate = sustained_loader_rate(loads, cfg.data.num_workers, cfg.batch_size)
-    per_rank = _gather({"step_times": step_times, "memory": mem, "loader": loader_rate}, world)
+    rank_loader = sustained_loader_rate(loads, cfg.data.num_workers, cfg.batch_size)
+    per_rank = _gather({"step_times": step_times, "memory": mem, "loader": rank_loader}, world)
     # A data-parallel step ends when the slowest rank ends: take the per-step maximum over ranks.
     step_max = [max(r["step_times"][i] for r in per_rank) for i in range(len(step_times))]
     stats = Stats.of(step_max)
