@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch.distributed as dist
 
         if dist.is_initialized():
+            if code == 0:  # leave together: a gloo rank that leaves first can abort its peer
+                dist.barrier()
             dist.destroy_process_group()
     except Exception:  # noqa: BLE001
         pass
