@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-prune", action="store_true", help="run every trial to its end (no pruning from step times)")
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled after each trial's measured steps (0: none)")
     p.add_argument("--time-budget", default=None, metavar="DURATION",
-                   help="start no trial after this much tuning time, e.g. 900, 15m, 1.5h (default: none, --trials decides)")
+                   help="end the search within this much time, e.g. 900, 15m, 1.5h: no trial starts that would not fit (by "
+                        "the study's median trial), one running at the end is stopped and queued for the next run "
+                        "(default: none, --trials decides)")
     p.set_defaults(func=run_search)
 
 

@@ -56,6 +56,8 @@ from autotune.search.storage import fail_stale, heartbeat, open_storage
 from autotune.train.launch import launch
 
 SAMPLERS = ("tpe", "gp", "random")
+BUDGET = "budget"
+"""``reason`` of a trial stopped by the end of ``--time-budget`` (queued again, not a verdict on it)."""
 PRUNE_P = 0.1
 
 
@@ -83,8 +85,10 @@ class StudyOptions:
     prune: bool = True
     profile_steps: int = 3
     time_budget_s: float | None = None
-    """No trial starts once this run has spent it (the running one ends within its own timeout); each
-    run measures at least one trial."""
+    """This run's tuning time: no trial starts when the time left is shorter than a typical trial of
+    the study (the median of those finished), and a trial still running at the end is stopped
+    (``reason: budget``) and queued again, for the same command to measure when it continues the
+    study. A run's first trial is never stopped: each run measures at least one."""
 
 
 def constraint_of(trial: FrozenTrial) -> list[float]:
@@ -193,8 +197,12 @@ def _fail(trial: optuna.Trial, reason: str, error: str) -> tuple[TrialState, flo
     return TrialState.FAIL, None
 
 
-def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions: tuple[str, ...]) -> tuple[TrialState, float | None]:
-    """Sample, check and measure one trial; its state and value for ``study.tell``."""
+def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions: tuple[str, ...],
+              timeout: float | None = None) -> tuple[TrialState, float | None]:
+    """Sample, check and measure one trial; its state and value for ``study.tell``. ``timeout``
+    shorter than ``opts.timeout_per_trial`` is the end of the time budget: a trial it stops fails
+    with ``reason: budget``, not ``timeout`` (the configuration did not hang)."""
+    limit = opts.timeout_per_trial if timeout is None else min(timeout, opts.timeout_per_trial)
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
     try:
         cfg = trial_config(opts.base, sample(trial, opts.space))
@@ -210,7 +218,7 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
         trial.report(per_step / seconds, step)
         return step < opts.steps - 1 and trial.should_prune()  # the last step: the measurement is complete
 
-    result = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=opts.timeout_per_trial,
+    result = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=limit,
                     log_path=log, on_step=on_step, profile_after=profile_dir if opts.profile_steps else None,
                     profile_steps=opts.profile_steps)
     if "error" in result:
@@ -224,6 +232,8 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
             trial.set_constraint("memory", 1.0)
             _fail(trial, "oom", str(result["error"]))
             return TrialState.COMPLETE, 0.0
+        if result.get("reason") == "timeout" and limit < opts.timeout_per_trial:
+            return _fail(trial, BUDGET, f"stopped at the end of the time budget after {limit:.0f} s")
         return _fail(trial, str(result.get("reason", "error")), str(result["error"]))
     peak = int(result["peak_memory_bytes"])
     attrs = {
@@ -292,7 +302,8 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
 
 
 def stock_trial(study: optuna.Study) -> FrozenTrial | None:
-    return next((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("stock")), None)
+    return next((t for t in study.get_trials(deepcopy=False)
+                 if t.user_attrs.get("stock") and t.user_attrs.get("reason") != BUDGET), None)
 
 
 def finished(study: optuna.Study) -> int:
@@ -325,11 +336,16 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
     if done:
         report(f"continuing study {opts.study_name!r}: {done} trials done, {todo} to go")
     start, ran = time.monotonic(), 0
+    deadline = None if opts.time_budget_s is None else start + opts.time_budget_s
     while started(study) < opts.trials:
-        if ran and opts.time_budget_s is not None and time.monotonic() - start >= opts.time_budget_s:
-            report(f"time budget of {opts.time_budget_s:.0f} s spent after {ran} trials of this run; stopping "
-                   f"(the same command continues the study)")
-            break
+        timeout = None
+        if ran and deadline is not None:
+            left, typical = deadline - time.monotonic(), typical_trial_s(study)
+            if left <= 0 or (typical is not None and left < typical):
+                report(f"time budget of {opts.time_budget_s:.0f} s: {max(0.0, left):.0f} s left after {ran} trials of "
+                       f"this run, a trial takes ~{typical or 0:.0f} s; stopping (the same command continues the study)")
+                break
+            timeout = left
         guide.load(study)  # another worker may have moved the stages on
         fixed, stage = None, None
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):  # queued trials go first, unguided
@@ -344,9 +360,12 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         else:
             stage = None
         with heartbeat(study, trial):
-            state, value = run_trial(trial, opts, machine, regions)
+            state, value = run_trial(trial, opts, machine, regions, timeout)
         study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
         frozen = study.trials[trial.number]
+        if frozen.user_attrs.get("reason") == BUDGET:  # not measured: measure it when the study continues
+            keep = {k: frozen.user_attrs[k] for k in ("stock", "reference") if k in frozen.user_attrs}
+            study.enqueue_trial(frozen.params, user_attrs={**keep, "queued_again_from": frozen.number})
         guide.record(study, stage, frozen)
         keep_traces(study, guide, opts.out)
         write_diagnosis(opts.out, guide)
@@ -354,6 +373,14 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         report(progress_line(study, frozen, finished(study), opts.trials, start, ran, max(ran, opts.trials - done), stage,
                              opts.time_budget_s))
     return study
+
+
+def typical_trial_s(study: optuna.Study) -> float | None:
+    """The median wall time of the study's trials that ran (refused and budget-stopped ones aside)."""
+    spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in study.get_trials(deepcopy=False)
+             if t.state.is_finished() and t.datetime_start and t.datetime_complete
+             and t.user_attrs.get("reason") not in ("config", BUDGET)]
+    return statistics.median(spans) if spans else None
 
 
 def check_space_unchanged(study: optuna.Study, space: SearchSpace) -> None:

@@ -88,8 +88,38 @@ def test_time_budget_stops_starting_trials(tmp_path, capsys):
     out = tmp_path / "run"
     assert main([*RUN, "--time-budget", "0.01s", "--out", str(out)]) == 0  # each run measures at least one trial
     printed = capsys.readouterr().out
-    assert "time budget of 0 s spent after 1 trials" in printed and "~0:00 left" in printed
+    assert "time budget of 0 s: 0 s left after 1 trials of this run" in printed and "~0:00 left" in printed
     assert len(load_study(out, "gr00t_n16-tiny-quick").trials) == 1 and (out / "best.yaml").exists()
+
+
+def test_the_time_budget_stops_a_running_trial_and_queues_it_again(tmp_path, capsys):
+    """The crashy workload's batch size 5 hangs: started with time left, it is stopped at the end of
+    the budget, recorded as ``budget`` (not a hang), and queued for the next run."""
+    import time
+
+    space = tmp_path / "hang.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    name = "tests.search.crashy.Workload-tiny-hang"
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    study.enqueue_trial({"batch_size": 2}, user_attrs={"stock": True})
+    study.enqueue_trial({"batch_size": 5})
+    argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "4",
+            "--synthetic", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--timeout-per-trial", "600",
+            "--time-budget", "30s", "--out", str(out)]
+    began = time.monotonic()
+    assert main(argv) == 0
+    took = time.monotonic() - began
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
+    assert trials[1].user_attrs["reason"] == "budget" and "end of the time budget" in trials[1].user_attrs["error"]
+    assert trials[2].system_attrs["fixed_params"] == {"batch_size": 5} and trials[2].user_attrs["queued_again_from"] == 1
+    assert 30 <= took < 30 + 25, took  # the hang ran to the budget's end, not to its 600 s timeout
+    printed = capsys.readouterr().out
+    assert "failed (budget)" in printed and "s left after 2 trials of this run" in printed
+    assert load_config(out / "best.yaml").batch_size == 2
 
 
 def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path):
