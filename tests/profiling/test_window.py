@@ -78,9 +78,17 @@ def test_bad_window_is_a_config_error(tmp_path):
 
 @pytest.mark.slow
 def test_gloo_ddp_two_ranks_waits_on_communication(tmp_path):
-    torch.multiprocessing.spawn(
-        programs.ddp_worker, args=(2, _free_port(), str(tmp_path), "ddp-run"), nprocs=2, join=True
-    )
+    try:
+        torch.multiprocessing.spawn(
+            programs.ddp_worker, args=(2, _free_port(), str(tmp_path), "ddp-run"), nprocs=2, join=True
+        )
+    except torch.multiprocessing.ProcessExitedException as exc:
+        # Once, in CI, a rank aborted in gloo's teardown ("terminate called without an active
+        # exception") after both had written their traces: not what this test is about. A rank
+        # that died before its window ended still fails it.
+        done = all((tmp_path / f"overhead{rank}.txt").exists() for rank in (0, 1))
+        if not (done and exc.signal_name == "SIGABRT"):
+            raise
     got = classify(tmp_path)
     assert [r.rank for r in got.ranks] == [0, 1]
     assert all(len(r.steps) == 3 for r in got.ranks)
