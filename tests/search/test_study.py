@@ -75,6 +75,19 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
     assert load_config(out / "best.yaml").batch_size == 2
 
 
+def test_a_two_process_study_profiles_every_rank(tmp_path):
+    """``--nproc 2``: each trial is a gloo DDP run of two processes; the stock trial's profile has
+    a trace per rank, and ``best.yaml`` says the world size it was measured at."""
+    out = tmp_path / "run"
+    assert main([*RUN[:4], "2", *RUN[5:], "--nproc", "2", "--out", str(out)]) == 0
+    assert sorted(p.name for p in (out / "profiles" / "trial-0000").glob("rank*")) == [
+        "rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    best = load_config(out / "best.yaml")
+    assert best.provenance["world_size"] == 2 and best.provenance["samples_per_s"] > 0
+    measured = [t for t in load_study(out, "gr00t_n16-tiny-quick").trials if "samples_per_s" in t.user_attrs]
+    assert measured[0].number == 0 and {t.user_attrs["world_size"] for t in measured} == {2}
+
+
 def test_bad_arguments_fail_with_one_line(tmp_path, capsys):
     assert main(["run", "--space", "nope", "--out", str(tmp_path)]) == 2
     assert "search space 'nope' is unknown; known spaces:" in capsys.readouterr().err
