@@ -7,7 +7,6 @@ configuration that cannot work is refused when it is loaded, before any process 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +27,9 @@ class Machine:
 
     @classmethod
     def current(cls, world_size: int = 1) -> Machine:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        from autotune.train.launch import usable_cpus  # not at the top: launch imports this package
+
+        cpus = usable_cpus()
         if torch.cuda.is_available():
             return cls(True, torch.cuda.get_device_capability(), world_size, cpus)
         return cls(False, None, world_size, cpus)
