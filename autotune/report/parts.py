@@ -93,6 +93,8 @@ class Stage:
     knobs: list[str] | None = None
     kind: str | None = None
     """``remedy`` (one trial at the group's remedy values), ``search`` or ``free``."""
+    loader_bound: bool = False
+    """The incumbent's loader set its measured rate: the data stage came first (``share`` its wait)."""
     trials: list[int] | None = None
     best_trial: int | None = None
     best_samples_per_s: float | None = None

@@ -72,6 +72,9 @@ class Stage:
     kind: str = "search"
     """``remedy``: one trial, the group's remedy values; ``search``: the sampler over the group;
     ``free``: the sampler over every knob."""
+    loader_bound: bool = False
+    """The incumbent's measured rate was its loader's, below its steps' rate: ``share`` is then at least
+    the part of its step spent waiting on the loader (see :func:`ranked_buckets`)."""
     trials: list[int] = field(default_factory=list)
     best_trial: int | None = None
     best_samples_per_s: float | None = None
@@ -84,6 +87,38 @@ class Stage:
 def buckets_of(trial: FrozenTrial) -> dict[str, float] | None:
     raw = trial.user_attrs.get("buckets")
     return json.loads(raw) if raw else None
+
+
+def loader_stall(trial: FrozenTrial) -> float:
+    """The part of a loader-bound trial's step spent waiting on its loader: 1 - measured rate / its
+    steps' rate (0 when the loader kept up).
+
+    The profiled steps come after the measured window, when the loader has often filled its
+    prefetch queue again: on an H200 a medium-preset trial whose loader held it to 264 samples/s
+    against 657 for its steps (a 60 % stall) showed a data bucket of 3 %.
+    """
+    window = trial.user_attrs.get("window_samples_per_s")
+    if not trial.user_attrs.get("loader_bound") or not window or trial.value is None:
+        return 0.0
+    return max(0.0, 1.0 - float(trial.value) / float(window))
+
+
+def ranked_buckets(trial: FrozenTrial) -> list[tuple[str, float]]:
+    """The trial's buckets worth acting on (at least ``MIN_SHARE``), largest first.
+
+    A loader-bound trial ranks ``data_stall`` first whatever its profile says: its measured rate is
+    its loader's, so no other knob can raise it (on two H200s every remedy tried before the loader's
+    was pruned at the stock rate, 5 trials in all). Its share is then the larger of the profile's and
+    :func:`loader_stall`.
+    """
+    buckets = dict(buckets_of(trial) or {})
+    stall = loader_stall(trial)
+    if stall >= MIN_SHARE:
+        buckets["data_stall"] = max(stall, buckets.get("data_stall", 0.0))
+    ranked = sorted(((b, v) for b, v in buckets.items() if v >= MIN_SHARE), key=lambda kv: -kv[1])
+    if stall >= MIN_SHARE:
+        ranked.sort(key=lambda kv: kv[0] != "data_stall")  # stable: the others keep their order
+    return ranked
 
 
 class Guide:
@@ -196,17 +231,20 @@ class Guide:
         common = {"stage": number, "incumbent": incumbent.number, "incumbent_samples_per_s": float(incumbent.value or 0.0),
                   "profile": incumbent.user_attrs.get("profile_dir"), "buckets": buckets,
                   "dominant": incumbent.user_attrs.get("dominant")}
-        ranked = [(b, v) for b, v in sorted((buckets or {}).items(), key=lambda kv: -kv[1]) if v >= MIN_SHARE]
+        ranked = ranked_buckets(incumbent)
+        stall = loader_stall(incumbent)
         for bucket, share in ranked:  # first the remedies of every bucket worth acting on, one trial each
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and self._remedy_pending(group, incumbent):
                     knobs = [k.key for k in self.space.knobs if k.group == group and k.remedy is not None]
-                    return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, kind="remedy", **common)
+                    return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, kind="remedy",
+                                 loader_bound=bucket == "data_stall" and stall >= MIN_SHARE, **common)
         for bucket, share in ranked:
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and group not in explored:
                     knobs = [k.key for k in self.space.knobs if k.group == group]
-                    stage = Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, **common)
+                    stage = Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs,
+                                  loader_bound=bucket == "data_stall" and stall >= MIN_SHARE, **common)
                     if self._untried(study, stage, incumbent) != []:  # [] : every combination measured already
                         return stage
         return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], kind="free", **common)

@@ -139,17 +139,31 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
         self.inner, self.ratio, self.min_steps = inner, ratio, min_steps
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if self.inner.prune(study, trial):
+        if trial.user_attrs.get("stock") or trial.user_attrs.get("reference"):
+            # measured for comparison: pruned, they compare with nothing (on two H200s a pruned
+            # compile reference left the report without the rate a user would get instead)
+            return False
+        best = best_trial(study)
+        if best is None:  # no measured search trial yet
+            return False
+        if self.inner.prune(_BestIs(study, best), trial):
             return True
         values = list(trial.intermediate_values.values())
         if len(values) < self.min_steps:
             return False
-        try:
-            best = study.best_trial
-        except ValueError:  # no completed trial yet
-            return False
         reference = list(best.intermediate_values.values())
         return bool(reference) and max(values) < self.ratio * statistics.median(reference)
+
+
+class _BestIs:
+    """The study as a pruner sees it, with ``best_trial`` the search's best (:func:`best_trial`):
+    a faster reference, which is never the incumbent, does not prune the trials that beat the incumbent."""
+
+    def __init__(self, study: optuna.Study, best: FrozenTrial) -> None:
+        self._study, self.best_trial = study, best
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
 
 
 def sample(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:

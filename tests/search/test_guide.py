@@ -11,7 +11,15 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.cli import main
-from autotune.search.guide import FREE, STUDY_ATTR, Guide, buckets_of
+from autotune.search.guide import (
+    FREE,
+    MIN_SHARE,
+    STUDY_ATTR,
+    Guide,
+    buckets_of,
+    loader_stall,
+    ranked_buckets,
+)
 from autotune.search.space import load_space, parse_space
 
 SPACE = {
@@ -221,3 +229,54 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
     small = Guide(space, stage_trials=2)
     fixed, stage = small.next_trial(study, study.trials[0])
     assert stage.groups == ["precision"] and fixed == {}
+
+
+def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
+    """Two H200s, stock: measured 105 samples/s (its loader's rate), 117 for its steps, and a profile whose
+    largest bucket was compute (41 %, data 19 %): every remedy before the loader's was pruned at 105."""
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    buckets = {"compute_serial": 0.41, "comm_wait": 0.2, "launch_overhead": 0.19, "data_stall": 0.03, "other": 0.17}
+    study.add_trial(create_trial(params={"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"},
+                                 distributions=DISTS, value=105.0,
+                                 user_attrs={"buckets": json.dumps(buckets), "dominant": "compute_serial",
+                                             "loader_bound": True, "window_samples_per_s": 116.7}))
+    stock = study.trials[-1]
+    assert loader_stall(stock) == pytest.approx(0.1, abs=0.001)
+    assert [b for b, _ in ranked_buckets(stock)] == ["data_stall", "compute_serial", "comm_wait", "launch_overhead", "other"]
+    fixed, stage = Guide(space, 2).next_trial(study, stock)
+    assert (stage.kind, stage.bottleneck, stage.groups, stage.loader_bound) == ("remedy", "data_stall", ["data"], True)
+    assert stage.share == pytest.approx(0.1, abs=0.001) and fixed["data.num_workers"] == 2
+    # a loader that held the step back by less than MIN_SHARE changes nothing; nor does one that kept up
+    for window, bound in ((106.0, True), (200.0, False)):
+        study.add_trial(create_trial(params=stock.params, distributions=DISTS, value=105.0,
+                                     user_attrs={**stock.user_attrs, "window_samples_per_s": window, "loader_bound": bound}))
+        assert loader_stall(study.trials[-1]) < MIN_SHARE
+        assert [b for b, _ in ranked_buckets(study.trials[-1])] == ["compute_serial", "comm_wait", "launch_overhead", "other"]
+
+
+def test_stock_and_reference_trials_are_never_pruned_and_a_faster_reference_prunes_nothing():
+    from autotune.search.study import make_pruner
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+    def add(rate, **attrs):
+        study.add_trial(create_trial(params={"x": 0.5}, distributions=dist, value=rate, user_attrs={"constraint": -0.5, **attrs},
+                                     intermediate_values={i: rate * (1 + 0.01 * (i % 3)) for i in range(8)}))
+
+    add(10.0, stock=True)
+    add(50.0, reference="compile.regions=[all]")  # faster than any trial of the search
+    add(20.0)  # the search's best
+
+    def running(rate, **attrs):
+        return create_trial(params={"x": 0.5}, distributions=dist, state=TrialState.RUNNING, user_attrs=attrs,
+                            intermediate_values={i: rate * (1 + 0.01 * (i % 2)) for i in range(6)})
+
+    pruner = make_pruner(True)
+    assert not pruner.prune(study, running(30.0))  # beats the best of the search, slower than the reference
+    assert pruner.prune(study, running(15.0))  # clearly slower than the best of the search, step by step
+    assert pruner.prune(study, running(5.0))  # under half of it
+    assert not pruner.prune(study, running(5.0, reference="compile.regions=[all]"))
+    assert not pruner.prune(study, running(5.0, stock=True))
+    assert not make_pruner(True).prune(optuna.create_study(direction="maximize"), running(5.0))  # nothing measured yet
