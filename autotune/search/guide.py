@@ -5,7 +5,8 @@ profile_after=...)``), so the incumbent's buckets are always known. The search r
 
 1. the stock configuration (trial 0) is measured and profiled;
 2. remedies first: for every bucket of the incumbent's profile worth acting on (at least
-   ``MIN_SHARE`` of the step), largest first, each mapped knob group (``BUCKET_GROUPS``) with
+   ``MIN_SHARE`` of the step), largest first (``data_stall`` first where the incumbent's loader
+   set its measured rate: :func:`ranked_buckets`), each mapped knob group (``BUCKET_GROUPS``) with
    ``remedy`` values in the space gets one trial with its knobs at those values and every other
    knob at the incumbent's (a ``remedy`` stage; the incumbent moves on as soon as one pays);
    then a ``search`` stage takes the largest bucket whose group was not searched from this
