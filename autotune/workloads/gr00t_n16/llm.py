@@ -108,7 +108,7 @@ class LLMTrainable(BlockStack):
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.norm(self.run(hidden, self.rope_cos, self.rope_sin))
         weight = self._tied[0].weight
-        if not torch.is_autocast_enabled(h.device.type):
+        if weight.dtype != h.dtype and (h.device.type == "meta" or not torch.is_autocast_enabled(h.device.type)):
             # an fp32 region: the tied embedding is llm_frozen's, stored in frozen_dtype (bf16 by default).
             # On two H200s this map (llm_trainable fp32, llm_frozen bf16) failed its trial here.
             weight = weight.to(h.dtype)
