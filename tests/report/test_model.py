@@ -207,3 +207,18 @@ def test_a_loader_bound_trial_shows_what_its_window_ran_at(tmp_path):
     t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0,
                      user_attrs={**attrs, "loader_bound": False, "window_samples_per_s": 230.0})
     assert trial_row(t, tmp_path, stock=False, best=True, pareto=False).window_samples_per_s is None
+
+
+def test_a_loader_first_stage_says_why_in_the_chain(quick_run, tmp_path):
+    """A stage the guide opened because the incumbent's loader set its rate says so, with the wait as its share."""
+    from autotune.report.render import write_report
+
+    run = tmp_path / "run"
+    shutil.copytree(quick_run, run)
+    diagnosis = json.loads((run / "diagnosis.json").read_text())
+    diagnosis["stages"][0].update(bottleneck="data_stall", share=0.1, loader_bound=True)
+    (run / "diagnosis.json").write_text(json.dumps(diagnosis))
+    assert build_report(run).stages[0].loader_bound
+    html = write_report(run).read_text()
+    assert "bottleneck <b>data_stall</b> (10.0 % of the step, waiting on a loader that set the measured rate)" in html
+    assert html.count("waiting on a loader") == 1  # the other stages: the profile's share alone
