@@ -34,6 +34,10 @@ class DDPConfig:
     """Gradient compression hook: ``none``, ``bf16`` or ``fp16`` (DDP's default_hooks)."""
     broadcast_buffers: bool = False
     """Broadcast module buffers from rank 0 each step (the replica has none that change)."""
+    graph_overlap: bool = False
+    """With ``graphs.mode: step`` on several ranks: all-reduce each bucket inside the captured
+    backward as soon as its gradients are accumulated (communication overlapped with the rest of
+    the backward), instead of every bucket after the backward, between two graph replays."""
 
     def __post_init__(self) -> None:
         check(self.bucket_cap_mb > 0, "bucket_cap_mb", self.bucket_cap_mb, "a number > 0")

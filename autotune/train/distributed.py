@@ -47,38 +47,82 @@ class FlatGradReducer:
     """Gradients as views of flat buffers, all-reduced in buckets of ``bucket_cap_mb``.
 
     Used when the whole step is a CUDA graph: backward accumulates into the views in place (their
-    addresses are static), and the all-reduce runs between the graph replays.
+    addresses are static). Without ``overlap`` every bucket is all-reduced by :meth:`__call__`
+    after the backward (between the graph replays). With ``overlap`` a post-accumulate-grad hook
+    on every parameter starts a bucket's all-reduce as soon as all of its parameters have their
+    gradients, so inside a captured backward the collectives are recorded where they can run
+    beside the rest of the backward; :meth:`__call__` then starts any bucket left (parameters
+    without a gradient this step) and waits for all.
+
+    Buckets are started in one fixed order on every rank (from the end of the flat buffers, the
+    order a backward produces gradients in), a bucket only after every bucket before it, as DDP's
+    reducer does: collectives must be issued in the same order on all ranks.
     """
 
-    def __init__(self, params: list[nn.Parameter], cfg: DDPConfig, world_size: int) -> None:
+    def __init__(self, params: list[nn.Parameter], cfg: DDPConfig, world_size: int, overlap: bool = False) -> None:
         self.world, self.cfg = world_size, cfg
         self.buffers: list[torch.Tensor] = []
+        spans: list[tuple[int, nn.Parameter, int, int]] = []  # (buffer index, parameter, start, end)
         for dtype in sorted({p.dtype for p in params}, key=str):
             group = [p for p in params if p.dtype == dtype]
             flat = torch.zeros(sum(p.numel() for p in group), dtype=dtype, device=group[0].device)
             offset = 0
             for p in group:
                 p.grad = flat[offset : offset + p.numel()].view_as(p)
+                spans.append((len(self.buffers), p, offset, offset + p.numel()))
                 offset += p.numel()
             self.buffers.append(flat)
         cap = int(cfg.bucket_cap_mb * 2**20)
-        self.buckets = [b[i : i + cap // b.element_size()] for b in self.buffers for i in range(0, b.numel(), cap // b.element_size())]
+        ranges = [(n, i, min(i + cap // b.element_size(), b.numel()))
+                  for n, b in enumerate(self.buffers) for i in range(0, b.numel(), cap // b.element_size())]
+        self.buckets = [self.buffers[n][i:j] for n, i, j in ranges]
+        self.overlap = overlap and world_size > 1
+        self._works: list[tuple[torch.Tensor, torch.Tensor, object]] = []
+        self._next = 0  # position in self._order of the next bucket to start
+        self._order = list(reversed(range(len(self.buckets))))
+        self._pending: list[int] = []
+        self._hooks = []
+        if self.overlap:
+            # each parameter: the buckets its gradient lies in; each bucket: how many parameters it waits for
+            self._of_param: dict[int, list[int]] = {}
+            self._needs = [0] * len(self.buckets)
+            for n, p, start, end in spans:
+                hit = [k for k, (m, i, j) in enumerate(ranges) if m == n and i < end and start < j]
+                self._of_param[id(p)] = hit
+                for k in hit:
+                    self._needs[k] += 1
+            self._pending = list(self._needs)
+            self._hooks = [p.register_post_accumulate_grad_hook(self._ready) for _, p, _, _ in spans]
 
     def zero(self) -> None:
         for b in self.buffers:
             b.zero_()
 
+    def _ready(self, param: torch.Tensor) -> None:
+        for k in self._of_param[id(param)]:
+            self._pending[k] -= 1
+        while self._next < len(self._order) and self._pending[self._order[self._next]] <= 0:
+            self._start(self._order[self._next])
+            self._next += 1
+
+    def _start(self, k: int) -> None:
+        bucket = self.buckets[k]
+        hook = self.cfg.comm_hook
+        send = bucket.to(torch.bfloat16 if hook == "bf16" else torch.float16) if hook != "none" else bucket
+        self._works.append((bucket, send, dist.all_reduce(send, async_op=True)))
+
     def __call__(self) -> None:
         if self.world == 1:
             return
-        works, casts = [], []
-        for bucket in self.buckets:
-            send = bucket.to(torch.bfloat16 if self.cfg.comm_hook == "bf16" else torch.float16) if self.cfg.comm_hook != "none" else bucket
-            casts.append((bucket, send))
-            works.append(dist.all_reduce(send, async_op=True))
-        for work in works:
+        while self._next < len(self._order):  # every bucket not started by the hooks (all of them without overlap)
+            self._start(self._order[self._next])
+            self._next += 1
+        for _, _, work in self._works:
             work.wait()
-        for bucket, send in casts:
+        for bucket, send, _ in self._works:
             if send is not bucket:
                 bucket.copy_(send)
             bucket.div_(self.world)
+        self._works, self._next = [], 0
+        if self.overlap:
+            self._pending = list(self._needs)

@@ -95,7 +95,8 @@ class StepGraph:
 
     ``fwd_bwd`` holds zeroing the gradients, the forward and the backward; ``update`` holds
     clipping and the optimizer step. With several ranks the gradients are all-reduced between
-    the two replays, outside the graphs (``reduce_grads``).
+    the two replays, outside the graphs (``reduce_grads``), or, with ``ddp.graph_overlap``, inside
+    ``fwd_bwd`` by the reducer's hooks as the backward produces them (``reduce_grads`` is then None).
     """
 
     def __init__(self, forward_backward: Callable[[dict], torch.Tensor], update: Callable[[], torch.Tensor],

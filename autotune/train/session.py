@@ -62,7 +62,7 @@ class Session:
         self.ddp = None
         self.reducer = None
         if step_graph:
-            self.reducer = distributed.FlatGradReducer(self.params, cfg.ddp, world_size)
+            self.reducer = distributed.FlatGradReducer(self.params, cfg.ddp, world_size, overlap=cfg.ddp.graph_overlap)
         elif world_size > 1:
             self.ddp = distributed.wrap_ddp(self.model, cfg.ddp, self.device)
         groups = self.workload.param_groups(self.model, cfg.optimizer.weight_decay)
@@ -117,16 +117,20 @@ class Session:
         static = {k: v.clone() for k, v in batch.items()}
         clip = self.cfg.optimizer.grad_clip
 
+        inside = self.world > 1 and self.reducer.overlap
+
         def forward_backward(b: Batch) -> torch.Tensor:
             self.reducer.zero()
             loss = self._forward(b)
             loss.backward()
+            if inside:  # the buckets' all-reduces, started by the backward's hooks, captured with it
+                self.reducer()
             return loss.detach()
 
         def update() -> torch.Tensor:
             return optim.clip_and_step(self.optimizer, self.params, clip).detach()
 
-        reduce = self.reducer if self.world > 1 else None
+        reduce = self.reducer if self.world > 1 and not inside else None
         self._graph = graphs.StepGraph(forward_backward, update, static, reduce)
 
     def step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,3 +34,20 @@ def test_step_graph_updates_weights():
     s.step(batch)
     torch.cuda.synchronize()
     assert not torch.equal(before, s.model.dit.proj_out_2.weight)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_step_graph_with_the_all_reduce_inside_trains_as_the_one_without():
+    """``ddp.graph_overlap``: NCCL all-reduces captured inside the backward's graph, on 2 GPUs."""
+    from autotune.train.launch import launch
+    from autotune.train.verify import compare
+
+    def run(overlap: bool) -> dict:
+        cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": {"mode": "step", "warmup_steps": 2},
+                                "ddp": {"graph_overlap": overlap, "bucket_cap_mb": 1.0}, "data": {"source": "synthetic"}})
+        result = launch(cfg, steps=6, warmup=3, nproc=2, timeout=300)
+        assert "error" not in result, result
+        return result
+
+    plain, inside = run(False), run(True)
+    assert compare(plain, inside, tolerance=0.01).passed, (plain["losses"], inside["losses"])
