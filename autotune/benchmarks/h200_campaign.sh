@@ -12,7 +12,9 @@
 # (fixed: a loader-bound incumbent has its loader fixed first). This one repeats the full studies with
 # that guide, the 1-GPU one alone on its machine half (in the third it shared the host with the medium
 # study and its best trial's steps spread 154-196 ms), then measures stock, compile of the whole model
-# and the 2-GPU best.yaml in one run (gpu_suite: parity, MFU, the best profiled: overhead, buckets).
+# and the 2-GPU best.yaml in one run (gpu_suite: parity, MFU, the best profiled: overhead, buckets), then the
+# hand-picked whole-step graph with and without the all-reduce inside it (ddp.graph_overlap, new in session 5).
+# Before phase a, if there is time: tests/train/test_gpu.py on 2 GPUs checks that capture first.
 #
 # ($OUT returns at most 8 files a call.)
 # THE MACHINE IS GIVEN BACK 30 s AFTER A CALL ENDS: issue the next call at once (decide everything
@@ -58,7 +60,7 @@ c)
   [ -f "$best" ] || { echo "no $best: no suite"; exit 0; }
   mkdir -p "$OUT/suite"
   timeout $((end - SECONDS)) python3 -m autotune.benchmarks.gpu_suite --preset full --nproc 2 --steps 15 --warmup 5 \
-    --timeout 240 --configs stock compile_all "$best" --profile best --profile-dir "$C/suite-profiles" \
+    --timeout 240 --configs stock "$best" compile_all step_graph_tuned_overlap step_graph_tuned --profile best --profile-dir "$C/suite-profiles" \
     --json "$OUT/suite/suite-2.json"
   ;;
 *)
