@@ -3,7 +3,7 @@
 # Run from the repository root on the device, carry [".whl"] (../shared/device/fetch-wheels.sh av, plus
 # torchao==0.17.0 for fp8):
 #
-#   bash autotune/benchmarks/h200_campaign.sh a        # install, datasets; the 2-GPU full study (11-min budget)
+#   bash autotune/benchmarks/h200_campaign.sh a        # install, datasets; GPU tests; the 2-GPU full study (10-min budget)
 #   bash autotune/benchmarks/h200_campaign.sh b        # wait for it, pack it; the 1-GPU full study, alone
 #   bash autotune/benchmarks/h200_campaign.sh c SECS   # wait, pack it; the 2-GPU headline suite; end before SECS
 #
@@ -14,7 +14,7 @@
 # study and its best trial's steps spread 154-196 ms), then measures stock, compile of the whole model
 # and the 2-GPU best.yaml in one run (gpu_suite: parity, MFU, the best profiled: overhead, buckets), then the
 # hand-picked whole-step graph with and without the all-reduce inside it (ddp.graph_overlap, new in session 5).
-# Before phase a, if there is time: tests/train/test_gpu.py on 2 GPUs checks that capture first.
+# Phase a runs tests/train/test_gpu.py on the 2 GPUs first (that capture included).
 #
 # ($OUT returns at most 8 files a call.)
 # THE MACHINE IS GIVEN BACK 30 s AFTER A CALL ENDS: issue the next call at once (decide everything
@@ -37,9 +37,11 @@ a)
   nvidia-smi --query-gpu=name,memory.total --format=csv > "$C/gpus.csv"
   python3 -c "import torch, optuna, torchao; print(torch.__version__, optuna.__version__, torchao.__version__)" > "$C/versions.txt" 2>&1
   $M prepare --dir "$C" --presets full
+  # the GPU tests first, ~1 min: the all-reduce captured inside a step graph (ddp.graph_overlap) is new
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/train/test_gpu.py 2>&1 | tail -4
   # no --reference: phase c's suite measures the whole-model compile beside stock and best.yaml in one
   # run, so its ~2 minutes of compilation go to the search here
-  $M start full-2gpu --dir "$C" -- --preset full --nproc 2 "${STUDY[@]}" --trials 18 --time-budget 11m \
+  $M start full-2gpu --dir "$C" -- --preset full --nproc 2 "${STUDY[@]}" --trials 18 --time-budget 10m \
     --timeout-per-trial 300
   $M wait full-2gpu --dir "$C" --seconds $((560 - SECONDS)) --every 60
   ;;
