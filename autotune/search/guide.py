@@ -233,19 +233,19 @@ class Guide:
                   "profile": incumbent.user_attrs.get("profile_dir"), "buckets": buckets,
                   "dominant": incumbent.user_attrs.get("dominant")}
         ranked = ranked_buckets(incumbent)
-        stall = loader_stall(incumbent)
+        loader_first = loader_stall(incumbent) >= MIN_SHARE  # then data_stall leads `ranked`
         for bucket, share in ranked:  # first the remedies of every bucket worth acting on, one trial each
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and self._remedy_pending(group, incumbent):
                     knobs = [k.key for k in self.space.knobs if k.group == group and k.remedy is not None]
                     return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, kind="remedy",
-                                 loader_bound=bucket == "data_stall" and stall >= MIN_SHARE, **common)
+                                 loader_bound=loader_first and bucket == "data_stall", **common)
         for bucket, share in ranked:
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and group not in explored:
                     knobs = [k.key for k in self.space.knobs if k.group == group]
                     stage = Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs,
-                                  loader_bound=bucket == "data_stall" and stall >= MIN_SHARE, **common)
+                                  loader_bound=loader_first and bucket == "data_stall", **common)
                     if self._untried(study, stage, incumbent) != []:  # [] : every combination measured already
                         return stage
         return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], kind="free", **common)

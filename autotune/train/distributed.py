@@ -78,10 +78,8 @@ class FlatGradReducer:
         self.buckets = [self.buffers[n][i:j] for n, i, j in ranges]
         self.overlap = overlap and world_size > 1
         self._works: list[tuple[torch.Tensor, torch.Tensor, object]] = []
-        self._next = 0  # position in self._order of the next bucket to start
-        self._order = list(reversed(range(len(self.buckets))))
+        self._started = 0  # buckets started this step, from the last one backwards
         self._pending: list[int] = []
-        self._hooks = []
         if self.overlap:
             # each parameter: the buckets its gradient lies in; each bucket: how many parameters it waits for
             self._of_param: dict[int, list[int]] = {}
@@ -92,7 +90,8 @@ class FlatGradReducer:
                 for k in hit:
                     self._needs[k] += 1
             self._pending = list(self._needs)
-            self._hooks = [p.register_post_accumulate_grad_hook(self._ready) for _, p, _, _ in spans]
+            for _, p, _, _ in spans:
+                p.register_post_accumulate_grad_hook(self._ready)
 
     def zero(self) -> None:
         for b in self.buffers:
@@ -101,28 +100,30 @@ class FlatGradReducer:
     def _ready(self, param: torch.Tensor) -> None:
         for k in self._of_param[id(param)]:
             self._pending[k] -= 1
-        while self._next < len(self._order) and self._pending[self._order[self._next]] <= 0:
-            self._start(self._order[self._next])
-            self._next += 1
+        self._start(only_ready=True)
 
-    def _start(self, k: int) -> None:
-        bucket = self.buckets[k]
+    def _start(self, only_ready: bool) -> None:
+        """Start the next buckets in order: those whose gradients are all in, or every one left."""
         hook = self.cfg.comm_hook
-        send = bucket.to(torch.bfloat16 if hook == "bf16" else torch.float16) if hook != "none" else bucket
-        self._works.append((bucket, send, dist.all_reduce(send, async_op=True)))
+        while self._started < len(self.buckets):
+            k = len(self.buckets) - 1 - self._started
+            if only_ready and self._pending[k] > 0:
+                return
+            bucket = self.buckets[k]
+            send = bucket.to(torch.bfloat16 if hook == "bf16" else torch.float16) if hook != "none" else bucket
+            self._works.append((bucket, send, dist.all_reduce(send, async_op=True)))
+            self._started += 1
 
     def __call__(self) -> None:
         if self.world == 1:
             return
-        while self._next < len(self._order):  # every bucket not started by the hooks (all of them without overlap)
-            self._start(self._order[self._next])
-            self._next += 1
+        self._start(only_ready=False)  # every bucket the hooks did not start (all of them without overlap)
         for _, _, work in self._works:
             work.wait()
         for bucket, send, _ in self._works:
             if send is not bucket:
                 bucket.copy_(send)
             bucket.div_(self.world)
-        self._works, self._next = [], 0
+        self._works, self._started = [], 0
         if self.overlap:
             self._pending = list(self._needs)

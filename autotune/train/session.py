@@ -117,7 +117,7 @@ class Session:
         static = {k: v.clone() for k, v in batch.items()}
         clip = self.cfg.optimizer.grad_clip
 
-        inside = self.world > 1 and self.reducer.overlap
+        inside = self.reducer.overlap  # only with several ranks
 
         def forward_backward(b: Batch) -> torch.Tensor:
             self.reducer.zero()

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 
 import pytest
 import torch
 
 from autotune.errors import ConfigError
 from autotune.profiling import classify, load_traces, profile_window
+from tests.ports import free_port
 from tests.profiling import programs
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("mark_wait", [True, False], ids=["data_wait", "dataloader_only"])
@@ -80,7 +74,7 @@ def test_bad_window_is_a_config_error(tmp_path):
 def test_gloo_ddp_two_ranks_waits_on_communication(tmp_path):
     try:
         torch.multiprocessing.spawn(
-            programs.ddp_worker, args=(2, _free_port(), str(tmp_path), "ddp-run"), nprocs=2, join=True
+            programs.ddp_worker, args=(2, free_port(), str(tmp_path), "ddp-run"), nprocs=2, join=True
         )
     except torch.multiprocessing.ProcessExitedException as exc:
         # Once, in CI, a rank aborted in gloo's teardown ("terminate called without an active

@@ -15,7 +15,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from sqlalchemy.engine import make_url
 
 from autotune.errors import ConfigError
 from autotune.search.storage import fail_stale, open_storage
+from tests.ports import free_port
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')")
 
@@ -44,12 +44,6 @@ def _bindir() -> Path | None:
     candidates = [Path(found).resolve().parent] if found else []
     candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
     return next((d for d in candidates if (d / "initdb").exists() and (d / "pg_ctl").exists()), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +60,7 @@ def pg_server():
     if os.geteuid() == 0:  # initdb refuses to run as root
         shutil.chown(root, "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    data, port = root / "data", _free_port()
+    data, port = root / "data", free_port()
     run = dict(check=True, capture_output=True, cwd=root)
     subprocess.run([*as_user, bindir / "initdb", "-D", data, "-U", "autotune", "--auth=trust", "--no-sync"], **run)
     subprocess.run([*as_user, bindir / "pg_ctl", "-D", data, "-l", root / "log", "-w", "-o",

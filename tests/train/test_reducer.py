@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import pytest
 import torch
@@ -14,12 +13,7 @@ from torch import nn
 
 from autotune.config import DDPConfig
 from autotune.train.distributed import FlatGradReducer
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def _model() -> tuple[nn.Module, nn.Module]:
@@ -58,7 +52,7 @@ def _worker(rank: int, world: int, port: int, out: str, overlap: bool, hook: str
 
 @pytest.mark.parametrize(("overlap", "hook", "tol"), [(False, "none", 1e-6), (True, "none", 1e-6), (True, "fp16", 2e-3)])
 def test_buckets_reduce_to_the_mean_and_overlap_starts_them_in_the_backward(tmp_path, overlap, hook, tol):
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(tmp_path), overlap, hook), nprocs=2, join=True)
+    torch.multiprocessing.spawn(_worker, args=(2, free_port(), str(tmp_path), overlap, hook), nprocs=2, join=True)
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for g in got:
         assert g["max_rel_diff"] < tol, g
