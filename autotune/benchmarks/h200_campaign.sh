@@ -8,7 +8,7 @@
 #   bash autotune/benchmarks/h200_campaign.sh c SECS   # wait, pack it; the 2-GPU headline suite; end before SECS
 #
 # The third campaign (session 5) measured the medium studies (issue 6) and found the 2-GPU full study
-# short of 2.5x: its stock trial was loader-bound and the guide spent 5 trials on other remedies first
+# short of 2.5x: its stock trial was loader-bound and the guide spent 4 trials on other remedies first
 # (fixed: a loader-bound incumbent has its loader fixed first). This one repeats the full studies with
 # that guide, the 1-GPU one alone on its machine half (in the third it shared the host with the medium
 # study and its best trial's steps spread 154-196 ms), then measures stock, compile of the whole model

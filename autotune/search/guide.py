@@ -108,8 +108,8 @@ def ranked_buckets(trial: FrozenTrial) -> list[tuple[str, float]]:
     """The trial's buckets worth acting on (at least ``MIN_SHARE``), largest first.
 
     A loader-bound trial ranks ``data_stall`` first whatever its profile says: its measured rate is
-    its loader's, so no other knob can raise it (on two H200s every remedy tried before the loader's
-    was pruned at the stock rate, 5 trials in all). Its share is then the larger of the profile's and
+    its loader's, so no other knob can raise it (on two H200s the four remedies tried before the
+    loader's ran at 85-98 samples/s against stock's 105 and were pruned). Its share is then the larger of the profile's and
     :func:`loader_stall`.
     """
     buckets = dict(buckets_of(trial) or {})

@@ -233,7 +233,7 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
 
 def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
     """Two H200s, stock: measured 105 samples/s (its loader's rate), 117 for its steps, and a profile whose
-    largest bucket was compute (41 %, data 19 %): every remedy before the loader's was pruned at 105."""
+    largest bucket was compute (41 %, data 19 %): every remedy before the loader's was pruned below 105."""
     space = parse_space(SPACE, tmp_path / "s.yaml")
     study = optuna.create_study(direction="maximize")
     buckets = {"compute_serial": 0.41, "comm_wait": 0.2, "launch_overhead": 0.19, "data_stall": 0.03, "other": 0.17}
