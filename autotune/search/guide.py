@@ -31,7 +31,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.search.space import SearchSpace
+from autotune.search.space import Knob, SearchSpace
 
 BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
@@ -167,8 +167,9 @@ class Guide:
             return None, stage
         fixed: dict[str, Any] = {}
         params = incumbent.params
+        remedies = {k.key for g in stage.groups for k in self._remedies(g, incumbent)} if stage.kind == "remedy" else set()
         for knob in self.space.knobs:
-            if knob.group in stage.groups and stage.kind == "remedy" and knob.remedy is not None:
+            if knob.key in remedies:
                 fixed[knob.key] = knob.encode(knob.remedy)
             elif (knob.group not in stage.groups or stage.kind == "remedy") and knob.key in params:
                 fixed[knob.key] = params[knob.key]
@@ -216,12 +217,22 @@ class Guide:
     def _length(self, stage: Stage) -> int:
         return 1 if stage.kind == "remedy" else self.stage_trials
 
+    def _remedies(self, group: str, incumbent: FrozenTrial) -> list[Knob]:
+        """The group's knobs with a remedy that exist beside the incumbent's other values (with the
+        group's remedies applied, in sampling order): DDP's own knobs do nothing in a whole-step graph."""
+        values = {k.key: k.decode(incumbent.params[k.key]) for k in self.space.knobs if k.key in incumbent.params}
+        out = []
+        for knob in self.space.knobs:
+            if knob.group == group and knob.remedy is not None and knob.active(values):
+                values[knob.key] = knob.remedy
+                out.append(knob)
+        return out
+
     def _remedy_pending(self, group: str, incumbent: FrozenTrial) -> bool:
         """The group has remedies, none tried yet, and the incumbent does not already hold them."""
         if any(s.kind == "remedy" and group in s.groups for s in self.stages):
             return False
-        remedies = [k for k in self.space.knobs if k.group == group and k.remedy is not None]
-        return any(incumbent.params.get(k.key) != k.encode(k.remedy) for k in remedies)
+        return any(incumbent.params.get(k.key) != k.encode(k.remedy) for k in self._remedies(group, incumbent))
 
     def _new_stage(self, study: optuna.Study, incumbent: FrozenTrial) -> Stage:
         self._close(study)
@@ -237,7 +248,7 @@ class Guide:
         for bucket, share in ranked:  # first the remedies of every bucket worth acting on, one trial each
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and self._remedy_pending(group, incumbent):
-                    knobs = [k.key for k in self.space.knobs if k.group == group and k.remedy is not None]
+                    knobs = [k.key for k in self._remedies(group, incumbent)]
                     return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, kind="remedy",
                                  loader_bound=loader_first and bucket == "data_stall", **common)
         for bucket, share in ranked:

@@ -121,9 +121,12 @@ class SearchSpace:
             else:
                 kept.append(knob)
         names = {k.key for k in kept}
-        # a knob conditional on a dropped knob keeps the base value of that knob
-        final = [k for k in kept if all(c in names for c in k.when)]
-        notes += [f"{k.key}: dropped, its condition's knob is dropped" for k in kept if k not in final]
+        # A dropped knob keeps its stock value on this machine (no CUDA: graphs.mode none), so a knob
+        # conditional on it stays exactly where that value meets the condition, now without the condition.
+        stock = TrainConfig()
+        final = [dataclasses.replace(k, when={c: a for c, a in k.when.items() if c in names}) for k in kept
+                 if all(c in names or get_value(stock, c) in a for c, a in k.when.items())]
+        notes += [f"{k.key}: dropped, its condition's knob is dropped" for k in kept if k.key not in {f.key for f in final}]
         return dataclasses.replace(self, knobs=tuple(final)), notes
 
     def stock_params(self, base: TrainConfig) -> dict[str, Any]:

@@ -54,50 +54,65 @@ class FlatGradReducer:
     beside the rest of the backward; :meth:`__call__` then starts any bucket left (parameters
     without a gradient this step) and waits for all.
 
-    Buckets are started in one fixed order on every rank (from the end of the flat buffers, the
-    order a backward produces gradients in), a bucket only after every bucket before it, as DDP's
-    reducer does: collectives must be issued in the same order on all ranks.
+    Buckets are started in one fixed order on every rank (from the end of the flat buffers), a
+    bucket only after every bucket before it, as DDP's reducer does: collectives must be issued in
+    the same order on all ranks. The first layout follows the parameters' order, which is not the
+    order a backward produces gradients in (GR00T's action and state encoders are declared after
+    the DiT but receive their gradients after its whole backward: the bucket holding them held
+    back every bucket behind it). So, as DDP rebuilds its buckets after the first iteration, the
+    first :meth:`__call__` with ``overlap`` lays the buffers out again in the order rank 0's
+    gradients arrived in (broadcast, so that every rank has the same buckets), before any capture.
     """
 
     def __init__(self, params: list[nn.Parameter], cfg: DDPConfig, world_size: int, overlap: bool = False) -> None:
-        self.world, self.cfg = world_size, cfg
+        self.world, self.cfg, self.params = world_size, cfg, list(params)
+        self.overlap = overlap and world_size > 1
+        self._works: list[tuple[torch.Tensor, torch.Tensor, object]] = []
+        self._started = 0  # buckets started this step, from the last one backwards
+        self._arrived: list[int] | None = [] if self.overlap else None  # first step: parameter indices, in order
+        self._layout(self.params)
+        if self.overlap:
+            for p in self.params:
+                p.register_post_accumulate_grad_hook(self._ready)
+
+    def _layout(self, order: list[nn.Parameter]) -> None:
+        """Flat buffers (one per dtype) holding the gradients in ``order``, and their buckets."""
+        old = {id(p): p.grad for p in order}
         self.buffers: list[torch.Tensor] = []
         spans: list[tuple[int, nn.Parameter, int, int]] = []  # (buffer index, parameter, start, end)
-        for dtype in sorted({p.dtype for p in params}, key=str):
-            group = [p for p in params if p.dtype == dtype]
+        for dtype in sorted({p.dtype for p in order}, key=str):
+            group = [p for p in order if p.dtype == dtype]
             flat = torch.zeros(sum(p.numel() for p in group), dtype=dtype, device=group[0].device)
             offset = 0
             for p in group:
                 p.grad = flat[offset : offset + p.numel()].view_as(p)
+                if old[id(p)] is not None:
+                    p.grad.copy_(old[id(p)])
                 spans.append((len(self.buffers), p, offset, offset + p.numel()))
                 offset += p.numel()
             self.buffers.append(flat)
-        cap = int(cfg.bucket_cap_mb * 2**20)
+        cap = int(self.cfg.bucket_cap_mb * 2**20)
         ranges = [(n, i, min(i + cap // b.element_size(), b.numel()))
                   for n, b in enumerate(self.buffers) for i in range(0, b.numel(), cap // b.element_size())]
         self.buckets = [self.buffers[n][i:j] for n, i, j in ranges]
-        self.overlap = overlap and world_size > 1
-        self._works: list[tuple[torch.Tensor, torch.Tensor, object]] = []
-        self._started = 0  # buckets started this step, from the last one backwards
-        self._pending: list[int] = []
-        if self.overlap:
-            # each parameter: the buckets its gradient lies in; each bucket: how many parameters it waits for
-            self._of_param: dict[int, list[int]] = {}
-            self._needs = [0] * len(self.buckets)
-            for n, p, start, end in spans:
-                hit = [k for k, (m, i, j) in enumerate(ranges) if m == n and i < end and start < j]
-                self._of_param[id(p)] = hit
-                for k in hit:
-                    self._needs[k] += 1
-            self._pending = list(self._needs)
-            for _, p, _, _ in spans:
-                p.register_post_accumulate_grad_hook(self._ready)
+        # each parameter: the buckets its gradient lies in; each bucket: how many parameters it waits for
+        self._of_param: dict[int, list[int]] = {}
+        self._needs = [0] * len(self.buckets)
+        for n, p, start, end in spans:
+            hit = [k for k, (m, i, j) in enumerate(ranges) if m == n and i < end and start < j]
+            self._of_param[id(p)] = hit
+            for k in hit:
+                self._needs[k] += 1
+        self._pending = list(self._needs)
+        self._index = {id(p): i for i, p in enumerate(self.params)}
 
     def zero(self) -> None:
         for b in self.buffers:
             b.zero_()
 
     def _ready(self, param: torch.Tensor) -> None:
+        if self._arrived is not None:
+            self._arrived.append(self._index[id(param)])
         for k in self._of_param[id(param)]:
             self._pending[k] -= 1
         self._start(only_ready=True)
@@ -127,3 +142,18 @@ class FlatGradReducer:
         self._works, self._started = [], 0
         if self.overlap:
             self._pending = list(self._needs)
+            if self._arrived is not None:
+                self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Lay the buffers out in the order rank 0's gradients arrived in this step (the first)."""
+        arrived, self._arrived = self._arrived, None
+        capturing = self.buffers[0].is_cuda and torch.cuda.is_current_stream_capturing()
+        if capturing:  # a graph holds the buffers' addresses: keep this layout
+            return
+        seen = list(dict.fromkeys(arrived))
+        order = seen + sorted(set(range(len(self.params))) - set(seen))  # no gradient this step: last
+        order_t = torch.tensor(order, dtype=torch.int64, device=self.buffers[0].device)
+        dist.broadcast(order_t, src=0)
+        # the first gradient to arrive goes to the end of the buffers, whose buckets start first
+        self._layout([self.params[i] for i in reversed(order_t.tolist())])

@@ -280,3 +280,41 @@ def test_stock_and_reference_trials_are_never_pruned_and_a_faster_reference_prun
     assert not pruner.prune(study, running(5.0, reference="compile.regions=[all]"))
     assert not pruner.prune(study, running(5.0, stock=True))
     assert not make_pruner(True).prune(optuna.create_study(direction="maximize"), running(5.0))  # nothing measured yet
+
+
+COMM = {
+    "knobs": {
+        "graphs.mode": {"type": "categorical", "choices": ["none", "step"], "group": "graphs", "remedy": "step"},
+        "ddp.static_graph": {"type": "bool", "when": {"graphs.mode": ["none"]}, "group": "comm", "remedy": True},
+        "ddp.comm_hook": {"type": "categorical", "choices": ["none", "bf16"], "group": "comm"},
+        "ddp.graph_overlap": {"type": "bool", "when": {"graphs.mode": ["step"]}, "group": "comm", "remedy": True},
+    }
+}
+COMM_DISTS = {"graphs.mode": CategoricalDistribution(["none", "step"]), "ddp.static_graph": CategoricalDistribution([False, True]),
+              "ddp.comm_hook": CategoricalDistribution(["none", "bf16"]), "ddp.graph_overlap": CategoricalDistribution([False, True])}
+COMM_BOUND = {"comm_wait": 0.5, "compute_serial": 0.3, "launch_overhead": 0.0, "data_stall": 0.0, "other": 0.2}
+
+
+def comm_incumbent(study, params):
+    study.add_trial(create_trial(params=params, distributions={k: COMM_DISTS[k] for k in params}, value=10.0,
+                                 user_attrs={"buckets": json.dumps(COMM_BOUND), "dominant": "comm_wait"}))
+    return study.trials[-1]
+
+
+def test_a_remedy_that_does_not_exist_beside_the_incumbent_is_not_tried(tmp_path):
+    """DDP's own knobs do nothing in a whole-step graph (its reducer is autotune's): the comm remedy of a
+    step-graph incumbent is graph_overlap alone, and once that is held there is none (on two H200s the
+    comm remedy of such an incumbent changed only DDP's knobs: the incumbent measured again)."""
+    space = parse_space(COMM, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    eager = comm_incumbent(study, {"graphs.mode": "none", "ddp.static_graph": False, "ddp.comm_hook": "none"})
+    fixed, stage = Guide(space, 2).next_trial(study, eager)
+    assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["comm"], ["ddp.static_graph"])
+    assert fixed == {"graphs.mode": "none", "ddp.static_graph": True, "ddp.comm_hook": "none"}
+    graph = comm_incumbent(study, {"graphs.mode": "step", "ddp.comm_hook": "none", "ddp.graph_overlap": False})
+    fixed, stage = Guide(space, 2).next_trial(study, graph)
+    assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["comm"], ["ddp.graph_overlap"])
+    assert fixed == {"graphs.mode": "step", "ddp.comm_hook": "none", "ddp.graph_overlap": True}
+    overlapped = comm_incumbent(study, {"graphs.mode": "step", "ddp.comm_hook": "none", "ddp.graph_overlap": True})
+    _, stage = Guide(space, 2).next_trial(study, overlapped)
+    assert (stage.kind, stage.groups) == ("search", ["comm"])  # the sampler over what exists: the compression

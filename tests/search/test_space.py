@@ -43,6 +43,10 @@ def test_cuda_knobs_are_dropped_on_cpu_with_a_note():
     space, notes = load_space("gr00t_n16").for_machine(Machine(cuda=False))
     keys = {k.key for k in space.knobs}
     assert "graphs.mode" not in keys and "graphs.regions" not in keys and "data.device_prefetch" not in keys
+    # conditional on graphs.mode, dropped: kept where its value on this machine (none) meets the condition
+    kept = {k.key: k for k in space.knobs}
+    assert kept["ddp.static_graph"].when == {} and kept["ddp.gradient_as_bucket_view"].when == {}
+    assert "ddp.graph_overlap" not in kept and "graphs.regions" not in kept
     assert any("graphs.mode: dropped, needs cuda" in n for n in notes)
     gpu, _ = load_space("gr00t_n16").for_machine(Machine(cuda=True, capability=(9, 0)))
     assert "graphs.mode" in {k.key for k in gpu.knobs}
