@@ -7,6 +7,7 @@ pack the results::
 
     python -m autotune.benchmarks.campaign prepare --dir C              # datasets, loader bench, GPU tests
     python -m autotune.benchmarks.campaign start full-1gpu --dir C --gpus 0 --cpus 0-15 -- --preset full --trials 12
+    python -m autotune.benchmarks.campaign start suite --dir C --module autotune.benchmarks.gpu_suite -- --nproc 2 ...
     python -m autotune.benchmarks.campaign wait --dir C --seconds 500 full-1gpu
     python -m autotune.benchmarks.campaign pack --dir C --out $OUT
 
@@ -70,7 +71,10 @@ def start(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = args.gpus
-    cmd = [sys.executable, "-m", "autotune", "run", "--out", str(d / args.name), *args.run_args]
+    if args.module:  # any module, e.g. the GPU suite: its arguments as given
+        cmd = [sys.executable, "-m", args.module, *args.run_args]
+    else:
+        cmd = [sys.executable, "-m", "autotune", "run", "--out", str(d / args.name), *args.run_args]
     if args.cpus:
         cmd = ["taskset", "-c", args.cpus, *cmd]
     log = (d / f"{args.name}.log").open("a")
@@ -171,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", required=True)
     p.add_argument("--gpus", default=None)
     p.add_argument("--cpus", default=None)
+    p.add_argument("--module", default=None, help="run python -m MODULE ARGS instead of a study (autotune run --out DIR/NAME ARGS)")
     p.set_defaults(func=start)
     p = sub.add_parser("wait")
     p.add_argument("names", nargs="+")
