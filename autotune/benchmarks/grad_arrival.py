@@ -5,7 +5,8 @@ while the backward runs: DDP's buckets and ``ddp.graph_overlap``'s both start as
 arrive. ``torch.compile`` of the whole model turns the backward into one autograd node (or a few,
 at graph breaks) whose gradients all arrive at its end; compiling block by block keeps a node a
 block. This measures it on the workload itself: one post-accumulate-grad hook per trainable
-parameter records the time it fires, as a fraction of the backward's duration (on CUDA the hook
+parameter records the time it fires (the stock configuration otherwise: bf16 regions, fp32 trainable
+weights), as a fraction of the backward's duration (on CUDA the hook
 synchronises first, so the time is when the device got there; that slows the backward, which is
 why this is a benchmark of order, not of speed)::
 
@@ -27,7 +28,7 @@ import time
 import torch
 
 from autotune.config import config_from_dict
-from autotune.train import knobs
+from autotune.train import knobs, precision
 from autotune.workloads import get_workload
 
 BURST_GAP_S = 50e-6
@@ -43,7 +44,8 @@ def measure(preset: str, choice: str, device: str, batch_size: int, repeats: int
     compile_regions = {"eager": [], "all": ["all"], "blocks": list(regions)}[choice]
     cfg = config_from_dict({"workload": workload_name, "preset": preset, "batch_size": batch_size,
                             "compile": {"regions": compile_regions}})
-    knobs.apply_trainability(regions, cfg)
+    knobs.apply_trainability(regions, cfg)  # then the stock precision and the compile choice, as a session does
+    precision.apply_precision(regions, cfg.precision, dev, graphs=False)
     knobs.apply_compile(model, regions, cfg.compile)
     params = [p for p in model.parameters() if p.requires_grad]
     stamps: list[float] = []
