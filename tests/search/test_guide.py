@@ -84,7 +84,13 @@ def test_a_remedy_the_incumbent_already_holds_is_not_tried(tmp_path):
     study = optuna.create_study(direction="maximize")
     fused = incumbent(study, {"data_stall": 0.0, "launch_overhead": 0.7, "compute_serial": 0.3, "comm_wait": 0.0, "other": 0.0},
                       {"data.num_workers": 0, "optimizer.impl": "fused", "checkpointing.regions": "none"})
-    _, stage = Guide(space, 2).next_trial(study, fused)
+    guide = Guide(space, 2)
+    _, stage = guide.next_trial(study, fused)
+    # launch_overhead's groups are the optimizer's, then compile's: the incumbent holds the optimizer
+    # group at its remedy throughout (fused), so searching away from it comes after compile's search
+    assert (stage.kind, stage.groups) == ("search", ["compile"])
+    stage.trials += [1, 2]
+    _, stage = guide.next_trial(study, fused)
     assert (stage.kind, stage.groups) == ("search", ["optimizer"])
 
 
@@ -197,13 +203,18 @@ def test_a_small_discrete_group_is_enumerated_not_sampled_again(tmp_path):
     best = incumbent(study, {"compute_serial": 0.9, "launch_overhead": 0.1, "data_stall": 0.0, "comm_wait": 0.0,
                              "other": 0.0}, params)
     guide = Guide(space, stage_trials=3)
-    fixed, stage = guide.next_trial(study, best)  # remedies held already: the optimizer search
-    assert (stage.kind, stage.groups) == ("search", ["optimizer"])
+    # remedies held already: the searches; compile's first (the optimizer is held at its remedy)
+    fixed, first = guide.next_trial(study, best)
+    assert (first.kind, first.groups) == ("search", ["compile"]) and fixed == {**params, "checkpointing.regions": "dit"}
+    incumbent(study, {"compute_serial": 0.9, "other": 0.1}, fixed, value=8.0)
+    first.trials.append(1)
+    fixed, stage = guide.next_trial(study, best)  # both values measured: the stage ends after 1 of its 3 trials
+    assert stage is not first and (stage.kind, stage.groups) == ("search", ["optimizer"])
     assert fixed == {**params, "optimizer.impl": "foreach"}
     incumbent(study, {"compute_serial": 0.9, "other": 0.1}, fixed, value=8.0)
-    stage.trials.append(1)
-    fixed, nxt = guide.next_trial(study, best)  # both values measured: the stage ends after 1 of its 3 trials
-    assert nxt is not stage and nxt.groups == ["compile"] and fixed["checkpointing.regions"] == "dit"
+    stage.trials.append(2)
+    fixed, nxt = guide.next_trial(study, best)  # the same for the optimizer: every group searched, the free search
+    assert nxt is not stage and nxt.kind == "free" and fixed is None
     # a group with an int knob is left to the sampler
     data = guide._untried(study, replace(stage, groups=["data"]), best)
     assert data is None
