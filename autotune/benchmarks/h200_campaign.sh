@@ -15,7 +15,9 @@
 #   2. whole-model compile makes the backward one node: every gradient arrives in its last 5 % (CPU) ->
 #      suite rows v4 best with compile block by block (v4-blocks), and with bf16 compression too; the
 #      gradient-arrival benchmark on the full model on one GPU (phase c).
-# Then whether the tuner finds it (the 2-GPU study with the fixed guide), and 1-GPU MFU in a suite row.
+# Then whether the tuner finds it (the 2-GPU study with the fixed guide), and 1-GPU MFU in a suite row
+# (a 1-GPU step graph no longer zeroes and adds into kept gradient buffers: ~5 ms of the 87.5-ms step,
+# by the trace; its rows compare with the fourth campaign's 87.5 ms, another run).
 # Timeline from the start of a (s): suite ~100-700; study ~720-1330; c's rows ~1350-1700; ~1750 s of
 # device time with the machine's start.
 #
@@ -73,8 +75,10 @@ print("overlap ok")
 PY
   ) &
   check=$!
+  # new in session 6: one rank's step graph writes its gradients afresh each replay (no kept buffers)
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/train/test_gpu.py -k afresh > "$C/afresh-test.log" 2>&1 &
   $M prepare --dir "$C" --presets full
-  wait $check; tail -3 "$C/overlap-check.log"
+  wait; tail -3 "$C/overlap-check.log"; tail -2 "$C/afresh-test.log"
   variants reports/examples/full-2gpu-h200-v4/best.yaml v4-2gpu
   overlap=$(grep -q "overlap ok" "$C/overlap-check.log" && echo step_graph_tuned_overlap)
   $M start suite-2 --dir "$C" --module autotune.benchmarks.gpu_suite -- "${SUITE[@]}" --nproc 2 \

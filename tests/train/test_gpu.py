@@ -51,3 +51,21 @@ def test_a_step_graph_with_the_all_reduce_inside_trains_as_the_one_without():
 
     plain, inside = run(False), run(True)
     assert compare(plain, inside, tolerance=0.01).passed, (plain["losses"], inside["losses"])
+
+
+def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
+    """One rank captures the backward with no gradients (no kept buffers to zero and add into): each
+    replay must write them, not add to the last step's. Accumulating would grow the gradient norm
+    step after step (clipping hides it from the weights, not from the norm)."""
+    from autotune.train.launch import launch
+    from autotune.train.verify import compare
+
+    def run(mode: str) -> dict:
+        cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": {"mode": mode}, "data": {"source": "synthetic"}})
+        result = launch(cfg, steps=8, warmup=4, nproc=1, timeout=300)
+        assert "error" not in result, result
+        return result
+
+    eager, graph = run("none"), run("step")
+    assert compare(eager, graph, tolerance=0.05).passed, (eager["grad_norms"], graph["grad_norms"])
+    assert max(graph["grad_norms"][-4:]) < 2 * max(eager["grad_norms"][-4:])
