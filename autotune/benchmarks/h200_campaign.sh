@@ -74,7 +74,6 @@ assert compare(runs[False], runs[True], tolerance=0.01).passed
 print("overlap ok")
 PY
   ) &
-  check=$!
   # new in session 6: one rank's step graph writes its gradients afresh each replay (no kept buffers)
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/train/test_gpu.py -k afresh > "$C/afresh-test.log" 2>&1 &
   $M prepare --dir "$C" --presets full
