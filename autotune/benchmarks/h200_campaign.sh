@@ -30,7 +30,7 @@ export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTI
 C=/tmp/camp
 M="python3 -m autotune.benchmarks.campaign"
 STUDY=(--steps 10 --warmup 4 --stage-trials 3)
-SUITE=(--preset full --steps 15 --warmup 5 --timeout 300)
+SUITE=(--preset full --steps 15 --warmup 5 --timeout 420)  # a cold whole-model compile on 2 ranks: ~200 s
 mkdir -p "$C"
 
 variants() {  # $1: a best.yaml; writes $C/<name>/best.yaml for each variant (the suite names rows by folder)
