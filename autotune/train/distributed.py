@@ -66,6 +66,7 @@ class FlatGradReducer:
 
     def __init__(self, params: list[nn.Parameter], cfg: DDPConfig, world_size: int, overlap: bool = False) -> None:
         self.world, self.cfg, self.params = world_size, cfg, list(params)
+        self._index = {id(p): i for i, p in enumerate(self.params)}
         self.overlap = overlap and world_size > 1
         self._works: list[tuple[torch.Tensor, torch.Tensor, object]] = []
         self._started = 0  # buckets started this step, from the last one backwards
@@ -104,7 +105,6 @@ class FlatGradReducer:
             for k in hit:
                 self._needs[k] += 1
         self._pending = list(self._needs)
-        self._index = {id(p): i for i, p in enumerate(self.params)}
 
     def zero(self) -> None:
         for b in self.buffers:
