@@ -5,8 +5,8 @@ while the backward runs: DDP's buckets and ``ddp.graph_overlap``'s both start as
 arrive. ``torch.compile`` of the whole model turns the backward into one autograd node (or a few,
 at graph breaks) whose gradients all arrive at its end; compiling block by block keeps a node a
 block. This measures it on the workload itself: one post-accumulate-grad hook per trainable
-parameter records the time it fires (the stock configuration otherwise: bf16 regions, fp32 trainable
-weights), as a fraction of the backward's duration (on CUDA the hook
+parameter records the time it fires (in a training session of the stock configuration with the
+compile choice), as a fraction of the backward's duration (on CUDA the hook
 synchronises first, so the time is when the device got there; that slows the backward, which is
 why this is a benchmark of order, not of speed)::
 
@@ -28,7 +28,7 @@ import time
 import torch
 
 from autotune.config import config_from_dict
-from autotune.train import knobs, precision
+from autotune.train.session import Session
 from autotune.workloads import get_workload
 
 BURST_GAP_S = 50e-6
@@ -36,23 +36,21 @@ BURST_GAP_S = 50e-6
 
 def measure(preset: str, choice: str, device: str, batch_size: int, repeats: int, workload_name: str = "gr00t_n16") -> dict:
     workload = get_workload(workload_name)
-    dev = torch.device(device)
-    torch.manual_seed(0)
-    model = workload.build_model(preset, dev)
-    model.train()
-    regions = workload.regions(model)
-    compile_regions = {"eager": [], "all": ["all"], "blocks": list(regions)}[choice]
-    cfg = config_from_dict({"workload": workload_name, "preset": preset, "batch_size": batch_size,
-                            "compile": {"regions": compile_regions}})
-    knobs.apply_trainability(regions, cfg)  # then the stock precision and the compile choice, as a session does
-    precision.apply_precision(regions, cfg.precision, dev, graphs=False)
-    knobs.apply_compile(model, regions, cfg.compile)
-    params = [p for p in model.parameters() if p.requires_grad]
+    regions = list(workload.regions(workload.build_model(preset, "meta")))
+    compile_regions = {"eager": [], "all": ["all"], "blocks": regions}[choice]
+    # the stock configuration (bf16 regions, fp32 trainable weights) with the compile choice, as a trial builds it
+    session = Session(config_from_dict({"workload": workload_name, "preset": preset, "batch_size": batch_size,
+                                        "device": device, "data": {"source": "synthetic"},
+                                        "compile": {"regions": compile_regions}}))
+    model, params, dev = session.model, session.params, session.device
     stamps: list[float] = []
 
-    def ready(_: torch.Tensor) -> None:
+    def sync() -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
+
+    def ready(_: torch.Tensor) -> None:
+        sync()
         stamps.append(time.perf_counter())
 
     for p in params:
@@ -62,12 +60,10 @@ def measure(preset: str, choice: str, device: str, batch_size: int, repeats: int
     for i in range(repeats + 1):  # the first compiles (where compiled) and is not counted
         stamps.clear()
         loss = workload.loss(model, batch)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        sync()
         start = time.perf_counter()
         loss.backward()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        sync()
         end = time.perf_counter()
         model.zero_grad(set_to_none=True)
         if i == 0:
@@ -77,6 +73,7 @@ def measure(preset: str, choice: str, device: str, batch_size: int, repeats: int
         bursts = 1 + sum(1 for a, b in zip(ordered, ordered[1:], strict=False) if b - a > BURST_GAP_S)
         runs.append({"backward_ms": (end - start) * 1e3, "first": fractions[0], "median": statistics.median(fractions),
                      "last": fractions[-1], "bursts": bursts, "gradients": len(stamps)})
+    session.close()
     return {"choice": choice, "preset": preset, "device": str(dev), "trainable_params": len(params),
             **{k: statistics.median(r[k] for r in runs) for k in ("backward_ms", "first", "median", "last", "bursts")},
             "runs": runs}

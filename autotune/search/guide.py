@@ -217,10 +217,14 @@ class Guide:
     def _length(self, stage: Stage) -> int:
         return 1 if stage.kind == "remedy" else self.stage_trials
 
+    def _values(self, incumbent: FrozenTrial) -> dict[str, Any]:
+        """The incumbent's config values of the knobs it has (those that exist beside the others)."""
+        return {k.key: k.decode(incumbent.params[k.key]) for k in self.space.knobs if k.key in incumbent.params}
+
     def _remedies(self, group: str, incumbent: FrozenTrial) -> list[Knob]:
         """The group's knobs with a remedy that exist beside the incumbent's other values (with the
         group's remedies applied, in sampling order): DDP's own knobs do nothing in a whole-step graph."""
-        values = {k.key: k.decode(incumbent.params[k.key]) for k in self.space.knobs if k.key in incumbent.params}
+        values = self._values(incumbent)
         out = []
         for knob in self.space.knobs:
             if knob.group == group and knob.remedy is not None and knob.active(values):
@@ -234,7 +238,7 @@ class Guide:
         searched away from fused AdamW (foreach, loop) never paid: 6 trials, each pruned or stopped,
         two per 1-GPU study (the fourth campaign's 510-s study then reached neither compile nor a
         finished fp8 trial)."""
-        values = {k.key: k.decode(incumbent.params[k.key]) for k in self.space.knobs if k.key in incumbent.params}
+        values = self._values(incumbent)
         mine = [k for k in self.space.knobs if k.group == group and k.active(values)]
         return bool(mine) and all(k.remedy is not None and incumbent.params.get(k.key) == k.encode(k.remedy) for k in mine)
 

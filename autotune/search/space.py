@@ -126,7 +126,8 @@ class SearchSpace:
         stock = TrainConfig()
         final = [dataclasses.replace(k, when={c: a for c, a in k.when.items() if c in names}) for k in kept
                  if all(c in names or get_value(stock, c) in a for c, a in k.when.items())]
-        notes += [f"{k.key}: dropped, its condition's knob is dropped" for k in kept if k.key not in {f.key for f in final}]
+        left = {k.key for k in final}
+        notes += [f"{k.key}: dropped, its condition's knob is dropped" for k in kept if k.key not in left]
         return dataclasses.replace(self, knobs=tuple(final)), notes
 
     def stock_params(self, base: TrainConfig) -> dict[str, Any]:
