@@ -106,6 +106,9 @@ def last_line(log: Path) -> str:
     return lines[-1][:220] if lines else "(empty log)"
 
 
+STILL_RUNNING = 3  # wait's exit status when its work outlived --seconds (a zombie counts as finished)
+
+
 def wait(args: argparse.Namespace) -> int:
     d = Path(args.dir)
     deadline = time.monotonic() + args.seconds
@@ -122,7 +125,7 @@ def wait(args: argparse.Namespace) -> int:
             return 0
         if now >= deadline:
             print(f"still running after {args.seconds:.0f} s: {running}", flush=True)
-            return 0
+            return STILL_RUNNING
         time.sleep(5)
 
 

@@ -70,18 +70,18 @@ a)
   $M wait suite-2 --dir "$C" --seconds $((570 - SECONDS)) --every 60
   ;;
 b)
-  $M wait suite-2 --dir "$C" --seconds 180 --every 30
+  $M wait suite-2 --dir "$C" --seconds 180 --every 30; running=$?  # 3: still running (kill -0 would count a zombie)
   mkdir -p "$OUT/suite"; cp "$C"/suite-2.* "$OUT/suite/" 2>/dev/null
-  kill -0 "$(cat "$C/suite-2.pid")" 2>/dev/null && { echo "suite-2 still running: stopping it"; kill -- -"$(cat "$C/suite-2.pid")"; sleep 5; }
+  [ "$running" = 3 ] && { echo "suite-2 still running: stopping it"; kill -- -"$(cat "$C/suite-2.pid")"; sleep 5; }
   $M start full-2gpu --dir "$C" -- --preset full --nproc 2 --space gr00t_n16 "${STUDY[@]}" --trials 18 --time-budget 10m \
     --timeout-per-trial 300
   $M wait full-2gpu --dir "$C" --seconds $((570 - SECONDS)) --every 60
   ;;
 c)
   end=$(( ${2:-540} - 30 ))
-  $M wait full-2gpu --dir "$C" --seconds 200 --every 30
+  $M wait full-2gpu --dir "$C" --seconds 200 --every 30; running=$?
   $M pack --dir "$C" --out "$OUT" --name campaign-c --traces 2 --only full-2gpu --prefer 'full-2gpu/profiles/trial-0000/*'
-  kill -0 "$(cat "$C/full-2gpu.pid")" 2>/dev/null && { echo "full-2gpu still running: no 1-GPU rows"; exit 0; }
+  [ "$running" = 3 ] && { echo "full-2gpu still running: no 1-GPU rows"; exit 0; }
   variants reports/examples/full-1gpu-h200-v4/best.yaml v4-1gpu
   mkdir -p "$OUT/one"
   CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 timeout $((end - SECONDS)) python3 -m autotune.benchmarks.grad_arrival --preset full \

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import tarfile
 
 from autotune.benchmarks import campaign
@@ -22,3 +24,17 @@ def test_a_module_started_detached_is_waited_for_and_packed(tmp_path, capsys):
         names = tar.getnames()
     assert any(n.endswith("probe.log") for n in names) and not any(n.endswith(".gz") for n in names)
     assert json.loads((out / "c1-traces.json").read_text())[0]["file"] == "probe__rank0.pt.trace.json.gz"
+
+
+def test_wait_says_by_its_exit_status_whether_the_work_is_still_running(tmp_path, capsys):
+    d = tmp_path / "camp"
+    assert campaign.main(["start", "slow", "--dir", str(d), "--module", "timeit", "--", "-n", "1",
+                          "import time; time.sleep(30)"]) == 0
+    pid = int((d / "slow.pid").read_text())
+    try:
+        assert campaign.main(["wait", "slow", "--dir", str(d), "--seconds", "1", "--every", "1"]) == campaign.STILL_RUNNING
+        assert "still running after 1 s" in capsys.readouterr().out
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    # killed, it is a zombie of this process until reaped: finished all the same
+    assert campaign.main(["wait", "slow", "--dir", str(d), "--seconds", "10", "--every", "1"]) == 0
