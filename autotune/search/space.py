@@ -18,6 +18,9 @@ for a data stall, whole-step graphs for launch overhead): the profile-guided sea
 when the profile points at that group. An int knob may take ``remedy: cores``: the host cores each
 rank has, less two (the training process and the pinning thread), within the knob's range; it is
 resolved by :meth:`SearchSpace.for_machine` (loader workers that use the machine they are on).
+``remedy_several_ranks`` replaces ``remedy`` when several ranks train (data parallel): the remedy of
+one GPU is not always that of several (whole-model compile is on one H200; on two, where the
+all-reduce must run beside the backward, compiling block by block is).
 
 Each knob key is a dotted key of the TrainConfig tree (``precision.regions.vision`` addresses one
 entry of a mapping). ``when`` makes the knob exist only while other knobs take the given value(s);
@@ -41,7 +44,8 @@ from autotune.errors import ConfigError, SearchSpaceError
 TYPES = ("int", "float", "categorical", "bool")
 GROUPS = ("data", "graphs", "compile", "comm", "precision", "optimizer")
 REQUIREMENTS = ("cuda", "fp8")
-KNOB_KEYS = ("type", "low", "high", "log", "step", "choices", "when", "requires", "group", "doc", "remedy")
+KNOB_KEYS = ("type", "low", "high", "log", "step", "choices", "when", "requires", "group", "doc", "remedy",
+             "remedy_several_ranks")
 EMPTY = "none"  # how an empty list choice is named among Optuna's categorical values
 
 
@@ -62,6 +66,8 @@ class Knob:
     doc: str = ""
     remedy: Any = None
     """The value that relieves the group's bottleneck as a rule (tried first when the profile points here)."""
+    remedy_several_ranks: Any = None
+    """The remedy where several ranks train, when it differs (resolved by :meth:`SearchSpace.for_machine`)."""
 
     @property
     def list_valued(self) -> bool:
@@ -108,6 +114,9 @@ class SearchSpace:
         have = {"cuda": machine.cuda, "fp8": fp8}
         kept, notes = [], []
         for knob in self.knobs:
+            if knob.remedy_several_ranks is not None:
+                remedy = knob.remedy_several_ranks if machine.world_size > 1 else knob.remedy
+                knob = dataclasses.replace(knob, remedy=remedy, remedy_several_ranks=None)
             if knob.remedy == "cores":
                 per_rank = (machine.cpus or os.cpu_count() or 1) // max(1, machine.world_size)
                 knob = dataclasses.replace(knob, remedy=int(min(knob.high, max(knob.low, per_rank - 2))))
@@ -242,6 +251,13 @@ def _parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kn
         elif remedy is None or not knob.contains(remedy):
             raise _err(path, f"{where}.remedy", f"{remedy!r} is not a value this knob can take")
         knob = dataclasses.replace(knob, remedy=remedy)
+    if "remedy_several_ranks" in spec:
+        several = spec["remedy_several_ranks"]
+        if knob.remedy is None:
+            raise _err(path, f"{where}.remedy_several_ranks", "needs a remedy (the one of a single rank) beside it")
+        if several is None or not knob.contains(several):
+            raise _err(path, f"{where}.remedy_several_ranks", f"{several!r} is not a value this knob can take")
+        knob = dataclasses.replace(knob, remedy_several_ranks=several)
     return knob
 
 

@@ -44,15 +44,23 @@ def wrap_ddp(model: nn.Module, cfg: DDPConfig, device: torch.device) -> DDP:
 
 
 class FlatGradReducer:
-    """Gradients as views of flat buffers, all-reduced in buckets of ``bucket_cap_mb``.
+    """Gradients gathered into flat buffers and all-reduced to their mean in buckets of ``bucket_cap_mb``.
 
-    Used when the whole step is a CUDA graph: backward accumulates into the views in place (their
-    addresses are static). Without ``overlap`` every bucket is all-reduced by :meth:`__call__`
-    after the backward (between the graph replays). With ``overlap`` a post-accumulate-grad hook
-    on every parameter starts a bucket's all-reduce as soon as all of its parameters have their
-    gradients, so inside a captured backward the collectives are recorded where they can run
-    beside the rest of the backward; :meth:`__call__` then starts any bucket left (parameters
-    without a gradient this step) and waits for all.
+    Used when the whole step is a CUDA graph (the buffers' addresses are static). Each step starts
+    with :meth:`begin`, which sets the gradients to None: the backward then writes each gradient
+    afresh (autograd takes the incoming gradient as the parameter's) and a post-accumulate-grad hook
+    copies it into its place in the buffers and makes the parameter's gradient that view. Accumulating
+    into kept buffers instead costs a zeroing and an add per gradient: on two H200s, in a whole-step
+    graph of `full` (6.5 GB of fp32 gradients), 520 float-add kernels and 6 fills a step took 7.3 ms
+    (the session-7 suite's trace); a copy moves two thirds of an add's bytes. With NCCL the
+    collective averages (``ReduceOp.AVG``) where a division by the world size after it took another
+    64 kernels and 3.2 ms a step in that trace; gloo sums and divides.
+
+    Without ``overlap`` every bucket is all-reduced by :meth:`__call__` after the backward (between
+    the graph replays). With ``overlap`` the hook also starts a bucket's all-reduce as soon as all of
+    its parameters have their gradients, so inside a captured backward the collectives are recorded
+    where they can run beside the rest of the backward; :meth:`__call__` then starts any bucket left
+    (parameters without a gradient this step, which get zeros) and waits for all.
 
     Buckets are started in one fixed order on every rank (from the end of the flat buffers), a
     bucket only after every bucket before it, as DDP's reducer does: collectives must be issued in
@@ -68,27 +76,29 @@ class FlatGradReducer:
         self.world, self.cfg, self.params = world_size, cfg, list(params)
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self.overlap = overlap and world_size > 1
+        self._average = world_size > 1 and dist.get_backend() == "nccl"  # the collective divides (ReduceOp.AVG)
         self._works: list[tuple[torch.Tensor, torch.Tensor, object]] = []
         self._started = 0  # buckets started this step, from the last one backwards
         self._arrived: list[int] | None = [] if self.overlap else None  # first step: parameter indices, in order
         self._layout(self.params)
-        if self.overlap:
-            for p in self.params:
-                p.register_post_accumulate_grad_hook(self._ready)
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._ready)
 
     def _layout(self, order: list[nn.Parameter]) -> None:
         """Flat buffers (one per dtype) holding the gradients in ``order``, and their buckets."""
         old = {id(p): p.grad for p in order}
         self.buffers: list[torch.Tensor] = []
+        self._views: dict[int, torch.Tensor] = {}
         spans: list[tuple[int, nn.Parameter, int, int]] = []  # (buffer index, parameter, start, end)
         for dtype in sorted({p.dtype for p in order}, key=str):
             group = [p for p in order if p.dtype == dtype]
             flat = torch.zeros(sum(p.numel() for p in group), dtype=dtype, device=group[0].device)
             offset = 0
             for p in group:
-                p.grad = flat[offset : offset + p.numel()].view_as(p)
+                view = flat[offset : offset + p.numel()].view_as(p)
                 if old[id(p)] is not None:
-                    p.grad.copy_(old[id(p)])
+                    view.copy_(old[id(p)])
+                p.grad = self._views[id(p)] = view
                 spans.append((len(self.buffers), p, offset, offset + p.numel()))
                 offset += p.numel()
             self.buffers.append(flat)
@@ -106,11 +116,18 @@ class FlatGradReducer:
                 self._needs[k] += 1
         self._pending = list(self._needs)
 
-    def zero(self) -> None:
-        for b in self.buffers:
-            b.zero_()
+    def begin(self) -> None:
+        """Before a step's backward: no gradients, so that the backward writes them afresh."""
+        for p in self.params:
+            p.grad = None
 
     def _ready(self, param: torch.Tensor) -> None:
+        view = self._views[id(param)]
+        if param.grad is not view:  # written afresh (begin): into its place in the buffers
+            view.copy_(param.grad)
+            param.grad = view
+        if not self.overlap:
+            return
         if self._arrived is not None:
             self._arrived.append(self._index[id(param)])
         for k in self._of_param[id(param)]:
@@ -120,16 +137,22 @@ class FlatGradReducer:
     def _start(self, only_ready: bool) -> None:
         """Start the next buckets in order: those whose gradients are all in, or every one left."""
         hook = self.cfg.comm_hook
+        op = dist.ReduceOp.AVG if self._average else dist.ReduceOp.SUM
         while self._started < len(self.buckets):
             k = len(self.buckets) - 1 - self._started
             if only_ready and self._pending[k] > 0:
                 return
             bucket = self.buckets[k]
             send = bucket.to(torch.bfloat16 if hook == "bf16" else torch.float16) if hook != "none" else bucket
-            self._works.append((bucket, send, dist.all_reduce(send, async_op=True)))
+            self._works.append((bucket, send, dist.all_reduce(send, op=op, async_op=True)))
             self._started += 1
 
     def __call__(self) -> None:
+        for p in self.params:  # no gradient this step: zeros in its place
+            if p.grad is None:
+                view = self._views[id(p)]
+                view.zero_()
+                p.grad = view
         if self.world == 1:
             return
         self._start(only_ready=False)  # every bucket the hooks did not start (all of them without overlap)
@@ -138,7 +161,8 @@ class FlatGradReducer:
         for bucket, send, _ in self._works:
             if send is not bucket:
                 bucket.copy_(send)
-            bucket.div_(self.world)
+            if not self._average:
+                bucket.div_(self.world)
         self._works, self._started = [], 0
         if self.overlap:
             self._pending = list(self._needs)

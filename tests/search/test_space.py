@@ -139,3 +139,27 @@ def test_cores_remedy_only_for_int_knobs(tmp_path):
     path.write_text("name: s\nknobs:\n  data.pin_memory: {type: bool, group: data, remedy: cores}\n")
     with pytest.raises(SearchSpaceError, match=r"knobs.data.pin_memory.remedy"):
         load_space(str(path))
+
+
+@pytest.mark.parametrize(("world", "expected"), [(1, ["all"]), (2, ["vision", "connector", "llm_frozen", "llm_trainable",
+                                                                     "vlln", "dit", "projectors"])])
+def test_compile_remedy_is_the_whole_model_on_one_rank_and_block_by_block_on_several(world, expected):
+    space, _ = load_space("gr00t_n16").for_machine(Machine(cuda=True, capability=(9, 0), world_size=world, cpus=32))
+    knob = next(k for k in space.knobs if k.key == "compile.regions")
+    assert knob.remedy == expected and knob.remedy_several_ranks is None
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    ("remedy_several_ranks: [nowhere]", r"knobs.compile.regions.remedy_several_ranks: \['nowhere'\] is not a value"),
+    ("remedy_several_ranks: null", r"knobs.compile.regions.remedy_several_ranks: None is not a value"),
+])
+def test_bad_several_ranks_remedy_names_the_key(tmp_path, extra, match):
+    text = f"knobs:\n  compile.regions: {{type: categorical, choices: [[], [dit]], group: compile, remedy: [dit], {extra}}}\n"
+    with pytest.raises(SearchSpaceError, match=match):
+        load_space(write(tmp_path, text))
+
+
+def test_a_several_ranks_remedy_needs_the_one_rank_remedy(tmp_path):
+    text = "knobs:\n  compile.regions: {type: categorical, choices: [[], [dit]], group: compile, remedy_several_ranks: [dit]}\n"
+    with pytest.raises(SearchSpaceError, match=r"remedy_several_ranks: needs a remedy"):
+        load_space(write(tmp_path, text))

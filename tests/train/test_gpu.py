@@ -53,6 +53,25 @@ def test_a_step_graph_with_the_all_reduce_inside_trains_as_the_one_without():
     assert compare(plain, inside, tolerance=0.01).passed, (plain["losses"], inside["losses"])
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_two_gpu_step_graph_trains_as_eager_ddp():
+    """The reducer's own path on NCCL (gradients copied into its buckets by the hooks, averaged by the
+    collective, the all-reduce inside the graph) against DDP's eager step: the same training."""
+    from autotune.train.launch import launch
+    from autotune.train.verify import compare
+
+    def run(graphs: dict) -> dict:
+        cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": graphs, "data": {"source": "synthetic"},
+                                "ddp": {"graph_overlap": graphs["mode"] == "step", "bucket_cap_mb": 1.0}})
+        result = launch(cfg, steps=8, warmup=4, nproc=2, timeout=300)
+        assert "error" not in result, result
+        return result
+
+    eager, graph = run({"mode": "none"}), run({"mode": "step", "warmup_steps": 2})
+    assert compare(eager, graph, tolerance=0.05).passed, (eager["losses"], graph["losses"])
+    assert max(graph["grad_norms"][-4:]) < 2 * max(eager["grad_norms"][-4:])
+
+
 def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
     """One rank captures the backward with no gradients (no kept buffers to zero and add into): each
     replay must write them, not add to the last step's. Accumulating would grow the gradient norm

@@ -34,7 +34,7 @@ def _worker(rank: int, world: int, port: int, out: str, overlap: bool, hook: str
     started, diffs = [], []
     for step in range(2):  # the second step checks that the reducer's state was reset
         x = torch.randn(4, 5, generator=torch.Generator().manual_seed(100 * step + rank))
-        reducer.zero()
+        reducer.begin()
         used(x).square().sum().backward()
         started.append(len(reducer._works))
         reducer()
@@ -62,3 +62,29 @@ def test_buckets_reduce_to_the_mean_and_overlap_starts_them_in_the_backward(tmp_
             assert g["started"] == [g["buckets"] - 1] * 2, g
         else:
             assert g["started"] == [0, 0], g
+
+
+def test_gradients_are_written_afresh_and_copied_into_the_buffers_not_zeroed_and_added():
+    """After ``begin`` the backward writes each gradient anew; the hook copies it into its view of the
+    flat buffer: no fill of the buffers and no accumulating add, one copy per parameter."""
+    used, _ = _model()
+    params = list(used.parameters())
+    reducer = FlatGradReducer(params, DDPConfig(bucket_cap_mb=40 / 2**20), world_size=1)
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    for step in range(2):
+        reducer.begin()
+        assert all(p.grad is None for p in params)
+        loss = used(x * (step + 1)).square().sum()
+        with torch.profiler.profile() as prof:
+            loss.backward()
+        ops = [e.name for e in prof.events()]
+        assert ops.count("aten::copy_") >= len(params), ops
+        assert "aten::add_" not in ops and "aten::zero_" not in ops, ops
+        reducer()
+        (buffer,) = reducer.buffers
+        start, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel() * buffer.element_size()
+        assert all(start <= p.grad.data_ptr() < end for p in params)  # the optimizer reads the buffers
+    ref = _model()[0]
+    ref(x * 2).square().sum().backward()
+    for p, q in zip(params, ref.parameters(), strict=True):  # the last step's gradients, not the sum of both
+        torch.testing.assert_close(p.grad, q.grad)

@@ -46,7 +46,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     for step in range(3):
         gen = torch.Generator().manual_seed(100 * step + rank)
         batch = workload.synthetic_batch(cfg.preset, 2, torch.device("cpu"), gen)
-        reducer.zero()
+        reducer.begin()
         arrivals[0] = 0
         starts.append([])
         torch.manual_seed(step * 10 + rank)  # the loss's noise and times
