@@ -12,7 +12,7 @@
 # per GPU 107.7 ms a step (compiled block by block) against 79.2. What this campaign measures
 # (BENCHMARKS.md, "fifth campaign"):
 #   1. the reducer now copies gradients written afresh into its buckets (no zeroing, no accumulating add:
-#      520 add kernels + 6 fills, 7.3 ms a step in the fifth campaign's 2-GPU trace) and NCCL averages in the
+#      521 add kernels + 9 fills, 7.3 ms a step in the fifth campaign's 2-GPU trace) and NCCL averages in the
 #      collective (64 division kernels, 3.2 ms) -> suite rows v5 best ([all]) and v5-blocks against stock,
 #      the best profiled (its trace sent: are the adds and divisions gone?);
 #   2. the compile remedy on several ranks is block by block (297.0 vs 283.8 samples/s in the fifth suite)
