@@ -43,7 +43,7 @@ from pathlib import Path
 from autotune.benchmarks.suite_configs import ALL_REGIONS
 from autotune.config import load_config, save_config
 src, prefix = sys.argv[1], sys.argv[2]
-for name, hook in {"": None, "-blocks": "none", "-blocks-bf16": "bf16"}.items():
+for name, hook in {"": None, "-blocks": "none"}.items():
     cfg = load_config(src)
     if hook is not None:  # every region compiled block by block, with this gradient compression
         cfg.compile.regions, cfg.ddp.comm_hook = list(ALL_REGIONS), hook
