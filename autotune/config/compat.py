@@ -7,6 +7,7 @@ configuration that cannot work is refused when it is loaded, before any process 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,12 +28,18 @@ class Machine:
 
     @classmethod
     def current(cls, world_size: int = 1) -> Machine:
-        from autotune.train.launch import usable_cpus  # not at the top: launch imports this package
-
         cpus = usable_cpus()
         if torch.cuda.is_available():
             return cls(True, torch.cuda.get_device_capability(), world_size, cpus)
         return cls(False, None, world_size, cpus)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity: ``taskset`` or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _has_torchao() -> bool:

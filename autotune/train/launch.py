@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig, save_config
+from autotune.config.compat import usable_cpus
 
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -109,14 +110,6 @@ def _wait(proc: subprocess.Popen, timeout: float | None, progress: Path | None,
             return None
         if deadline is not None and time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(proc.args, timeout)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity: ``taskset`` or a container's cpuset)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
