@@ -48,13 +48,14 @@ def run_logged(cmd: list[str], log: Path, timeout: float, env: dict | None = Non
 def prepare(args: argparse.Namespace) -> int:
     from autotune.config import TrainConfig
     from autotune.data.cache import cached_dataset, spec_for
+    from autotune.workloads.gr00t_n16.data import read_spec
     from autotune.workloads.gr00t_n16.presets import get_preset
 
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     for preset in args.presets:
-        path = cached_dataset(spec_for(get_preset(preset), TrainConfig().data.episodes))
+        path = cached_dataset(spec_for(read_spec(get_preset(preset)), TrainConfig().data.episodes))
         print(f"dataset {preset}: {path} ({time.monotonic() - t0:.0f} s)", flush=True)
     py = sys.executable
     if args.loader_workers:

@@ -214,10 +214,11 @@ def _prepare_dataset(args: argparse.Namespace) -> None:
     # workers while the encoder's threads exist) and the dataset is outside every timing.
     from autotune.config import TrainConfig
     from autotune.data.cache import cached_dataset, spec_for
+    from autotune.workloads.gr00t_n16.data import read_spec
     from autotune.workloads.gr00t_n16.presets import get_preset
 
     t0 = time.time()
-    path = cached_dataset(spec_for(get_preset(args.preset), TrainConfig().data.episodes))
+    path = cached_dataset(spec_for(read_spec(get_preset(args.preset)), TrainConfig().data.episodes))
     print(f"dataset: {path} ({time.time() - t0:.1f} s)", flush=True)
 
 

@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 
 from autotune.config import DataConfig
-from autotune.data import LeRobotDataset, build_loader
+from autotune.data import LeRobotDataset
 from autotune.data.augment import augment
 from autotune.data.cache import cached_dataset, spec_for
 from autotune.data.sampler import ShardedInfiniteSampler, sample_generator
+from autotune.workloads.gr00t_n16.data import Gr00tDataset, build_loader, read_spec
 from autotune.workloads.gr00t_n16.presets import get_preset
 
 
@@ -119,7 +120,7 @@ def loader_rate(
 
 def run(args: argparse.Namespace) -> dict:
     preset = get_preset(args.preset)
-    root = Path(args.dataset) if args.dataset else cached_dataset(spec_for(preset, args.episodes))
+    root = Path(args.dataset) if args.dataset else cached_dataset(spec_for(read_spec(preset), args.episodes))
     # The loaders first: decoding in this process starts the decoder's threads, and forking
     # loader workers after that can deadlock them (seen as a hang on the 16- and 32-core GPU
     # machines when the per-sample cost was measured first).
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> dict:
         loader_rate(preset, root, w, args.batch_size, args.batches, args.warmup, args.backend)
         for w in args.workers
     ]
-    ds = LeRobotDataset(root, preset, video_backend=args.backend)
+    ds = Gr00tDataset(root, preset, video_backend=args.backend)
     return {
         "command": "python -m autotune.benchmarks.loader " + " ".join(args.argv),
         "machine": machine(), "preset": preset.name, "batch_size": args.batch_size, "dataset": str(root),

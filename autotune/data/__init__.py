@@ -1,16 +1,20 @@
-"""The real data path of GR00T N1.6: LeRobot v2 datasets, decoded and augmented in workers.
+"""The LeRobot data path any robot workload can use: datasets in the LeRobot v2 layout on disk,
+decoded and augmented in DataLoader workers at the shapes a :class:`ReadSpec` asks for.
 
-``build_loader`` is what the workload calls; ``DevicePrefetcher`` moves its batches to the GPU
-ahead of use; ``make_dataset`` / ``check_dataset`` back ``autotune data make`` / ``check``.
+A workload builds its batch on :class:`LeRobotDataset` (GR00T N1.6:
+``autotune.workloads.gr00t_n16.data``) and feeds it to ``build_host_loader``;
+``DevicePrefetcher`` moves the batches to the GPU ahead of use; ``make_dataset`` /
+``check_dataset`` back ``autotune data make`` / ``check``.
 """
 
 from autotune.data.check import DatasetSummary, check_dataset, render_summary
 from autotune.data.dataset import LeRobotDataset
-from autotune.data.loader import HostLoader, build_loader
+from autotune.data.loader import HostLoader, build_host_loader, dataset_root
 from autotune.data.make import MakeSpec, make_dataset
 from autotune.data.meta import DatasetMeta, load_meta
 from autotune.data.prefetch import DevicePrefetcher
 from autotune.data.sampler import ShardedInfiniteSampler
+from autotune.data.spec import ReadSpec
 from autotune.data.video import BACKENDS
 
 __all__ = [
@@ -21,9 +25,11 @@ __all__ = [
     "HostLoader",
     "LeRobotDataset",
     "MakeSpec",
+    "ReadSpec",
     "ShardedInfiniteSampler",
-    "build_loader",
+    "build_host_loader",
     "check_dataset",
+    "dataset_root",
     "load_meta",
     "make_dataset",
     "render_summary",

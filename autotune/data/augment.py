@@ -1,4 +1,4 @@
-"""Image augmentation of the GR00T N1.6 data path, with torch ops only (no torchvision).
+"""Image augmentation of camera frames (GR00T N1.6's recipe), with torch ops only (no torchvision).
 
 Per sample: resize the short edge to ``short_edge`` -> fractional random crop (0.95 of each side)
 -> resize to ``image_size`` square -> colour jitter (brightness 0.3, contrast 0.4, saturation

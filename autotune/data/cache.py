@@ -17,7 +17,7 @@ from pathlib import Path
 from autotune.data.augment import short_edge_for
 from autotune.data.make import MakeSpec, make_dataset
 from autotune.data.meta import INFO
-from autotune.workloads.gr00t_n16.presets import Gr00tPreset
+from autotune.data.spec import ReadSpec
 
 DATASET_SEED = 0
 """The content of the cached dataset does not follow the training seed: every trial shares it."""
@@ -28,12 +28,13 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "autotune"
 
 
-def spec_for(preset: Gr00tPreset, episodes: int) -> MakeSpec:
-    """256 px videos for real image sizes, 64 px for the toy ones (as the augmentation expects)."""
+def spec_for(read: ReadSpec, episodes: int) -> MakeSpec:
+    """The dataset ``read`` takes: its views, with 256 px videos for real image sizes and 64 px
+    for the toy ones (as the augmentation expects)."""
     return MakeSpec(
         episodes=episodes,
-        views=preset.views,
-        size=short_edge_for(preset.image_size),
+        views=read.views,
+        size=short_edge_for(read.image_size),
         seed=DATASET_SEED,
     )
 

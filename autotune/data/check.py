@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autotune.data.episode import read_episode
 from autotune.data.meta import TOKENIZER, DatasetMeta, load_meta
-from autotune.data.text import WordTokenizer
+from autotune.data.text import WordVocabulary
 from autotune.data.video import describe
 from autotune.errors import DataError
 
@@ -38,7 +38,7 @@ class DatasetSummary:
 
 def check_dataset(root: str | Path) -> DatasetSummary:
     meta = load_meta(root)
-    vocab = WordTokenizer.load(meta.root / TOKENIZER).vocab
+    vocab = WordVocabulary.load(meta.root / TOKENIZER).vocab
     codecs = set()
     for ep in meta.episodes:
         read_episode(meta, ep.index)

@@ -1,11 +1,23 @@
-"""The torch ``Dataset`` of GR00T N1.6 samples over a LeRobot v2 dataset on disk.
+"""``LeRobotDataset``: the frames of a LeRobot v2 dataset on disk, read at a workload's shapes.
 
 A sample is frame ``t`` of episode ``e``: each view's frame decoded from its mp4 (seek to the key
-frame, decode forward), augmented (augment.py), the task's tokens laid out with the image
-placeholders, the normalised state at ``t`` and the action chunk ``t .. t + horizon - 1`` (steps
-past the episode's end zero and masked). Keys and shapes are those of
-``autotune.workloads.gr00t_n16.batch``. Videos and parquet files are opened lazily in the process
-that reads them (a DataLoader worker), never shared across ``fork``.
+frame, decode forward) and augmented (augment.py), the normalised state at ``t`` and the action
+chunk ``t .. t + horizon - 1`` (steps past the episode's end zero and masked), zero-padded to the
+widths of the :class:`ReadSpec`, with the frame's task index and the embodiment id. A workload
+makes its batch out of these by overriding :meth:`LeRobotDataset.sample` (GR00T N1.6 adds the
+task's tokens: ``autotune.workloads.gr00t_n16.data``). Videos and parquet files are opened
+lazily in the process that reads them (a DataLoader worker), never shared across ``fork``.
+
+==================  =====================  ========  ==============================================
+key                 shape                  dtype     meaning
+==================  =====================  ========  ==============================================
+``images``          [V, 3, S, S]           uint8     augmented frames of the first V views
+``state``           [state_dim]            float32   normalised state, zero-padded
+``action``          [horizon, action_dim]  float32   normalised action chunk, zero-padded
+``action_mask``     [horizon, action_dim]  bool      True on real (step, dim) entries
+``task_index``      []                     int64     the frame's task in ``meta/tasks.jsonl``
+``embodiment_id``   []                     int64     info.json's id, or the one passed in
+==================  =====================  ========  ==============================================
 """
 
 from __future__ import annotations
@@ -20,13 +32,11 @@ from torch.utils.data import Dataset
 
 from autotune.data.augment import AugmentSpec, augment, short_edge_for
 from autotune.data.episode import EpisodeData, Normalizer, read_episode
-from autotune.data.meta import ACTION, INFO, STATE, TOKENIZER, load_meta
+from autotune.data.meta import ACTION, INFO, STATE, DatasetMeta, load_meta
 from autotune.data.sampler import sample_generator
-from autotune.data.text import WordTokenizer
+from autotune.data.spec import ReadSpec
 from autotune.data.video import ReaderPool
 from autotune.errors import DataError
-from autotune.workloads.gr00t_n16.batch import layout_tokens
-from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 _EPISODE_CACHE = 256
 
@@ -37,37 +47,20 @@ class LeRobotDataset(Dataset):
     def __init__(
         self,
         root: str | Path,
-        preset: Gr00tPreset,
+        spec: ReadSpec,
         *,
         video_backend: str = "pyav",
         seed: int = 0,
         embodiment_id: int | None = None,
     ) -> None:
         self.meta = meta = load_meta(root)
-        self.preset, self.seed = preset, seed
-        info = meta.root / INFO
-        if len(meta.video_keys) < preset.views:
-            raise DataError(
-                f"{info}: {len(meta.video_keys)} video keys; preset {preset.name} needs {preset.views} views"
-            )
-        if meta.state_dim > preset.state_dim or meta.action_dim > preset.action_dim:
-            raise DataError(
-                f"{info}: state/action dims {meta.state_dim}/{meta.action_dim} exceed the preset's "
-                f"{preset.state_dim}/{preset.action_dim}"
-            )
+        self.spec, self.seed = spec, seed
+        check_fits(meta, spec)
         self.embodiment_id = meta.embodiment_id if embodiment_id is None else embodiment_id
-        if not 0 <= self.embodiment_id < preset.num_embodiments:
-            raise DataError(
-                f"{info}: embodiment id {self.embodiment_id} is not in [0, {preset.num_embodiments})"
-            )
-        self.views = meta.video_keys[: preset.views]
-        tokenizer = WordTokenizer.load(meta.root / TOKENIZER)
-        self.text_ids = {
-            i: tokenizer.encode(task, preset.vocab_size) for i, task in meta.tasks.items()
-        }
+        self.views = meta.video_keys[: spec.views]
         self.norm_state = Normalizer(meta.state_keys, meta.stats[STATE])
         self.norm_action = Normalizer(meta.action_keys, meta.stats[ACTION])
-        self.augment_spec = AugmentSpec(preset.image_size, short_edge_for(preset.image_size))
+        self.augment_spec = AugmentSpec(spec.image_size, short_edge_for(spec.image_size))
         self.starts = np.cumsum([0] + [e.length for e in meta.episodes])
         self.readers = ReaderPool(video_backend, meta.fps)
         self._pid: int | None = None
@@ -88,10 +81,12 @@ class LeRobotDataset(Dataset):
         return self.sample(*self.locate(index), draw=draw)
 
     def sample(self, episode: int, frame: int, draw: int = 0) -> dict[str, torch.Tensor]:
+        """Frame ``frame`` of ``episode`` in the keys of the module docstring."""
         data = self.episode(episode)
         frames = self.read_frames(episode, frame)
         images = augment(frames, self.augment_spec, sample_generator(self.seed, draw))
-        return {"images": images, **self.text(int(data.task_index[frame])), **self.vectors(data, frame),
+        return {"images": images, **self.vectors(data, frame),
+                "task_index": torch.tensor(int(data.task_index[frame]), dtype=torch.int64),
                 "embodiment_id": torch.tensor(self.embodiment_id, dtype=torch.int64)}  # fmt: skip
 
     def episode(self, episode: int) -> EpisodeData:
@@ -122,22 +117,28 @@ class LeRobotDataset(Dataset):
             )
         return torch.stack(frames)
 
-    def text(self, task_index: int) -> dict[str, torch.Tensor]:
-        ids, n = layout_tokens(self.text_ids[task_index], self.preset)
-        mask = torch.zeros(self.preset.seq_len, dtype=torch.bool)
-        mask[:n] = True
-        return {"input_ids": torch.tensor(ids, dtype=torch.int64), "attention_mask": mask}
-
     def vectors(self, data: EpisodeData, frame: int) -> dict[str, torch.Tensor]:
-        p = self.preset
-        state = torch.zeros(1, p.state_dim)
-        state[0, : self.meta.state_dim] = torch.from_numpy(self.norm_state(data.state[frame]))
-        chunk = self.norm_action(data.action[frame : frame + p.action_horizon])
-        action = torch.zeros(p.action_horizon, p.action_dim)
-        mask = torch.zeros(p.action_horizon, p.action_dim, dtype=torch.bool)
+        s = self.spec
+        state = torch.zeros(s.state_dim)
+        state[: self.meta.state_dim] = torch.from_numpy(self.norm_state(data.state[frame]))
+        chunk = self.norm_action(data.action[frame : frame + s.action_horizon])
+        action = torch.zeros(s.action_horizon, s.action_dim)
+        mask = torch.zeros(s.action_horizon, s.action_dim, dtype=torch.bool)
         action[: len(chunk), : self.meta.action_dim] = torch.from_numpy(chunk)
         mask[: len(chunk), : self.meta.action_dim] = True
         return {"state": state, "action": action, "action_mask": mask}
 
     def __getstate__(self) -> dict:  # spawn pickles the dataset: no cached episodes
         return {**self.__dict__, "_pid": None, "_episodes": OrderedDict()}
+
+
+def check_fits(meta: DatasetMeta, spec: ReadSpec) -> None:
+    """Refuse a dataset with fewer views, or wider state or action vectors, than ``spec`` reads."""
+    info = meta.root / INFO
+    if len(meta.video_keys) < spec.views:
+        raise DataError(f"{info}: {len(meta.video_keys)} video keys; {spec.reader} needs {spec.views} views")
+    if meta.state_dim > spec.state_dim or meta.action_dim > spec.action_dim:
+        raise DataError(
+            f"{info}: state/action dims {meta.state_dim}/{meta.action_dim} exceed the "
+            f"{spec.state_dim}/{spec.action_dim} of {spec.reader}"
+        )

@@ -1,4 +1,4 @@
-"""``build_loader``: the DataLoader of the ``lerobot`` data source, with the knobs of DataConfig."""
+"""``build_host_loader``: a DataLoader over a LeRobot dataset, with the knobs of DataConfig."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from torch.utils.data import DataLoader
 
 from autotune.config import DataConfig
 from autotune.data.cache import cached_dataset, spec_for
-from autotune.data.dataset import LeRobotDataset
 from autotune.data.sampler import ShardedInfiniteSampler
+from autotune.data.spec import ReadSpec
 from autotune.errors import DataError
-from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 _WORKER_PREFIX = "Caught DataError in DataLoader worker"
 LOAD_KEY = "load_s"
@@ -36,7 +35,7 @@ class TimedDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getattr__(self, name: str):  # the wrapped dataset's attributes (meta, preset, ...)
+    def __getattr__(self, name: str):  # the wrapped dataset's attributes (meta, spec, ...)
         if name == "dataset":  # not yet set (unpickling in a spawned worker)
             raise AttributeError(name)
         return getattr(self.dataset, name)
@@ -91,8 +90,20 @@ def worker_message(message: str) -> str:
     return f"{message.rsplit(marker, 1)[1].strip()} ({where})"
 
 
-def build_loader(
-    preset: Gr00tPreset,
+def dataset_root(data_cfg: DataConfig, read: ReadSpec) -> Path:
+    """The folder of ``data.dataset``; null: a dataset of ``data.episodes`` episodes that ``read``
+    takes, made once in the cache."""
+    if data_cfg.source != "lerobot":
+        raise DataError(
+            f"data.source is {data_cfg.source!r}: build_loader reads only the 'lerobot' source"
+        )
+    if data_cfg.dataset:
+        return Path(data_cfg.dataset)
+    return cached_dataset(spec_for(read, data_cfg.episodes))
+
+
+def build_host_loader(
+    dataset: torch.utils.data.Dataset,
     data_cfg: DataConfig,
     batch_size: int,
     *,
@@ -100,22 +111,12 @@ def build_loader(
     rank: int = 0,
     world_size: int = 1,
 ) -> HostLoader:
-    """Endless host batches of ``preset``'s shapes, sample order seeded and sharded by rank.
+    """Endless host batches of ``dataset`` (keyed by ``(draw, index)``, as :class:`LeRobotDataset`
+    is), sample order seeded and sharded by rank, each sample timed (``LOAD_KEY``).
 
-    ``data_cfg.dataset`` null makes (once) a dataset of ``data_cfg.episodes`` episodes in the cache.
     ``pin_memory`` applies only where CUDA is available and ``persistent_workers``,
     ``prefetch_factor`` and ``multiprocessing_context`` only with workers.
     """
-    if data_cfg.source != "lerobot":
-        raise DataError(
-            f"data.source is {data_cfg.source!r}: build_loader reads only the 'lerobot' source"
-        )
-    root = (
-        Path(data_cfg.dataset)
-        if data_cfg.dataset
-        else cached_dataset(spec_for(preset, data_cfg.episodes))
-    )
-    dataset = LeRobotDataset(root, preset, video_backend=data_cfg.video_backend, seed=seed)
     sampler = ShardedInfiniteSampler(len(dataset), seed=seed, rank=rank, world_size=world_size)
     workers = data_cfg.num_workers
     options = {}

@@ -31,7 +31,7 @@ from autotune.data.content import (
     rng_for,
     trajectory,
 )
-from autotune.data.text import WordTokenizer
+from autotune.data.text import WordVocabulary
 from autotune.errors import DataError
 
 CHUNKS_SIZE = 1000
@@ -258,7 +258,7 @@ def _write_meta(root, spec, tasks, episodes, views, codec, states, actions) -> N
     _dump(meta / "stats.json", {m.STATE: _stats(states), m.ACTION: _stats(actions)})
     _lines(meta / "episodes.jsonl", episodes)
     _lines(meta / "tasks.jsonl", [{"task_index": i, "task": t} for i, t in enumerate(tasks)])
-    WordTokenizer.build(tasks).save(meta / "tokenizer.json")
+    WordVocabulary.build(tasks).save(meta / "tokenizer.json")
 
 
 def _dump(path: Path, obj) -> None:

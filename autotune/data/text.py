@@ -1,8 +1,10 @@
-"""The instruction text: normalisation and the word-level tokenizer the dataset stores itself.
+"""The instruction text: normalisation and the word-level vocabulary a dataset stores itself.
 
 Nothing can be downloaded, so ``data make`` builds the vocabulary from the dataset's own task
-strings and saves it as ``meta/tokenizer.json``. Ids start after the special tokens shared with
-the model (``NUM_SPECIAL_TOKENS``); a vocabulary larger than the model's is folded into range.
+strings and saves it as ``meta/tokenizer.json``. Word ids start at ``FIRST_WORD_ID``; the ids
+below it are left to a model's special tokens, ``UNK_ID`` (a word not in the vocabulary) the
+last of them. A workload maps these ids into its own vocabulary (GR00T N1.6:
+``autotune.workloads.gr00t_n16.text``).
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from autotune.errors import DataError
-from autotune.workloads.gr00t_n16.presets import NUM_SPECIAL_TOKENS, UNK_ID
 
 TOKENIZER_TYPE = "word_level"
+FIRST_WORD_ID = 5
+"""Room for a model's own markers below the words (GR00T N1.6's pad and three image tokens)."""
+UNK_ID = FIRST_WORD_ID - 1
 _PUNCT = re.compile(r"[^\w\s]")
+_V = TypeVar("_V", bound="WordVocabulary")
 
 
 def normalize_text(text: str) -> list[str]:
@@ -24,25 +30,20 @@ def normalize_text(text: str) -> list[str]:
     return _PUNCT.sub("", text.lower()).split()
 
 
-class WordTokenizer:
-    """Maps each known word to one id >= ``NUM_SPECIAL_TOKENS``; unknown words to ``UNK_ID``."""
+class WordVocabulary:
+    """Maps each known word to one id >= ``FIRST_WORD_ID``; unknown words to ``UNK_ID``."""
 
     def __init__(self, vocab: dict[str, int]) -> None:
         self.vocab = dict(vocab)
 
     @classmethod
-    def build(cls, texts: Iterable[str]) -> WordTokenizer:
+    def build(cls: type[_V], texts: Iterable[str]) -> _V:
         words = sorted({w for t in texts for w in normalize_text(t)})
-        return cls({w: NUM_SPECIAL_TOKENS + i for i, w in enumerate(words)})
+        return cls({w: FIRST_WORD_ID + i for i, w in enumerate(words)})
 
-    def encode(self, text: str, vocab_size: int) -> list[int]:
-        """Token ids of ``text``, each in ``[NUM_SPECIAL_TOKENS, vocab_size)`` or ``UNK_ID``."""
-        room = vocab_size - NUM_SPECIAL_TOKENS
-        ids = [self.vocab.get(w, UNK_ID) for w in normalize_text(text)]
-        return [
-            i if i < NUM_SPECIAL_TOKENS else NUM_SPECIAL_TOKENS + (i - NUM_SPECIAL_TOKENS) % room
-            for i in ids
-        ]
+    def word_ids(self, text: str) -> list[int]:
+        """The vocabulary's id of each word of ``text`` (``UNK_ID`` for an unknown one)."""
+        return [self.vocab.get(w, UNK_ID) for w in normalize_text(text)]
 
     def to_json(self) -> dict:
         return {
@@ -56,7 +57,7 @@ class WordTokenizer:
         path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
 
     @classmethod
-    def load(cls, path: Path) -> WordTokenizer:
+    def load(cls: type[_V], path: Path) -> _V:
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
@@ -71,9 +72,7 @@ class WordTokenizer:
             raise DataError(
                 f"{path}: not a {TOKENIZER_TYPE} tokenizer (needs 'type' and a 'vocab' object)"
             )
-        bad = [
-            w for w, i in data["vocab"].items() if not isinstance(i, int) or i < NUM_SPECIAL_TOKENS
-        ]
+        bad = [w for w, i in data["vocab"].items() if not isinstance(i, int) or i < FIRST_WORD_ID]
         if bad:
-            raise DataError(f"{path}: ids of {bad[:3]} are not integers >= {NUM_SPECIAL_TOKENS}")
+            raise DataError(f"{path}: ids of {bad[:3]} are not integers >= {FIRST_WORD_ID}")
         return cls(data["vocab"])

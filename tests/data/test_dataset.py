@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from autotune.data import LeRobotDataset
 from autotune.errors import DataError
 from autotune.workloads.gr00t_n16.batch import BATCH_KEYS, synthetic_batch
+from autotune.workloads.gr00t_n16.data import Gr00tDataset
 from autotune.workloads.gr00t_n16.presets import (
     IMG_CONTEXT_ID,
     NUM_SPECIAL_TOKENS,
@@ -32,13 +32,13 @@ def expected_shapes(preset):
 
 @pytest.mark.parametrize("preset", [TINY, FULL], ids=["tiny", "full"])
 def test_sample_has_the_batch_format(tiny_dataset, preset):
-    sample = LeRobotDataset(tiny_dataset, preset)[7]
+    sample = Gr00tDataset(tiny_dataset, preset)[7]
     assert tuple(sample) == BATCH_KEYS
     assert {k: (tuple(v.shape), v.dtype) for k, v in sample.items()} == expected_shapes(preset)
 
 
 def test_sample_values(tiny_dataset):
-    ds = LeRobotDataset(tiny_dataset, TINY)
+    ds = Gr00tDataset(tiny_dataset, TINY)
     s = ds.sample(0, 10)
     ids, mask = s["input_ids"], s["attention_mask"]
     n = int(mask.sum())
@@ -52,20 +52,20 @@ def test_sample_values(tiny_dataset):
 
 
 def test_action_chunk_past_the_end_is_padded_and_masked(tiny_dataset):
-    s = LeRobotDataset(tiny_dataset, TINY).sample(2, 55)
+    s = Gr00tDataset(tiny_dataset, TINY).sample(2, 55)
     steps = s["action_mask"].any(dim=1)
     assert steps.tolist() == [True] * 5 + [False] * 45
     assert s["action"][5:].eq(0).all() and s["action"][:5, :7].abs().sum() > 0
 
 
 def test_min_max_keys_are_in_minus_one_one(tiny_dataset):
-    ds = LeRobotDataset(tiny_dataset, TINY)
+    ds = Gr00tDataset(tiny_dataset, TINY)
     actions = torch.stack([ds.sample(e, t)["action"][0, :7] for e in range(3) for t in (0, 30, 59)])
     assert actions.abs().max() <= 1.0 and actions.abs().max() > 0.5
 
 
 def test_draw_seeds_the_augmentation(tiny_dataset):
-    ds = LeRobotDataset(tiny_dataset, TINY, seed=1)
+    ds = Gr00tDataset(tiny_dataset, TINY, seed=1)
     assert torch.equal(ds[(3, 8)]["images"], ds[(3, 8)]["images"])
     assert not torch.equal(ds[(3, 8)]["images"], ds[(4, 8)]["images"])
     assert torch.equal(ds[(3, 8)]["state"], ds[(4, 8)]["state"])
@@ -76,7 +76,7 @@ def test_frame_past_the_end_of_an_episode(tiny_dataset):
         DataError,
         match=r"episode_000001\.parquet: frame 60 is past the end of episode 1 \(60 frames\)",
     ):
-        LeRobotDataset(tiny_dataset, TINY).sample(1, 60)
+        Gr00tDataset(tiny_dataset, TINY).sample(1, 60)
 
 
 def test_video_shorter_than_its_episode(broken_copy):
@@ -89,7 +89,7 @@ def test_video_shorter_than_its_episode(broken_copy):
     with pytest.raises(
         DataError, match=r"episode_000001\.mp4: frame 65 is past the end of the video \(60 frames\)"
     ):
-        LeRobotDataset(broken_copy, TINY).sample(1, 65)
+        Gr00tDataset(broken_copy, TINY).sample(1, 65)
 
 
 def pa_concat_rows(table, n):
@@ -102,7 +102,7 @@ def test_corrupt_mp4(broken_copy, damage):
     path = broken_copy / MP4
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\xff" * 64 + data[64:])
-    ds = LeRobotDataset(broken_copy, TINY)
+    ds = Gr00tDataset(broken_copy, TINY)
     with pytest.raises(
         DataError, match=r"observation\.images\.wrist/episode_000001\.mp4: cannot open the video"
     ):
@@ -113,28 +113,28 @@ def test_parquet_without_a_column(broken_copy):
     path = broken_copy / PARQUET
     pq.write_table(pq.read_table(path).drop_columns(["action"]), path)
     with pytest.raises(DataError, match=r"episode_000001\.parquet: missing column 'action'"):
-        LeRobotDataset(broken_copy, TINY).sample(1, 0)
+        Gr00tDataset(broken_copy, TINY).sample(1, 0)
 
 
 def test_missing_meta_file(broken_copy):
     (broken_copy / "meta/stats.json").unlink()
     with pytest.raises(DataError, match=r"meta/stats\.json: missing"):
-        LeRobotDataset(broken_copy, TINY)
+        Gr00tDataset(broken_copy, TINY)
 
 
 def test_embodiment_out_of_range(tiny_dataset):
     with pytest.raises(DataError, match=r"embodiment id 40 is not in \[0, 32\)"):
-        LeRobotDataset(tiny_dataset, TINY, embodiment_id=40)
+        Gr00tDataset(tiny_dataset, TINY, embodiment_id=40)
 
 
 @pytest.mark.parametrize("backend", ["opencv", "torchcodec"])
 def test_missing_backend_is_a_clear_error(tiny_dataset, backend):
     if importlib.util.find_spec({"opencv": "cv2", "torchcodec": "torchcodec"}[backend]):
-        ds = LeRobotDataset(tiny_dataset, TINY, video_backend=backend)
-        reference = LeRobotDataset(tiny_dataset, TINY)
+        ds = Gr00tDataset(tiny_dataset, TINY, video_backend=backend)
+        reference = Gr00tDataset(tiny_dataset, TINY)
         assert (
             ds.read_frames(0, 37).int() - reference.read_frames(0, 37).int()
         ).abs().float().mean() < 2
         return
     with pytest.raises(DataError, match=f"video backend '{backend}' is not installed"):
-        LeRobotDataset(tiny_dataset, TINY, video_backend=backend)
+        Gr00tDataset(tiny_dataset, TINY, video_backend=backend)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from autotune.errors import WorkloadError
 
-# Special token ids shared by the tokenizer of the data path and the model.
+# Special token ids of the model; the dataset's words come after them (text.py).
 PAD_ID, IMG_START_ID, IMG_END_ID, IMG_CONTEXT_ID, UNK_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL_TOKENS = 5
 

@@ -45,7 +45,7 @@ class Gr00tN16(Workload):
     ) -> Iterable[Batch]:
         if data.source == "synthetic":
             return super().make_loader(preset, data, batch_size, seed=seed, rank=rank, world_size=world_size)
-        from autotune.data import build_loader
+        from autotune.workloads.gr00t_n16.data import build_loader
 
         return build_loader(get_preset(preset), data, batch_size, seed=seed, rank=rank, world_size=world_size)
 
