@@ -18,24 +18,15 @@ import torch.distributed as dist
 
 from autotune.config import TrainConfig
 from autotune.config.io import write_text_atomic
-from autotune.train import distributed
 from autotune.train.session import Session
+from autotune.train.window import open_window
 
 
 def profile_config(cfg: TrainConfig, out_dir: str | Path, *, warmup: int = 5, active: int = 5,
                    unprofiled: int = 5) -> dict[str, Any]:
-    rank, world, local = distributed.init_from_env()
-    session = Session(cfg, rank, world, local)
-    loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world)
-    batches = session.batches(loader)
-    from autotune.train.runner import warmup_steps
-
-    warmup = warmup_steps(cfg, warmup)
-    for _ in range(warmup):
-        session.step(next(batches))
-    summary = profile_session(session, batches, out_dir, active=active, unprofiled=unprofiled)
-    session.close()
-    return summary
+    """Warm ``cfg`` up as ``train`` does (``open_window``), then profile one window into ``out_dir``."""
+    with open_window(cfg, warmup) as window:
+        return profile_session(window.session, window.batches, out_dir, active=active, unprofiled=unprofiled)
 
 
 def profile_session(session: Session, batches: Iterator, out_dir: str | Path, *, active: int = 5,

@@ -19,9 +19,9 @@ import torch.distributed as dist
 
 from autotune.config import TrainConfig, to_dict
 from autotune.errors import TrialError
-from autotune.train import distributed
 from autotune.train.measure import Stats, StepTimer, matmul_rate, peak_memory, reset_peak_memory
-from autotune.train.session import Session
+from autotune.train.profile_run import profile_session
+from autotune.train.window import Window, open_window
 
 
 @dataclass
@@ -73,27 +73,6 @@ def environment(device: torch.device, world: int) -> dict[str, Any]:
     return env
 
 
-def loader_buffer(cfg: TrainConfig) -> int:
-    """Batches the loader can hold ready (workers x prefetch factor, plus the device prefetcher).
-
-    The workers fill this buffer while the model is built; a measured window that starts with
-    it full runs a data-bound configuration faster than its loader can sustain (seen on the
-    H200: stock, 2 workers, 10 steps measured 54 samples/s from a loader that sustains 36).
-    Warming up at least this many steps drains it, so the window measures the steady state.
-    """
-    if cfg.data.source == "synthetic":
-        return 0
-    workers = cfg.data.num_workers
-    return workers * (cfg.data.prefetch_factor or 2) + cfg.data.device_prefetch
-
-
-def warmup_steps(cfg: TrainConfig, asked: int) -> int:
-    """Warm-up steps of a run: as asked, but enough for a whole-step graph's capture and to drain
-    the loader's buffer."""
-    graph = cfg.graphs.warmup_steps + 1 if cfg.graphs.mode == "step" else 0
-    return max(asked, graph, loader_buffer(cfg) + 1)
-
-
 def sustained_loader_rate(load_times: list[float], workers: int, batch_size: int) -> float | None:
     """Samples/s that ``workers`` loader processes sustain: each makes one batch in the median of
     ``load_times`` (seconds per batch, measured in the workers), and they work in parallel.
@@ -127,93 +106,134 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
     ``profile_steps`` steps is profiled after the measured ones (so that the measurement stays
     unprofiled) into that folder and classified (``TrainResult.profile``).
     """
-    rank, world, local = distributed.init_from_env()
-    session = Session(cfg, rank, world, local)
-    device = session.device
-    loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world)
-    batches = session.batches(loader)
-    losses, norms = [], []
-    warmup = warmup_steps(cfg, warmup)
-    for i in range(warmup):
-        loss, norm = session.step(next(batches))
-        losses.append(loss)
-        norms.append(norm)
-        if step_hook:
-            step_hook(i)
-    reset_peak_memory(device)
+    with open_window(cfg, warmup, step_hook) as window:
+        measured = _measure(window, steps, step_hook, progress)
+        profile = None if profile_out is None else _profile_after(window, profile_out, profile_steps)
+        matmul = matmul_rate(window.session.device)
+        ranks = Throughput.across_ranks(measured, cfg, window.session.world)
+        return _result(window, measured, ranks, profile, matmul)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One rank's measured steps."""
+
+    step_times: list[float]
+    wall_s: float
+    load_times: list[float]
+    """Seconds each host batch of the measured steps took in its worker (all batches' if none was timed there)."""
+    memory: dict[str, int]
+    losses: list[float]
+    """Of every step, warm-up included."""
+    grad_norms: list[float]
+
+
+def _measure(window: Window, steps: int, step_hook, progress: Callable[[float], None] | None) -> Measured:
+    """Time ``steps`` steps with the device synchronised only at both ends; a loss that is not
+    finite raises ``TrialError`` (reason ``nan``)."""
+    session, cfg = window.session, window.session.cfg
+    reset_peak_memory(session.device)
     first_load = len(session.load_times)
-    timer = StepTimer(device)
+    timer = StepTimer(session.device)
     timer.start()
     for i in range(steps):
-        loss, norm = session.step(next(batches))
-        losses.append(loss)
-        norms.append(norm)
+        window.step()
         timer.lap()
         if step_hook:
-            step_hook(warmup + i)
+            step_hook(window.warmup + i)
         if progress:
-            for seconds in timer.poll():
-                progress(_sustained(seconds, session.load_times, cfg))
+            _feed(progress, timer.poll(), session.load_times, cfg)
     step_times, wall = timer.finish()
-    loads = session.load_times[first_load:] or session.load_times
     if progress:
-        for seconds in step_times[timer.polled:]:
-            progress(_sustained(seconds, session.load_times, cfg))
-    loss_values = torch.stack([x.float() for x in losses]).cpu().tolist()
-    norm_values = torch.stack([x.float() for x in norms]).cpu().tolist()
-    if any(not math.isfinite(v) for v in loss_values):
-        raise TrialError(f"the loss is not finite at step {next(i for i, v in enumerate(loss_values) if not math.isfinite(v))}", "nan")
-    mem = peak_memory(device)
-    profile = None
-    if profile_out is not None:
-        from autotune.train.profile_run import profile_session
+        _feed(progress, step_times[timer.polled:], session.load_times, cfg)
+    losses, norms = _finite_losses(window)
+    loads = session.load_times[first_load:] or session.load_times
+    return Measured(step_times, wall, loads, peak_memory(session.device), losses, norms)
 
-        try:  # the measurement stands without its profile
-            profile = profile_session(session, batches, profile_out, active=profile_steps, unprofiled=profile_steps)
-        except Exception as exc:  # noqa: BLE001
-            if "out of memory" in str(exc).lower():
-                raise
-            profile = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-    rate = matmul_rate(device)
-    rank_loader = sustained_loader_rate(loads, cfg.data.num_workers, cfg.batch_size)
-    per_rank = _gather({"step_times": step_times, "memory": mem, "loader": rank_loader}, world)
-    # A data-parallel step ends when the slowest rank ends: take the per-step maximum over ranks.
-    step_max = [max(r["step_times"][i] for r in per_rank) for i in range(len(step_times))]
-    stats = Stats.of(step_max)
-    window_rate = cfg.batch_size * world / stats.median
-    rank_loaders = [r["loader"] for r in per_rank if r["loader"] is not None]
-    loader_rate = min(rank_loaders) * world if rank_loaders else None  # every rank waits for the slowest loader
-    samples_per_s = min(window_rate, loader_rate) if loader_rate is not None else window_rate
+
+def _feed(progress: Callable[[float], None], seconds: list[float], load_times: list[float], cfg: TrainConfig) -> None:
+    for s in seconds:
+        progress(_sustained(s, load_times, cfg))
+
+
+def _finite_losses(window: Window) -> tuple[list[float], list[float]]:
+    losses = torch.stack([x.float() for x in window.losses]).cpu().tolist()
+    norms = torch.stack([x.float() for x in window.grad_norms]).cpu().tolist()
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    if bad is not None:
+        raise TrialError(f"the loss is not finite at step {bad}", "nan")
+    return losses, norms
+
+
+def _profile_after(window: Window, out: str | Path, steps: int) -> dict[str, Any]:
+    """The profile of ``steps`` more steps; the measurement stands without it (unless out of memory)."""
+    try:
+        return profile_session(window.session, window.batches, out, active=steps, unprofiled=steps)
+    except Exception as exc:  # noqa: BLE001
+        if "out of memory" in str(exc).lower():
+            raise
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The window's rate over every rank, and the loader's."""
+
+    stats: Stats
+    """Of the per-step maximum over ranks: a data-parallel step ends when the slowest rank ends."""
+    window_rate: float
+    loader_rate: float | None
+    """Every rank waits for the slowest loader: the lowest rank's rate times the ranks."""
+    memory: list[dict[str, int]]
+    """Peak memory of each rank."""
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.window_rate if self.loader_rate is None else min(self.window_rate, self.loader_rate)
+
+    @classmethod
+    def across_ranks(cls, measured: Measured, cfg: TrainConfig, world: int) -> Throughput:
+        rank_loader = sustained_loader_rate(measured.load_times, cfg.data.num_workers, cfg.batch_size)
+        per_rank = _gather({"step_times": measured.step_times, "memory": measured.memory, "loader": rank_loader}, world)
+        step_max = [max(r["step_times"][i] for r in per_rank) for i in range(len(measured.step_times))]
+        stats = Stats.of(step_max)
+        loaders = [r["loader"] for r in per_rank if r["loader"] is not None]
+        return cls(stats, cfg.batch_size * world / stats.median, min(loaders) * world if loaders else None,
+                   [r["memory"] for r in per_rank])
+
+
+def _result(window: Window, measured: Measured, ranks: Throughput, profile: dict[str, Any] | None,
+            matmul: float) -> TrainResult:
+    session, cfg = window.session, window.session.cfg
+    world, stats, samples_per_s = session.world, ranks.stats, ranks.samples_per_s
     flops = session.workload.flops_per_sample(cfg.preset)
-    ddp_info = ddp_buckets(session.ddp) if session.ddp is not None else None
-    session.close()
     return TrainResult(
         samples_per_s=samples_per_s,
         tokens_per_s=samples_per_s * session.workload.tokens_per_sample(cfg.preset),
         step_time_ms=stats.median * 1e3,
         step_time_spread_ms={"p10": stats.p10 * 1e3, "p90": stats.p90 * 1e3, "min": stats.minimum * 1e3,
                              "max": stats.maximum * 1e3, "mean": stats.mean * 1e3},
-        peak_memory_bytes=max(r["memory"]["allocated"] for r in per_rank),
-        peak_reserved_bytes=max(r["memory"]["reserved"] for r in per_rank),
-        peak_memory_per_rank=[r["memory"] for r in per_rank],
-        mfu=flops * samples_per_s / world / rate,
-        matmul_tflops=rate / 1e12,
+        peak_memory_bytes=max(m["allocated"] for m in ranks.memory),
+        peak_reserved_bytes=max(m["reserved"] for m in ranks.memory),
+        peak_memory_per_rank=ranks.memory,
+        mfu=flops * samples_per_s / world / matmul,
+        matmul_tflops=matmul / 1e12,
         flops_per_sample=flops,
-        losses=loss_values,
-        grad_norms=norm_values,
+        losses=measured.losses,
+        grad_norms=measured.grad_norms,
         world_size=world,
         batch_size=cfg.batch_size,
-        steps=steps,
-        warmup_steps=warmup,
-        wall_s=wall,
-        device=str(device),
-        environment=environment(device, world),
-        ddp=ddp_info,
+        steps=len(measured.step_times),
+        warmup_steps=window.warmup,
+        wall_s=measured.wall_s,
+        device=str(session.device),
+        environment=environment(session.device, world),
+        ddp=ddp_buckets(session.ddp) if session.ddp is not None else None,
         profile=profile,
         config=to_dict(cfg),
-        window_samples_per_s=window_rate,
-        loader_samples_per_s=loader_rate,
-        loader_bound=samples_per_s < window_rate,
+        window_samples_per_s=ranks.window_rate,
+        loader_samples_per_s=ranks.loader_rate,
+        loader_bound=samples_per_s < ranks.window_rate,
     )
 
 

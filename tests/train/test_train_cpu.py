@@ -157,7 +157,7 @@ def test_warm_up_drains_the_loader_buffer_before_measuring(tmp_path):
     """Workers fill workers x prefetch batches while the model is built; measuring from a full
     buffer would time a data-bound configuration faster than its loader can feed it."""
     from autotune.data import MakeSpec, make_dataset
-    from autotune.train.runner import loader_buffer
+    from autotune.train.window import loader_buffer
 
     dataset = make_dataset(tmp_path / "ds", MakeSpec(episodes=2, views=2, size=64, seed=0, frames=40))
     cfg = tiny(data__source="lerobot", data__dataset=str(dataset), data__num_workers=2, data__prefetch_factor=3)
