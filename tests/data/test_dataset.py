@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from autotune.config import DataConfig
+from autotune.data import LeRobotDataset, ReadSpec, build_host_loader
 from autotune.errors import DataError
 from autotune.workloads.gr00t_n16.batch import BATCH_KEYS, synthetic_batch
 from autotune.workloads.gr00t_n16.data import Gr00tDataset
@@ -138,3 +140,33 @@ def test_missing_backend_is_a_clear_error(tiny_dataset, backend):
         return
     with pytest.raises(DataError, match=f"video backend '{backend}' is not installed"):
         Gr00tDataset(tiny_dataset, TINY, video_backend=backend)
+
+
+def test_the_generic_reader_takes_another_workloads_shapes(tiny_dataset):
+    """No GR00T in it: one view at 32 px, 8/7-wide vectors, a 4-step chunk, the task as an index."""
+    spec = ReadSpec(views=1, image_size=32, state_dim=8, action_dim=7, action_horizon=4)
+    ds = LeRobotDataset(tiny_dataset, spec)
+    sample = ds.sample(2, 57)
+    assert {k: (tuple(v.shape), v.dtype) for k, v in sample.items()} == {
+        "images": ((1, 3, 32, 32), torch.uint8), "state": ((8,), torch.float32),
+        "action": ((4, 7), torch.float32), "action_mask": ((4, 7), torch.bool),
+        "task_index": ((), torch.int64), "embodiment_id": ((), torch.int64),
+    }  # fmt: skip
+    assert sample["action_mask"].all(dim=1).tolist() == [True, True, True, False]  # 60 frames
+    gr00t = Gr00tDataset(tiny_dataset, TINY).sample(2, 57)
+    assert torch.equal(sample["state"], gr00t["state"][0, :8])
+    data = DataConfig(dataset=str(tiny_dataset), num_workers=0)
+    batch = next(iter(build_host_loader(ds, data, 3, seed=0)))
+    assert batch["images"].shape == (3, 1, 3, 32, 32) and batch["task_index"].shape == (3,)
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [({"views": 3}, r"2 video keys; the workload needs 3 views"),
+     ({"state_dim": 4}, r"state/action dims 8/7 exceed the 4/7 of the workload"),
+     ({"action_horizon": 0}, r"ReadSpec\.action_horizon is 0; allowed: an integer >= 1")],
+)  # fmt: skip
+def test_a_spec_the_dataset_cannot_fill_is_refused(tiny_dataset, over, message):
+    with pytest.raises(DataError, match=message):
+        LeRobotDataset(tiny_dataset, ReadSpec(**{"views": 1, "image_size": 32, "state_dim": 8,
+                                                 "action_dim": 7, "action_horizon": 4, **over}))
