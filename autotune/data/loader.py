@@ -95,7 +95,7 @@ def dataset_root(data_cfg: DataConfig, read: ReadSpec) -> Path:
     takes, made once in the cache."""
     if data_cfg.source != "lerobot":
         raise DataError(
-            f"data.source is {data_cfg.source!r}: build_loader reads only the 'lerobot' source"
+            f"data.source is {data_cfg.source!r}: a dataset folder is read only for the 'lerobot' source"
         )
     if data_cfg.dataset:
         return Path(data_cfg.dataset)
