@@ -22,7 +22,11 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def relative(path: str | os.PathLike | None, run_dir: Path) -> str | None:
-    """``path`` relative to the run folder when it lies inside it (links in the page are relative)."""
+    """A path the run recorded, as the page links it: relative to the run folder where it lies inside it.
+
+    A relative ``path`` is already relative to the run folder (the study records its folders so); an
+    absolute one outside the folder stays absolute.
+    """
     if not path:
         return None
     p = Path(path)
@@ -32,6 +36,15 @@ def relative(path: str | os.PathLike | None, run_dir: Path) -> str | None:
         except ValueError:
             return str(p)
     return p.as_posix()
+
+
+def in_run(path: Path, run_dir: Path) -> str:
+    """A file found under ``run_dir`` (``run_dir / ...``), relative to the run folder.
+
+    Not :func:`relative`: with a relative run folder (``runs/x``) such a path is relative to the current
+    folder, not to the run folder, and the page's links are made from the run folder.
+    """
+    return path.relative_to(run_dir).as_posix()
 
 
 @dataclass
@@ -148,8 +161,8 @@ class Profile:
 
     @classmethod
     def read(cls, path: Path, run_dir: Path, notes: list[str]) -> Profile:
-        prof = cls(path=relative(path, run_dir) or path.name, trial=folder.trial_of(path),
-                   traces=[relative(p, run_dir) or p.name for p in folder.trace_files(path)])
+        prof = cls(path=in_run(path, run_dir), trial=folder.trial_of(path),
+                   traces=[in_run(p, run_dir) for p in folder.trace_files(path)])
         summary = folder.read_json(path / folder.SUMMARY, notes)
         c = (summary or {}).get("classification")
         if not isinstance(c, dict):
@@ -222,7 +235,7 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
         number=t.number, state=t.state.name, outcome=outcome_of(t), samples_per_s=speed,
         peak_memory_bytes=a.get("peak_memory_bytes"), mfu=a.get("mfu"), params=dict(t.params),
         stage=a.get("stage"), group=a.get("group"), dominant=a.get("dominant"), error=a.get("error"),
-        duration_s=duration, log=relative(log, run_dir) if log.is_file() else None,
+        duration_s=duration, log=in_run(log, run_dir) if log.is_file() else None,
         reference=a.get("reference"), stock=stock, best=best, pareto=pareto,
         window_samples_per_s=a.get("window_samples_per_s") if a.get("loader_bound") else None)
 

@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 import optuna
@@ -33,11 +34,13 @@ def environment() -> jinja2.Environment:
 
 
 def render_html(report: Report, study: optuna.Study, link_base: str = ".") -> str:
-    """The page; relative links of the run folder are prefixed with ``link_base`` (the run folder seen from the page)."""
+    """The page; links relative to the run folder are prefixed with ``link_base`` (the run folder seen from the page)."""
     from autotune.report.plots import figures
 
-    def link(path: str) -> str:
-        return path if link_base in ("", ".") else f"{link_base.rstrip('/')}/{path}"
+    def link(path: str) -> str:  # an href: quoted, so that a folder named "a #1" still links
+        if not (link_base in ("", ".") or Path(path).is_absolute()):
+            path = f"{link_base.rstrip('/')}/{path}"
+        return quote(path)
 
     template = environment().get_template("report.html.j2")
     return template.render(r=report, s=report.summary, figures=figures(report, study), link=link,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.resources
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,9 +361,12 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
 
 
 def spaces_dir() -> Path:
-    import autotune
+    """The folder of the shipped spaces: ``search_spaces`` inside the installed package.
 
-    return Path(autotune.__file__).resolve().parent.parent / "search_spaces"
+    A wheel carries the files there as package data; in the repository ``autotune/search_spaces`` is
+    a link to the top-level ``search_spaces/``, so a name resolves the same in an editable install.
+    """
+    return Path(str(importlib.resources.files("autotune") / "search_spaces"))
 
 
 def list_spaces() -> list[str]:

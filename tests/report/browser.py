@@ -2,7 +2,8 @@
 
 :func:`open_page` loads a file, waits for its load event, and returns what the tests check: the
 console errors and uncaught exceptions (failed resource loads included), every ``<img>`` with its
-decoded size, the page's external resources, and a full-page PNG screenshot.
+decoded size, the page's external resources, and a full-page PNG screenshot. :func:`follow` clicks
+through links of a page as a reader would: what each target showed, or the file it downloaded.
 """
 
 from __future__ import annotations
@@ -35,6 +36,20 @@ class PageResult:
     images: list[dict] = field(default_factory=list)
     resources: list[str] = field(default_factory=list)
     screenshot: Path | None = None
+
+
+@dataclass
+class Followed:
+    """Where one link of a page led."""
+
+    href: str
+    """The link's URL as the browser resolved it against the page."""
+    error: str | None = None
+    """Chromium's error for a target it could not open (``net::ERR_FILE_NOT_FOUND``)."""
+    text: str | None = None
+    """The text of a target the browser showed (a log)."""
+    download: Path | None = None
+    """The file the browser saved for a target it downloads (a gzipped trace)."""
 
 
 class _Cdp:
@@ -137,5 +152,65 @@ def open_page(path: Path, screenshot: Path | None = None, width: int = 1280) -> 
                 screenshot.write_bytes(base64.b64decode(shot["data"]))
                 result.screenshot = screenshot
             return result
+        finally:
+            cdp.ws.close()
+
+
+def _first_href(cdp: _Cdp, selector: str) -> str:
+    expr = f"(document.querySelector({json.dumps(selector)}) || {{}}).href || null"
+    href = cdp.call("Runtime.evaluate", expression=expr, returnByValue=True)["result"].get("value")
+    if href is None:
+        raise LookupError(f"no link matches {selector!r}")
+    return href
+
+
+def _visit(cdp: _Cdp, href: str, downloads: Path) -> Followed:
+    cdp.events.clear()
+    nav = cdp.call("Page.navigate", url=href)
+    if nav.get("isDownload"):
+        name = _wait_download(cdp)
+        return Followed(href, download=downloads / name)
+    if nav.get("errorText"):
+        return Followed(href, error=nav["errorText"])
+    cdp.wait_for("Page.loadEventFired")
+    text = cdp.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)["result"]["value"]
+    return Followed(href, text=text)
+
+
+def _wait_download(cdp: _Cdp, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        begun = [e["params"] for e in cdp.events if e.get("method") == "Page.downloadWillBegin"]
+        done = [e["params"] for e in cdp.events if e.get("method") == "Page.downloadProgress"
+                and e["params"].get("state") in ("completed", "canceled")]
+        if begun and done:
+            if done[-1]["state"] != "completed":
+                raise RuntimeError(f"the download of {begun[0]['url']} was canceled")
+            return begun[0]["suggestedFilename"]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no finished download within {timeout} s")
+        cdp.events.append(json.loads(cdp.ws.recv()))
+
+
+def follow(path: Path, selectors: list[str], downloads: Path) -> list[Followed]:
+    """Open ``path``, then for each CSS selector follow the first link it matches, back on the page each time.
+
+    Targets that Chromium downloads (a ``.json.gz``) are saved into ``downloads``.
+    """
+    downloads.mkdir(parents=True, exist_ok=True)
+    page_url = path.resolve().as_uri()
+    with chromium() as ws_url:
+        cdp = _Cdp(ws_url)
+        try:
+            for domain in ("Page", "Runtime"):
+                cdp.call(f"{domain}.enable")
+            cdp.call("Page.setDownloadBehavior", behavior="allow", downloadPath=str(downloads.resolve()))
+            found = []
+            for selector in selectors:
+                cdp.events.clear()
+                cdp.call("Page.navigate", url=page_url)
+                cdp.wait_for("Page.loadEventFired")
+                found.append(_visit(cdp, _first_href(cdp, selector), downloads))
+            return found
         finally:
             cdp.ws.close()

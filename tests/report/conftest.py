@@ -16,6 +16,7 @@ from .browser import CHROMIUM
 REFERENCE = "optimizer.impl=fused"
 QUICK = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--steps", "2", "--warmup", "1",
          "--batch-size", "2", "--seed", "1", "--reference", REFERENCE]
+QUICK_DIR = Path("runs/gr00t_n16-tiny-quick")  # the default run folder of QUICK, relative
 CRASHY = "tests.search.crashy:Workload"
 CRASHY_STUDY = "tests.search.crashy.Workload-tiny-fail"
 
@@ -26,10 +27,19 @@ def journal(out: Path) -> optuna.storages.JournalStorage:
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory) -> Path:
-    """``autotune run`` of the quick space on the CPU: the stock trial, a reference (fused AdamW), one sampled."""
-    out = tmp_path_factory.mktemp("quick") / "run"
-    assert main([*QUICK, "--out", str(out)]) == 0
-    return out
+    """``autotune run`` of the quick space on the CPU: the stock trial, a reference (fused AdamW), one sampled.
+
+    Started as a user starts it, in a folder of its own without ``--out``: the run folder is the default,
+    relative ``runs/gr00t_n16-tiny-quick`` (the report's links must not depend on where the run started).
+    """
+    home = tmp_path_factory.mktemp("quick")
+    cwd = os.getcwd()
+    os.chdir(home)
+    try:
+        assert main(QUICK) == 0
+    finally:
+        os.chdir(cwd)
+    return home / QUICK_DIR
 
 
 @pytest.fixture(scope="session")

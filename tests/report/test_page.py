@@ -12,7 +12,7 @@ import pytest
 from autotune.cli import main
 from autotune.report import write_report
 
-from .browser import PageResult, open_page
+from .browser import PageResult, follow, open_page
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +85,36 @@ def test_page_is_self_contained_and_its_links_resolve(quick_run, tmp_path):
             assert (out.parent / url).exists(), url
     logs = [url for _, url in parsed.refs if url.endswith(".log")]
     assert len(logs) == 3 and all(not Path(url).is_absolute() for url in logs)
+
+
+LOG, TRACE = 'a[href$=".log"]', 'a[href$=".pt.trace.json.gz"]'
+
+
+def check_followed(run_dir: Path, page: Path, downloads: Path) -> None:
+    """The page's first log link shows a log of the run, its first trace link downloads a trace of it, byte for byte."""
+    log, trace = follow(page, [LOG, TRACE], downloads)
+    assert log.error is None and trace.error is None, (log, trace)
+    log_file = Path(log.href.removeprefix("file://"))
+    assert log_file.parent == (run_dir / "logs").resolve() and log.text.strip() == log_file.read_text().strip()
+    trace_file = Path(trace.href.removeprefix("file://"))
+    assert trace_file.parent.parent == (run_dir / "profiles").resolve()
+    assert trace.download.read_bytes() == trace_file.read_bytes()
+
+
+def test_trace_and_log_links_of_a_relative_run_folder_open(quick_run, tmp_path, monkeypatch, chromium_path):
+    """A study run without --out (runs/NAME, relative): its own report and one written elsewhere both link right."""
+    check_followed(quick_run, quick_run / "report.html", tmp_path / "own")
+    monkeypatch.chdir(quick_run.parents[1])
+    rel = quick_run.relative_to(quick_run.parents[1])
+    assert main(["report", str(rel), "--out", "elsewhere/page.html"]) == 0
+    check_followed(quick_run, quick_run.parents[1] / "elsewhere" / "page.html", tmp_path / "elsewhere")
+
+
+def test_a_broken_link_is_caught(tmp_path, chromium_path):
+    (tmp_path / "page.html").write_text('<a href="runs/x/logs/trial-0000.log">log</a>'
+                                        '<a href="runs/x/profiles/trial-0000/rank0.pt.trace.json.gz">trace</a>')
+    log, trace = follow(tmp_path / "page.html", [LOG, TRACE], tmp_path / "dl")
+    assert log.error == trace.error == "net::ERR_FILE_NOT_FOUND"
 
 
 def test_failed_trials_show_in_the_page(failed_run):
