@@ -4,7 +4,7 @@ The headline comparison after a tuning study (stock, what a user would try inste
 winner), on one or two GPUs::
 
     python -m autotune.benchmarks.gpu_suite --preset full --nproc 1 --steps 20 --warmup 5 \
-        --configs stock compile_all runs/x/best.yaml --json $OUT/headline.json
+        --configs stock compile_all runs/x/best.yaml --json headline.json
 
 The same on the CPU, in a minute (the tiny preset, synthetic batches, gloo for ``--nproc 2``)::
 
@@ -18,8 +18,8 @@ synchronised); its loss parity against ``stock`` is computed from the same runs
 (:func:`autotune.train.verify.compare`). The bf16 matmul rate for MFU is measured once, in a
 fresh process, before the rows. Then the fastest row (``--profile`` names others) is profiled
 with ``autotune profile`` (:mod:`autotune.train.profile_run`): its profiling overhead (profiled
-vs unprofiled steps of that run) and time buckets. ``--model-bench`` adds the issue-2
-measurement (the stock model, one batch already on the GPU, eager steps).
+vs unprofiled steps of that run) and time buckets. ``--model-bench`` adds the stock model
+on one batch already on the GPU, eager steps (no data path).
 
 The JSON (``--json``, or ``OUT/suite-<nproc>.json`` with ``--out``) and a markdown twin
 (``.md``) are rewritten after every row, so a run cut short keeps what it measured; the

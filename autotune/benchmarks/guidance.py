@@ -1,6 +1,6 @@
-"""Profile-guided vs unguided search: trials to reach a fraction of the best (issue 6, item 3).
+"""Profile-guided vs unguided search: trials to reach a fraction of the best.
 
-    OMP_NUM_THREADS=1 flock /tmp/cpu-bench.lock python -m autotune.benchmarks.guidance --seeds 0 1 2 \\
+    OMP_NUM_THREADS=1 python -m autotune.benchmarks.guidance --seeds 0 1 2 \\
         --trials 8 --space cpu_bench --preset tiny --batch-size 8 --out /tmp/guidance --json guidance.json
     python -m autotune.benchmarks.guidance --from-json guidance.json --fractions 0.8 0.9 0.95  # re-summarize
 
