@@ -69,6 +69,7 @@ def test_the_wheel_runs_a_tiny_study_from_an_empty_folder(tmp_path):
     python = venv / "bin" / "python"
     run([uv, "venv", "-q", "--python", sys.executable, str(venv)], tmp_path, env)
     links = [arg for d in find_links() for arg in ("--find-links", d)]
+    assert links, "pip has no find-links folder: the local CPU build of torch cannot be found"
     # the exact local build of torch (2.13.0+cpu): an unpinned one would be a multi-GB CUDA build
     run([uv, "pip", "install", "-q", "--python", str(python), *links, f"torch=={torch.__version__}", str(wheel)],
         tmp_path, env)
