@@ -11,8 +11,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from autotune.config.training import TrainConfig
 from autotune.errors import IncompatibleConfigError
 
@@ -28,6 +26,8 @@ class Machine:
 
     @classmethod
     def current(cls, world_size: int = 1) -> Machine:
+        import torch  # not at the top: reading or checking a config file must not pay torch's import
+
         cpus = usable_cpus()
         if torch.cuda.is_available():
             return cls(True, torch.cuda.get_device_capability(), world_size, cpus)
