@@ -17,6 +17,12 @@ graph launch that started before it, if it starts before the host ends the follo
 host may run one step ahead of the device, not two; after the last step there is no bound).
 Without graph launches in the trace, such events stay unattributed, as before.
 
+Device work launched before the trace began is not a graph's either. CUPTI numbers correlation
+ids with one counter per process, in the order of the calls, so an event whose id is below that
+of every runtime call in the trace was launched by a call the trace does not hold (the host was
+ahead of the device when profiling started): it belongs to no step, whatever graph launch it
+happens to follow on the device's clock.
+
 A limit: with the host a full step ahead, an uncorrelated kernel of step N that starts after
 step N+1's graph launch is counted in step N+1. Windows measured by
 :func:`autotune.profiling.profile_window` synchronise every step, so this cannot happen there.
@@ -82,13 +88,23 @@ def _by_graph_launch(trace: RankTrace, host_kind: np.ndarray, events: np.ndarray
     return np.where((k >= 0) & (at < limit), k, -1)
 
 
+def _launched_before_trace(trace: RankTrace) -> np.ndarray:
+    """Device events whose correlation id is below every runtime call's (see the module docstring)."""
+    host = trace.host
+    ids = host.corr[(host.category == Category.RUNTIME) & (host.corr > 0)]
+    if len(ids) == 0:
+        return np.zeros(len(trace.device), dtype=bool)
+    corr = trace.device.corr
+    return (corr > 0) & (corr < ids.min())
+
+
 def attribute(trace: RankTrace, host_kind: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Attribution:
     """Attribute the device events of ``trace`` to the steps whose host spans are ``[starts, ends)``.
 
     ``starts`` is sorted; ``host_kind`` is the :class:`HostKind` of each host event.
     """
     step, matched = _by_correlation(trace, starts, ends)
-    loose = np.flatnonzero(~matched)
+    loose = np.flatnonzero(~matched & ~_launched_before_trace(trace))
     fallback = _by_graph_launch(trace, host_kind, loose, starts, ends)
     step[loose] = fallback
     via = np.zeros(len(step), dtype=bool)

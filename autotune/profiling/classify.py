@@ -27,11 +27,28 @@ Buckets on GPU traces, in priority order (each nanosecond goes to the first that
    not hidden behind compute.
 3. ``data_stall``: otherwise (the device is idle), the host waits on the data loader: the
    ``enumerate(DataLoader)#...__next__`` span or an ``autotune.data_wait`` span.
-4. ``launch_overhead``: otherwise, a launching host thread is inside an operator or a runtime
-   call, or the device sits in a kernel-to-kernel gap no longer than ``launch_gap_max_us``:
-   the device waits for the host to issue work.
-5. ``other``: the rest: long device gaps with the host outside any operator (Python work,
-   logging, sleeps, synchronisation on something not traced).
+4. ``launch_overhead`` (device side): otherwise, the device sits in a kernel-to-kernel gap no
+   longer than ``launch_gap_max_us`` (the per-kernel cost that graphs and fusion remove).
+5. ``sync_wait``: otherwise, a host thread is blocked in a synchronising runtime call
+   (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``, a copy to or from pageable memory
+   under ``.cpu()`` / ``.item()``; :mod:`autotune.profiling.sync`): everything before the call
+   was issued, so the idle device is not waiting for launches; removing the sync is the remedy.
+6. ``launch_overhead`` (host side): otherwise, a launching host thread is inside an operator or
+   another runtime call: the device waits for the host to issue work.
+7. ``other``: the rest: long device gaps with the host outside any operator (Python work,
+   logging, sleeps, waits on something not traced).
+
+The result names the blocking calls with the most host time (``sync_calls``: the call and the
+outermost operator it was made in), so that a ``sync_wait`` says which sync to remove.
+
+What a trace is
+---------------
+A GPU trace has device activity (kernels, copies, sets). A trace without any is classified as a
+CPU-only run only if nothing in it says a GPU was traced: runtime calls, a GPU's own markers
+(``gpu_user_annotation``, ``ac2g`` flows) or an NCCL process group make it a GPU trace whose
+device side was lost or removed, which is refused. A trace of another accelerator (MTIA, XPU,
+HPU, ... activity) is refused, naming it. A CPU-only trace of a machine with GPUs
+(``deviceProperties``) is classified with a note saying so.
 
 Buckets on CPU-only traces (the CPU analogues)
 ----------------------------------------------
@@ -88,10 +105,12 @@ from autotune.profiling.result import (
     StepResult,
     Straggler,
 )
+from autotune.profiling.sync import blocking_calls, sync_sites, top_sites
 from autotune.profiling.trace import RankTrace, load_traces
+from autotune.profiling.traced import check_traced, notes_on
 
-# Layers claim time in this order; the last bucket takes what no layer covers.
-PRIORITY = ("compute_serial", "comm_wait", "data_stall", "launch_overhead", "other")
+# The time no layer claims (Layers.in_priority_order) goes to this bucket.
+REST = "other"
 TOP_KERNELS = 10
 
 _STEP_NUMBER = re.compile(r"#(\d+)$")
@@ -164,16 +183,20 @@ def _extend_windows(steps: _Steps, dev_end: np.ndarray, dev_step: np.ndarray) ->
 
 def _paint_steps(steps: _Steps, layers: Layers) -> list[StepResult]:
     results = []
-    order = layers.in_priority_order()
+    named = layers.in_priority_order()
+    order = [layer for _, layer in named]
     for i in range(len(steps.start)):
         lo, hi = int(steps.start[i]), int(steps.end[i])
         times = iv.paint(order, lo, hi)
+        buckets = dict.fromkeys(BUCKETS, 0)
+        for bucket, t in zip([b for b, _ in named] + [REST], times):
+            buckets[bucket] += int(t)
         results.append(
             StepResult(
                 step=int(steps.number[i]),
                 start_ns=lo,
                 end_ns=hi,
-                buckets_ns={b: int(t) for b, t in zip(PRIORITY, times)},
+                buckets_ns=buckets,
                 kernels=int(steps.kernels[i]),
             )
         )
@@ -201,6 +224,7 @@ class _RankPart:
     kernel_ns: dict[str, int]
     kernel_count: dict[str, int]
     gaps_ns: np.ndarray
+    sync_sites: dict[tuple, list[int]]
 
 
 def _name_totals(names: list[str], ids: np.ndarray, ns: np.ndarray) -> tuple[dict, dict]:
@@ -219,14 +243,21 @@ def _classify_gpu_rank(
     device_kind = kinds_of(DEVICE_TABLE, trace.names)[trace.device.name]
     dev_step = _device_step(trace, host_kind, steps)
     _extend_windows(steps, trace.device.end, dev_step)
+    blocking = blocking_calls(trace, host_kind)
     layers = gpu_layers(
-        trace.host, host_kind, trace.device, device_kind, round(opts.launch_gap_max_us * 1000)
+        trace.host,
+        host_kind,
+        trace.device,
+        device_kind,
+        round(opts.launch_gap_max_us * 1000),
+        blocking,
     )
     mine = dev_step >= 0
     dur = (trace.device.end - trace.device.start)[mine]
     totals, counts = _name_totals(trace.names, trace.device.name[mine], dur)
     result = RankResult(trace.rank, str(trace.path), tuple(_paint_steps(steps, layers)))
-    return _RankPart(result, totals, counts, _gaps_in_steps(layers.busy, steps))
+    sites = sync_sites(trace, blocking, _window_of(trace.host.start, steps) >= 0)
+    return _RankPart(result, totals, counts, _gaps_in_steps(layers.busy, steps), sites)
 
 
 def _classify_cpu_rank(
@@ -248,30 +279,17 @@ def _classify_cpu_rank(
     steps.kernels = np.bincount(k[counted], minlength=len(steps.start))
     totals, counts = _name_totals(trace.names, trace.host.name[compute][counted], self_ns[counted])
     result = RankResult(trace.rank, str(trace.path), tuple(_paint_steps(steps, layers)))
-    return _RankPart(result, totals, counts, _gaps_in_steps(layers.busy, steps))
+    return _RankPart(result, totals, counts, _gaps_in_steps(layers.busy, steps), {})
 
 
 def _classify_rank(trace: RankTrace, opts: ClassifyOptions) -> _RankPart:
     host_kind = kinds_of(HOST_TABLE, trace.names)[trace.host.name]
+    check_traced(trace, host_kind)
     steps = _find_steps(trace, host_kind)
     if len(trace.device):
         return _classify_gpu_rank(trace, host_kind, steps, opts)
-    _check_no_lost_device_events(trace, host_kind)
     _check_recorded_operators(trace)
     return _classify_cpu_rank(trace, host_kind, steps, opts)
-
-
-def _check_no_lost_device_events(trace: RankTrace, host_kind: np.ndarray) -> None:
-    """A trace of kernel launches without a single kernel is a GPU trace whose device side the
-    profiler lost (CUPTI); classifying it as a CPU-only trace would mislead."""
-    launches = (trace.host.category == Category.RUNTIME) & np.isin(
-        host_kind, [HostKind.LAUNCH, HostKind.GRAPH_LAUNCH]
-    )
-    if launches.any():
-        raise TraceFormatError(
-            f"{trace.path}: {int(launches.sum())} kernel launches but no device activity; the profiler "
-            "recorded no GPU events (CUPTI): profile again, in a fresh process"
-        )
 
 
 def _check_recorded_operators(trace: RankTrace) -> None:
@@ -326,4 +344,6 @@ def classify(
         ),
         straggler=_straggler([p.result for p in parts]),
         options=asdict(opts),
+        sync_calls=top_sites([p.sync_sites for p in parts]),
+        notes=notes_on(traces),
     )

@@ -5,12 +5,17 @@ is an explicit catch-all. Patterns are applied once per *distinct* string (a tra
 thousand distinct names among millions of events), then broadcast to the events by id.
 
 * :data:`CATEGORY_TABLE` sorts events by their ``cat`` field into host operators, host
-  annotations, runtime calls, device activity and events we ignore.
+  annotations, runtime calls, device activity, events that only say a GPU was traced, other
+  accelerators' activity, and events we ignore. Both of Kineto's spellings are read: today's
+  (``cpu_op``, ``cuda_runtime``, ``kernel``, ``gpu_memcpy``, ...) and that of 2021
+  (``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``).
+* :data:`LEGACY_ANNOTATION` finds the ``record_function`` spans among 2021-format ``Operator``
+  events, which did not tell them apart by category.
 * :data:`DEVICE_TABLE` sorts device activity (kernels, memcpy, memset) by name into
   communication, memory and compute.
 * :data:`HOST_TABLE` sorts host operators and annotations by name into step markers, data waits,
   collectives, dispatch-only operators and compute operators, and finds the runtime calls that
-  replay a CUDA graph.
+  replay a CUDA graph or block the host until the device catches up.
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ class Category(IntEnum):
     ANNOTATION = 1  # user_annotation: record_function spans, ProfilerStep#N, gloo:all_reduce
     RUNTIME = 2  # cuda_runtime / cuda_driver: the host side of a launch, copy or sync
     DEVICE = 3  # kernel, gpu_memcpy, gpu_memset: work on a device stream
-    IGNORED = 4  # python_function, gpu_user_annotation, flow events, counters, ...
+    IGNORED = 4  # python_function, counters, ...
+    GPU_SIDE = 5  # not read, but only a GPU trace has them: gpu_user_annotation, ac2g flows
+    ACCELERATOR = 6  # another accelerator's activity (MTIA, XPU, HPU, ...): not classified
+    LEGACY_OP = 7  # 2021 format's Operator: an operator or a record_function span, by name
 
 
 class DeviceKind(IntEnum):
@@ -46,6 +54,7 @@ class HostKind(IntEnum):
     COMPUTE = 4  # the catch-all: an operator that computes (self time)
     GRAPH_LAUNCH = 5  # a runtime call that replays a CUDA (HIP) graph
     LAUNCH = 6  # a runtime call that puts one kernel, copy or set on a stream
+    SYNC = 7  # a runtime call that returns only once the device has caught up
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,22 @@ CATEGORY_TABLE: tuple[Pattern, ...] = (
     _row(
         "device activity", r"^(kernel|gpu_memcpy|gpu_memset|Kernel|Memcpy|Memset)$", Category.DEVICE
     ),
+    _row("2021 operator or span", r"^Operator$", Category.LEGACY_OP),
+    _row("2021 runtime call", r"^Runtime$", Category.RUNTIME),
+    _row("gpu-side marker", r"^(gpu_user_annotation|ac2g|cuda_sync|cuda_profiler_range)$", Category.GPU_SIDE),
+    _row(
+        "other accelerator",
+        r"^(mtia_|xpu_|hpu_|privateuse1_|glow_runtime$)",
+        Category.ACCELERATOR,
+    ),
     _row("OTHER", r"", Category.IGNORED),
 )
+
+LEGACY_ANNOTATION = re.compile(r"#")
+"""A 2021-format ``Operator`` whose name has a ``#`` is a ``record_function`` span torch named
+(``ProfilerStep#5``, ``enumerate(DataLoader)#..._next__``, ``Optimizer.step#SGD.step``); operator
+and autograd-node names never have one. A user's own ``record_function("fwd")`` is read as an
+operator, a wrapper whose time on a launching thread counts as launch overhead."""
 
 DEVICE_TABLE: tuple[Pattern, ...] = (
     _row("nccl", r"^nccl|ncclKernel|ncclDevKernel|^rccl", DeviceKind.COMM),
@@ -107,6 +130,14 @@ HOST_TABLE: tuple[Pattern, ...] = (
         HostKind.DISPATCH,
     ),
     _row("graph launch", r"^(cuda|cu|hip)GraphLaunch", HostKind.GRAPH_LAUNCH),
+    # Calls that wait for the device by contract. cudaMemcpyAsync also blocks when its host
+    # memory is pageable: that is read from its copy's name (autotune.profiling.sync).
+    _row(
+        "synchronise",
+        r"^(cuda|cu|hip)(Device|Stream|Event|Ctx)Synchronize"
+        r"|^(cuda|hip)Memcpy(2D|3D)?(WithStream)?(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$",
+        HostKind.SYNC,
+    ),
     _row("launch, copy or set", r"^(cuda|cu|hip)(Launch|Memcpy|Memset)", HostKind.LAUNCH),
     _row("OTHER", r"", HostKind.COMPUTE),
 )

@@ -23,12 +23,25 @@ class Layers:
     compute: iv.Intervals
     comm: iv.Intervals
     data: iv.Intervals
-    launch: iv.Intervals
+    launch_gaps: iv.Intervals
+    """Short idle gaps between kernels (between host operators on CPU)."""
+    sync: iv.Intervals
+    """A host thread blocked in a synchronising call (empty on CPU)."""
+    launch_host: iv.Intervals
+    """A launching host thread inside an operator or a runtime call (on CPU: in :attr:`launch_gaps`)."""
     busy: iv.Intervals
     """The "device" timeline: device activity on GPU, host operators on CPU."""
 
-    def in_priority_order(self) -> list[iv.Intervals]:
-        return [self.compute, self.comm, self.data, self.launch]
+    def in_priority_order(self) -> list[tuple[str, iv.Intervals]]:
+        """(bucket, layer) pairs: a bucket may claim time at two priorities."""
+        return [
+            ("compute_serial", self.compute),
+            ("comm_wait", self.comm),
+            ("data_stall", self.data),
+            ("launch_overhead", self.launch_gaps),
+            ("sync_wait", self.sync),
+            ("launch_overhead", self.launch_host),
+        ]
 
 
 def spans(table: EventTable, mask: np.ndarray) -> iv.Intervals:
@@ -49,7 +62,10 @@ def gpu_layers(
     device: EventTable,
     device_kind: np.ndarray,
     gap_ns: int,
+    blocking: np.ndarray,
 ) -> Layers:
+    """``blocking``: per host event, a runtime call that waits for the device
+    (:func:`autotune.profiling.sync.blocking_calls`)."""
     comm_kernels = device_kind == DeviceKind.COMM
     busy = spans(device, np.ones(len(device), dtype=bool))
     # Host operators count as launching only on threads that launch device work.
@@ -59,7 +75,9 @@ def gpu_layers(
         compute=spans(device, ~comm_kernels),
         comm=iv.union(spans(device, comm_kernels), spans(host, host_kind == HostKind.COMM)),
         data=spans(host, host_kind == HostKind.DATA),
-        launch=iv.union(spans(host, host_ops), short_gaps(busy, gap_ns)),
+        launch_gaps=short_gaps(busy, gap_ns),
+        sync=spans(host, blocking),
+        launch_host=spans(host, host_ops),
         busy=busy,
     )
 
@@ -99,6 +117,8 @@ def cpu_layers(
         compute=iv.subtract(iv.subtract(ops.compute_time, dispatch), data),
         comm=spans(host, host_kind == HostKind.COMM),
         data=data,
-        launch=iv.union(busy, short_gaps(busy, gap_ns)),
+        launch_gaps=iv.union(busy, short_gaps(busy, gap_ns)),
+        sync=iv.empty(),
+        launch_host=iv.empty(),
         busy=busy,
     )

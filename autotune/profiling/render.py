@@ -17,6 +17,7 @@ def render_text(result: ClassifyResult, hta: HtaComparison | None = None) -> str
     lines = [
         f"{result.steps} steps x {len(result.ranks)} rank(s), {result.device} trace, "
         f"median step {result.step_time_ms:.3f} ms, dominant: {result.dominant}",
+        *(f"note: {n}" for n in result.notes),
         "",
         f"{'bucket':<16} {'share':>7} {'ms/step':>10}",
     ]
@@ -36,6 +37,11 @@ def render_text(result: ClassifyResult, hta: HtaComparison | None = None) -> str
             f"straggler: rank {s['rank']}, {s['step_time_ms']:.3f} ms per step, "
             f"+{s['excess_ms']:.3f} ms ({s['excess_fraction']:+.1%}) over the other ranks' median",
         ]
+    if result.sync_calls:
+        lines += ["", f"blocking calls: {'host ms':>9} {'count':>7}  call (under operator)"]
+        for c in result.sync_calls:
+            under = f" (under {_short(c.under)})" if c.under else ""
+            lines.append(f"{'':<15} {c.total_ns / 1e6:>10.3f} {c.count:>7}  {c.call}{under}")
     what = "kernels" if result.device == "gpu" else "compute ops"
     lines += [
         "",

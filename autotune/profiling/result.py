@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-# Output order. The *priority* in which a slice of time is claimed is a different order:
-# compute_serial, comm_wait, data_stall, launch_overhead, other (see classify.py).
-BUCKETS = ("compute_serial", "comm_wait", "launch_overhead", "data_stall", "other")
+# Output order. The *priority* in which a slice of time is claimed is a different order
+# (classify.py's docstring).
+BUCKETS = ("compute_serial", "comm_wait", "launch_overhead", "sync_wait", "data_stall", "other")
 
 _NS_PER_MS = 1e6
 
@@ -109,6 +109,22 @@ class KernelStat:
 
 
 @dataclass(frozen=True)
+class SyncSite:
+    """One blocking call, by name and the outermost operator it was made in, over the steps."""
+
+    call: str
+    under: str | None
+    """Outermost host operator around the call on its thread (None: called outside operators,
+    or a trace recorded without operators)."""
+    total_ns: int
+    """Host time spent inside these calls (while the device ran, or sat idle)."""
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call": self.call, "under": self.under, "total_ms": self.total_ns / 1e6, "count": self.count}
+
+
+@dataclass(frozen=True)
 class LaunchStats:
     kernels_per_step: float
     """Median number of kernels a step launches (compute operators on CPU)."""
@@ -156,6 +172,10 @@ class ClassifyResult:
     launch: LaunchStats
     straggler: Straggler | None
     options: dict[str, float] = field(default_factory=dict)
+    sync_calls: tuple[SyncSite, ...] = ()
+    """The blocking runtime calls with the most host time inside steps, largest first."""
+    notes: tuple[str, ...] = ()
+    """What the classifier inferred about the traces that a reader should know (one line each)."""
 
     @property
     def buckets_ns(self) -> dict[str, int]:
@@ -188,5 +208,7 @@ class ClassifyResult:
             "straggler": self.straggler.to_dict() if self.straggler else None,
             "top_kernels": [k.to_dict() for k in self.top_kernels],
             "launch": self.launch.to_dict(),
+            "sync_calls": [c.to_dict() for c in self.sync_calls],
+            "notes": list(self.notes),
             "options": dict(self.options),
         }

@@ -8,7 +8,14 @@ and append their fields to typed arrays. Peak memory is a chunk plus the columns
 file's size. Names are interned: each event holds an integer id into :attr:`RankTrace.names`.
 
 Times become int64 nanoseconds (Kineto writes microseconds with three decimals), so that interval
-arithmetic downstream is exact.
+arithmetic downstream is exact. A complete event with a negative (or no finite) duration is
+refused, naming the event: its interval would be nonsense in every sum.
+
+Kineto's 2021 format is read too: its categories (``Operator``, ``Runtime``, ``Kernel``,
+``Memcpy``, ``Memset``) map to today's, and its ``Operator`` events are split into operators and
+``record_function`` spans by name (:data:`kinds.LEGACY_ANNOTATION`). Events of categories that
+are not classified but say what was traced (a GPU's own markers, another accelerator's
+activity) are counted per category in :attr:`RankTrace.side_categories`.
 """
 
 from __future__ import annotations
@@ -18,14 +25,14 @@ import json
 import re
 import zlib
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from autotune.errors import TraceFormatError
-from autotune.profiling.kinds import CATEGORY_TABLE, Category, first_match
+from autotune.profiling.kinds import CATEGORY_TABLE, LEGACY_ANNOTATION, Category, first_match
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 RUN_ID_KEY = "autotune_run_id"
@@ -68,6 +75,13 @@ class RankTrace:
     names: list[str]
     host: EventTable
     device: EventTable
+    side_categories: dict[str, int] = field(default_factory=dict)
+    """Events per category that are not classified but say what was traced: a GPU's own markers
+    (``gpu_user_annotation``, ``ac2g`` flows) or another accelerator's (``mtia_runtime``, ...)."""
+    device_properties: int = 0
+    """Devices the trace's ``deviceProperties`` lists (GPUs the profiler saw on the machine)."""
+    backend: str | None = None
+    """``distributedInfo.backend`` (``"nccl"``, ``"gloo"``, ``"mtia:hccl,cpu:gloo"``), if any."""
 
 
 class _Columns:
@@ -79,15 +93,18 @@ class _Columns:
         self.names: dict[str, int] = {}
         self.cats: dict[Any, int] = {}
         self.tids: dict[Any, int] = {}
+        self.side: dict[str, int] = {}
 
     def add(self, ev: dict) -> None:
-        if ev.get("ph") != "X":
-            return
         cat = ev.get("cat")
         code = self.cats.get(cat)
         if code is None:
             code = self.cats[cat] = first_match(CATEGORY_TABLE, str(cat))
-        if code == Category.IGNORED:
+        if code in _NOT_READ:
+            if code != Category.IGNORED:
+                self.side[cat] = self.side.get(cat, 0) + 1
+            return
+        if ev.get("ph") != "X":
             return
         name = ev.get("name", "")
         nid = self.names.get(name)
@@ -105,20 +122,48 @@ class _Columns:
         self.corr.append(corr if isinstance(corr, int) else -1)
         self.cat.append(code)
 
-    def tables(self) -> tuple[EventTable, EventTable]:
+    def tables(self, path: Path) -> tuple[EventTable, EventTable]:
         ts = np.frombuffer(self.ts, dtype=np.float64)
+        dur = np.frombuffer(self.dur, dtype=np.float64)
+        self._check_times(path, ts, dur)
         start = np.rint(ts * 1000.0).astype(np.int64)
-        end = start + np.rint(np.frombuffer(self.dur, dtype=np.float64) * 1000.0).astype(np.int64)
+        end = start + np.rint(dur * 1000.0).astype(np.int64)
         table = EventTable(
             start,
             end,
             np.frombuffer(self.name, dtype=np.int64),
             np.frombuffer(self.tid, dtype=np.int64),
             np.frombuffer(self.corr, dtype=np.int64),
-            np.frombuffer(self.cat, dtype=np.int8),
+            self._categories(),
         )
         on_device = table.category == Category.DEVICE
         return table.take(~on_device), table.take(on_device)
+
+    def _categories(self) -> np.ndarray:
+        """Each event's category, 2021-format ``Operator`` events split by name."""
+        cat = np.array(self.cat, dtype=np.int8)
+        legacy = np.flatnonzero(cat == Category.LEGACY_OP)
+        if len(legacy):
+            span = np.fromiter((bool(LEGACY_ANNOTATION.search(n)) for n in self.names), bool)
+            name = np.frombuffer(self.name, dtype=np.int64)[legacy]
+            cat[legacy] = np.where(span[name], Category.ANNOTATION, Category.HOST_OP)
+        return cat
+
+    def _check_times(self, path: Path, ts: np.ndarray, dur: np.ndarray) -> None:
+        bad = np.flatnonzero(~(dur >= 0) | ~np.isfinite(ts))
+        if len(bad) == 0:
+            return
+        i = int(bad[0])
+        name = list(self.names)[self.name[i]]
+        what = f"no finite timestamp ({ts[i]})" if not np.isfinite(ts[i]) else f"a negative duration ({dur[i]} us)"
+        raise TraceFormatError(
+            f"{path}: event {name!r} at ts {ts[i]} has {what}; a complete event needs a time and a dur >= 0"
+            + (f" ({len(bad)} such events)" if len(bad) > 1 else "")
+        )
+
+
+# Categories whose events are not kept as columns (some are counted, see Columns.side).
+_NOT_READ = frozenset({Category.IGNORED, Category.GPU_SIDE, Category.ACCELERATOR})
 
 
 class _Reader:
@@ -254,12 +299,19 @@ def _rank_and_world(meta: dict, path: Path) -> tuple[int, int | None]:
     return (int(match.group(1)) if match else 0), None
 
 
+def _backend(meta: dict) -> str | None:
+    info = meta.get("distributedInfo")
+    backend = info.get("backend") if isinstance(info, dict) else None
+    return backend if isinstance(backend, str) else None
+
+
 def load_trace(path: str | Path) -> RankTrace:
     """Read one trace file (``.json`` or ``.json.gz``) into columns."""
     path = Path(path)
     meta, cols = _parse(path)
-    host, device = cols.tables()
+    host, device = cols.tables(path)
     rank, world_size = _rank_and_world(meta, path)
+    devices = meta.get("deviceProperties")
     run_id = meta.get(RUN_ID_KEY)
     return RankTrace(
         path=path,
@@ -270,6 +322,9 @@ def load_trace(path: str | Path) -> RankTrace:
         names=list(cols.names),
         host=host,
         device=device,
+        side_categories=dict(cols.side),
+        device_properties=len(devices) if isinstance(devices, list) else 0,
+        backend=_backend(meta),
     )
 
 

@@ -54,9 +54,11 @@ def test_attribution_says_how_each_kernel_was_found(shape):
 def test_launch_names_of_runtime_and_driver():
     names = ["cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "cuGraphLaunch_ptsz", "hipGraphLaunch",
              "cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync",
-             "CUDAGraph::replay", "cudaGraphInstantiate", "cudaDeviceSynchronize", "aten::fill_"]
+             "CUDAGraph::replay", "cudaGraphInstantiate", "aten::fill_",
+             "cudaDeviceSynchronize", "cudaStreamSynchronize_v3020", "cuEventSynchronize", "hipDeviceSynchronize",
+             "cudaMemcpy", "hipMemcpyWithStream", "cuMemcpyDtoH_v2"]
     kinds = [HostKind(k) for k in kinds_of(HOST_TABLE, names)]
-    assert kinds == [HostKind.GRAPH_LAUNCH] * 5 + [HostKind.LAUNCH] * 4 + [HostKind.COMPUTE] * 4
+    assert kinds == [HostKind.GRAPH_LAUNCH] * 5 + [HostKind.LAUNCH] * 4 + [HostKind.COMPUTE] * 3 + [HostKind.SYNC] * 7
 
 
 def _replays(tmp_path: Path, **kw) -> Path:
@@ -200,7 +202,7 @@ def test_tiny_graph_kernels_paced_by_the_launch_are_launch_overhead(tmp_path):
     for s in got.ranks[0].steps:
         # [0, 50) Python, [50, 1148.5) launch and kernels, [1148.5, 1298.5) after the sync.
         assert s.buckets_ns == {"compute_serial": 400_000, "comm_wait": 0, "data_stall": 0,
-                                "launch_overhead": 698_500, "other": 200_000}
+                                "launch_overhead": 698_500, "sync_wait": 0, "other": 200_000}
     assert got.dominant == "launch_overhead"
     with pytest.raises(AssertionError, match=r"buckets \{'compute_serial': 0.30.*'launch_overhead': 0.53.*median_gap_us"):
         check_graph_replays(tmp_path, want=400)

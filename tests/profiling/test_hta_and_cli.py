@@ -65,6 +65,7 @@ def test_cli_json_with_hta(capsys):
         "compute_serial",
         "comm_wait",
         "launch_overhead",
+        "sync_wait",
         "data_stall",
         "other",
     ]

@@ -1,0 +1,72 @@
+"""What a trace is a trace of: a GPU run, a CPU-only run, or something the classifier refuses.
+
+A trace without device activity reads as a CPU-only run, so before it is classified as one,
+everything else in it that says a GPU was traced is looked at: runtime calls (the host side of
+launches, copies, syncs), a GPU's own markers (``gpu_user_annotation``, ``ac2g`` flow events)
+and an NCCL process group. Any of them makes it a GPU trace whose device side was lost by the
+profiler (CUPTI) or removed from the file: refused, not misread. A trace with another
+accelerator's activity (categories ``mtia_*``, ``xpu_*``, ``hpu_*``, ``privateuse1_*``) is refused
+naming that accelerator: its device work is in categories this classifier does not read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.errors import TraceFormatError
+from autotune.profiling.kinds import CATEGORY_TABLE, Category, HostKind, first_match
+from autotune.profiling.trace import RankTrace
+
+ACCELERATORS = {"mtia": "MTIA", "xpu": "Intel XPU", "hpu": "Intel Gaudi (HPU)",
+                "privateuse1": "PrivateUse1-backend", "glow": "Glow"}  # fmt: skip
+"""Name of the accelerator of each category prefix of :data:`Category.ACCELERATOR`."""
+
+
+def _of_category(trace: RankTrace, category: Category) -> dict[str, int]:
+    return {c: n for c, n in trace.side_categories.items() if first_match(CATEGORY_TABLE, c) == category}
+
+
+def _describe(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {c}" for c, n in sorted(counts.items()))
+
+
+def check_traced(trace: RankTrace, host_kind: np.ndarray) -> None:
+    """Raise :class:`TraceFormatError` for a trace that is not of a CUDA/ROCm GPU or a CPU."""
+    foreign = _of_category(trace, Category.ACCELERATOR)
+    if foreign:
+        names = sorted({ACCELERATORS.get(c.split("_")[0], c) for c in foreign})
+        raise TraceFormatError(
+            f"{trace.path}: a trace of {' and '.join(names)} accelerator activity ({_describe(foreign)} "
+            "events), whose device work autotune cannot read; it classifies CUDA or ROCm GPU traces "
+            "and CPU-only traces"
+        )
+    if len(trace.device):
+        return
+    runtime = trace.host.category == Category.RUNTIME
+    launches = runtime & np.isin(host_kind, [HostKind.LAUNCH, HostKind.GRAPH_LAUNCH])
+    lost = "the profiler recorded no GPU events (CUPTI): profile again, in a fresh process"
+    if launches.any():
+        raise TraceFormatError(f"{trace.path}: {int(launches.sum())} kernel launches but no device activity; {lost}")
+    if runtime.any():
+        raise TraceFormatError(f"{trace.path}: {int(runtime.sum())} CUDA runtime calls but no device activity; {lost}")
+    markers = _of_category(trace, Category.GPU_SIDE)
+    if markers or "nccl" in (trace.backend or ""):
+        why = f"{_describe(markers)} events" if markers else f"a process group on {trace.backend!r}"
+        raise TraceFormatError(
+            f"{trace.path}: a GPU trace without its device events (it has {why} but no kernel, copy "
+            "or runtime call): they were removed from the file or lost; classify the trace as "
+            "torch.profiler wrote it, with ProfilerActivity.CUDA"
+        )
+
+
+def notes_on(traces: list[RankTrace]) -> tuple[str, ...]:
+    """One line per thing a reader of a result should know about what was traced."""
+    if any(len(t.device) for t in traces):
+        return ()
+    gpus = max((t.device_properties for t in traces), default=0)
+    if gpus == 0:
+        return ()
+    return (
+        f"the profiler saw {gpus} GPU(s) on the machine (deviceProperties) but traced no GPU "
+        "activity: classified as a CPU-only run (profile with ProfilerActivity.CUDA for GPU work)",
+    )
