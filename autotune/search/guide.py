@@ -42,6 +42,9 @@ BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     # there) cost 2 trials to 90 % of the best; on a GPU its remedy (the whole model: 87 ms a step
     # inside a whole-step graph on an H200, 110 ms without) is tried among the remedies anyway
     "compute_serial": ("optimizer", "precision", "compile"),
+    # the host blocked in a synchronising call (.item(), .cpu(), a pageable copy): its remedy is to
+    # remove the sync from the training code, which no knob does; graphs cannot capture a sync at all
+    "sync_wait": (),
     "other": (),
 }
 """Knob groups that address each bucket, in the order they are tried."""

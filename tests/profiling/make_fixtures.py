@@ -5,7 +5,10 @@ Command::
     .venv/bin/python tests/profiling/make_fixtures.py
 
 Every layout below is small enough to classify on paper; the comments give the arithmetic that
-the golden files record. Times are microseconds from the trace's t0.
+the golden files record. Times are microseconds from the trace's t0. The traces under
+data/kineto_2021/ are written in Kineto's 2021 format (:mod:`autotune.profiling.synth2021`,
+following the fields of that time exactly; no real 2021 trace is copied): a training loop with
+the structure of kineto's ResNet-50 samples, its loader in the main process or 4 workers ahead.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.profiling.synth import TraceBuilder
+from autotune.profiling.synth2021 import Kineto2021Builder
 
 DATA = Path(__file__).parent / "data"
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -117,6 +121,84 @@ def cpu_only() -> TraceBuilder:
     return b
 
 
+SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+LOADERS = {0: (SINGLE, 900), 4: (MULTI, 40)}
+"""num_workers -> the loader's span and how long the host waits in it (us): making a batch in
+the main process takes 900 us; with 4 workers a batch is waiting in the queue."""
+CONV, WGRAD = "volta_scudnn_128x64_relu_interior_nn_v1", "wgrad_alg0_engine"
+SGD = "multi_tensor_apply_kernel"
+AUTOGRAD_TID = 4243  # backward ran on the autograd engine's device thread then
+
+
+class _Stream:
+    """One device stream: work starts 4 us after its call returns, once what came before is done."""
+
+    def __init__(self, free: float = 0.0) -> None:
+        self.free = free
+
+    def run(self, after: float, dur: float) -> float:
+        start = max(after + 4, self.free)
+        self.free = start + dur
+        return start
+
+
+def _kernel(b: TraceBuilder, stream: _Stream, name: str, host_ts: float, dur: float, tid=None) -> None:
+    b.launch(name, host_ts, 8, stream.run(host_ts + 8, dur), dur, tid=tid)
+
+
+def _loader_step(b: TraceBuilder, n: int, t: float, workers: int, stream: _Stream) -> float:
+    """One step of the loop; returns when the host ended it.
+
+    The device is behind the host in the backward (150 us kernels launched every 75 us), so
+    when a step ends ~330 us of its kernels are still queued: they hide a 40 us wait on a
+    loader 4 workers ahead, not a 900 us one in the main process.
+    """
+    name, wait = LOADERS[workers]
+    b.annotation(name, t + 5, wait)
+    h = t + wait + 8
+    # batch.to("cuda") from pageable memory: the call returns once the stream reached the copy.
+    start = stream.run(h + 11, 120)
+    b.op("aten::to", h, start + 124 - h)
+    b.op("aten::copy_", h + 2, start + 121 - h)
+    corr = b.runtime("cudaMemcpyAsync", h + 3, start + 120 - (h + 3))
+    b.device_event("Memcpy HtoD (Pageable -> Device)", start, 120, corr, cat="gpu_memcpy")
+    b.runtime("cudaStreamSynchronize", start + 121, 2)
+    h = start + 130
+    for _ in range(4):  # forward: the device keeps up
+        b.op("aten::conv2d", h, 60)
+        _kernel(b, stream, CONV, h + 30, 50)
+        h += 65
+    b.op("aten::nll_loss", h, 20)
+    _kernel(b, stream, SGD, h + 5, 5)
+    h += 25
+    for _ in range(4):  # backward, on the autograd thread: the device falls behind
+        b.op("CudnnConvolutionBackward", h, 70, tid=AUTOGRAD_TID)
+        _kernel(b, stream, WGRAD, h + 40, 150, tid=AUTOGRAD_TID)
+        h += 75
+    b.annotation("Optimizer.step#SGD.step", h, 110)
+    for i in range(4):
+        b.op("aten::add_", h + 5 + 25 * i, 20)
+        _kernel(b, stream, SGD, h + 10 + 25 * i, 20)
+    h += 112
+    b.step(n, t, h - t)
+    return h
+
+
+def loader_run(workers: int, builder: type[TraceBuilder] = Kineto2021Builder) -> TraceBuilder:
+    """Three profiled steps (ProfilerStep#5-7) of the loop, after unprofiled ones: the device is
+    still running step 4's last 300 us of kernels when the trace begins (their correlation ids
+    are below every call in it; launched before the window, they belong to no step)."""
+    b = builder(pid=4242, tid=4242)
+    for i in range(6):
+        b.device_event(WGRAD if i < 2 else SGD, 50 * i, 50, 900 + i)
+    b._corr = 1000
+    stream, t = _Stream(free=300), 0.0
+    for n in (5, 6, 7):
+        t = _loader_step(b, n, t, workers, stream) + 3
+    return b
+
+
 def main() -> None:
     gpu_basic().write(DATA / "gpu_basic.json.gz")
     gpu_graph().write(DATA / "gpu_graph.json.gz")
@@ -125,6 +207,8 @@ def main() -> None:
     for rank in (0, 1):
         two_ranks(rank).write(DATA / "two_ranks" / f"rank{rank}.pt.trace.json.gz")
     cpu_only().write(DATA / "cpu_only.json.gz")
+    for workers in LOADERS:
+        loader_run(workers).write(DATA / "kineto_2021" / f"resnet_workers{workers}.pt.trace.json.gz")
 
 
 if __name__ == "__main__":
