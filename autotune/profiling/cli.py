@@ -15,7 +15,7 @@ _DEFAULTS = ClassifyOptions()
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "classify",
-        help="split each profiled training step into compute, comm, launch, data and other time",
+        help="split each profiled training step into compute, comm, launch, sync, data and other time",
         description="Classify the steps (ProfilerStep#N) of torch.profiler traces. PATH is a "
         "trace (.json or .json.gz) or a folder of per-rank traces of one run.",
     )

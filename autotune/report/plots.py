@@ -25,7 +25,7 @@ from autotune.report.parts import Profile  # noqa: E402
 
 GIB = 2**30
 BUCKET_COLORS = {"compute_serial": "#4e79a7", "comm_wait": "#f28e2b", "launch_overhead": "#e15759",
-                 "data_stall": "#76b7b2", "other": "#bab0ac"}
+                 "sync_wait": "#b07aa1", "data_stall": "#76b7b2", "other": "#bab0ac"}
 
 
 @dataclass

@@ -1,0 +1,82 @@
+"""The command line: the listing of --help matches the commands' modules, and the commands that
+need no torch start without importing it (row 14 of issue 18: ~2 s and ~290 MB before)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import create_trial
+
+from autotune.cli import COMMANDS
+from tests.clirun import ROOT
+
+TRACE = ROOT / "tests" / "profiling" / "data" / "cpu_only.json.gz"
+
+
+def test_the_listing_is_what_the_modules_register():
+    registered: dict[str, str] = {}
+    for module in dict.fromkeys(m for m, _ in COMMANDS.values()):
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        registered |= {a.dest: a.help for a in sub._choices_actions}
+    assert registered == {name: line for name, (_, line) in COMMANDS.items()}
+
+
+def _imported(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run ``python -X importtime -m autotune ARGV``; the modules it imported, from its stderr."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "autotune", *argv], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    modules = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", proc.stderr, re.MULTILINE))
+    return proc, modules
+
+
+def _torch_modules(modules: set[str]) -> set[str]:
+    return {m for m in modules if m == "torch" or m.startswith("torch.")}
+
+
+@pytest.mark.parametrize("argv", [["--help"], [], ["classify", "--help"], ["classify", str(TRACE)],
+                                  ["classify", str(TRACE), "--json"]], ids=lambda a: " ".join(a)[:20] or "bare")
+def test_help_and_classify_do_not_import_torch(argv):
+    proc, modules = _imported(*argv)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "autotune.cli" in modules and not _torch_modules(modules)
+
+
+def test_report_does_not_import_torch(tmp_path):
+    """A run folder with one finished trial (made with optuna here; no training needed)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(run / "study.journal")))
+    study = optuna.create_study(study_name="w-tiny-quick", storage=storage, direction="maximize")
+    study.add_trial(create_trial(params={"optimizer.impl": "foreach"}, value=12.5,
+                                 distributions={"optimizer.impl": CategoricalDistribution(["foreach", "fused"])},
+                                 user_attrs={"stock": True, "buckets": json.dumps({"compute_serial": 1.0})}))  # fmt: skip
+    proc, modules = _imported("report", str(run), "--out", str(tmp_path / "r.html"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "r.html").is_file()
+    assert "autotune.report.model" in modules and not _torch_modules(modules)
+
+
+def test_a_command_that_trains_still_imports_torch():
+    """The check above can fail: ``inspect`` needs the model, and so torch."""
+    proc, modules = _imported("inspect", "--list")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "torch" in _torch_modules(modules)
+
+
+def test_the_console_script_is_the_same_entry_point():
+    script = Path(sys.executable).with_name("autotune")
+    if not script.exists():
+        pytest.skip("the autotune console script is not installed (pip install -e .)")
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "classify" in proc.stdout and "sync" in proc.stdout
+    assert "autotune.cli:main" in (ROOT / "pyproject.toml").read_text()
