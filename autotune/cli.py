@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import signal
 import sys
 import threading
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except AutotuneError as exc:
         if args.debug:
             raise
-        print(f"autotune: error: {exc}", file=sys.stderr)
+        print(f"autotune: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
@@ -80,6 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def one_line(message: str) -> str:
+    """A message on one line: a library's text inside it (pyarrow's, a YAML parser's) may hold
+    line breaks, and a user error is one line."""
+    flat = re.sub(r"\s*\n\s*", " ", message.strip())
+    return re.sub(r" ([)\]}])", r"\1", flat)
 
 
 def _exit_on_sigterm():

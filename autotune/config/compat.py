@@ -95,6 +95,12 @@ def check_compatible(cfg: TrainConfig, machine: Machine, regions: tuple[str, ...
         for name in names:
             if name not in known:
                 raise IncompatibleConfigError(f"{key}: {name!r} is not a region of workload {cfg.workload!r}; allowed: {sorted(known)}")
+    check_machine(cfg, machine)
+
+
+def check_machine(cfg: TrainConfig, machine: Machine) -> None:
+    """The rules that need only the machine: checked before a workload named ``module:Class`` is
+    imported, so that a configuration that cannot run here never runs that module's code."""
     for key, predicate, reason in RULES:
         if predicate(cfg, machine):
             raise IncompatibleConfigError(f"{key}: refused: {reason}")

@@ -17,21 +17,70 @@ T = TypeVar("T")
 
 
 def read_yaml(path: str | os.PathLike) -> Any:
-    """Parse a YAML file; a missing file or a syntax error names the file."""
+    """Parse a YAML file strictly; every problem is one line naming the file.
+
+    Refused: a missing or unreadable file, bytes that are not UTF-8 text (a binary file), a file
+    with no YAML document (empty, or only comments: never "all defaults" by accident), a syntax
+    error, and a key given twice in one mapping (PyYAML would keep the last one silently).
+    """
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (byte {exc.start} is not UTF-8); expected YAML text") from None
+    data = _parse(text, path)
+    if data is _EMPTY:
+        raise ConfigError(f"{path}: the file is empty (no YAML document in it); expected a mapping of keys")
+    return data
+
+
+_EMPTY = object()
+
+
+def _parse(text: str, path: Path) -> Any:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return _EMPTY
+        _check_unique_keys(node, path, "", set())
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    finally:
+        loader.dispose()
+
+
+def _check_unique_keys(node: yaml.Node, path: Path, prefix: str, seen: set[int]) -> None:
+    """Walk the composed document: a mapping may not give one key twice (merge keys ``<<`` may
+    be overridden, as YAML allows). Keys are named dotted from the top, like every config error."""
+    if id(node) in seen:  # an alias of a node already checked (or of one of its parents)
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            name = f"{prefix}.{key.value}" if prefix else str(key.value)
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in lines:
+                    raise ConfigError(f"{path}: {name}: duplicate key at line {key.start_mark.line + 1} "
+                                      f"(first at line {lines[key.tag, key.value]}); a key may appear once")  # fmt: skip
+                lines[key.tag, key.value] = key.start_mark.line + 1
+            _check_unique_keys(value, path, name, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(item, path, f"{prefix}[{i}]", seen)
 
 
 def load_config(path: str | os.PathLike, cls: type[T] = TrainConfig) -> T:  # type: ignore[assignment]

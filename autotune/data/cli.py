@@ -7,10 +7,12 @@ python -m autotune data check /tmp/ds
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from autotune.data.check import check_dataset, render_summary
 from autotune.data.content import EMBODIMENTS
 from autotune.data.make import MakeSpec, make_dataset
+from autotune.errors import DataError
 
 
 def register(subparsers) -> None:
@@ -47,12 +49,26 @@ def register(subparsers) -> None:
     check.set_defaults(func=_check)
 
 
+def _check_target(path: Path) -> None:
+    """DIR must be a folder to create (or, with --force, a folder to replace): never a file."""
+    if path.exists() and not path.is_dir():
+        raise DataError(f"{path}: is a file, not a folder; give a folder for the dataset (--force replaces "
+                        "a dataset folder, never a file)")  # fmt: skip
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise DataError(f"{path}: {parent} is a file, not a folder; the dataset folder cannot be made inside it")
+
+
 def _make(args: argparse.Namespace) -> int:
     spec = MakeSpec(
         episodes=args.episodes, views=args.views, size=args.size, seed=args.seed, frames=args.frames,
         fps=args.fps, embodiment=args.embodiment, embodiment_id=args.embodiment_id,
     )  # fmt: skip
-    root = make_dataset(args.dir, spec, force=args.force)
+    _check_target(Path(args.dir))
+    try:
+        root = make_dataset(args.dir, spec, force=args.force)
+    except OSError as exc:  # a full disk, a read-only or foreign folder: the folder is left as it was
+        raise DataError(f"{exc.filename or args.dir}: cannot write the dataset ({exc.strerror or exc})") from None
     print(render_summary(check_dataset(root)).replace("OK ", "made ", 1))
     return 0
 

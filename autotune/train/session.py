@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import torch
 
 from autotune.config import TrainConfig
-from autotune.config.compat import Machine, check_compatible
+from autotune.config.compat import Machine, check_compatible, check_machine
 from autotune.train import distributed, graphs, knobs, optim, precision
 from autotune.workloads import Batch, get_workload
 
@@ -34,11 +34,13 @@ class Session:
     def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world_size
         self.load_times: list[float] = []  # seconds each host batch took in its worker (see batches)
+        machine = Machine.current(world_size)
+        check_machine(cfg, machine)  # before the workload's module (module:Class) is imported
         self.workload = get_workload(cfg.workload)
         self.workload.check_preset(cfg.preset)
         self.device = resolve_device(cfg, local_rank)
         model = self.workload.build_model(cfg.preset, "meta")
-        check_compatible(cfg, Machine.current(world_size), tuple(self.workload.regions(model)))
+        check_compatible(cfg, machine, tuple(self.workload.regions(model)))
         del model
 
         torch.manual_seed(cfg.seed)  # same initial weights on every rank and in every configuration

@@ -1,0 +1,126 @@
+"""Bad configuration, space and dataset paths through the real command line (issue 18, rows 8,
+10 and 13): one line naming the file, key or event, a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from autotune.cli import main
+from autotune.config import read_yaml
+from autotune.data import MakeSpec, make_dataset
+from autotune.errors import ConfigError
+from tests.clirun import autotune, one_line_error
+
+LOUD = "tests.config.loud:Workload"
+BINARY = bytes(range(128, 256)) * 2 + b"\x00\xff"  # what `head -c 300 /dev/urandom` gives: not UTF-8
+
+
+def test_a_binary_config_file_is_one_line(tmp_path):
+    (tmp_path / "b.yaml").write_bytes(BINARY)
+    line = one_line_error(autotune("train", "--config", tmp_path / "b.yaml"))
+    assert line == f"autotune: error: {tmp_path / 'b.yaml'}: not a text file (byte 0 is not UTF-8); expected YAML text"
+
+
+def test_a_binary_space_file_is_one_line(tmp_path):
+    (tmp_path / "b.yaml").write_bytes(BINARY)
+    line = one_line_error(autotune("run", "--space", tmp_path / "b.yaml", "--out", tmp_path / "run"))
+    assert f"{tmp_path / 'b.yaml'}: not a text file" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# best.yaml, to be filled in\n"], ids=["empty", "blank", "comment"])
+def test_an_empty_config_file_is_refused_not_read_as_defaults(tmp_path, text):
+    (tmp_path / "e.yaml").write_text(text)
+    line = one_line_error(autotune("train", "--config", tmp_path / "e.yaml"))
+    assert line == (f"autotune: error: {tmp_path / 'e.yaml'}: the file is empty (no YAML document in it); "
+                    "expected a mapping of keys")
+
+
+def test_an_explicit_empty_mapping_is_still_the_defaults(tmp_path):
+    (tmp_path / "d.yaml").write_text("{}\n")
+    assert read_yaml(tmp_path / "d.yaml") == {}
+
+
+def test_a_duplicate_key_in_a_space_file_names_the_key(tmp_path):
+    space = tmp_path / "dup.yaml"
+    space.write_text("knobs:\n"
+                     "  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n"
+                     "  data.num_workers: {type: int, low: 0, high: 2, group: data}\n"
+                     "  optimizer.impl: {type: categorical, choices: [fused], group: optimizer}\n")  # fmt: skip
+    line = one_line_error(autotune("run", "--space", space, "--out", tmp_path / "run"))
+    assert line == (f"autotune: error: {space}: knobs.optimizer.impl: duplicate key at line 4 (first at line 2); "
+                    "a key may appear once")
+
+
+def test_a_duplicate_key_in_a_config_file_names_the_key(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("preset: tiny\nddp:\n  bucket_cap_mb: 25\n  static_graph: true\n  bucket_cap_mb: 50\n")
+    line = one_line_error(autotune("train", "--config", cfg))
+    assert line.endswith(f"{cfg}: ddp.bucket_cap_mb: duplicate key at line 5 (first at line 3); a key may appear once")
+
+
+@pytest.mark.parametrize("text", ["a: {x: 1, x: 2}\n", "a:\n- {x: 1, x: 2}\n", '"1": a\n1: b\n"1": c\n'])
+def test_duplicates_anywhere_are_found_and_merges_may_override(tmp_path, text):
+    (tmp_path / "d.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"d\.yaml: .*duplicate key"):
+        read_yaml(tmp_path / "d.yaml")
+    (tmp_path / "m.yaml").write_text("base: &b {x: 1, y: 2}\nderived:\n  <<: *b\n  x: 3\n")
+    assert read_yaml(tmp_path / "m.yaml") == {"base": {"x": 1, "y": 2}, "derived": {"x": 3, "y": 2}}
+
+
+def test_data_make_on_a_file_is_one_line_and_keeps_the_file(tmp_path, capsys):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    make = ["data", "make", str(target), "--episodes", "1", "--size", "32", "--frames", "4"]
+    line = one_line_error(autotune(*make))
+    assert line.startswith(f"autotune: error: {target}: is a file, not a folder")
+    # the same checks in this process (no second interpreter): --force never deletes a file
+    assert main([*make, "--force"]) == 2
+    make[2] = str(target / "ds")
+    assert main(make) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"autotune: error: {target}: is a file, not a folder; give a folder for the dataset (--force "
+                   "replaces a dataset folder, never a file)",
+                   f"autotune: error: {target / 'ds'}: {target} is a file, not a folder; the dataset folder cannot "
+                   "be made inside it"]  # fmt: skip
+    assert target.read_text() == "mine\n"
+
+
+def test_a_corrupt_parquet_is_one_line(tmp_path):
+    root = make_dataset(tmp_path / "ds", MakeSpec(episodes=1, views=1, size=32, seed=0, frames=4))
+    path = root / "data/chunk-000/episode_000000.parquet"
+    assert pq.read_table(path).num_rows == 4
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2: len(raw) // 2 + 40] = b"x" * 40  # the footer's metadata (thrift) is broken
+    path.write_bytes(bytes(raw))
+    line = one_line_error(autotune("data", "check", root))
+    assert line.startswith(f"autotune: error: {path}: not a readable parquet file (")
+
+
+def _config(tmp_path, text):
+    path = tmp_path / "w.yaml"
+    path.write_text(f"workload: {LOUD!r}\npreset: tiny\ndevice: cpu\n{text}")
+    return path
+
+
+def test_a_module_workload_is_imported_only_after_the_file_is_validated(tmp_path):
+    line = one_line_error(autotune("train", "--config", _config(tmp_path, "batch_size: 0\n")))
+    assert line.endswith("w.yaml: batch_size: 0 is out of range; allowed: an integer >= 1")
+    line = one_line_error(autotune("train", "--config", _config(tmp_path, "graphs: {mode: step}\n")))
+    assert line == "autotune: error: graphs.mode: refused: CUDA graphs need a CUDA device"
+    # a valid file reaches the module (so the lines above would have shown its import)
+    proc = autotune("train", "--config", _config(tmp_path, "batch_size: 2\n"), "--steps", "1", "--warmup", "0",
+                    "--synthetic")  # fmt: skip
+    assert "tests.config.loud was imported" in one_line_error(proc)
+
+
+@pytest.mark.skipif(os.geteuid() == 0 or shutil.which("chmod") is None, reason="root reads every file")
+def test_an_unreadable_config_is_one_line(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("preset: tiny\n")
+    cfg.chmod(0)
+    assert "cannot be read" in one_line_error(autotune("train", "--config", cfg))
