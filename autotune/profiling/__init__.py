@@ -3,7 +3,7 @@
 * :func:`profile_window` runs a window of steps under ``torch.profiler`` and writes one gzipped
   Chrome trace per rank, with the profiler's overhead measured in the same run.
 * :func:`classify` splits each step of each rank into compute, exposed communication, launch
-  overhead, data stall and other time (``python -m autotune classify PATH``).
+  overhead, sync wait, data stall and other time (``python -m autotune classify PATH``).
 * :func:`compare_with_hta` cross-checks the classifier against HTA's temporal breakdown.
 """
 

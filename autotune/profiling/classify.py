@@ -1,4 +1,4 @@
-"""Where each training step's time goes: five buckets that add up to the step time.
+"""Where each training step's time goes: six buckets that add up to the step time.
 
 Command::
 
@@ -54,6 +54,7 @@ Buckets on CPU-only traces (the CPU analogues)
 ----------------------------------------------
 Without a device, the "device" is the arithmetic inside operators, and its "launch" is the
 framework work around it: Python between operators, the dispatcher, autograd bookkeeping.
+Nothing synchronises with a device there: ``sync_wait`` is 0.
 
 1. ``compute_serial``: the innermost operator on some thread is a compute operator (not a view,
    allocation or wrapper; see :data:`kinds.HOST_TABLE`), excluding the first
