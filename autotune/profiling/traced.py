@@ -6,7 +6,9 @@ launches, copies, syncs), a GPU's own markers (``gpu_user_annotation``, ``ac2g``
 and an NCCL process group. Any of them makes it a GPU trace whose device side was lost by the
 profiler (CUPTI) or removed from the file: refused, not misread. A trace with another
 accelerator's activity (categories ``mtia_*``, ``xpu_*``, ``hpu_*``, ``privateuse1_*``) is refused
-naming that accelerator: its device work is in categories this classifier does not read.
+naming that accelerator: its device work is in categories this classifier does not read. So is
+a trace of CUPTI's range profiler (``cuda_profiler_range`` events: hardware counters per kernel,
+each kernel replayed on its own), whose times are not those of a training step.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ def check_traced(trace: RankTrace, host_kind: np.ndarray) -> None:
             f"{trace.path}: a trace of {' and '.join(names)} accelerator activity ({_describe(foreign)} "
             "events), whose device work autotune cannot read; it classifies CUDA or ROCm GPU traces "
             "and CPU-only traces"
+        )
+    ranges = trace.side_categories.get("cuda_profiler_range", 0)
+    if ranges:
+        raise TraceFormatError(
+            f"{trace.path}: a trace of CUPTI's range profiler ({ranges} cuda_profiler_range events: counters "
+            "per kernel, each replayed alone), not a timeline of the steps; profile without "
+            "experimental_config's profiler_metrics"
         )
     if len(trace.device):
         return

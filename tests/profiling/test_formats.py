@@ -76,6 +76,13 @@ def test_an_mtia_trace_is_refused_naming_the_accelerator(tmp_path):
     assert "MTIA accelerator" in line and "CUDA or ROCm GPU traces and CPU-only traces" in line
 
 
+def test_a_range_profiler_trace_is_refused(tmp_path):
+    b = gpu_basic()
+    b._x("cuda_profiler_range", "gemm", 30, 30, 0, 0, {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 9})
+    with pytest.raises(TraceFormatError, match=r"r\.json: a trace of CUPTI's range profiler \(1 cuda_profiler_range"):
+        classify(b.write(tmp_path / "r.json"))
+
+
 def _stripped(tmp_path: Path, drop: set[str], **meta) -> Path:
     """gpu_basic's events less the categories in ``drop``."""
     doc = gpu_basic().to_dict()
