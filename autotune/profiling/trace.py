@@ -98,8 +98,8 @@ class _Columns:
     def add(self, ev: dict) -> None:
         cat = ev.get("cat")
         code = self.cats.get(cat)
-        if code is None:
-            code = self.cats[cat] = first_match(CATEGORY_TABLE, str(cat))
+        if code is None:  # a plain int: hashing an IntEnum member calls Python code, per event
+            code = self.cats[cat] = int(first_match(CATEGORY_TABLE, str(cat)))
         if code in _NOT_READ:
             if code != Category.IGNORED:
                 self.side[cat] = self.side.get(cat, 0) + 1
@@ -163,7 +163,7 @@ class _Columns:
 
 
 # Categories whose events are not kept as columns (some are counted, see Columns.side).
-_NOT_READ = frozenset({Category.IGNORED, Category.GPU_SIDE, Category.ACCELERATOR})
+_NOT_READ = frozenset(int(c) for c in (Category.IGNORED, Category.GPU_SIDE, Category.ACCELERATOR))
 
 
 class _Reader:
