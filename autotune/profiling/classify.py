@@ -186,11 +186,12 @@ def _paint_steps(steps: _Steps, layers: Layers) -> list[StepResult]:
     results = []
     named = layers.in_priority_order()
     order = [layer for _, layer in named]
+    claims = [bucket for bucket, _ in named] + [REST]  # a bucket may claim at two priorities
     for i in range(len(steps.start)):
         lo, hi = int(steps.start[i]), int(steps.end[i])
         times = iv.paint(order, lo, hi)
         buckets = dict.fromkeys(BUCKETS, 0)
-        for bucket, t in zip([b for b, _ in named] + [REST], times):
+        for bucket, t in zip(claims, times):
             buckets[bucket] += int(t)
         results.append(
             StepResult(
