@@ -44,7 +44,7 @@ outermost operator it was made in), so that a ``sync_wait`` says which sync to r
 What a trace is
 ---------------
 A GPU trace has device activity (kernels, copies, sets). A trace without any is classified as a
-CPU-only run only if nothing in it says a GPU was traced: runtime calls, a GPU's own markers
+CPU-only run only if nothing in it says a GPU was traced: launches, a GPU's own markers
 (``gpu_user_annotation``, ``ac2g`` flows) or an NCCL process group make it a GPU trace whose
 device side was lost or removed, which is refused. A trace of another accelerator (MTIA, XPU,
 HPU, ... activity) is refused, naming it. A CPU-only trace of a machine with GPUs

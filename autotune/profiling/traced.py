@@ -1,10 +1,12 @@
 """What a trace is a trace of: a GPU run, a CPU-only run, or something the classifier refuses.
 
 A trace without device activity reads as a CPU-only run, so before it is classified as one,
-everything else in it that says a GPU was traced is looked at: runtime calls (the host side of
-launches, copies, syncs), a GPU's own markers (``gpu_user_annotation``, ``ac2g`` flow events)
-and an NCCL process group. Any of them makes it a GPU trace whose device side was lost by the
-profiler (CUPTI) or removed from the file: refused, not misread. A trace with another
+everything else in it that says a GPU was traced is looked at: launches (the host side of
+kernels, copies and sets put on a stream), a GPU's own markers (``gpu_user_annotation``,
+``ac2g`` flow events) and an NCCL process group. Any of them makes it a GPU trace whose device
+side was lost by the profiler (CUPTI) or removed from the file: refused, not misread. Other
+runtime calls alone (``cudaGetDevice``, a ``cudaDeviceSynchronize`` with nothing to wait for)
+are what a CPU run on a GPU machine records: classified, with a note. A trace with another
 accelerator's activity (categories ``mtia_*``, ``xpu_*``, ``hpu_*``, ``privateuse1_*``) is refused
 naming that accelerator: its device work is in categories this classifier does not read. So is
 a trace of CUPTI's range profiler (``cuda_profiler_range`` events: hardware counters per kernel,
@@ -56,8 +58,6 @@ def check_traced(trace: RankTrace, host_kind: np.ndarray) -> None:
     lost = "the profiler recorded no GPU events (CUPTI): profile again, in a fresh process"
     if launches.any():
         raise TraceFormatError(f"{trace.path}: {int(launches.sum())} kernel launches but no device activity; {lost}")
-    if runtime.any():
-        raise TraceFormatError(f"{trace.path}: {int(runtime.sum())} CUDA runtime calls but no device activity; {lost}")
     markers = _of_category(trace, Category.GPU_SIDE)
     if markers or "nccl" in (trace.backend or ""):
         why = f"{_describe(markers)} events" if markers else f"a process group on {trace.backend!r}"
@@ -73,9 +73,11 @@ def notes_on(traces: list[RankTrace]) -> tuple[str, ...]:
     if any(len(t.device) for t in traces):
         return ()
     gpus = max((t.device_properties for t in traces), default=0)
-    if gpus == 0:
+    calls = sum(int((t.host.category == Category.RUNTIME).sum()) for t in traces)
+    if gpus == 0 and calls == 0:
         return ()
+    seen = f"saw {gpus} GPU(s) on the machine (deviceProperties)" if gpus else f"recorded {calls} CUDA runtime calls"
     return (
-        f"the profiler saw {gpus} GPU(s) on the machine (deviceProperties) but traced no GPU "
-        "activity: classified as a CPU-only run (profile with ProfilerActivity.CUDA for GPU work)",
+        f"the profiler {seen} but traced no GPU activity: classified as a CPU-only run (profile "
+        "with ProfilerActivity.CUDA for GPU work)",
     )

@@ -118,6 +118,17 @@ def test_a_cpu_trace_of_a_gpu_machine_says_so(tmp_path):
     assert proc.returncode == 0 and "note: the profiler saw 2 GPU(s)" in proc.stdout
 
 
+def test_runtime_calls_without_launches_are_a_cpu_run_with_a_note(tmp_path):
+    """A CPU model on a GPU machine: the profiler records a device query and a sync with nothing to wait for."""
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.op("aten::mm", 10, 50)
+    b.runtime("cudaGetDeviceCount", 2, 1)
+    b.runtime("cudaDeviceSynchronize", 80, 2)
+    got = classify(b.write(tmp_path / "cpu.json"))
+    assert got.device == "cpu" and got.notes[0].startswith("the profiler recorded 2 CUDA runtime calls but traced no GPU")
+
+
 def test_classify_refuses_a_negative_duration_naming_the_event(tmp_path):
     b = TraceBuilder()
     b.step(1, 0, 100)
