@@ -48,14 +48,14 @@ class Kineto2021Builder(TraceBuilder):
             return {}
         ev = {"ph": "X", "cat": CATEGORIES[cat], "name": name, "pid": pid, "tid": self._tid(cat, tid)}
         ev["ts"], ev["dur"] = round(self.t0 + ts), round(dur)
-        ev["args"] = self._args(cat, name, ev["ts"], args or {})
+        ev["args"] = self._args(cat, name, ev["ts"], ev["dur"], args or {})
         self.events.append(ev)
         return ev
 
     def _tid(self, cat: str, tid) -> str:
         return f"stream {tid}" if CATEGORIES[cat] in ("Kernel", "Memcpy", "Memset") else str(tid)
 
-    def _args(self, cat: str, name: str, ts: int, args: dict) -> dict:
+    def _args(self, cat: str, name: str, ts: int, dur: int, args: dict) -> dict:
         corr = args.get("correlation")
         if cat in ("cpu_op", "user_annotation"):
             self._ext, self._ext_ts = len(self.events) + 1, ts
@@ -63,20 +63,23 @@ class Kineto2021Builder(TraceBuilder):
         if cat == "cuda_runtime":
             self._ext_of_corr[corr] = self._ext
             return {"cbid": CBID.get(name, 211), "correlation": corr, "external id": self._ext, "external ts": self._ext_ts}
-        out = {"device": self.device, "context": 1, "stream": args["stream"]}
+        out: dict[str, Any] = {"queued": 0} if cat == "kernel" else {}
+        out.update({"device": self.device, "context": 1, "stream": args["stream"]})
         if corr is not None:
             out.update({"correlation": corr, "external id": self._ext_of_corr.get(corr, 0)})
         if cat == "kernel":
-            out.update({"registers per thread": 32, "shared memory": 0, "grid": [80, 1, 1], "block": [256, 1, 1]})
+            out.update({"registers per thread": 32, "shared memory": 0, "blocks per SM": 1.0, "warps per SM": 8.0,
+                        "grid": [80, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 12})  # fmt: skip
         else:
-            out["bytes"] = 4096
+            size = 6000 * max(dur, 1)  # bytes moved at 6 GB/s, a pageable copy's rate
+            out.update({"bytes": size, "memory bandwidth (GB/s)": size / max(dur, 1) / 1e3})
         return out
 
     def flow(self, corr: int, host_ts: float, device_ts: float, stream: int = 7) -> None:
-        base = {"id": corr, "cat": "async", "name": "launch"}
-        self.events.append({"ph": "s", **base, "pid": self.pid, "tid": self.tid, "ts": round(self.t0 + host_ts)})
-        self.events.append({"ph": "f", **base, "pid": self.device, "tid": f"stream {stream}",
-                            "ts": round(self.t0 + device_ts), "bp": "e"})  # fmt: skip
+        self.events.append({"ph": "f", "id": corr, "pid": self.device, "tid": f"stream {stream}",
+                            "ts": round(self.t0 + device_ts), "cat": "async", "name": "launch", "bp": "e"})
+        self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.tid, "ts": round(self.t0 + host_ts),
+                            "cat": "async", "name": "launch"})  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         t0 = round(self.t0)
@@ -88,6 +91,9 @@ class Kineto2021Builder(TraceBuilder):
             {"name": "process_labels", "ph": "M", "ts": t0, "pid": self.device, "tid": 0,
              "args": {"labels": f"GPU {self.device}"}},
         ]  # fmt: skip
+        threads = sorted({e["tid"] for e in self.events if e.get("cat") in ("Operator", "Runtime")})
+        meta += [{"name": "thread_name", "ph": "M", "ts": t0, "pid": self.pid, "tid": tid,
+                  "args": {"name": f"thread {tid} (python)"}} for tid in threads]  # fmt: skip
         span = {"ph": "X", "cat": "Trace", "ts": t0, "dur": end - t0, "pid": "Traces", "tid": "PyTorch Profiler",
                 "name": "PyTorch Profiler (0)", "args": {"Op count": 0}}  # fmt: skip
         return {**self.meta, "traceEvents": [*meta, *self.events, span]}

@@ -163,6 +163,7 @@ def _loader_step(b: TraceBuilder, n: int, t: float, workers: int, stream: _Strea
     b.op("aten::copy_", h + 2, start + 121 - h)
     corr = b.runtime("cudaMemcpyAsync", h + 3, start + 120 - (h + 3))
     b.device_event("Memcpy HtoD (Pageable -> Device)", start, 120, corr, cat="gpu_memcpy")
+    b.flow(corr, h + 3, start)
     b.runtime("cudaStreamSynchronize", start + 121, 2)
     h = start + 130
     for _ in range(4):  # forward: the device keeps up
