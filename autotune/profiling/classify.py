@@ -82,7 +82,6 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import median
 
 import numpy as np
 
@@ -105,6 +104,7 @@ from autotune.profiling.result import (
     RankResult,
     StepResult,
     Straggler,
+    median,
 )
 from autotune.profiling.sync import blocking_calls, sync_sites, top_sites
 from autotune.profiling.trace import RankTrace, load_traces

@@ -20,7 +20,6 @@ keeps Kineto's nanosecond timestamps. Traces without device events are reported 
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import warnings
@@ -104,6 +103,8 @@ def ours_for_rank(trace: RankTrace) -> dict[str, float]:
 
 
 def _hta_values(trace_files: dict[int, str], trace_dir: str) -> dict[int, dict[str, float]]:
+    import logging  # here, with HTA: `autotune classify` without --hta does not pay for it
+
     os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
     logging.getLogger("hta").setLevel(logging.ERROR)
     from hta.trace_analysis import TraceAnalysis
