@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from autotune.train.record import LoaderRate, Measurement, Memory, ProfileSummary, StepTimes, TrialRecord
+from autotune.train.record import (
+    LoaderRate,
+    Measurement,
+    Memory,
+    ProfileSummary,
+    StepTimes,
+    TrialRecord,
+)
 
 
 def measurement(samples_per_s: float = 10.0, *, peak: int = 2**30, window: float | None = None, bound: bool = False,
