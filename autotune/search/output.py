@@ -54,10 +54,11 @@ def write_parity(opts: StudyOptions, study: optuna.Study) -> dict[str, Any] | No
     from autotune.train.verify import compare, tolerance_for
 
     best, stock = best_trial(study), stock_trial(study)
-    ran, ref = (measurement_of(best), measurement_of(stock)) if best is not None and stock is not None else (None, None)
-    if ran is None or ref is None or not ran.losses or not ref.losses:
+    best_m = measurement_of(best) if best is not None else None
+    stock_m = measurement_of(stock) if stock is not None else None
+    if best_m is None or stock_m is None or not best_m.losses or not stock_m.losses:
         return None
-    result = compare(ref, ran, tolerance_for(config_of(opts, best))).to_dict()
+    result = compare(stock_m, best_m, tolerance_for(config_of(opts, best))).to_dict()
     result.update({"stock_trial": stock.number, "trial": best.number})
     write_text_atomic(opts.out / "parity.json", json.dumps(result, indent=1))
     return result

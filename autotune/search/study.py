@@ -248,7 +248,7 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
 def tell_record(trial: optuna.Trial, record: TrialRecord, opts: StudyOptions, profile_dir: Path, *,
                 budget_s: float | None = None) -> tuple[TrialState, float | None]:
     """Store the run's record in the trial; the trial's state and value (see the module docstring).
-    ``budget_s``: the run's timeout was the time left of the budget (its timeout is then ``budget``)."""
+    ``budget_s``: the run's timeout was the time left of ``--time-budget``: a timeout is then ``budget``."""
     failure = record.failure
     if failure is None:
         assert record.measurement is not None, "a run without a failure has a measurement"
