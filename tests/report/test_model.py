@@ -210,7 +210,8 @@ def test_a_loader_bound_trial_shows_what_its_window_ran_at(tmp_path):
                      user_attrs=attrs_of(measured(230.0, peak=1)))
     assert trial_row(t, tmp_path, stock=False, best=True, pareto=False).window_samples_per_s is None
     # a trial of a study written before the record: its flat attributes read the same
-    old = {"samples_per_s": 230.0, "window_samples_per_s": 652.0, "loader_bound": True, "peak_memory_bytes": 1}
+    old = {"samples_per_s": 230.0, "window_samples_per_s": 652.0, "loader_bound": True, "peak_memory_bytes": 1, "mfu": 0.1,
+           "constraint": -0.5}
     t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=old)
     assert trial_row(t, tmp_path, stock=False, best=True, pareto=False) == row
 
