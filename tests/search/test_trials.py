@@ -102,18 +102,3 @@ def test_a_study_of_the_flat_attributes_reads_as_records():
     assert record_of(study.trials[9]) is None  # waiting: nothing measured
     assert sum(buckets_of(stock).values()) == pytest.approx(1.0) and record_of(stock).profile.dominant == "data_stall"
 
-
-def _imports(module: str) -> set[str]:
-    import ast
-    import importlib.util
-
-    tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
-    found = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    return found | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-
-
-def test_the_layers_import_one_way():
-    """The record is below the search and the report; the guide and the trials never import the study."""
-    assert {m for m in _imports("autotune.train.record") if m.startswith("autotune")} <= {"autotune.config", "autotune.errors"}
-    for module in ("autotune.search.guide", "autotune.search.trials"):
-        assert not {m for m in _imports(module) if m.startswith(("autotune.search.study", "autotune.report"))}, module
