@@ -21,12 +21,17 @@ LOWER = ("autotune.config", "autotune.profiling", "autotune.data")
 """Layers below the training runner and the workloads: the configuration tree, the profiler and
 classifier, and the generic LeRobot data layer."""
 UPPER = ("autotune.train", "autotune.search", "autotune.report", "autotune.workloads.gr00t_n16")
-ACYCLIC = ("autotune.config", "autotune.data", "autotune.profiling", "autotune.train", "autotune.workloads")
+ACYCLIC = ("autotune.config", "autotune.data", "autotune.profiling", "autotune.train", "autotune.workloads",
+           "autotune.search", "autotune.report")
 """Subpackages none of whose modules may sit on an import cycle."""
 ONE_WAY = [
     ("autotune.data", "autotune.workloads.gr00t_n16"),
     ("autotune.train.profile_run", "autotune.train.runner"),
     ("autotune.config", "autotune.train"),
+    ("autotune.search.guide", "autotune.search.study"),
+    ("autotune.search.trials", "autotune.search.study"),
+    ("autotune.train.record", "autotune.search"),  # the trial record is read by the search and the report
+    ("autotune.train.record", "autotune.report"),
 ]
 
 

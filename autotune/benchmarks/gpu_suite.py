@@ -23,7 +23,8 @@ on one batch already on the GPU, eager steps (no data path).
 
 The JSON (``--json``, or ``OUT/suite-<nproc>.json`` with ``--out``) and a markdown twin
 (``.md``) are rewritten after every row, so a run cut short keeps what it measured; the
-markdown table is printed last.
+markdown table is printed last. Each row of ``runs`` holds the run's record
+(``"record"``: :class:`autotune.train.record.TrialRecord`) beside the row's own fields.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from autotune.benchmarks.suite_configs import CONFIGS, Entry, SuiteSettings, res
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.errors import AutotuneError
 from autotune.train.launch import launch
+from autotune.train.record import TrialRecord
 from autotune.train.verify import compare, tolerance_for
 
 DEFAULT_CONFIGS = ["stock", "step_graph", "region_graph", "precision_fp16_frozen"]
@@ -104,24 +106,26 @@ def _log_tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
 
-def measure_row(entry: Entry, args: argparse.Namespace, stock: dict | None) -> dict[str, Any]:
-    """Train one row in fresh processes; its parity against ``stock`` when that run succeeded."""
+def measure_row(entry: Entry, args: argparse.Namespace, stock: TrialRecord | None) -> tuple[TrialRecord, dict[str, Any]]:
+    """Train one row in fresh processes: its record, and the row (with its parity against
+    ``stock`` when both runs were measured)."""
     t0 = time.time()
+    res: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="autotune-suite-") as tmp:
         log = Path(tmp) / "run.log"
-        res = launch(entry.config, steps=args.steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout,
-                     log_path=log)
-        if "error" in res:
+        record = launch(entry.config, steps=args.steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout,
+                        log_path=log)
+        if record.failure is not None:
             res["log_tail"] = _log_tail(log)
     res["elapsed_s"] = time.time() - t0
-    res.pop("config", None)
     res.update(entry.describe())
-    if entry.name != "stock" and "error" not in res and stock is not None and "error" not in stock:
-        parity = compare(stock, res, tolerance_for(entry.config)).to_dict()
+    res["record"] = record.to_dict()
+    if entry.name != "stock" and record.measurement is not None and stock is not None and stock.measurement is not None:
+        parity = compare(stock.measurement, record.measurement, tolerance_for(entry.config)).to_dict()
         for k in ("stock_losses", "losses", "stock_grad_norms", "grad_norms"):
             parity.pop(k)
         res["parity"] = parity
-    return res
+    return record, res
 
 
 def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
@@ -132,9 +136,9 @@ def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[st
     res = launch(entry.config, steps=args.profile_steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout,
                  log_path=log, profile_out=folder.resolve())
     summary_path = folder / "classification.summary"
-    if "error" in res or not summary_path.exists():
-        out = {"error": res.get("error", f"no {summary_path.name} written"), "reason": res.get("reason", "error"),
-               "log_tail": _log_tail(log)}
+    if res.failure is not None or not summary_path.exists():
+        error, reason = (res.failure.error, res.failure.reason) if res.failure else (f"no {summary_path.name} written", "error")
+        out = {"error": error, "reason": reason, "log_tail": _log_tail(log)}
     else:
         summary = json.loads(summary_path.read_text())
         cls = summary.get("classification", {})
@@ -147,14 +151,15 @@ def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[st
     return out
 
 
-def _profile_targets(wanted: list[str], entries: list[Entry], runs: dict[str, dict]) -> list[Entry]:
-    ok = [e for e in entries if "error" not in runs.get(e.name, {"error": 1})]
+def _profile_targets(wanted: list[str], entries: list[Entry], runs: dict[str, TrialRecord]) -> list[Entry]:
+    speed = {name: r.measurement.samples_per_s for name, r in runs.items() if r.measurement is not None}
+    ok = [e for e in entries if e.name in speed]
     chosen: list[Entry] = []
     for w in wanted:
         if w == "none":
             return []
         if w == "best":
-            pick = max(ok, key=lambda e: runs[e.name]["samples_per_s"], default=None)
+            pick = max(ok, key=lambda e: speed[e.name], default=None)
         else:
             pick = next((e for e in entries if e.name == w), None)
             if pick is None:
@@ -222,9 +227,10 @@ def _prepare_dataset(args: argparse.Namespace) -> None:
     print(f"dataset: {path} ({time.time() - t0:.1f} s)", flush=True)
 
 
-def _report(name: str, res: dict[str, Any]) -> None:
-    what = (f"ERROR {res['reason']}: {res['error']}" if "error" in res
-            else f"{res['samples_per_s']:.2f} samples/s, {res['step_time_ms']:.1f} ms")
+def _report(name: str, record: TrialRecord) -> None:
+    m, failure = record.measurement, record.failure
+    what = (f"ERROR {failure.reason}: {failure.error}" if failure is not None or m is None
+            else f"{m.samples_per_s:.2f} samples/s, {m.step_time.median_ms:.1f} ms")
     print(f"[{time.strftime('%X')}] {name}: {what}", flush=True)
 
 
@@ -254,15 +260,16 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             results["model_bench"] = {"error": f"{type(exc).__name__}: {exc}"}
         results["model_bench"]["elapsed_s"] = time.time() - t0
         out.write(results)
+    records: dict[str, TrialRecord] = {}
     for entry in entries:
-        res = measure_row(entry, args, results["runs"].get("stock"))
-        results["runs"][entry.name] = res
-        results["environment"] = results.get("environment") or res.get("environment")
+        records[entry.name], results["runs"][entry.name] = measure_row(entry, args, records.get("stock"))
+        m = records[entry.name].measurement
+        results["environment"] = results.get("environment") or (m.environment if m else None)
         out.write(results)
-        _report(entry.name, res)
+        _report(entry.name, records[entry.name])
     with tempfile.TemporaryDirectory(prefix="autotune-suite-profile-") as tmp:
         root = args.profile_dir or Path(tmp)
-        for entry in _profile_targets(args.profile, entries, results["runs"]):
+        for entry in _profile_targets(args.profile, entries, records):
             results["profiles"][entry.name] = profile_row(entry, args, root / _safe(entry.name))
             out.write(results)
             print(f"[{time.strftime('%X')}] profiled {entry.name}", flush=True)
@@ -282,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     print()
     print(markdown(results), flush=True)
-    return 0 if all("error" not in r for r in results["runs"].values()) else 1
+    return 0 if all("error" not in r for r in rows(results)) else 1
 
 
 if __name__ == "__main__":

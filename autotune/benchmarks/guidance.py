@@ -66,7 +66,7 @@ def study_values(folder: Path) -> tuple[list[float | None], list[str]]:
 
     from autotune.search.guide import STUDY_ATTR
     from autotune.search.storage import open_storage
-    from autotune.search.study import feasible
+    from autotune.search.trials import feasible
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=None, storage=open_storage(None, folder))

@@ -1,47 +1,56 @@
 """The GPU suite's derived numbers and its markdown table, computed from the suite's JSON.
 
-``rows(results)`` turns the raw run results into one comparable row per configuration (MFU
+``rows(results)`` turns the runs' records into one comparable row per configuration (MFU
 against the matmul rate the suite measured once, speed-up against ``stock`` of the same run,
 loss parity); ``markdown(results)`` renders those rows and the profiles. Both read only the
-JSON the suite writes, so a table can be rebuilt from a saved file.
+JSON the suite writes (each run's record), so a table can be rebuilt from a saved file.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from autotune.train.record import Measurement, TrialRecord
+
 GIB = 2**30
 
 
-def mfu(run: dict[str, Any], matmul_flops: float | None) -> float | None:
+def mfu(run: Measurement, matmul_flops: float | None) -> float | None:
     """Model FLOP/s per process over the suite's measured matmul rate (None without one)."""
-    if not matmul_flops or "flops_per_sample" not in run:
+    if not matmul_flops or run.flops_per_sample is None:
         return None
-    return run["flops_per_sample"] * run["samples_per_s"] / run["world_size"] / matmul_flops
+    return run.flops_per_sample * run.samples_per_s / run.world_size / matmul_flops
+
+
+def record_of(row: dict[str, Any]) -> TrialRecord:
+    """The run's record in a row of the suite's ``runs``."""
+    return TrialRecord.from_dict(row["record"], where="runs[].record")
 
 
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """One dict per configuration, in run order: the numbers of the table."""
-    runs = results.get("runs", {})
-    stock = runs.get("stock", {})
-    base = stock.get("samples_per_s") if "error" not in stock else None
+    records = {name: record_of(r) for name, r in results.get("runs", {}).items()}
+    stock = records.get("stock")
+    base = stock.measurement.samples_per_s if stock is not None and stock.measurement is not None else None
     matmul = (results.get("matmul") or {}).get("flops")
     out = []
-    for name, r in runs.items():
-        if "error" in r:
-            out.append({"name": name, "error": r["error"], "reason": r.get("reason", "error")})
+    for name, rec in records.items():
+        m = rec.measurement
+        if m is None:
+            failure = rec.failure
+            out.append({"name": name, "error": failure.error if failure else "not measured",
+                        "reason": failure.reason if failure else "error"})
             continue
-        spread = r["step_time_spread_ms"]
-        par = r.get("parity")
+        par = results["runs"][name].get("parity")
         out.append({
             "name": name,
-            "samples_per_s": r["samples_per_s"],
-            "step_time_ms": r["step_time_ms"],
-            "p10_ms": spread["p10"],
-            "p90_ms": spread["p90"],
-            "peak_memory_gib": r["peak_memory_bytes"] / GIB,
-            "mfu": mfu(r, matmul),
-            "speedup_vs_stock": r["samples_per_s"] / base if base else None,
+            "samples_per_s": m.samples_per_s,
+            "step_time_ms": m.step_time.median_ms,
+            "p10_ms": m.step_time.p10_ms,
+            "p90_ms": m.step_time.p90_ms,
+            "peak_memory_gib": m.memory.allocated_bytes / GIB,
+            "mfu": mfu(m, matmul),
+            "speedup_vs_stock": m.samples_per_s / base if base else None,
             "parity_passed": par["passed"] if par else None,
             "loss_rel_diff": par["loss_rel_diff"] if par else None,
             "grad_norm_rel_diff": par["grad_norm_rel_diff"] if par else None,

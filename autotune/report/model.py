@@ -21,7 +21,15 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.report import folder
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
 from autotune.search.guide import STUDY_ATTR
-from autotune.search.study import best_trial, feasible, stock_trial
+from autotune.search.trials import (
+    PROFILE_DIR,
+    REFERENCE,
+    best_trial,
+    feasible,
+    measurement_of,
+    reason_of,
+    stock_trial,
+)
 
 
 @dataclass
@@ -166,28 +174,27 @@ def _provenance(best_yaml: str | None) -> dict[str, Any]:
 
 def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenTrial | None, budget: int | None,
              parity: Parity | None) -> Summary:
-    def attr(t: FrozenTrial | None, key: str) -> Any:
-        return t.user_attrs.get(key) if t is not None else None
-
+    stock_m = measurement_of(stock) if stock is not None else None
+    best_m = measurement_of(best) if best is not None else None
     stock_speed = stock.value if stock is not None and feasible(stock) else None
     best_speed = best.value if best is not None else None
     states = [t.state for t in trials]
-    measured = [t for t in trials if t.state == TrialState.COMPLETE and "reason" not in t.user_attrs]
+    oom = sum(t.state == TrialState.COMPLETE and reason_of(t) is not None for t in trials)
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     return Summary(
         stock_trial=stock.number if stock else None, best_trial=best.number if best else None,
         stock_samples_per_s=stock_speed, best_samples_per_s=best_speed,
         speedup=best_speed / stock_speed if best_speed and stock_speed else None,
-        stock_peak_memory_bytes=attr(stock, "peak_memory_bytes"), best_peak_memory_bytes=attr(best, "peak_memory_bytes"),
-        memory_budget_bytes=budget, stock_mfu=attr(stock, "mfu"), best_mfu=attr(best, "mfu"),
-        trials=len(trials), finished=sum(s.is_finished() for s in states), complete=len(measured),
-        pruned=states.count(TrialState.PRUNED),
-        failed=states.count(TrialState.FAIL) + sum(t.state == TrialState.COMPLETE and "reason" in t.user_attrs for t in trials),
+        stock_peak_memory_bytes=stock_m.memory.allocated_bytes if stock_m else None,
+        best_peak_memory_bytes=best_m.memory.allocated_bytes if best_m else None,
+        memory_budget_bytes=budget, stock_mfu=stock_m.mfu if stock_m else None, best_mfu=best_m.mfu if best_m else None,
+        trials=len(trials), finished=sum(s.is_finished() for s in states), complete=states.count(TrialState.COMPLETE) - oom,
+        pruned=states.count(TrialState.PRUNED), failed=states.count(TrialState.FAIL) + oom,
         running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),
         tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None, parity=parity,
-        references={t.user_attrs["reference"]: t.value / stock_speed if feasible(t) and stock_speed else None
-                    for t in trials if t.user_attrs.get("reference")})
+        references={t.user_attrs[REFERENCE]: t.value / stock_speed if feasible(t) and stock_speed else None
+                    for t in trials if t.user_attrs.get(REFERENCE)})
 
 
 def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Parity | None:
@@ -210,7 +217,7 @@ def _stages(study: optuna.Study, diagnosis: dict[str, Any], run_dir: Path, notes
 
 def _profile_of(trial: FrozenTrial | None, profiles: list[Profile], path: str | None) -> Profile | None:
     """The profile of ``trial``: the folder ``path`` names, its ``profile_dir``, or profiles/trial-NNNN."""
-    wanted = [path, trial.user_attrs.get("profile_dir") if trial is not None else None]
+    wanted = [path, trial.user_attrs.get(PROFILE_DIR) if trial is not None else None]
     for want in filter(None, wanted):
         found = next((p for p in profiles if Path(p.path) == Path(want) or Path(want).as_posix().endswith("/" + p.path)), None)
         if found:
@@ -250,11 +257,10 @@ def varied_params(trials: list[FrozenTrial]) -> list[str]:
 
 def _environment(trial: FrozenTrial | None, run: RunInfo) -> dict[str, Any]:
     env: dict[str, Any] = {}
-    if trial is not None:
-        raw = trial.user_attrs.get("environment")
-        with_env = json.loads(raw) if isinstance(raw, str) and raw.startswith("{") else raw
-        env.update(with_env if isinstance(with_env, dict) else {})
-        env.setdefault("world_size", trial.user_attrs.get("world_size"))
+    m = measurement_of(trial) if trial is not None else None
+    if m is not None:
+        env.update(m.environment)
+        env.setdefault("world_size", m.world_size)
     env["optuna"] = optuna.__version__
     if run.nproc is not None:
         env.setdefault("processes per trial", run.nproc)

@@ -14,6 +14,16 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.report import folder
+from autotune.search.trials import (
+    GROUP,
+    REFERENCE,
+    STAGE,
+    constraint_of,
+    measured,
+    measurement_of,
+    reason_of,
+    record_of,
+)
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -214,46 +224,42 @@ class TrialRow:
 
 
 def outcome_of(t: FrozenTrial) -> str:
-    reason = t.user_attrs.get("reason")
+    reason = reason_of(t)
     if t.state == TrialState.COMPLETE:
         if reason:
-            return str(reason)
-        return "over budget" if float(t.user_attrs.get("constraint", 0.0)) > 0 else "ok"
+            return reason
+        return "over budget" if constraint_of(t)[0] > 0 else "ok"
     if t.state == TrialState.FAIL:
-        return str(reason) if reason else "interrupted"
+        return reason or "interrupted"
     return t.state.name.lower()
 
 
 def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto: bool) -> TrialRow:
     a = t.user_attrs
-    speed = a.get("samples_per_s")
+    record = record_of(t)
+    m = record.measurement if record is not None else None
+    profile = record.profile if record is not None else None
+    speed = m.samples_per_s if m is not None else None
     if speed is None and t.state == TrialState.PRUNED and t.intermediate_values:
         speed = t.intermediate_values[max(t.intermediate_values)]
     log = run_dir / "logs" / f"trial-{t.number:04d}.log"
     duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
     return TrialRow(
         number=t.number, state=t.state.name, outcome=outcome_of(t), samples_per_s=speed,
-        peak_memory_bytes=a.get("peak_memory_bytes"), mfu=a.get("mfu"), params=dict(t.params),
-        stage=a.get("stage"), group=a.get("group"), dominant=a.get("dominant"), error=a.get("error"),
+        peak_memory_bytes=m.memory.allocated_bytes if m else None, mfu=m.mfu if m else None, params=dict(t.params),
+        stage=a.get(STAGE), group=a.get(GROUP), dominant=profile.dominant if profile else None,
+        error=record.failure.error if record is not None and record.failure is not None else None,
         duration_s=duration, log=in_run(log, run_dir) if log.is_file() else None,
-        reference=a.get("reference"), stock=stock, best=best, pareto=pareto,
-        window_samples_per_s=a.get("window_samples_per_s") if a.get("loader_bound") else None)
-
-
-def measured(t: FrozenTrial) -> bool:
-    """Complete with a samples/s and a peak memory (within the budget or not)."""
-    a = t.user_attrs
-    return t.state == TrialState.COMPLETE and "reason" not in a and a.get("peak_memory_bytes") is not None \
-        and a.get("samples_per_s") is not None
+        reference=a.get(REFERENCE), stock=stock, best=best, pareto=pareto,
+        window_samples_per_s=m.loader.window_samples_per_s if m and m.loader.bound else None)
 
 
 def pareto_front(trials: list[FrozenTrial]) -> set[int]:
     """Numbers of the measured trials no other trial beats on both samples/s (up) and peak memory (down)."""
-    points = [(t.number, float(t.user_attrs["samples_per_s"]), int(t.user_attrs["peak_memory_bytes"]))
-              for t in trials if measured(t)]
+    points = [(t.number, m.samples_per_s, m.memory.allocated_bytes)
+              for t in trials if measured(t) and (m := measurement_of(t)) is not None]
 
     def dominated(s: float, m: int) -> bool:
         return any(s2 >= s and m2 <= m and (s2 > s or m2 < m) for _, s2, m2 in points)
 
     return {n for n, s, m in points if not dominated(s, m)}
-

@@ -32,6 +32,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search.space import Knob, SearchSpace
+from autotune.search.trials import PROFILE_DIR, feasible, measurement_of, profile_of
 
 BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
@@ -89,8 +90,9 @@ class Stage:
 
 
 def buckets_of(trial: FrozenTrial) -> dict[str, float] | None:
-    raw = trial.user_attrs.get("buckets")
-    return json.loads(raw) if raw else None
+    """The time buckets of the trial's profiled window (None: it was not profiled)."""
+    profile = profile_of(trial)
+    return profile.buckets if profile is not None else None
 
 
 def loader_stall(trial: FrozenTrial) -> float:
@@ -101,10 +103,10 @@ def loader_stall(trial: FrozenTrial) -> float:
     prefetch queue again: on an H200 a medium-preset trial whose loader held it to 264 samples/s
     against 657 for its steps (a 60 % stall) showed a data bucket of 3 %.
     """
-    window = trial.user_attrs.get("window_samples_per_s")
-    if not trial.user_attrs.get("loader_bound") or not window or trial.value is None:
+    measured = measurement_of(trial)
+    if measured is None or not measured.loader.bound or not measured.loader.window_samples_per_s or trial.value is None:
         return 0.0
-    return max(0.0, 1.0 - float(trial.value) / float(window))
+    return max(0.0, 1.0 - float(trial.value) / measured.loader.window_samples_per_s)
 
 
 def ranked_buckets(trial: FrozenTrial) -> list[tuple[str, float]]:
@@ -255,11 +257,11 @@ class Guide:
         self._close(study)
         explored = self._blocked(incumbent.number)
         have = {k.group for k in self.space.knobs}
-        buckets = buckets_of(incumbent)
+        profile = profile_of(incumbent)
         number = len(self.stages) + 1
         common = {"stage": number, "incumbent": incumbent.number, "incumbent_samples_per_s": float(incumbent.value or 0.0),
-                  "profile": incumbent.user_attrs.get("profile_dir"), "buckets": buckets,
-                  "dominant": incumbent.user_attrs.get("dominant")}
+                  "profile": incumbent.user_attrs.get(PROFILE_DIR), "buckets": profile.buckets if profile else None,
+                  "dominant": profile.dominant if profile else None}
         ranked = ranked_buckets(incumbent)
         loader_first = loader_stall(incumbent) >= MIN_SHARE  # then data_stall leads `ranked`
         for bucket, share in ranked:  # first the remedies of every bucket worth acting on, one trial each
@@ -309,8 +311,6 @@ class Guide:
 
     @staticmethod
     def _update(study: optuna.Study, stage: Stage) -> None:
-        from autotune.search.study import feasible
-
         trials = [study.trials[n] for n in stage.trials if n < len(study.trials)]
         ok = [t for t in trials if feasible(t)]
         if ok:

@@ -19,7 +19,15 @@ from autotune.config import SCHEMA_VERSION, save_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import TrialError
 from autotune.search.storage import hide_password
-from autotune.search.study import StudyOptions, best_trial, config_of, feasible, stock_trial
+from autotune.search.study import StudyOptions, config_of
+from autotune.search.trials import (
+    RECORD,
+    best_trial,
+    feasible,
+    measurement_of,
+    record_of,
+    stock_trial,
+)
 
 
 def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
@@ -46,9 +54,11 @@ def write_parity(opts: StudyOptions, study: optuna.Study) -> dict[str, Any] | No
     from autotune.train.verify import compare, tolerance_for
 
     best, stock = best_trial(study), stock_trial(study)
-    if best is None or stock is None or not best.user_attrs.get("losses") or not stock.user_attrs.get("losses"):
+    best_m = measurement_of(best) if best is not None else None
+    stock_m = measurement_of(stock) if stock is not None else None
+    if best_m is None or stock_m is None or not best_m.losses or not stock_m.losses:
         return None
-    result = compare(stock.user_attrs, best.user_attrs, tolerance_for(config_of(opts, best))).to_dict()
+    result = compare(stock_m, best_m, tolerance_for(config_of(opts, best))).to_dict()
     result.update({"stock_trial": stock.number, "trial": best.number})
     write_text_atomic(opts.out / "parity.json", json.dumps(result, indent=1))
     return result
@@ -69,27 +79,28 @@ def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.Froze
     """Plain data describing how ``best`` was found and measured."""
     stock = stock_trial(study)
     stock_speed = stock.value if stock is not None and feasible(stock) else None
-    a = best.user_attrs
+    a = measurement_of(best)
+    assert a is not None, "the best trial is measured"
     return {
         "tool": "autotune run",
         "study": opts.study_name,
         "space": opts.space.name,
         "trial": best.number,
         "trials": len(study.trials),
-        "samples_per_s": a["samples_per_s"],
+        "samples_per_s": a.samples_per_s,
         "stock_samples_per_s": stock_speed,
-        "speedup_vs_stock": (a["samples_per_s"] / stock_speed) if stock_speed else None,
-        "step_time_ms": a["step_time_ms"],
-        "peak_memory_bytes": a["peak_memory_bytes"],
+        "speedup_vs_stock": (a.samples_per_s / stock_speed) if stock_speed else None,
+        "step_time_ms": a.step_time.median_ms,
+        "peak_memory_bytes": a.memory.allocated_bytes,
         "memory_budget_bytes": opts.memory_budget,
-        "mfu": a.get("mfu"),
-        "world_size": a.get("world_size", opts.nproc),
+        "mfu": a.mfu,
+        "world_size": a.world_size,
         "steps": opts.steps,
         "warmup": opts.warmup,
         "trials_to_95_percent": trials_to_fraction(study, 0.95),
         "pruned": sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials),
         "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
-        "environment": json.loads(a.get("environment", "{}")),
+        "environment": dict(a.environment),
         "schema_version": SCHEMA_VERSION,
     }
 
@@ -110,6 +121,34 @@ def write_best(opts: StudyOptions, study: optuna.Study, parity: dict[str, Any] |
 
 
 def write_trials(opts: StudyOptions, study: optuna.Study) -> Path:
+    """``trials.csv``: Optuna's table of the trials, with the record's main numbers as columns."""
+    import pandas
+
+    frame = study.trials_dataframe().drop(columns=[f"user_attrs_{RECORD}"], errors="ignore")
+    columns = pandas.DataFrame([record_columns(t) for t in study.trials], index=frame.index)
     path = opts.out / "trials.csv"
-    write_text_atomic(path, study.trials_dataframe().to_csv(index=False))
+    write_text_atomic(path, pandas.concat([frame, columns], axis=1).to_csv(index=False))
     return path
+
+
+def record_columns(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """The columns of ``trials.csv`` from the trial's record (empty where it has none)."""
+    record = record_of(trial)
+    m = record.measurement if record is not None else None
+    profile = record.profile if record is not None else None
+    failure = record.failure if record is not None else None
+    return {
+        "samples_per_s": m.samples_per_s if m else None,
+        "window_samples_per_s": m.loader.window_samples_per_s if m else None,
+        "loader_bound": m.loader.bound if m else None,
+        "step_time_ms": m.step_time.median_ms if m else None,
+        "step_time_p10_ms": m.step_time.p10_ms if m else None,
+        "step_time_p90_ms": m.step_time.p90_ms if m else None,
+        "peak_memory_bytes": m.memory.allocated_bytes if m else None,
+        "mfu": m.mfu if m else None,
+        "dominant": profile.dominant if profile else None,
+        "buckets": json.dumps(profile.buckets) if profile and profile.buckets else None,
+        "profile_overhead": profile.overhead if profile else None,
+        "reason": failure.reason if failure else None,
+        "error": failure.error if failure else None,
+    }

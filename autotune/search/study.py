@@ -6,15 +6,18 @@ impossible combinations with ``check_compatible`` and runs the rest through
 The objective is the measured samples/s, maximised; peak memory is a constraint against the
 memory budget (``user_attrs["constraint"]`` = (peak - budget) / budget, feasible when <= 0),
 handed to the sampler with ``trial.set_constraint("memory", ...)`` (Optuna 5's replacement of
-``constraints_func``; TPE and GP use it, and the winner is chosen among feasible trials here).
+``constraints_func``; TPE and GP use it, and the winner is chosen among feasible trials in
+:mod:`autotune.search.trials`). Each trial keeps the run's
+:class:`~autotune.train.record.TrialRecord` (:func:`autotune.search.trials.store`); a failure is a
+record too, with its reason and error.
 
 How a trial ends:
 
 * measured: COMPLETE with its samples/s (over the budget: COMPLETE but infeasible);
 * out of memory: COMPLETE with value 0 and constraint 1, so the sampler learns that the region
-  is infeasible (a FAIL trial would teach it nothing); ``reason`` is ``oom``;
-* refused configuration, crash, timeout, NaN loss, compile error: FAIL with
-  ``user_attrs["reason"]`` and ``["error"]``; the study goes on.
+  is infeasible (a FAIL trial would teach it nothing); the record's reason is ``oom``;
+* refused configuration, crash, timeout, NaN loss, compile error: FAIL with the reason and the
+  error in its record; the study goes on.
 
 * clearly worse: PRUNED. Each measured step's time reaches the study while the trial runs
   (``launch(on_step=...)``) as an intermediate value (samples/s of that step); Optuna's
@@ -23,7 +26,7 @@ How a trial ends:
 
 After its measured steps, every trial profiles ``profile_steps`` more steps into
 ``profiles/trial-NNNN`` of the run folder; the classification (buckets, dominant bucket, profiling
-overhead) goes into the trial's user attributes, and :mod:`autotune.search.guide` uses the
+overhead) goes into the trial's record, and :mod:`autotune.search.guide` uses the
 incumbent's to choose the knob group to search next. Traces are kept for the stock trial, the
 incumbents the stages started from and the best trial; the other trials keep their
 ``classification.summary``.
@@ -53,11 +56,25 @@ from autotune.errors import ConfigError
 from autotune.search.guide import Guide, Stage
 from autotune.search.space import SearchSpace, apply_values
 from autotune.search.storage import fail_stale, heartbeat, open_storage
+from autotune.search.trials import (
+    BUDGET,
+    GROUP,
+    QUEUED_AGAIN_FROM,
+    REFERENCE,
+    STAGE,
+    STOCK,
+    WORKER,
+    best_trial,
+    feasible,
+    reason_of,
+    record_of,
+    stock_trial,
+    store,
+)
 from autotune.train.launch import launch
+from autotune.train.record import TrialRecord
 
 SAMPLERS = ("tpe", "gp", "random")
-BUDGET = "budget"
-"""``reason`` of a trial stopped by the end of ``--time-budget`` (queued again, not a verdict on it)."""
 PRUNE_P = 0.1
 
 
@@ -91,11 +108,6 @@ class StudyOptions:
     study. A run's first trial is never stopped: each run measures at least one."""
 
 
-def constraint_of(trial: FrozenTrial) -> list[float]:
-    """The trial's constraint values: feasible when every value is <= 0."""
-    return [float(trial.user_attrs.get("constraint", 0.0))]
-
-
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     """TPE (joint over the knobs, conditional knobs grouped), GP or random; all read ``set_constraint``."""
     if name == "tpe":
@@ -117,7 +129,7 @@ def open_study(opts: StudyOptions) -> optuna.Study:
         study = optuna.create_study(direction="maximize", **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
         return optuna.load_study(**kwargs)
-    study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={"stock": True})
+    study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
     return study
 
 
@@ -139,7 +151,7 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
         self.inner, self.ratio, self.min_steps = inner, ratio, min_steps
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if trial.user_attrs.get("stock") or trial.user_attrs.get("reference"):
+        if trial.user_attrs.get(STOCK) or trial.user_attrs.get(REFERENCE):
             # measured for comparison: pruned, they compare with nothing (on two H200s a pruned
             # compile reference left the report without the rate a user would get instead)
             return False
@@ -205,24 +217,19 @@ def config_of_params(opts: StudyOptions, params: dict[str, Any]) -> TrainConfig:
     return trial_config(opts.base, values)
 
 
-def _fail(trial: optuna.Trial, reason: str, error: str) -> tuple[TrialState, float | None]:
-    trial.set_user_attr("reason", reason)
-    trial.set_user_attr("error", error[:2000])
-    return TrialState.FAIL, None
-
-
 def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions: tuple[str, ...],
               timeout: float | None = None) -> tuple[TrialState, float | None]:
     """Sample, check and measure one trial; its state and value for ``study.tell``. ``timeout``
     shorter than ``opts.timeout_per_trial`` is the end of the time budget: a trial it stops fails
     with ``reason: budget``, not ``timeout`` (the configuration did not hang)."""
     limit = opts.timeout_per_trial if timeout is None else min(timeout, opts.timeout_per_trial)
-    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    trial.set_user_attr(WORKER, f"{socket.gethostname()}:{os.getpid()}")
     try:
         cfg = trial_config(opts.base, sample(trial, opts.space))
         check_compatible(cfg, machine, regions)
     except ConfigError as exc:
-        return _fail(trial, "config", str(exc))
+        store(trial, TrialRecord.failed("config", str(exc)))
+        return TrialState.FAIL, None
     log = opts.out / "logs" / f"trial-{trial.number:04d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     profile_dir = opts.out / "profiles" / f"trial-{trial.number:04d}"
@@ -232,64 +239,40 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
         trial.report(per_step / seconds, step)
         return step < opts.steps - 1 and trial.should_prune()  # the last step: the measurement is complete
 
-    result = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=limit,
+    record = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=limit,
                     log_path=log, on_step=on_step, profile_after=profile_dir if opts.profile_steps else None,
                     profile_steps=opts.profile_steps)
-    if "error" in result:
-        if result.get("reason") == "pruned":
-            trial.set_user_attr("reason", "pruned")
-            trial.set_user_attr("error", str(result["error"]))
-            shutil.rmtree(profile_dir, ignore_errors=True)
-            return TrialState.PRUNED, None
-        if result.get("reason") == "oom":
-            trial.set_user_attr("constraint", 1.0)
-            trial.set_constraint("memory", 1.0)
-            _fail(trial, "oom", str(result["error"]))
-            return TrialState.COMPLETE, 0.0
-        if result.get("reason") == "timeout" and limit < opts.timeout_per_trial:
-            return _fail(trial, BUDGET, f"stopped at the end of the time budget after {limit:.0f} s")
-        return _fail(trial, str(result.get("reason", "error")), str(result["error"]))
-    peak = int(result["peak_memory_bytes"])
-    attrs = {
-        "samples_per_s": float(result["samples_per_s"]),
-        "window_samples_per_s": float(result.get("window_samples_per_s") or result["samples_per_s"]),
-        "loader_samples_per_s": result.get("loader_samples_per_s"),
-        "loader_bound": bool(result.get("loader_bound", False)),
-        "step_time_ms": float(result["step_time_ms"]),
-        "step_time_spread_ms": result.get("step_time_spread_ms", {}),
-        "peak_memory_bytes": peak,
-        "mfu": float(result.get("mfu", 0.0)),
-        "world_size": int(result.get("world_size", opts.nproc)),
-        "environment": json.dumps(result.get("environment", {})),
-        "constraint": (peak - opts.memory_budget) / opts.memory_budget,
-        "losses": result.get("losses", []),
-        "grad_norms": result.get("grad_norms", []),
-    }
-    attrs.update(profile_attrs(result.get("profile"), profile_dir, opts.out))
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
-    trial.set_constraint("memory", attrs["constraint"])
-    return TrialState.COMPLETE, attrs["samples_per_s"]
+    return tell_record(trial, record, opts, profile_dir, budget_s=limit if limit < opts.timeout_per_trial else None)
 
 
-def profile_attrs(profile: dict | None, profile_dir: Path, out: Path) -> dict[str, Any]:
-    """The trial's user attributes from its profiled window (nothing when there was none)."""
-    cls = (profile or {}).get("classification")
-    if not cls:
-        return {"profile_error": profile["error"]} if profile and "error" in profile else {}
-    return {
-        "buckets": json.dumps(cls["buckets"]),
-        "dominant": cls["dominant"],
-        "profile_dir": str(profile_dir.relative_to(out)),
-        "profile_overhead": float(profile.get("overhead") or 0.0),
-        "profiled_step_ms": profile.get("profiled_step_ms"),
-        "unprofiled_step_ms": profile.get("unprofiled_step_ms"),
-    }
+def tell_record(trial: optuna.Trial, record: TrialRecord, opts: StudyOptions, profile_dir: Path, *,
+                budget_s: float | None = None) -> tuple[TrialState, float | None]:
+    """Store the run's record in the trial; the trial's state and value (see the module docstring).
+    ``budget_s``: the run's timeout was the time left of ``--time-budget``: a timeout is then ``budget``."""
+    failure = record.failure
+    if failure is None:
+        assert record.measurement is not None, "a run without a failure has a measurement"
+        measured = record.measurement
+        constraint = (measured.memory.allocated_bytes - opts.memory_budget) / opts.memory_budget
+        profiled = record.profile is not None and record.profile.buckets is not None
+        store(trial, record, constraint=constraint, profile_dir=str(profile_dir.relative_to(opts.out)) if profiled else None)
+        return TrialState.COMPLETE, measured.samples_per_s
+    if failure.reason == "pruned":
+        store(trial, record)
+        shutil.rmtree(profile_dir, ignore_errors=True)
+        return TrialState.PRUNED, None
+    if failure.reason == "oom":
+        store(trial, record, constraint=1.0)
+        return TrialState.COMPLETE, 0.0
+    if failure.reason == "timeout" and budget_s is not None:
+        record = TrialRecord.failed(BUDGET, f"stopped at the end of the time budget after {budget_s:.0f} s")
+    store(trial, record)
+    return TrialState.FAIL, None
 
 
 def keep_traces(study: optuna.Study, guide: Guide, out: Path) -> None:
     """Delete the traces of trials that are neither stock, a stage's incumbent, nor the best."""
-    keep = {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("stock")}
+    keep = {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(STOCK)}
     keep |= {s.incumbent for s in guide.stages}
     best = best_trial(study)
     if best is not None:
@@ -300,24 +283,6 @@ def keep_traces(study: optuna.Study, guide: Guide, out: Path) -> None:
             continue
         for trace in folder.glob("*.json*"):
             trace.unlink(missing_ok=True)
-
-
-def feasible(trial: FrozenTrial) -> bool:
-    return trial.state == TrialState.COMPLETE and "reason" not in trial.user_attrs and constraint_of(trial)[0] <= 0
-
-
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The fastest feasible trial of the search (chosen here, so that the random sampler obeys the
-    budget too). ``--reference`` trials are measured for comparison only: they are never the
-    incumbent the guide builds on, nor ``best.yaml`` (on an H200 a faster reference became the
-    incumbent and every later trial inherited its whole-model compile)."""
-    ok = [t for t in study.get_trials(deepcopy=False) if feasible(t) and not t.user_attrs.get("reference")]
-    return max(ok, key=lambda t: t.value) if ok else None
-
-
-def stock_trial(study: optuna.Study) -> FrozenTrial | None:
-    return next((t for t in study.get_trials(deepcopy=False)
-                 if t.user_attrs.get("stock") and t.user_attrs.get("reason") != BUDGET), None)
 
 
 def finished(study: optuna.Study) -> int:
@@ -337,10 +302,10 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
     if opts.storage is None:  # our own file: a RUNNING trial is left over from an interrupted run
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study.tell(t.number, state=TrialState.FAIL)
-    have = {t.user_attrs.get("reference") for t in study.get_trials(deepcopy=False)}
+    have = {t.user_attrs.get(REFERENCE) for t in study.get_trials(deepcopy=False)}
     for name, cfg in opts.references:
         if name not in have:
-            study.enqueue_trial(opts.space.stock_params(cfg), user_attrs={"reference": name})
+            study.enqueue_trial(opts.space.stock_params(cfg), user_attrs={REFERENCE: name})
     check_space_unchanged(study, opts.space)
     guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance)
     guide.load(study)
@@ -368,18 +333,18 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.sampler = base_sampler if fixed is None else PartialFixedSampler(fixed, base_sampler)
         trial = study.ask()
-        if stage is not None and not trial.user_attrs.get("stock"):
-            trial.set_user_attr("stage", stage.stage)
-            trial.set_user_attr("group", "+".join(stage.groups))
+        if stage is not None and not trial.user_attrs.get(STOCK):
+            trial.set_user_attr(STAGE, stage.stage)
+            trial.set_user_attr(GROUP, "+".join(stage.groups))
         else:
             stage = None
         with heartbeat(study, trial):
             state, value = run_trial(trial, opts, machine, regions, timeout)
         study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
         frozen = study.trials[trial.number]
-        if frozen.user_attrs.get("reason") == BUDGET:  # not measured: measure it when the study continues
-            keep = {k: frozen.user_attrs[k] for k in ("stock", "reference") if k in frozen.user_attrs}
-            study.enqueue_trial(frozen.params, user_attrs={**keep, "queued_again_from": frozen.number})
+        if reason_of(frozen) == BUDGET:  # not measured: measure it when the study continues
+            keep = {k: frozen.user_attrs[k] for k in (STOCK, REFERENCE) if k in frozen.user_attrs}
+            study.enqueue_trial(frozen.params, user_attrs={**keep, QUEUED_AGAIN_FROM: frozen.number})
         guide.record(study, stage, frozen)
         keep_traces(study, guide, opts.out)
         write_diagnosis(opts.out, guide)
@@ -393,7 +358,7 @@ def typical_trial_s(study: optuna.Study) -> float | None:
     """The median wall time of the study's trials that ran (refused and budget-stopped ones aside)."""
     spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in study.get_trials(deepcopy=False)
              if t.state.is_finished() and t.datetime_start and t.datetime_complete
-             and t.user_attrs.get("reason") not in ("config", BUDGET)]
+             and reason_of(t) not in ("config", BUDGET)]
     return statistics.median(spans) if spans else None
 
 
@@ -426,16 +391,20 @@ def write_diagnosis(out: Path, guide: Guide) -> None:
 def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int,
                   stage: Stage | None = None, budget_s: float | None = None) -> str:
     """``trial 3/8 #2 [data_stall -> data]: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``."""
+    record = record_of(trial)
+    failure = record.failure if record is not None else None
     if trial.state == TrialState.PRUNED:
-        what = "pruned (" + str(trial.user_attrs.get("error", "")) + ")"
-    elif "reason" in trial.user_attrs:
-        what = f"failed ({trial.user_attrs['reason']}): {str(trial.user_attrs.get('error', ''))[:80]}"
+        what = f"pruned ({failure.error if failure else ''})"
+    elif failure is not None:
+        what = f"failed ({failure.reason}): {failure.error[:80]}"
+    elif trial.value is None:  # lost with its worker: no record
+        what = "failed (interrupted)"
     else:
         what = f"{trial.value:.2f} samples/s" + ("" if feasible(trial) else " (over the memory budget)")
-    if trial.user_attrs.get("stock"):
+    if trial.user_attrs.get(STOCK):
         what += " [stock]"
-    if trial.user_attrs.get("reference"):
-        what += f" [reference: {trial.user_attrs['reference']}]"
+    if trial.user_attrs.get(REFERENCE):
+        what += f" [reference: {trial.user_attrs[REFERENCE]}]"
     best, stock = best_trial(study), stock_trial(study)
     inc = "no feasible trial yet"
     if best is not None:

@@ -13,6 +13,7 @@ import json
 from autotune.config import TrainConfig, load_config
 from autotune.config.stock import stock_config
 from autotune.errors import ParityError, TrialError
+from autotune.train.record import Measurement, TrialRecord
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--steps", type=int, default=20, help="measured steps (after warm-up)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps, not measured")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
+    p.add_argument("--json", action="store_true", help="print the run's record (autotune.train.record) as one JSON object "
+                   "on the last line")
     p.set_defaults(func=run_train)
 
     pr = sub.add_parser("profile", help="profile a window of a configuration and classify its step time")
@@ -74,30 +76,35 @@ def run_train(args: argparse.Namespace) -> int:
 
     cfg = resolve_config(args)
     if args.nproc > 1:
-        result = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc)
-        if "error" in result:
-            raise TrialError(f"training failed ({result['reason']}): {result['error']}", result["reason"])
+        record = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc)
+        _raise_failure(record, "training")
     else:
-        result = run_training(cfg, steps=args.steps, warmup=args.warmup).to_dict()
+        record = run_training(cfg, steps=args.steps, warmup=args.warmup).record()
+    assert record.measurement is not None
     if args.json:
-        print(json.dumps(result))
+        print(record.to_json())
     else:
-        _print(result)
+        _print(record.measurement, cfg)
     return 0
 
 
-def _print(r: dict) -> None:
-    s = r["step_time_spread_ms"]
-    print(f"{r['config']['workload']}/{r['config']['preset']} on {r['world_size']} x {r['device']}, "
-          f"{r['batch_size']} samples per process, {r['steps']} measured steps")
-    print(f"  samples/s     {r['samples_per_s']:.2f}   tokens/s {r['tokens_per_s']:.0f}")
-    if r.get("loader_bound"):
-        print(f"                loader-bound: the window ran at {r['window_samples_per_s']:.2f} from the workers' buffer, "
-              f"the {r['config']['data']['num_workers']} workers sustain {r['loader_samples_per_s']:.2f}")
-    print(f"  step time     {r['step_time_ms']:.1f} ms median (p10 {s['p10']:.1f}, p90 {s['p90']:.1f})")
-    print(f"  peak memory   {r['peak_memory_bytes'] / 2**30:.2f} GiB allocated, {r['peak_reserved_bytes'] / 2**30:.2f} GiB reserved")
-    print(f"  MFU           {100 * r['mfu']:.1f} % of {r['matmul_tflops']:.1f} TFLOP/s measured")
-    print(f"  loss          {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+def _raise_failure(record: TrialRecord, what: str) -> None:
+    if record.failure is not None:
+        raise TrialError(f"{what} failed ({record.failure.reason}): {record.failure.error}", record.failure.reason)
+
+
+def _print(m: Measurement, cfg: TrainConfig) -> None:
+    s, mem = m.step_time, m.memory
+    print(f"{cfg.workload}/{cfg.preset} on {m.world_size} x {m.device}, "
+          f"{m.batch_size} samples per process, {m.steps} measured steps")
+    print(f"  samples/s     {m.samples_per_s:.2f}   tokens/s {m.tokens_per_s:.0f}")
+    if m.loader.bound:
+        print(f"                loader-bound: the window ran at {m.loader.window_samples_per_s:.2f} from the workers' buffer, "
+              f"the {cfg.data.num_workers} workers sustain {m.loader.loader_samples_per_s:.2f}")
+    print(f"  step time     {s.median_ms:.1f} ms median (p10 {s.p10_ms:.1f}, p90 {s.p90_ms:.1f})")
+    print(f"  peak memory   {mem.allocated_bytes / 2**30:.2f} GiB allocated, {(mem.reserved_bytes or 0) / 2**30:.2f} GiB reserved")
+    print(f"  MFU           {100 * m.mfu:.1f} % of {m.matmul_tflops:.1f} TFLOP/s measured")
+    print(f"  loss          {m.losses[0]:.4f} -> {m.losses[-1]:.4f}")
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -131,17 +138,18 @@ def run_profile(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out}: the profile folder exists and is not empty; give a new folder")
     out.mkdir(parents=True, exist_ok=True)
-    result = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, profile_out=out.resolve())
-    if "error" in result:
-        raise TrialError(f"profiling failed ({result['reason']}): {result['error']}", result["reason"])
-    if args.json:
-        print(json.dumps(result))
+    record = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, profile_out=out.resolve())
+    _raise_failure(record, "profiling")
+    if args.json:  # the classification in full, as rank 0 wrote it
+        print(json.dumps(json.loads((out / "classification.summary").read_text())))
         return 0
     from autotune.profiling import classify
     from autotune.profiling.render import render_text
 
+    profile = record.profile
+    assert profile is not None and profile.overhead is not None
     print(render_text(classify(out)))
-    print(f"profiler overhead: {100 * result['overhead']:.1f} % "
-          f"(profiled {result['profiled_step_ms']:.1f} ms vs unprofiled {result['unprofiled_step_ms']:.1f} ms per step)")
+    print(f"profiler overhead: {100 * profile.overhead:.1f} % "
+          f"(profiled {profile.profiled_step_ms:.1f} ms vs unprofiled {profile.unprofiled_step_ms:.1f} ms per step)")
     print(f"traces: {out}  (open them in https://ui.perfetto.dev)")
     return 0

@@ -1,14 +1,13 @@
-"""Run a configuration in fresh processes (torchrun for several) and collect the result.
+"""Run a configuration in fresh processes (torchrun for several) and collect its record.
 
 Every run gets its own processes and its own temporary folder: a crash, a hang (killed at the
-timeout, with its whole process group) or an out-of-memory error is returned as an error result
-with a reason, and nothing is left behind.
+timeout, with its whole process group) or an out-of-memory error is returned as a
+:class:`~autotune.train.record.TrialRecord` with its failure and reason, and nothing is left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -17,10 +16,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from autotune.config import TrainConfig, save_config
 from autotune.config.compat import usable_cpus
+from autotune.train.record import TrialRecord
 
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -39,14 +38,14 @@ def command(config_path: str, out: str, steps: int, warmup: int, nproc: int, pro
 def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1, timeout: float | None = None,
            log_path: str | os.PathLike | None = None, extra_env: dict[str, str] | None = None,
            profile_out: str | os.PathLike | None = None, profile_after: str | os.PathLike | None = None,
-           profile_steps: int = 3, on_step: Callable[[int, float], bool] | None = None) -> dict[str, Any]:
-    """The run's result dict, or ``{"error": ..., "reason": ...}`` (reasons: timeout, crash, oom, nan, pruned, ...).
+           profile_steps: int = 3, on_step: Callable[[int, float], bool] | None = None) -> TrialRecord:
+    """The run's record: its measurement, or its failure (reasons: timeout, crash, oom, nan, pruned, ...).
 
     With ``profile_out`` the processes profile a window into that folder instead of training
-    (``autotune.train.profile_run``) and the result is its summary. With ``profile_after`` they
-    train and measure, then profile ``profile_steps`` steps into that folder (``result["profile"]``).
-    ``on_step(i, seconds)`` is called with each measured step's time while the run goes on; when
-    it returns True the run is stopped and the result is ``{"reason": "pruned", ...}``.
+    (``autotune.train.profile_run``) and the record holds its ``profile`` alone. With
+    ``profile_after`` they train and measure, then profile ``profile_steps`` steps into that folder
+    (``record.profile``). ``on_step(i, seconds)`` is called with each measured step's time while the
+    run goes on; when it returns True the run is stopped and the record's failure is ``pruned``.
     """
     with tempfile.TemporaryDirectory(prefix="autotune-run-") as tmp:
         config_path, out = str(Path(tmp) / "config.yaml"), str(Path(tmp) / "result.json")
@@ -66,24 +65,24 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
             try:
                 stopped = _wait(proc, timeout, progress if on_step else None, on_step)
             except subprocess.TimeoutExpired:
-                return {"error": f"the run did not finish within {timeout:.0f} s", "reason": "timeout"}
+                return TrialRecord.failed("timeout", f"the run did not finish within {timeout:.0f} s")
             finally:
                 _kill_group(proc)  # stray children (loader workers, ranks) never outlive the run
             if stopped is not None:
-                return {"error": f"pruned after {stopped} measured steps", "reason": "pruned", "steps_run": stopped}
+                return TrialRecord.failed("pruned", f"pruned after {stopped} measured steps", steps_run=stopped)
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
         if Path(out).exists():
-            result = json.loads(Path(out).read_text())
-            if "error" not in result and proc.returncode != 0:
-                result = {"error": f"exit code {proc.returncode}", "reason": "crash"}
-            return result
-        for extra_result in sorted(Path(tmp).glob("result.json.rank*")):
-            return json.loads(extra_result.read_text())
+            record = TrialRecord.from_json(Path(out).read_text())
+            if record.ok and proc.returncode != 0:
+                record = TrialRecord.failed("crash", f"exit code {proc.returncode}")
+            return record
+        for rank_record in sorted(Path(tmp).glob("result.json.rank*")):  # a rank other than 0 failed alone
+            return TrialRecord.from_json(rank_record.read_text())
         rc = proc.returncode
         reason = "oom" if rc == -signal.SIGKILL else "crash"
-        return {"error": f"the run exited with code {rc} without a result", "reason": reason}
+        return TrialRecord.failed(reason, f"the run exited with code {rc} without a result")
 
 
 def _wait(proc: subprocess.Popen, timeout: float | None, progress: Path | None,

@@ -21,12 +21,23 @@ from autotune.config import TrainConfig, to_dict
 from autotune.errors import TrialError
 from autotune.train.measure import Stats, StepTimer, matmul_rate, peak_memory, reset_peak_memory
 from autotune.train.profile_run import profile_session
+from autotune.train.record import (
+    DDPBuckets,
+    LoaderRate,
+    Measurement,
+    Memory,
+    ProfileSummary,
+    RankMemory,
+    StepTimes,
+    TrialRecord,
+)
 from autotune.train.window import Window, open_window
 
 
 @dataclass
 class TrainResult:
-    """What a measured run reports (``--json`` prints ``to_dict()`` on the last line)."""
+    """What a measured run reports, as the library call returns it; :meth:`record` is the typed
+    record the worker hands on (``autotune train --json`` prints its JSON on the last line)."""
 
     samples_per_s: float
     tokens_per_s: float
@@ -61,6 +72,24 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def record(self) -> TrialRecord:
+        """The run as the :class:`~autotune.train.record.TrialRecord` that crosses the layers."""
+        s = self.step_time_spread_ms
+        measurement = Measurement(
+            samples_per_s=self.samples_per_s,
+            step_time=StepTimes(median_ms=self.step_time_ms, p10_ms=s["p10"], p90_ms=s["p90"], min_ms=s["min"],
+                                max_ms=s["max"], mean_ms=s["mean"]),
+            memory=Memory(allocated_bytes=self.peak_memory_bytes, reserved_bytes=self.peak_reserved_bytes,
+                          per_rank=[RankMemory(int(r["allocated"]), int(r["reserved"])) for r in self.peak_memory_per_rank]),
+            loader=LoaderRate(window_samples_per_s=self.window_samples_per_s or self.samples_per_s,
+                              loader_samples_per_s=self.loader_samples_per_s, bound=self.loader_bound),
+            mfu=self.mfu, world_size=self.world_size, losses=list(self.losses), grad_norms=list(self.grad_norms),
+            environment=dict(self.environment), tokens_per_s=self.tokens_per_s, matmul_tflops=self.matmul_tflops,
+            flops_per_sample=self.flops_per_sample, batch_size=self.batch_size, steps=self.steps,
+            warmup_steps=self.warmup_steps, wall_s=self.wall_s, device=self.device,
+            ddp=DDPBuckets(**self.ddp) if self.ddp is not None else None, config=self.config)
+        return TrialRecord(measurement=measurement, profile=ProfileSummary.of_summary(self.profile))
 
 
 def environment(device: torch.device, world: int) -> dict[str, Any]:

@@ -15,13 +15,15 @@ of the model from training (e.g. freezes the DiT) changes the gradient norm far 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from autotune.config import TrainConfig
 from autotune.config.stock import stock_config
 from autotune.errors import TrialError
 from autotune.train.launch import launch
+from autotune.train.record import TrialRecord
 
 TOLERANCE = {"fp32": 0.02, "bf16": 0.05, "fp16": 0.05, "fp8": 0.08}
 
@@ -53,9 +55,16 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def compare(stock: dict, other: dict, tolerance: float) -> ParityResult:
-    sl, ol = stock["losses"], other["losses"]
-    sg, og = stock["grad_norms"], other["grad_norms"]
+class Trained(Protocol):
+    """What parity compares of a run (``autotune.train.record.Measurement`` has both)."""
+
+    losses: Sequence[float]
+    grad_norms: Sequence[float]
+
+
+def compare(stock: Trained, other: Trained, tolerance: float) -> ParityResult:
+    sl, ol = list(stock.losses), list(other.losses)
+    sg, og = list(stock.grad_norms), list(other.grad_norms)
     n = min(len(sl), len(ol))
     loss_d = _rel(statistics.fmean(ol[:n]), statistics.fmean(sl[:n]))
     grad_d = _rel(statistics.fmean(og[:n]), statistics.fmean(sg[:n]))
@@ -71,12 +80,13 @@ def compare(stock: dict, other: dict, tolerance: float) -> ParityResult:
 
 
 def verify(cfg: TrainConfig, *, steps: int = 20, nproc: int = 1, timeout: float | None = None,
-           stock: dict | None = None) -> ParityResult:
-    """Train the stock configuration (unless its result is given) and ``cfg``; compare them."""
+           stock: TrialRecord | None = None) -> ParityResult:
+    """Train the stock configuration (unless its record is given) and ``cfg``; compare them."""
     if stock is None:
         stock = launch(stock_config(like=cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
     other = launch(cfg, steps=steps, warmup=0, nproc=nproc, timeout=timeout)
-    for name, res in (("stock", stock), ("candidate", other)):
-        if "error" in res:
-            raise TrialError(f"verify: the {name} configuration failed: {res['error']}", res.get("reason", "error"))
-    return compare(stock, other, tolerance_for(cfg))
+    for name, record in (("stock", stock), ("candidate", other)):
+        if record.failure is not None:
+            raise TrialError(f"verify: the {name} configuration failed: {record.failure.error}", record.failure.reason)
+    assert stock.measurement is not None and other.measurement is not None
+    return compare(stock.measurement, other.measurement, tolerance_for(cfg))

@@ -1,13 +1,13 @@
 """One process of a training run: ``python -m autotune.train.worker --config C --out R.json``.
 
-Started directly (one process) or by torchrun (several). Rank 0 writes the result, or the error
-with its reason, to ``--out`` as JSON; the exit code is non-zero on error.
+Started directly (one process) or by torchrun (several). Rank 0 writes the run's
+:class:`~autotune.train.record.TrialRecord` (its measurement, or its failure with the reason) to
+``--out`` as JSON; a rank that fails writes its own beside it. The exit code is non-zero on error.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
@@ -15,6 +15,10 @@ import traceback
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, TrialError
+from autotune.train.record import ProfileSummary, TrialRecord
+
+TRACEBACK_CHARS = 4000
+"""The end of a failed run's traceback kept in its record."""
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
@@ -60,21 +64,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile_out:
             from autotune.train.profile_run import profile_config
 
-            result = profile_config(load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps)
+            summary = profile_config(load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps)
+            record = TrialRecord(profile=ProfileSummary.of_summary(summary))
         else:
             from autotune.train.runner import run_training
 
             progress = _progress_writer(args.progress) if args.progress and rank == 0 else None
-            result = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup, progress=progress,
-                                  profile_out=args.profile_after, profile_steps=args.profile_steps).to_dict()
+            record = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup, progress=progress,
+                                  profile_out=args.profile_after, profile_steps=args.profile_steps).record()
         code = 0
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)
-        result = {"error": message, "reason": reason, "traceback": traceback.format_exc()}
+        record = TrialRecord.failed(reason, message, traceback=traceback.format_exc()[-TRACEBACK_CHARS:])
         code = 1
     if rank == 0 or code:
         out = args.out if rank == 0 else f"{args.out}.rank{rank}"
-        write_text_atomic(out, json.dumps(result))
+        write_text_atomic(out, record.to_json())
     try:
         import torch.distributed as dist
 

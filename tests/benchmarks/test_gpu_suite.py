@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from autotune.benchmarks.suite_configs import SuiteSettings, resolve
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.config import TrainConfig, load_config, save_config
 from autotune.errors import ConfigError
+from autotune.train.record import TrialRecord
+from tests.records import measurement
 
 TINY = SuiteSettings(preset="tiny", batch_size=2, source="synthetic", video_backend="pyav")
 
@@ -49,9 +52,9 @@ def test_unknown_entry_names_the_choices():
 
 
 def _run(samples_per_s: float, losses: list[float], **extra) -> dict:
-    return {"samples_per_s": samples_per_s, "step_time_ms": 1000 * 2 / samples_per_s,
-            "step_time_spread_ms": {"p10": 90.0, "p90": 110.0}, "peak_memory_bytes": 3 * 2**30,
-            "flops_per_sample": 1e12, "world_size": 1, "losses": losses, **extra}
+    m = measurement(samples_per_s, peak=3 * 2**30, losses=losses, flops_per_sample=1e12)
+    m = replace(m, step_time=replace(m.step_time, p10_ms=90.0, p90_ms=110.0))
+    return {"record": TrialRecord(measurement=m).to_dict(), **extra}
 
 
 def test_table_rows_speedup_mfu_parity_and_errors():
@@ -60,7 +63,7 @@ def test_table_rows_speedup_mfu_parity_and_errors():
         "command": "python -m autotune.benchmarks.gpu_suite", "args": {"preset": "full", "batch_size": 16, "nproc": 1},
         "matmul": {"flops": 1e15, "tflops": 1000.0, "dtype": "bf16", "n": 8192, "device": "H200"},
         "runs": {"stock": _run(50.0, [1.0]), "x/best": _run(150.0, [1.0], parity=parity),
-                 "compile_all": {"error": "boom", "reason": "compile"}},
+                 "compile_all": {"record": TrialRecord.failed("compile", "boom").to_dict()}},
         "profiles": {"x/best": {"overhead": 0.04, "profiled_step_ms": 104.0, "unprofiled_step_ms": 100.0,
                                 "buckets": {"compute_serial": 0.9, "other": 0.1}, "dominant": "compute_serial"}},
     }
@@ -87,9 +90,12 @@ def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = json.loads(out.read_text())
     assert list(got["runs"]) == ["stock", "study1/best"]  # stock first, whatever the order given
-    for r in got["runs"].values():
-        assert "error" not in r, r.get("log_tail")
-        assert r["steps"] == 2 and len(r["losses"]) == 3
+    speed = {}
+    for name, r in got["runs"].items():
+        record = TrialRecord.from_dict(r["record"])
+        assert record.ok, r.get("log_tail")
+        assert record.measurement.steps == 2 and len(record.measurement.losses) == 3
+        speed[name] = record.measurement.samples_per_s
     best = got["runs"]["study1/best"]
     assert best["source"] == str(path) and best["provenance"]["trial"] == 3
     assert best["adjusted"]["preset"] == ["full", "tiny"]
@@ -98,11 +104,10 @@ def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
     assert got["matmul"]["dtype"] == ("bf16" if torch.cuda.is_available() else "fp32")
     table = {r["name"]: r for r in got["table"]}
     assert table["stock"]["speedup_vs_stock"] == 1.0
-    assert table["study1/best"]["speedup_vs_stock"] == pytest.approx(
-        best["samples_per_s"] / got["runs"]["stock"]["samples_per_s"])
+    assert table["study1/best"]["speedup_vs_stock"] == pytest.approx(speed["study1/best"] / speed["stock"])
     assert 0 < table["study1/best"]["mfu"] < 1
     (name, prof), = got["profiles"].items()
-    fastest = max(got["runs"], key=lambda n: got["runs"][n]["samples_per_s"])
+    fastest = max(speed, key=speed.get)
     assert name == fastest, prof
     assert isinstance(prof["overhead"], float) and prof["unprofiled_step_ms"] > 0
     assert sum(prof["buckets"].values()) == pytest.approx(1.0)

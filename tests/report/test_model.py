@@ -199,14 +199,21 @@ def test_a_loader_bound_trial_shows_what_its_window_ran_at(tmp_path):
     from optuna.trial import create_trial
 
     from autotune.report.parts import trial_row
+    from autotune.search.trials import attrs_of
+    from tests.records import measured
 
-    attrs = {"samples_per_s": 230.0, "window_samples_per_s": 652.0, "loader_bound": True, "peak_memory_bytes": 1}
-    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=attrs)
+    bound = attrs_of(measured(230.0, window=652.0, bound=True, peak=1), constraint=-0.5)
+    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=bound)
     row = trial_row(t, tmp_path, stock=False, best=True, pareto=False)
-    assert (row.samples_per_s, row.window_samples_per_s) == (230.0, 652.0)
+    assert (row.samples_per_s, row.window_samples_per_s, row.peak_memory_bytes, row.outcome) == (230.0, 652.0, 1, "ok")
     t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0,
-                     user_attrs={**attrs, "loader_bound": False, "window_samples_per_s": 230.0})
+                     user_attrs=attrs_of(measured(230.0, peak=1)))
     assert trial_row(t, tmp_path, stock=False, best=True, pareto=False).window_samples_per_s is None
+    # a trial of a study written before the record: its flat attributes read the same
+    old = {"samples_per_s": 230.0, "window_samples_per_s": 652.0, "loader_bound": True, "peak_memory_bytes": 1, "mfu": 0.1,
+           "constraint": -0.5}
+    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=old)
+    assert trial_row(t, tmp_path, stock=False, best=True, pareto=False) == row
 
 
 def test_a_loader_first_stage_says_why_in_the_chain(quick_run, tmp_path):

@@ -21,6 +21,8 @@ from autotune.search.guide import (
     ranked_buckets,
 )
 from autotune.search.space import load_space, parse_space
+from autotune.search.trials import attrs_of, reason_of
+from tests.records import measured
 
 SPACE = {
     "knobs": {
@@ -34,8 +36,7 @@ DISTS = {"data.num_workers": IntDistribution(0, 2), "optimizer.impl": Categorica
 
 
 def incumbent(study, buckets, params, value=10.0):
-    trial = create_trial(params=params, distributions=DISTS, value=value,
-                         user_attrs={"buckets": json.dumps(buckets), "dominant": max(buckets, key=buckets.get)})
+    trial = create_trial(params=params, distributions=DISTS, value=value, user_attrs=attrs_of(measured(value, buckets=buckets)))
     study.add_trial(trial)
     return study.trials[-1]
 
@@ -161,7 +162,7 @@ def test_clearly_slower_trials_are_pruned(tmp_path, capsys):
     trials = optuna.load_study(study_name=name, storage=storage).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
     assert 2 <= len(trials[1].intermediate_values) <= 4 and len(trials[0].intermediate_values) == 8
-    assert trials[1].user_attrs["reason"] == "pruned"
+    assert reason_of(trials[1]) == "pruned"
 
 
 def test_a_group_is_searched_again_from_a_new_incumbent(tmp_path):
@@ -227,7 +228,7 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
     dists = {k: CategoricalDistribution(["bf16", "fp32"]) for k in spec["knobs"]}
     study = optuna.create_study(direction="maximize")
     study.add_trial(create_trial(params={"precision.default": "bf16", "precision.frozen_dtype": "fp32"}, distributions=dists,
-                                 value=1.0, user_attrs={"buckets": json.dumps({"compute_serial": 1.0}), "dominant": "compute_serial"}))
+                                 value=1.0, user_attrs=attrs_of(measured(1.0, buckets={"compute_serial": 1.0}))))
     guide = Guide(space, stage_trials=3)
     fixed, stage = guide.next_trial(study, study.trials[0])
     assert stage.groups == ["precision"] and fixed == {"precision.default": "bf16", "precision.frozen_dtype": "bf16"}
@@ -250,8 +251,7 @@ def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
     buckets = {"compute_serial": 0.41, "comm_wait": 0.2, "launch_overhead": 0.19, "data_stall": 0.03, "other": 0.17}
     study.add_trial(create_trial(params={"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"},
                                  distributions=DISTS, value=105.0,
-                                 user_attrs={"buckets": json.dumps(buckets), "dominant": "compute_serial",
-                                             "loader_bound": True, "window_samples_per_s": 116.7}))
+                                 user_attrs=attrs_of(measured(105.0, buckets=buckets, bound=True, window=116.7))))
     stock = study.trials[-1]
     assert loader_stall(stock) == pytest.approx(0.1, abs=0.001)
     assert [b for b, _ in ranked_buckets(stock)] == ["data_stall", "compute_serial", "comm_wait", "launch_overhead", "other"]
@@ -261,7 +261,7 @@ def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
     # a loader that held the step back by less than MIN_SHARE changes nothing; nor does one that kept up
     for window, bound in ((106.0, True), (200.0, False)):
         study.add_trial(create_trial(params=stock.params, distributions=DISTS, value=105.0,
-                                     user_attrs={**stock.user_attrs, "window_samples_per_s": window, "loader_bound": bound}))
+                                     user_attrs=attrs_of(measured(105.0, buckets=buckets, bound=bound, window=window))))
         assert loader_stall(study.trials[-1]) < MIN_SHARE
         assert [b for b, _ in ranked_buckets(study.trials[-1])] == ["compute_serial", "comm_wait", "launch_overhead", "other"]
 
@@ -273,7 +273,8 @@ def test_stock_and_reference_trials_are_never_pruned_and_a_faster_reference_prun
     dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
 
     def add(rate, **attrs):
-        study.add_trial(create_trial(params={"x": 0.5}, distributions=dist, value=rate, user_attrs={"constraint": -0.5, **attrs},
+        study.add_trial(create_trial(params={"x": 0.5}, distributions=dist, value=rate,
+                                     user_attrs={**attrs_of(measured(rate), constraint=-0.5), **attrs},
                                      intermediate_values={i: rate * (1 + 0.01 * (i % 3)) for i in range(8)}))
 
     add(10.0, stock=True)
@@ -308,7 +309,7 @@ COMM_BOUND = {"comm_wait": 0.5, "compute_serial": 0.3, "launch_overhead": 0.0, "
 
 def comm_incumbent(study, params):
     study.add_trial(create_trial(params=params, distributions={k: COMM_DISTS[k] for k in params}, value=10.0,
-                                 user_attrs={"buckets": json.dumps(COMM_BOUND), "dominant": "comm_wait"}))
+                                 user_attrs=attrs_of(measured(10.0, buckets=COMM_BOUND))))
     return study.trials[-1]
 
 

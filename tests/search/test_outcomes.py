@@ -9,20 +9,22 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.config import load_config
 from autotune.search import study as study_mod
+from autotune.search.trials import reason_of
+from autotune.train.record import TrialRecord
+from tests.records import measured
 
 GIB = 2**30
 
 
 def fake_launch(outcomes):
-    """A ``launch`` returning results by the trial's bucket size (the knob of the space below)."""
+    """A ``launch`` returning records by the trial's bucket size (the knob of the space below)."""
 
     def launch(cfg, **_):
         kind = outcomes[int(cfg.ddp.bucket_cap_mb)]
         if kind == "oom":
-            return {"error": "CUDA out of memory", "reason": "oom"}
+            return TrialRecord.failed("oom", "CUDA out of memory")
         speed, peak = kind
-        return {"samples_per_s": speed, "step_time_ms": 1000 / speed, "peak_memory_bytes": peak, "mfu": 0.1,
-                "world_size": 1, "environment": {"device": "cpu"}}
+        return measured(speed, peak=peak)
 
     return launch
 
@@ -47,7 +49,7 @@ def test_oom_is_an_infeasible_complete_trial_and_over_budget_loses(tmp_path, mon
     assert code == 0
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
     oom = trials[1]
-    assert oom.value == 0.0 and oom.user_attrs["reason"] == "oom" and oom.user_attrs["constraint"] == 1.0
+    assert oom.value == 0.0 and reason_of(oom) == "oom" and oom.user_attrs["constraint"] == 1.0
     assert trials[2].user_attrs["constraint"] == pytest.approx(1.0)  # 20 GiB against 10 GiB
     assert trials[0].user_attrs["constraint"] == pytest.approx(-0.9)
     best = load_config(out / "best.yaml")  # the fastest (300 MB, 50/s) is over the budget

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from autotune.cli import main
 from autotune.config import load_config
+from autotune.search.trials import measurement_of, reason_of, record_of
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +35,7 @@ def test_study_writes_a_trainable_best_yaml_and_resumes(tmp_path, capsys):
     assert best.preset == "tiny" and best.data.source == "synthetic"
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert len(rows) == 3 and rows[0]["user_attrs_stock"] == "True"
+    assert float(rows[0]["samples_per_s"]) == pytest.approx(prov["stock_samples_per_s"]) and "user_attrs_record" not in rows[0]
     assert main(["train", "--config", str(out / "best.yaml"), "--steps", "1", "--warmup", "0"]) == 0
 
     # the same command with more trials continues the study; the stock trial is not enqueued twice
@@ -66,11 +68,13 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
     assert "failed (timeout)" in printed and "failed (config)" in printed
     trials = load_study(out, name).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.FAIL]
-    reasons = [t.user_attrs.get("reason") for t in trials]
+    reasons = [reason_of(t) for t in trials]
     assert reasons[0] is None and reasons[1] in ("error", "crash") and reasons[2:] == ["timeout", "config"]
-    assert "this batch size always crashes" in trials[1].user_attrs["error"]
+    crash = record_of(trials[1]).failure
+    assert "this batch size always crashes" in crash.error
+    assert crash.reason == "crash" or "RuntimeError" in crash.traceback  # the worker's traceback, kept with its record
     # the CPU's space has no fp8 choice: the queued fp8 trial is refused, not a crash
-    error = trials[3].user_attrs["error"]
+    error = record_of(trials[3]).failure.error
     assert "precision.regions.dit: a queued value is not one of this machine's choices" in error and "'fp8'" in error
     assert load_config(out / "best.yaml").batch_size == 2
 
@@ -84,8 +88,8 @@ def test_a_two_process_study_profiles_every_rank(tmp_path):
         "rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
     best = load_config(out / "best.yaml")
     assert best.provenance["world_size"] == 2 and best.provenance["samples_per_s"] > 0
-    measured = [t for t in load_study(out, "gr00t_n16-tiny-quick").trials if "samples_per_s" in t.user_attrs]
-    assert measured[0].number == 0 and {t.user_attrs["world_size"] for t in measured} == {2}
+    measured = [t for t in load_study(out, "gr00t_n16-tiny-quick").trials if measurement_of(t) is not None]
+    assert measured[0].number == 0 and {measurement_of(t).world_size for t in measured} == {2}
 
 
 def test_bad_arguments_fail_with_one_line(tmp_path, capsys):
@@ -127,7 +131,7 @@ def test_the_time_budget_stops_a_running_trial_and_queues_it_again(tmp_path, cap
     took = time.monotonic() - began
     trials = optuna.load_study(study_name=name, storage=storage).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
-    assert trials[1].user_attrs["reason"] == "budget" and "end of the time budget" in trials[1].user_attrs["error"]
+    assert reason_of(trials[1]) == "budget" and "end of the time budget" in record_of(trials[1]).failure.error
     assert trials[2].system_attrs["fixed_params"] == {"batch_size": 5} and trials[2].user_attrs["queued_again_from"] == 1
     assert 30 <= took < 30 + 25, took  # the hang ran to the budget's end, not to its 600 s timeout
     printed = capsys.readouterr().out
@@ -206,7 +210,7 @@ def test_a_faster_reference_is_neither_the_incumbent_nor_the_best():
     import optuna
     from optuna.distributions import FloatDistribution
 
-    from autotune.search.study import best_trial
+    from autotune.search.trials import best_trial
 
     study = optuna.create_study(direction="maximize")
     dist = {"x": FloatDistribution(0, 1)}

@@ -8,6 +8,7 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 from autotune.config import config_from_dict  # noqa: E402
+from autotune.train.record import Measurement  # noqa: E402
 from autotune.train.session import Session  # noqa: E402
 
 
@@ -42,15 +43,15 @@ def test_a_step_graph_with_the_all_reduce_inside_trains_as_the_one_without():
     from autotune.train.launch import launch
     from autotune.train.verify import compare
 
-    def run(overlap: bool) -> dict:
+    def run(overlap: bool) -> Measurement:
         cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": {"mode": "step", "warmup_steps": 2},
                                 "ddp": {"graph_overlap": overlap, "bucket_cap_mb": 1.0}, "data": {"source": "synthetic"}})
         result = launch(cfg, steps=6, warmup=3, nproc=2, timeout=300)
-        assert "error" not in result, result
-        return result
+        assert result.ok, result
+        return result.measurement
 
     plain, inside = run(False), run(True)
-    assert compare(plain, inside, tolerance=0.01).passed, (plain["losses"], inside["losses"])
+    assert compare(plain, inside, tolerance=0.01).passed, (plain.losses, inside.losses)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
@@ -60,16 +61,16 @@ def test_a_two_gpu_step_graph_trains_as_eager_ddp():
     from autotune.train.launch import launch
     from autotune.train.verify import compare
 
-    def run(graphs: dict) -> dict:
+    def run(graphs: dict) -> Measurement:
         cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": graphs, "data": {"source": "synthetic"},
                                 "ddp": {"graph_overlap": graphs["mode"] == "step", "bucket_cap_mb": 1.0}})
         result = launch(cfg, steps=8, warmup=4, nproc=2, timeout=300)
-        assert "error" not in result, result
-        return result
+        assert result.ok, result
+        return result.measurement
 
     eager, graph = run({"mode": "none"}), run({"mode": "step", "warmup_steps": 2})
-    assert compare(eager, graph, tolerance=0.05).passed, (eager["losses"], graph["losses"])
-    assert max(graph["grad_norms"][-4:]) < 2 * max(eager["grad_norms"][-4:])
+    assert compare(eager, graph, tolerance=0.05).passed, (eager.losses, graph.losses)
+    assert max(graph.grad_norms[-4:]) < 2 * max(eager.grad_norms[-4:])
 
 
 def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
@@ -79,12 +80,12 @@ def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
     from autotune.train.launch import launch
     from autotune.train.verify import compare
 
-    def run(mode: str) -> dict:
+    def run(mode: str) -> Measurement:
         cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": {"mode": mode}, "data": {"source": "synthetic"}})
         result = launch(cfg, steps=8, warmup=4, nproc=1, timeout=300)
-        assert "error" not in result, result
-        return result
+        assert result.ok, result
+        return result.measurement
 
     eager, graph = run("none"), run("step")
-    assert compare(eager, graph, tolerance=0.05).passed, (eager["grad_norms"], graph["grad_norms"])
-    assert max(graph["grad_norms"][-4:]) < 2 * max(eager["grad_norms"][-4:])
+    assert compare(eager, graph, tolerance=0.05).passed, (eager.grad_norms, graph.grad_norms)
+    assert max(graph.grad_norms[-4:]) < 2 * max(eager.grad_norms[-4:])

@@ -119,20 +119,22 @@ def test_checkpointing_and_fused_optimizer_train():
 def test_two_process_gloo_bucket_sizes_change_ddp_buckets():
     small = launch(tiny(ddp__bucket_cap_mb=0.25), steps=2, warmup=1, nproc=2, timeout=240)
     large = launch(tiny(ddp__bucket_cap_mb=100.0), steps=2, warmup=1, nproc=2, timeout=240)
-    assert "error" not in small, small
-    assert "error" not in large, large
-    assert small["world_size"] == 2 and large["world_size"] == 2
-    assert small["ddp"]["num_buckets"] > large["ddp"]["num_buckets"] >= 1
-    assert small["ddp"]["bucket_cap_bytes"] == int(0.25 * 2**20)
+    assert small.ok and large.ok, (small, large)
+    small, large = small.measurement, large.measurement
+    assert small.world_size == 2 and large.world_size == 2
+    assert small.ddp.num_buckets > large.ddp.num_buckets >= 1
+    assert small.ddp.bucket_cap_bytes == int(0.25 * 2**20)
 
 
-def test_train_cli_json_keys(capsys):
+def test_train_cli_json_is_the_record(capsys):
     assert main(["train", "--preset", "tiny", "--synthetic", "--steps", "3", "--warmup", "1", "--json"]) == 0
-    import json
 
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {"samples_per_s", "step_time_ms", "peak_memory_bytes", "mfu", "losses"} <= set(result)
-    assert len(result["losses"]) == 4 and result["samples_per_s"] > 0
+    from autotune.train.record import TrialRecord
+
+    record = TrialRecord.from_json(capsys.readouterr().out.strip().splitlines()[-1])
+    m = record.measurement
+    assert record.ok and m.step_time.median_ms > 0 and m.memory.allocated_bytes > 0 and m.mfu > 0
+    assert len(m.losses) == 4 and m.samples_per_s > 0 and m.steps == 3 and m.config["preset"] == "tiny"
 
 
 @pytest.mark.slow
@@ -147,8 +149,10 @@ def test_verify_passes_for_equal_and_fails_for_frozen_dit():
 
 
 def test_compare_is_symmetric_in_its_verdict():
-    a = {"losses": [1.0, 1.1, 0.9], "grad_norms": [2.0, 2.0, 2.0]}
-    b = {"losses": [1.0, 1.1, 0.9], "grad_norms": [1.0, 1.0, 1.0]}
+    from types import SimpleNamespace
+
+    a = SimpleNamespace(losses=[1.0, 1.1, 0.9], grad_norms=[2.0, 2.0, 2.0])
+    b = SimpleNamespace(losses=[1.0, 1.1, 0.9], grad_norms=[1.0, 1.0, 1.0])
     assert compare(a, a, 0.05).passed
     assert not compare(a, b, 0.05).passed and not compare(b, a, 0.05).passed
 
@@ -163,8 +167,8 @@ def test_warm_up_drains_the_loader_buffer_before_measuring(tmp_path):
     cfg = tiny(data__source="lerobot", data__dataset=str(dataset), data__num_workers=2, data__prefetch_factor=3)
     assert loader_buffer(cfg) == 6 and loader_buffer(tiny()) == 0
     result = launch(cfg, steps=2, warmup=1, timeout=300)
-    assert "error" not in result, result
-    assert result["warmup_steps"] == 7 and len(result["losses"]) == 9
+    assert result.ok, result
+    assert result.measurement.warmup_steps == 7 and len(result.measurement.losses) == 9
 
 
 def test_compile_of_a_block_stack_compiles_block_by_block():
@@ -184,14 +188,15 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
 
     dataset = make_dataset(tmp_path / "ds", MakeSpec(episodes=2, views=2, size=320, seed=0, frames=40))
     cfg = tiny(data__source="lerobot", data__dataset=str(dataset), data__num_workers=1, data__prefetch_factor=2)
-    result = launch(cfg, steps=12, warmup=1, timeout=300)
-    assert "error" not in result, result
-    sustained = 2 * 1e3 / result["step_time_spread_ms"]["mean"]
+    record = launch(cfg, steps=12, warmup=1, timeout=300)
+    assert record.ok, record
+    result, loader = record.measurement, record.measurement.loader
+    sustained = 2 * 1e3 / result.step_time.mean_ms
     # the same order: on 2 cores the worker and the training process share the CPU, and a loaded
     # machine moves the two apart (2.2x seen with other tests running beside)
-    assert 0.25 * sustained < result["loader_samples_per_s"] < 4 * sustained, (sustained, result)
-    assert result["samples_per_s"] == min(result["window_samples_per_s"], result["loader_samples_per_s"])
-    assert result["loader_bound"] == (result["window_samples_per_s"] > result["loader_samples_per_s"])
+    assert 0.25 * sustained < loader.loader_samples_per_s < 4 * sustained, (sustained, result)
+    assert result.samples_per_s == min(loader.window_samples_per_s, loader.loader_samples_per_s)
+    assert loader.bound == (loader.window_samples_per_s > loader.loader_samples_per_s)
     # the step times streamed to the pruner follow the same rule, step by step
     from autotune.train.runner import run_training
 
@@ -209,8 +214,8 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     assert _sustained(0.01, [0.2, 0.3, 0.2], fed) == pytest.approx(0.1)
     assert _sustained(0.5, [0.2, 0.3, 0.2], fed) == 0.5 and _sustained(0.01, [], fed) == 0.01
     assert _sustained(0.01, [0.2], tiny(data__source="lerobot", data__num_workers=0)) == 0.01  # loading is in the step
-    synthetic = launch(tiny(), steps=2, warmup=1, timeout=300)
-    assert synthetic["loader_samples_per_s"] is None and synthetic["samples_per_s"] == synthetic["window_samples_per_s"]
+    synthetic = launch(tiny(), steps=2, warmup=1, timeout=300).measurement
+    assert synthetic.loader.loader_samples_per_s is None and synthetic.samples_per_s == synthetic.loader.window_samples_per_s
 
 
 def test_an_attention_backend_holds_for_every_step():

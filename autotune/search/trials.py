@@ -1,0 +1,174 @@
+"""A study's trials as records: the one reader and writer of a trial's attributes.
+
+The study stores each trial's :class:`~autotune.train.record.TrialRecord` with :func:`store`
+(its JSON in ``user_attrs[RECORD]``, plus the study's own attributes of it); the guide, the
+report, ``autotune.search.output`` and the benchmarks read it back with :func:`record_of` and ask
+:func:`feasible`, :func:`best_trial` and :func:`stock_trial` here, so that no layer parses
+another's attributes. A study written before the record existed keeps flat attributes
+(``samples_per_s``, ``reason``, ``buckets`` as JSON, ...): :func:`record_of` reads those too.
+
+Attributes the study sets on a trial beside the record: ``STOCK`` and ``REFERENCE`` (queued
+with the trial), ``STAGE`` and ``GROUP`` (the guide's stage), ``WORKER`` (host:pid),
+``QUEUED_AGAIN_FROM``, ``CONSTRAINT`` (memory: (peak - budget) / budget, feasible when <= 0) and
+``PROFILE_DIR`` (the profiled window's folder, relative to the run folder).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import replace
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.train.record import (
+    LoaderRate,
+    Measurement,
+    Memory,
+    ProfileSummary,
+    StepTimes,
+    TrialRecord,
+)
+
+RECORD = "record"
+CONSTRAINT = "constraint"
+PROFILE_DIR = "profile_dir"
+STOCK = "stock"
+REFERENCE = "reference"
+STAGE = "stage"
+GROUP = "group"
+WORKER = "worker"
+QUEUED_AGAIN_FROM = "queued_again_from"
+
+BUDGET = "budget"
+"""Failure reason of a trial stopped by the end of ``--time-budget`` (queued again, not a verdict on it)."""
+ERROR_CHARS = 2000
+"""A failure's message kept in the study (a refused configuration can list many choices)."""
+
+
+def store(trial: optuna.Trial, record: TrialRecord, *, constraint: float | None = None,
+          profile_dir: str | None = None) -> None:
+    """Write ``record`` into the running ``trial``; ``constraint`` also goes to the sampler."""
+    for key, value in attrs_of(record, constraint=constraint, profile_dir=profile_dir).items():
+        trial.set_user_attr(key, value)
+    if constraint is not None:
+        trial.set_constraint("memory", constraint)
+
+
+def attrs_of(record: TrialRecord, *, constraint: float | None = None, profile_dir: str | None = None) -> dict[str, Any]:
+    """The user attributes :func:`store` writes for ``record`` (``optuna.trial.create_trial`` takes them too)."""
+    if record.failure is not None and len(record.failure.error) > ERROR_CHARS:
+        record = replace(record, failure=replace(record.failure, error=record.failure.error[:ERROR_CHARS]))
+    attrs: dict[str, Any] = {RECORD: record.to_json()}
+    if constraint is not None:
+        attrs[CONSTRAINT] = constraint
+    if profile_dir is not None:
+        attrs[PROFILE_DIR] = profile_dir
+    return attrs
+
+
+def record_of(trial: FrozenTrial) -> TrialRecord | None:
+    """The trial's record; None for a trial that has none (waiting, running, or lost with its worker)."""
+    text = trial.user_attrs.get(RECORD)
+    if isinstance(text, str):
+        return _parse(text, trial.number)
+    return _legacy(trial.user_attrs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str, number: int) -> TrialRecord:
+    # every pruning decision asks for the best trial: parse each stored record once
+    return TrialRecord.from_json(text, where=f"trial #{number}: user_attrs.{RECORD}")
+
+
+def measurement_of(trial: FrozenTrial) -> Measurement | None:
+    record = record_of(trial)
+    return record.measurement if record is not None else None
+
+
+def profile_of(trial: FrozenTrial) -> ProfileSummary | None:
+    record = record_of(trial)
+    return record.profile if record is not None else None
+
+
+def reason_of(trial: FrozenTrial) -> str | None:
+    """Why the trial gave no measurement (None: it did, or has not ended)."""
+    record = record_of(trial)
+    return record.failure.reason if record is not None and record.failure is not None else None
+
+
+def constraint_of(trial: FrozenTrial) -> list[float]:
+    """The trial's constraint values: feasible when every value is <= 0."""
+    return [float(trial.user_attrs.get(CONSTRAINT, 0.0))]
+
+
+def measured(trial: FrozenTrial) -> bool:
+    """Complete with a measurement (within the memory budget or not)."""
+    return trial.state == TrialState.COMPLETE and measurement_of(trial) is not None
+
+
+def feasible(trial: FrozenTrial) -> bool:
+    """Complete, not failed (out of memory), within the memory budget."""
+    return trial.state == TrialState.COMPLETE and reason_of(trial) is None and constraint_of(trial)[0] <= 0
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The fastest feasible trial of the search (chosen here, so that the random sampler obeys the
+    budget too). ``--reference`` trials are measured for comparison only: they are never the
+    incumbent the guide builds on, nor ``best.yaml`` (on an H200 a faster reference became the
+    incumbent and every later trial inherited its whole-model compile)."""
+    ok = [t for t in study.get_trials(deepcopy=False) if feasible(t) and not t.user_attrs.get(REFERENCE)]
+    return max(ok, key=lambda t: t.value) if ok else None
+
+
+def stock_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The measurement of the stock configuration (not the one a time budget stopped, queued again)."""
+    return next((t for t in study.get_trials(deepcopy=False)
+                 if t.user_attrs.get(STOCK) and reason_of(t) != BUDGET), None)
+
+
+def _legacy(attrs: dict[str, Any]) -> TrialRecord | None:
+    """The record of a trial stored as flat attributes, before the record existed."""
+    if "reason" in attrs:
+        return TrialRecord.failed(str(attrs["reason"]), str(attrs.get("error", "")))
+    measurement = _legacy_measurement(attrs) if "samples_per_s" in attrs else None
+    profile = _legacy_profile(attrs)
+    return TrialRecord(measurement=measurement, profile=profile) if measurement or profile else None
+
+
+def _legacy_measurement(attrs: dict[str, Any]) -> Measurement:
+    speed = float(attrs["samples_per_s"])
+    median = float(attrs.get("step_time_ms", 0.0))
+    spread = {k: float(v) for k, v in (attrs.get("step_time_spread_ms") or {}).items()}
+    environment = attrs.get("environment")
+    return Measurement(
+        samples_per_s=speed,
+        step_time=StepTimes(median_ms=median, p10_ms=spread.get("p10", median), p90_ms=spread.get("p90", median),
+                            min_ms=spread.get("min", median), max_ms=spread.get("max", median),
+                            mean_ms=spread.get("mean", median)),
+        memory=Memory(allocated_bytes=int(attrs.get("peak_memory_bytes", 0))),
+        loader=LoaderRate(window_samples_per_s=float(attrs.get("window_samples_per_s") or speed),
+                          loader_samples_per_s=attrs.get("loader_samples_per_s"), bound=bool(attrs.get("loader_bound", False))),
+        mfu=float(attrs.get("mfu", 0.0)), world_size=int(attrs.get("world_size", 1)),
+        losses=list(attrs.get("losses", [])), grad_norms=list(attrs.get("grad_norms", [])),
+        environment=(_json(environment) if isinstance(environment, str) else environment) or {})
+
+
+def _legacy_profile(attrs: dict[str, Any]) -> ProfileSummary | None:
+    if "profile_error" in attrs:
+        return ProfileSummary(error=str(attrs["profile_error"]))
+    if "buckets" not in attrs:
+        return None
+    raw = attrs["buckets"]
+    return ProfileSummary(profiled_step_ms=attrs.get("profiled_step_ms"), unprofiled_step_ms=attrs.get("unprofiled_step_ms"),
+                          overhead=attrs.get("profile_overhead"), buckets=_json(raw) if isinstance(raw, str) else raw,
+                          dominant=attrs.get("dominant"))
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text) or None
+    except ValueError:
+        return None

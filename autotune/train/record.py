@@ -1,0 +1,197 @@
+"""The record of one run: what a worker reports, what ``launch`` returns, what a study keeps.
+
+One typed record crosses every layer. The worker (:mod:`autotune.train.worker`) makes it once,
+from the runner's :class:`~autotune.train.runner.TrainResult` or from the failure it caught;
+:func:`autotune.train.launch.launch` returns it, also for a run that timed out, was pruned,
+crashed or was killed; a study stores its JSON in the trial (:mod:`autotune.search.trials`, the
+one reader and writer of the trial's attributes), and the guide, the report and the benchmarks
+read it back from there. It imports only the configuration's plain-data converter and the
+errors, so that every layer may import it.
+
+A record holds a ``measurement`` (the measured window), a ``profile`` (the profiled window after
+it, or instead of it for ``autotune profile``) and a ``failure``; a failed run has no measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.config import from_dict, to_dict
+from autotune.errors import ConfigError
+
+VERSION = 1
+"""Of the record's JSON; a reader refuses a newer one rather than misread it."""
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Step time over the measured window, milliseconds; per step, the slowest rank's."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    allocated_bytes: int
+    reserved_bytes: int
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Peak device memory (on a CPU the process's peak resident set): the largest of the ranks'."""
+
+    allocated_bytes: int
+    reserved_bytes: int | None = None
+    """None where a study predates it."""
+    per_rank: list[RankMemory] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LoaderRate:
+    """What the measured window ran at against what the loader's workers sustain."""
+
+    window_samples_per_s: float
+    """What the measured window itself ran at (from the batches the workers had made ahead, too)."""
+    loader_samples_per_s: float | None = None
+    """What the workers sustain (``sustained_loader_rate``); None without workers: the loading is in the step."""
+    bound: bool = False
+    """True where the loader, not the window, set ``Measurement.samples_per_s``."""
+
+
+@dataclass(frozen=True)
+class DDPBuckets:
+    """DDP's own logging data on its gradient buckets (after its rebuild in the first steps)."""
+
+    num_buckets: int
+    bucket_sizes: list[int]
+    bucket_cap_bytes: int | None
+    num_buckets_reduced: int | None
+    static_graph: bool
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The measured window of a run (rank 0's, aggregated over the ranks).
+
+    The fields with a default are None in the records of studies that predate them.
+    """
+
+    samples_per_s: float
+    """The lower of the window's rate and the loader's (``loader``)."""
+    step_time: StepTimes
+    memory: Memory
+    loader: LoaderRate
+    mfu: float
+    """Of ``samples_per_s``, against the matmul rate measured on the same device."""
+    world_size: int
+    losses: list[float]
+    """Every step's, the warm-up's included."""
+    grad_norms: list[float]
+    environment: dict[str, Any] = field(default_factory=dict)
+    """Versions and device names (torch, python, gpu or cpu, cuda)."""
+    tokens_per_s: float | None = None
+    matmul_tflops: float | None = None
+    flops_per_sample: float | None = None
+    batch_size: int | None = None
+    """Per process."""
+    steps: int | None = None
+    """Measured steps."""
+    warmup_steps: int | None = None
+    wall_s: float | None = None
+    device: str | None = None
+    ddp: DDPBuckets | None = None
+    config: dict[str, Any] | None = None
+    """The configuration as run (``autotune.config.to_dict``)."""
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """A profiled window: the profiler's overhead and rank 0's classification of its traces."""
+
+    profiled_step_ms: float | None = None
+    unprofiled_step_ms: float | None = None
+    overhead: float | None = None
+    """Profiled over unprofiled step time, minus one."""
+    buckets: dict[str, float] | None = None
+    """Fraction of the step per time bucket; None where nothing was classified (ranks other than 0)."""
+    dominant: str | None = None
+    step_time_ms: float | None = None
+    """The classified step time (of the profiled steps)."""
+    error: str | None = None
+    """Why the window could not be profiled; the measurement beside it stands."""
+
+    @classmethod
+    def of_summary(cls, summary: dict[str, Any] | None) -> ProfileSummary | None:
+        """The summary ``autotune.train.profile_run.profile_session`` returns (and writes as
+        ``classification.summary``), or its ``{"error": ...}`` when profiling failed."""
+        if not summary:
+            return None
+        cls_ = summary.get("classification") or {}
+        return cls(profiled_step_ms=summary.get("profiled_step_ms"), unprofiled_step_ms=summary.get("unprofiled_step_ms"),
+                   overhead=summary.get("overhead"), buckets=cls_.get("buckets"), dominant=cls_.get("dominant"),
+                   step_time_ms=cls_.get("step_time_ms"), error=summary.get("error"))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a run gave no measurement."""
+
+    reason: str
+    """A short tag: oom, nan, nccl, compile, config, error, crash, timeout, pruned, budget, ..."""
+    error: str
+    """One line for a person."""
+    traceback: str | None = None
+    steps_run: int | None = None
+    """Measured steps before the run was stopped (a pruned run)."""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """The outcome of one run: a measurement or a failure, and the profile beside them.
+
+    Records are read-only (readers share them): change one with ``dataclasses.replace``.
+    """
+
+    measurement: Measurement | None = None
+    profile: ProfileSummary | None = None
+    failure: Failure | None = None
+    version: int = VERSION
+
+    def __post_init__(self) -> None:
+        assert self.measurement is None or self.failure is None, "a failed run has no measurement"
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @classmethod
+    def failed(cls, reason: str, error: str, *, traceback: str | None = None, steps_run: int | None = None) -> TrialRecord:
+        return cls(failure=Failure(reason=reason, error=error, traceback=traceback, steps_run=steps_run))
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "record") -> TrialRecord:
+        """The record of ``to_dict``'s data; a bad shape raises ConfigError naming ``where`` and the key."""
+        version = data.get("version", VERSION) if isinstance(data, dict) else VERSION
+        if isinstance(version, int) and version > VERSION:
+            raise ConfigError(f"{where}: version {version} is newer than this autotune reads ({VERSION}); upgrade autotune")
+        try:
+            return from_dict(cls, data, where)
+        except TypeError as exc:  # a required field missing
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "record") -> TrialRecord:
+        return cls.from_dict(json.loads(text), where)
