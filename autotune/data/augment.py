@@ -1,7 +1,7 @@
 """Image augmentation of camera frames (GR00T N1.6's recipe), with torch ops only (no torchvision).
 
 Per sample: resize the short edge to ``short_edge`` -> fractional random crop (0.95 of each side)
--> resize to ``image_size`` square -> colour jitter (brightness 0.3, contrast 0.4, saturation
+-> resize to ``image_shape`` (height, width) -> colour jitter (brightness 0.3, contrast 0.4, saturation
 0.5, hue 0.08, in a random order as torchvision's ``ColorJitter``). Upstream replays one draw
 across the views of a sample, so every view gets the same crop window and jitter. All
 randomness comes from the generator passed in, so a sample is the same in any worker.
@@ -19,7 +19,8 @@ _GRAY = (0.299, 0.587, 0.114)
 
 @dataclass(frozen=True)
 class AugmentSpec:
-    image_size: int
+    image_shape: tuple[int, int]
+    """(height, width) of the output."""
     short_edge: int = 256
     crop_fraction: float = 0.95
     brightness: float = 0.3
@@ -34,11 +35,11 @@ def short_edge_for(image_size: int) -> int:
 
 
 def augment(frames: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
-    """``frames``: uint8 [V, 3, H, W] (views of one sample) -> uint8 [V, 3, S, S]."""
+    """``frames``: uint8 [V, 3, H, W] (views of one sample) -> uint8 [V, 3, *spec.image_shape]."""
     x = frames.float().div_(255)
     x = _resize_short_edge(x, spec.short_edge)
     x = _random_crop(x, spec.crop_fraction, generator)
-    x = _resize(x, spec.image_size, spec.image_size)
+    x = _resize(x, *spec.image_shape)
     x = color_jitter(x, spec, generator)
     return x.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
 

@@ -2,55 +2,97 @@
 
     python -m autotune data check /tmp/ds
 
-Checks every meta file (present, parseable, consistent), every episode's parquet (columns,
-lengths, indices) and every video (opens, decodes to the end, frame size as declared, at least as
-many frames as the episode). The first problem raises :class:`DataError` as ``DIR/path: problem``.
+Checks every meta file (present, parseable, consistent), every data file (columns; each
+episode's rows, frame and episode indices, timestamps on the fps clock; v3.0: the file holds
+exactly its episodes' rows) and every video file (opens, decodes to the end, frame size as
+declared, a frame for every frame of its episodes). The first problem raises :class:`DataError`
+as ``DIR/path: problem``. The summary says what was found: codebase version, episodes, frames,
+fps, views, codecs (and the decoder PyAV used), state/action dims, where the modality came from.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from autotune.data.episode import read_episode
-from autotune.data.meta import TOKENIZER, DatasetMeta, load_meta
+from autotune.data.files import parquet_file, read_rows, require_columns
+from autotune.data.layout import TOKENIZER
+from autotune.data.meta import DatasetMeta, load_meta
 from autotune.data.text import WordVocabulary
 from autotune.data.video import describe
 from autotune.errors import DataError
+
+TIMESTAMP_TOLERANCE_S = 1e-4
+"""How far a frame's ``timestamp`` may be from ``frame_index / fps`` (lerobot's tolerance_s)."""
 
 
 @dataclass(frozen=True)
 class DatasetSummary:
     root: str
+    version: str
     episodes: int
     frames: int
     tasks: int
     vocabulary: int
     fps: float
     views: list[str]
-    video_shape: tuple[int, int, int]
-    codec: str
+    video_shapes: list[tuple[int, int, int]]
+    codecs: list[str]
+    """Each view's codec as decoded, with the decoder: ``av1 (libdav1d)``."""
     state_dim: int
     action_dim: int
+    modality: str
+    """``meta/modality.json`` or ``inferred``."""
     embodiment: str
+    data_files: int
+    video_files: int
     bytes: int
+    notices: list[str]
 
 
 def check_dataset(root: str | Path) -> DatasetSummary:
     meta = load_meta(root)
-    vocab = WordVocabulary.load(meta.root / TOKENIZER).vocab
-    codecs = set()
+    vocab = WordVocabulary.for_dataset(meta.root / TOKENIZER, meta.tasks.values()).vocab
+    by_file: dict[Path, list] = defaultdict(list)
     for ep in meta.episodes:
+        by_file[ep.data_file].append(ep)
+    for path, episodes in by_file.items():
+        check_data_file(meta, path, episodes)
+    codecs = {}
+    for key in meta.video_keys:
+        spans: dict[Path, int] = {}
+        for ep in meta.episodes:
+            span = ep.videos[key]
+            spans[span.path] = max(spans.get(span.path, 0), span.first_frame + ep.length)
+        found = {check_video(path, frames, meta.video_shapes[key]) for path, frames in spans.items()}
+        codecs[key] = ", ".join(sorted(found))
+    return _summary(meta, len(vocab), codecs, len(by_file))
+
+
+def check_data_file(meta: DatasetMeta, path: Path, episodes: list) -> None:
+    """Every episode of ``path`` reads; the file has exactly their rows; timestamps fit the fps."""
+    for ep in episodes:
         read_episode(meta, ep.index)
-        for key in meta.video_keys:
-            codecs.add(
-                check_video(meta.video_file(ep.index, key), ep.length, meta.video_shapes[key])
-            )
-    return _summary(meta, len(vocab), codecs)
+    file = parquet_file(path)
+    require_columns(file, ["timestamp"], path)
+    rows, expected = file.metadata.num_rows, sum(ep.length for ep in episodes)
+    if rows != expected:
+        raise DataError(f"{path}: has {rows} rows; its episodes {episodes[0].index}..{episodes[-1].index} have {expected}")
+    for ep in episodes:
+        table = read_rows(file, path, ["timestamp", "frame_index"], ep.first_row, ep.first_row + ep.length)
+        ts = table.column("timestamp").to_numpy().astype(np.float64)
+        off = np.abs(ts - table.column("frame_index").to_numpy() / meta.fps)
+        if len(off) and off.max() > TIMESTAMP_TOLERANCE_S + 1e-7 * ts.max():
+            n = int(off.argmax())
+            raise DataError(f"{path}: episode {ep.index} frame {n} has timestamp {ts[n]:.6f}, not {n / meta.fps:.6f} at {meta.fps:g} fps")
 
 
 def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
-    """Decode every frame of ``path``; returns the codec name."""
+    """Decode every frame of ``path``; returns ``codec (decoder)``."""
     import av
 
     if not path.is_file():
@@ -75,33 +117,35 @@ def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
         except DataError:
             raise
         except Exception as exc:
-            raise DataError(
-                f"{path}: cannot decode frame {frames} ({describe(exc, path)})"
-            ) from None
+            raise DataError(f"{path}: cannot decode frame {frames} ({describe(exc, path)})") from None
         if frames < min_frames:
-            raise DataError(
-                f"{path}: {frames} frames decoded, fewer than the episode's {min_frames}"
-            )
-        return stream.codec_context.name
+            raise DataError(f"{path}: {frames} frames decoded; its episodes need {min_frames}")
+        codec = stream.codec_context.codec
+        return codec.canonical_name if codec.canonical_name == codec.name else f"{codec.canonical_name} ({codec.name})"
 
 
-def _summary(meta: DatasetMeta, vocabulary: int, codecs: set[str]) -> DatasetSummary:
-    shapes = set(meta.video_shapes.values())
+def _summary(meta: DatasetMeta, vocabulary: int, codecs: dict[str, str], data_files: int) -> DatasetSummary:
+    emb = f"{meta.embodiment_tag}" + (f" (id {meta.embodiment_id})" if meta.embodiment_id is not None else "")
     return DatasetSummary(
-        root=str(meta.root), episodes=len(meta.episodes), frames=meta.total_frames, tasks=len(meta.tasks),
-        vocabulary=vocabulary, fps=meta.fps, views=[k.rsplit(".", 1)[-1] for k in meta.video_keys],
-        video_shape=next(iter(shapes)) if len(shapes) == 1 else (0, 0, 0), codec=",".join(sorted(codecs)),
+        root=str(meta.root), version=meta.version, episodes=len(meta.episodes), frames=meta.total_frames,
+        tasks=len(meta.tasks), vocabulary=vocabulary, fps=meta.fps, views=[v.name for v in meta.modality.views],
+        video_shapes=[meta.video_shapes[k] for k in meta.video_keys], codecs=[codecs[k] for k in meta.video_keys],
         state_dim=meta.state_dim, action_dim=meta.action_dim,
-        embodiment=f"{meta.embodiment_tag} (id {meta.embodiment_id})",
-        bytes=sum(p.stat().st_size for p in meta.root.rglob("*") if p.is_file()),
+        modality="inferred" if meta.modality.inferred else "meta/modality.json", embodiment=emb,
+        data_files=data_files, video_files=len({ep.videos[k].path for ep in meta.episodes for k in meta.video_keys}),
+        bytes=sum(p.stat().st_size for p in meta.root.rglob("*") if p.is_file()), notices=list(meta.notices),
     )  # fmt: skip
 
 
 def render_summary(s: DatasetSummary) -> str:
-    h, w, _ = s.video_shape
+    def view(i: int) -> str:
+        h, w, _ = s.video_shapes[i]
+        return f"{s.views[i]} {w}x{h} {s.codecs[i]}"
+
+    views = "; ".join(view(i) for i in range(len(s.views)))
     return (
-        f"OK {s.root}: {s.episodes} episodes, {s.frames} frames at {s.fps:g} fps, {s.tasks} tasks "
-        f"({s.vocabulary} words); views {', '.join(s.views)} ({w}x{h} {s.codec}); "
-        f"state {s.state_dim} / action {s.action_dim} dims; embodiment {s.embodiment}; "
-        f"{s.bytes / 2**20:.1f} MiB"
+        f"OK {s.root}: LeRobot {s.version}, {s.episodes} episodes, {s.frames} frames at {s.fps:g} fps, "
+        f"{s.tasks} tasks ({s.vocabulary} words); {len(s.views)} views: {views}; "
+        f"state {s.state_dim} / action {s.action_dim} dims (modality: {s.modality}); embodiment {s.embodiment}; "
+        f"{s.data_files} data files, {s.video_files} video files, {s.bytes / 2**20:.1f} MiB"
     )

@@ -1,52 +1,63 @@
-"""``autotune data make`` and ``autotune data check``.
+"""``autotune data make``, ``autotune data check`` and ``autotune data modality``.
 
 python -m autotune data make /tmp/ds --episodes 8 --views 2 --size 256 --seed 0
+python -m autotune data make /tmp/ds3 --episodes 8 --format v3.0 --codec av1 --no-extras
 python -m autotune data check /tmp/ds
+python -m autotune data modality /tmp/ds3 --write
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
 from pathlib import Path
 
 from autotune.data.check import check_dataset, render_summary
 from autotune.data.content import EMBODIMENTS
-from autotune.data.make import MakeSpec, make_dataset
+from autotune.data.encode import CODECS
+from autotune.data.layout import MODALITY
+from autotune.data.make import FORMATS, MakeSpec, make_dataset
+from autotune.data.meta import load_meta
 from autotune.errors import DataError
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("data", help="make or check a LeRobot-format dataset")
+    parser = subparsers.add_parser("data", help="make, check or map a LeRobot dataset")
     sub = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
+    _make_parser(sub)
+    check = sub.add_parser("check", help="validate a dataset (v2.0, v2.1, v3.0): meta files, parquet, every video")
+    check.add_argument("dir", help="dataset folder")
+    check.set_defaults(func=_check)
+    modality = sub.add_parser("modality", help="print GR00T's meta/modality.json of a dataset (inferred if missing)")
+    modality.add_argument("dir", help="dataset folder")
+    modality.add_argument("--write", action="store_true", help="write it to DIR/meta/modality.json")
+    modality.add_argument("--force", action="store_true", help="with --write: replace an existing file")
+    modality.set_defaults(func=_modality)
 
-    make = sub.add_parser(
-        "make", help="write a synthetic LeRobot v2 dataset (parquet + H.264 mp4 + meta)"
-    )
+
+def _make_parser(sub) -> None:
+    make = sub.add_parser("make", help="write a synthetic LeRobot dataset (parquet + mp4 + meta)")
     make.add_argument("dir", help="folder to create")
     make.add_argument("--episodes", type=int, required=True, help="number of episodes")
     make.add_argument("--views", type=int, default=2, help="camera views per episode (default 2)")
-    make.add_argument(
-        "--size", type=int, default=256, help="frame height and width in pixels (default 256)"
-    )
+    make.add_argument("--size", type=int, default=256, help="frame height (and width) in pixels (default 256)")
+    make.add_argument("--width", type=int, default=None, help="frame width in pixels (default: --size)")
     make.add_argument("--seed", type=int, default=0, help="seed of the content (default 0)")
-    make.add_argument(
-        "--frames", type=int, default=None, help="frames per episode (default: 60 to 150, seeded)"
-    )
+    make.add_argument("--frames", type=int, default=None, help="frames per episode (default: 60 to 150, seeded)")
     make.add_argument("--fps", type=int, default=20, help="frames per second (default 20)")
-    make.add_argument(
-        "--embodiment", choices=list(EMBODIMENTS), default="panda", help="state/action layout"
-    )
-    make.add_argument(
-        "--embodiment-id", type=int, default=None, help="projector slot (default: the embodiment's)"
-    )
+    make.add_argument("--embodiment", choices=list(EMBODIMENTS), default="panda", help="state/action layout")
+    make.add_argument("--embodiment-id", type=int, default=None, help="projector slot (default: the embodiment's)")
+    make.add_argument("--format", choices=list(FORMATS), default="v2.1",
+                      help="codebase version: v2.1 (a file per episode) or v3.0 (many episodes per file)")  # fmt: skip
+    make.add_argument("--codec", choices=list(CODECS), default="h264", help="video codec (default h264; av1 as lerobot)")
+    make.add_argument("--file-mb", type=float, default=None,
+                      help="v3.0: size at which a data or video file is closed and the next begun (lerobot: 100/200)")  # fmt: skip
+    make.add_argument("--no-extras", dest="extras", action="store_false",
+                      help="write only what lerobot writes: no modality.json, tokenizer.json or embodiment")  # fmt: skip
     make.add_argument("--force", action="store_true", help="replace DIR if it exists")
     make.set_defaults(func=_make)
-
-    check = sub.add_parser(
-        "check", help="validate a dataset: meta files, parquet columns, every video"
-    )
-    check.add_argument("dir", help="dataset folder")
-    check.set_defaults(func=_check)
 
 
 def _check_target(path: Path) -> None:
@@ -62,7 +73,8 @@ def _check_target(path: Path) -> None:
 def _make(args: argparse.Namespace) -> int:
     spec = MakeSpec(
         episodes=args.episodes, views=args.views, size=args.size, seed=args.seed, frames=args.frames,
-        fps=args.fps, embodiment=args.embodiment, embodiment_id=args.embodiment_id,
+        fps=args.fps, embodiment=args.embodiment, embodiment_id=args.embodiment_id, format=args.format,
+        codec=args.codec, width=args.width, extras=args.extras, file_mb=args.file_mb,
     )  # fmt: skip
     _check_target(Path(args.dir))
     try:
@@ -74,5 +86,24 @@ def _make(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    print(render_summary(check_dataset(args.dir)))
+    summary = check_dataset(args.dir)
+    for line in summary.notices:
+        print(f"autotune: note: {line}", file=sys.stderr)
+    print(render_summary(summary))
+    return 0
+
+
+def _modality(args: argparse.Namespace) -> int:
+    meta = load_meta(args.dir)
+    text = json.dumps(meta.modality.to_json(), indent=2) + "\n"
+    if not args.write:
+        print(text, end="")
+        return 0
+    path = Path(args.dir) / MODALITY
+    if path.exists() and not args.force:
+        raise DataError(f"{path}: exists; pass --force to replace it")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # whole or not at all
+    print(f"wrote {path}")
     return 0

@@ -105,11 +105,13 @@ def trajectory(
 
 
 class FrameRenderer:
-    """Frames of one (episode, view): ``frame(i)`` is uint8 [size, size, 3]."""
+    """Frames of one (episode, view): ``frame(i)`` is uint8 [height, width, 3]."""
 
-    def __init__(self, size: int, length: int, rng: np.random.Generator) -> None:
-        self.size, self.length, self.rng = size, length, rng
-        self.yy, self.xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    def __init__(self, shape: int | tuple[int, int], length: int, rng: np.random.Generator) -> None:
+        self.shape = (shape, shape) if isinstance(shape, int) else tuple(shape)
+        self.length, self.rng = length, rng
+        h, w = self.shape
+        self.yy, self.xx = np.mgrid[0:h, 0:w].astype(np.float32) / min(h, w)
         self.base = rng.uniform(40, 200, 3).astype(np.float32)
         self.tilt = rng.uniform(-80, 80, (3, 2)).astype(np.float32)
         n = int(rng.integers(3, 6))
@@ -129,7 +131,7 @@ class FrameRenderer:
     def frame(self, i: int) -> np.ndarray:
         s = i / max(self.length - 1, 1)
         drift = 0.5 + 0.5 * np.sin(2 * np.pi * s)
-        img = np.empty((self.size, self.size, 3), np.float32)
+        img = np.empty((*self.shape, 3), np.float32)
         for c in range(3):
             img[..., c] = (
                 self.base[c] + self.tilt[c, 0] * (self.xx - drift) + self.tilt[c, 1] * self.yy

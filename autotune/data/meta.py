@@ -1,262 +1,152 @@
-"""The LeRobot v2 layout on disk: file names, and ``meta/`` loaded into one checked object.
+"""A LeRobot dataset's ``meta/`` loaded into one checked object, whatever its codebase version.
 
-::
-
-    meta/info.json        fps, features and their shapes, path templates, totals
-    meta/episodes.jsonl   {"episode_index", "tasks", "length"} per episode
-    meta/tasks.jsonl      {"task_index", "task"}: the natural-language instructions
-    meta/modality.json    GR00T's sub-keys of state and action ({"start", "end"}), video keys;
-                          autotune adds "normalization" (min_max or mean_std) per sub-key
-    meta/stats.json       mean / std / min / max (and q01 / q99) of observation.state and action
-    meta/tokenizer.json   the word-level vocabulary of the tasks (autotune's, see text.py)
-    data/chunk-000/episode_000000.parquet
-    videos/chunk-000/observation.images.<view>/episode_000000.mp4
+``meta/info.json`` gives the version (``codebase_version``: v2.0, v2.1 or v3.0), fps, features
+and path templates; the version's reader (v2.py, v3.py) finds the episodes, tasks and stats;
+``meta/modality.json`` (GR00T's, modality.py) says which columns are state, action, views and
+instruction, and is inferred from info.json where it is missing (a one-line notice in
+``DatasetMeta.notices``). autotune's own additions, all optional: ``meta/tokenizer.json`` (the
+word vocabulary, else built from the tasks) and info.json's ``embodiment`` ({"tag", "id"}).
 
 Every problem raises :class:`DataError` as ``path/of/file: problem``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from autotune.data import v2, v3
+from autotune.data.files import get, read_json
+from autotune.data.layout import INFO, MODALITY, STATS, TOKENIZER, Episode
+from autotune.data.modality import (
+    ACTION,
+    STATE,
+    KeySlice,
+    Modality,
+    describe_inferred,
+    infer_modality,
+    read_modality,
+)
+from autotune.data.stats import Stats
 from autotune.errors import DataError
 
-INFO, EPISODES, TASKS = "meta/info.json", "meta/episodes.jsonl", "meta/tasks.jsonl"
-MODALITY, STATS, TOKENIZER = "meta/modality.json", "meta/stats.json", "meta/tokenizer.json"
-META_FILES = (INFO, EPISODES, TASKS, MODALITY, STATS, TOKENIZER)
-DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-STATE, ACTION = "observation.state", "action"
-COLUMNS = (STATE, ACTION, "timestamp", "frame_index", "episode_index", "index", "task_index")
-NORMALIZATIONS = ("min_max", "mean_std")
-STAT_NAMES = ("mean", "std", "min", "max")
+VERSIONS = ("v2.0", "v2.1", "v3.0")
+FRAME_COLUMNS = ("frame_index", "episode_index")
+"""Columns every data file must have besides the state, action and instruction columns."""
 
-
-@dataclass(frozen=True)
-class KeySlice:
-    """One sub-key of state or action: columns ``[start, end)`` and how they are normalised."""
-
-    name: str
-    start: int
-    end: int
-    normalization: str = "min_max"
-
-
-@dataclass(frozen=True)
-class Episode:
-    index: int
-    length: int
-    tasks: tuple[str, ...]
+__all__ = ["ACTION", "INFO", "MODALITY", "STATE", "STATS", "TOKENIZER", "VERSIONS", "DatasetMeta",
+           "Episode", "KeySlice", "load_meta"]  # fmt: skip
 
 
 @dataclass
 class DatasetMeta:
     root: Path
+    version: str
     fps: float
-    chunks_size: int
-    data_path: str
-    video_path: str
     episodes: list[Episode]
     tasks: dict[int, str]
-    video_keys: list[str]
+    modality: Modality
     video_shapes: dict[str, tuple[int, int, int]]
-    state_keys: list[KeySlice]
-    action_keys: list[KeySlice]
-    stats: dict[str, dict[str, np.ndarray]]
+    """Video key -> (height, width, channels) as info.json declares it."""
+    stats: Stats
+    """Source feature of a state/action sub-key -> mean/std/min/max arrays."""
+    index_files: tuple[Path, ...] = ()
     embodiment_tag: str = "new_embodiment"
-    embodiment_id: int = 0
+    embodiment_id: int | None = None
+    """info.json's ``embodiment.id`` where autotune wrote one; else the workload decides."""
+    notices: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
+    def video_keys(self) -> list[str]:
+        return self.modality.video_keys
+
+    @property
+    def state_keys(self) -> tuple[KeySlice, ...]:
+        return self.modality.state
+
+    @property
+    def action_keys(self) -> tuple[KeySlice, ...]:
+        return self.modality.action
+
+    @property
     def state_dim(self) -> int:
-        return self.state_keys[-1].end
+        return self.modality.state_dim
 
     @property
     def action_dim(self) -> int:
-        return self.action_keys[-1].end
+        return self.modality.action_dim
 
     @property
     def total_frames(self) -> int:
         return sum(e.length for e in self.episodes)
 
-    def parquet_path(self, episode: int) -> Path:
-        return self.root / self.data_path.format(
-            episode_chunk=episode // self.chunks_size, episode_index=episode
-        )
-
-    def video_file(self, episode: int, video_key: str) -> Path:
-        chunk = episode // self.chunks_size
-        return self.root / self.video_path.format(
-            episode_chunk=chunk, video_key=video_key, episode_index=episode
-        )
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable JSON file ({exc})") from None
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc})") from None
-    rows = []
-    for n, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}: line {n} is not JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}: line {n} is not a JSON object")
-            rows.append(row)
-    return rows
-
-
-def _get(obj: Any, key: str, path: Path, kind: type | tuple[type, ...], where: str = "") -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise DataError(f"{path}: missing key {where}{key!r}")
-    if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
-        raise DataError(
-            f"{path}: {where}{key!r} is {obj[key]!r}, not of type {getattr(kind, '__name__', kind)}"
-        )
-    return obj[key]
+    def codecs(self) -> dict[str, str]:
+        """Video key -> the codec info.json declares (``?`` where it says none)."""
+        features = self.info.get("features", {})
+        return {k: str(features.get(k, {}).get("info", {}).get("video.codec", "?")) for k in self.video_keys}
 
 
 def load_meta(root: str | Path) -> DatasetMeta:
-    """Read and cross-check every file of ``meta/``; the first problem raises :class:`DataError`."""
+    """Read and cross-check ``meta/`` of any supported version; the first problem raises."""
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"{root}: not a dataset folder (missing)")
     info_path = root / INFO
     info = read_json(info_path)
-    fps = float(_get(info, "fps", info_path, (int, float)))
+    version = get(info, "codebase_version", info_path, str)
+    if version not in VERSIONS:
+        raise DataError(f"{info_path}: codebase_version {version!r} is not supported; supported: {list(VERSIONS)}")
+    fps = float(get(info, "fps", info_path, (int, float)))
     if fps <= 0:
         raise DataError(f"{info_path}: fps is {fps}, not > 0")
-    features = _get(info, "features", info_path, dict)
-    dims = {k: _feature_dim(features, k, info_path) for k in (STATE, ACTION)}
-    episodes = _load_episodes(root / EPISODES, info, info_path)
-    tasks = _load_tasks(root / TASKS)
-    for ep in episodes:
-        missing = [t for t in ep.tasks if t not in tasks.values()]
-        if missing:
-            raise DataError(
-                f"{root / EPISODES}: episode {ep.index} names task {missing[0]!r}, not in {TASKS}"
-            )
-    modality_path = root / MODALITY
-    modality = read_json(modality_path)
-    state_keys = _key_slices(modality, "state", dims[STATE], modality_path)
-    action_keys = _key_slices(modality, "action", dims[ACTION], modality_path)
-    video_keys = _video_keys(modality, features, modality_path)
-    shapes = {
-        k: tuple(_get(features[k], "shape", info_path, list, f"features.{k}.")) for k in video_keys
-    }
-    stats = _load_stats(root / STATS, dims)
-    emb = info.get("embodiment", {})
+    features = get(info, "features", info_path, dict)
+    modality, notices = _modality(root, features)
+    reader = v3 if version == "v3.0" else v2
+    index = reader.load_index(root, info, modality.video_keys, fps)
+    _check_counts(index.episodes, index.tasks, info, info_path, index.files[0])
+    dims = {k.source: _dim(features, k.source) for k in (*modality.state, *modality.action)}
+    stats = v3.load_stats(root, index.files, dims) if version == "v3.0" else v2.load_stats(root, version, dims)
+    emb = info.get("embodiment") if isinstance(info.get("embodiment"), dict) else {}
     return DatasetMeta(
-        root=root, fps=fps, chunks_size=int(_get(info, "chunks_size", info_path, int)),
-        data_path=_get(info, "data_path", info_path, str), video_path=_get(info, "video_path", info_path, str),
-        episodes=episodes, tasks=tasks, video_keys=video_keys, video_shapes=shapes,
-        state_keys=state_keys, action_keys=action_keys, stats=stats,
-        embodiment_tag=str(emb.get("tag", "new_embodiment")), embodiment_id=int(emb.get("id", 0)), info=info,
+        root=root, version=version, fps=fps, episodes=index.episodes, tasks=index.tasks, modality=modality,
+        video_shapes={k: _frame_shape(features, k, info_path) for k in modality.video_keys}, stats=stats,
+        index_files=index.files, embodiment_tag=str(emb.get("tag", "new_embodiment")),
+        embodiment_id=emb["id"] if isinstance(emb.get("id"), int) else None, notices=notices, info=info,
     )  # fmt: skip
 
 
-def _feature_dim(features: dict, key: str, path: Path) -> int:
-    feat = _get(features, key, path, dict, "features.")
-    shape = _get(feat, "shape", path, list, f"features.{key}.")
-    if len(shape) != 1 or not isinstance(shape[0], int) or shape[0] < 1:
-        raise DataError(f"{path}: features.{key}.shape is {shape}, not [D] with D >= 1")
-    return shape[0]
+def _modality(root: Path, features: dict) -> tuple[Modality, list[str]]:
+    path = root / MODALITY
+    if path.is_file():
+        return read_modality(read_json(path), features, path), []
+    modality = infer_modality(features, root / INFO)
+    return modality, [describe_inferred(modality, path, root)]
 
 
-def _load_episodes(path: Path, info: dict, info_path: Path) -> list[Episode]:
-    episodes = []
-    for n, row in enumerate(read_jsonl(path)):
-        index, length = _get(row, "episode_index", path, int), _get(row, "length", path, int)
-        if index != n or length < 1:
-            raise DataError(
-                f"{path}: line {n + 1}: episode {index} of length {length}; expected episode {n}, length >= 1"
-            )
-        episodes.append(Episode(index, length, tuple(_get(row, "tasks", path, list))))
-    if not episodes:
-        raise DataError(f"{path}: lists no episodes")
-    total = _get(info, "total_episodes", info_path, int)
+def _dim(features: dict, key: str) -> int:
+    return int(features[key]["shape"][0])
+
+
+def _frame_shape(features: dict, key: str, path: Path) -> tuple[int, int, int]:
+    """(height, width, channels) of a video feature, whichever order its ``names`` give."""
+    feat = features[key]
+    shape = get(feat, "shape", path, list, f"features.{key}.")
+    names = feat.get("names")
+    if len(shape) != 3 or not all(isinstance(s, int) and s > 0 for s in shape):
+        raise DataError(f"{path}: features.{key}.shape is {shape}, not [height, width, channels]")
+    if isinstance(names, list) and len(names) == 3 and names[0] in ("channel", "channels"):
+        return shape[1], shape[2], shape[0]
+    return shape[0], shape[1], shape[2]
+
+
+def _check_counts(episodes: list[Episode], tasks: dict[int, str], info: dict, info_path: Path, index: Path) -> None:
+    total = get(info, "total_episodes", info_path, int)
     if total != len(episodes):
-        raise DataError(
-            f"{info_path}: total_episodes is {total} but {EPISODES} lists {len(episodes)}"
-        )
-    return episodes
-
-
-def _load_tasks(path: Path) -> dict[int, str]:
-    tasks = {}
-    for row in read_jsonl(path):
-        tasks[_get(row, "task_index", path, int)] = _get(row, "task", path, str)
-    if not tasks:
-        raise DataError(f"{path}: lists no tasks")
-    return tasks
-
-
-def _key_slices(modality: dict, part: str, dim: int, path: Path) -> list[KeySlice]:
-    keys, end = [], 0
-    for name, spec in _get(modality, part, path, dict).items():
-        where = f"{part}.{name}."
-        start, stop = _get(spec, "start", path, int, where), _get(spec, "end", path, int, where)
-        norm = spec.get("normalization", "min_max")
-        if start != end or stop <= start:
-            raise DataError(
-                f"{path}: {part}.{name} spans [{start}, {stop}); expected it to start at {end}"
-            )
-        if norm not in NORMALIZATIONS:
-            raise DataError(
-                f"{path}: {where}normalization {norm!r} is not one of {list(NORMALIZATIONS)}"
-            )
-        keys.append(KeySlice(name, start, stop, norm))
-        end = stop
-    if end != dim:
-        raise DataError(
-            f"{path}: the {part} keys cover {end} dimensions but info.json declares {dim}"
-        )
-    return keys
-
-
-def _video_keys(modality: dict, features: dict, path: Path) -> list[str]:
-    keys = [
-        _get(v, "original_key", path, str, f"video.{k}.")
-        for k, v in _get(modality, "video", path, dict).items()
-    ]
-    for key in keys:
-        if features.get(key, {}).get("dtype") != "video":
-            raise DataError(f"{path}: video key {key!r} is not a video feature of info.json")
-    if not keys:
-        raise DataError(f"{path}: declares no video keys")
-    return keys
-
-
-def _load_stats(path: Path, dims: dict[str, int]) -> dict[str, dict[str, np.ndarray]]:
-    raw = read_json(path)
-    stats = {}
-    for key, dim in dims.items():
-        entry = _get(raw, key, path, dict)
-        stats[key] = {}
-        for name in STAT_NAMES:
-            values = np.asarray(_get(entry, name, path, list, f"{key}."), dtype=np.float32)
-            if values.shape != (dim,) or not np.isfinite(values).all():
-                raise DataError(
-                    f"{path}: {key}.{name} has shape {list(values.shape)}; expected [{dim}] finite numbers"
-                )
-            stats[key][name] = values
-    return stats
+        raise DataError(f"{info_path}: total_episodes is {total} but the episode index ({index}) lists {len(episodes)}")
+    known = set(tasks.values())
+    for ep in episodes:
+        missing = [t for t in ep.tasks if t not in known]
+        if missing:
+            raise DataError(f"{index}: episode {ep.index} names task {missing[0]!r}, which is not among the tasks")

@@ -18,7 +18,7 @@ class ReadSpec:
     views: int
     """Camera views: the first ``views`` video keys of ``meta/modality.json``, in its order."""
     image_size: int
-    """Side in pixels of the square images after augmentation."""
+    """Height in pixels of the images after augmentation (and their width unless ``image_width``)."""
     state_dim: int
     """Width the state vector is zero-padded to; a dataset with a wider state is refused."""
     action_dim: int
@@ -27,9 +27,16 @@ class ReadSpec:
     """Actions of frames ``t .. t + horizon - 1`` (steps past the episode's end are masked)."""
     reader: str = "the workload"
     """Who asks, for error messages (``preset tiny``)."""
+    image_width: int | None = None
+    """Width in pixels of the images after augmentation; ``None``: square (``image_size``)."""
 
     def __post_init__(self) -> None:
-        for name in ("views", "image_size", "state_dim", "action_dim", "action_horizon"):
+        for name in ("views", "image_size", "state_dim", "action_dim", "action_horizon", "image_width"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if (name != "image_width" or value is not None) and (not isinstance(value, int) or value < 1):
                 raise DataError(f"ReadSpec.{name} is {value!r}; allowed: an integer >= 1")
+
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        """(height, width) of the images a sample holds."""
+        return self.image_size, self.image_width or self.image_size

@@ -1,7 +1,8 @@
 """The instruction text: normalisation and the word-level vocabulary a dataset stores itself.
 
-Nothing can be downloaded, so ``data make`` builds the vocabulary from the dataset's own task
-strings and saves it as ``meta/tokenizer.json``. Word ids start at ``FIRST_WORD_ID``; the ids
+Nothing can be downloaded, so the vocabulary is built from the dataset's own task strings:
+``data make`` saves it as ``meta/tokenizer.json``; a dataset without that file (one lerobot
+wrote) gets the same vocabulary built from its tasks when it is read. Word ids start at ``FIRST_WORD_ID``; the ids
 below it are left to a model's special tokens, ``UNK_ID`` (a word not in the vocabulary) the
 last of them. A workload maps these ids into its own vocabulary (GR00T N1.6:
 ``autotune.workloads.gr00t_n16.text``).
@@ -55,6 +56,11 @@ class WordVocabulary:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+
+    @classmethod
+    def for_dataset(cls: type[_V], path: Path, tasks: Iterable[str]) -> _V:
+        """``path`` (a dataset's ``meta/tokenizer.json``) where it exists, else built from ``tasks``."""
+        return cls.load(path) if path.exists() else cls.build(tasks)
 
     @classmethod
     def load(cls: type[_V], path: Path) -> _V:

@@ -38,6 +38,7 @@ class Session:
         check_machine(cfg, machine)  # before the workload's module (module:Class) is imported
         self.workload = get_workload(cfg.workload)
         self.workload.check_preset(cfg.preset)
+        self.workload.fit_data(cfg.preset, cfg.data)  # the dataset's shapes, before any model is built
         self.device = resolve_device(cfg, local_rank)
         model = self.workload.build_model(cfg.preset, "meta")
         check_compatible(cfg, machine, tuple(self.workload.regions(model)))

@@ -19,6 +19,9 @@ Contract
   that it stays random inside a captured CUDA graph. It must not synchronise the host.
 * ``synthetic_batch(preset, batch_size, device, generator)`` returns a batch of the exact shapes
   and dtypes the data path produces, for measurements without I/O.
+* ``fit_data(preset, data)`` is called before ``build_model`` with the run's ``DataConfig``; a
+  workload whose inputs follow its dataset (GR00T N1.6: the dataset's views and frame size) fits
+  ``preset`` to it there, and every method then uses the fitted shapes. Default: nothing.
 * ``make_loader(...)`` returns an iterable of host batches (a ``torch.utils.data.DataLoader``
   over the workload's real data); the runner moves them to the device.
 * ``flops_per_sample(preset)`` counts the floating-point operations of one sample's training
@@ -68,6 +71,10 @@ class Workload(ABC):
     @abstractmethod
     def flops_per_sample(self, preset: str) -> float:
         """Floating-point operations of one sample's forward and backward."""
+
+    def fit_data(self, preset: str, data: DataConfig) -> None:
+        """Fit ``preset``'s inputs to the dataset of ``data`` before the model is built (see above)."""
+        return None
 
     def make_loader(
         self, preset: str, data: DataConfig, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1

@@ -1,4 +1,4 @@
-"""``data make``: the LeRobot v2 layout, real inter-frame video, determinism."""
+"""``data make``: the LeRobot v2.1 layout as lerobot 0.3 writes it, real inter-frame video, determinism."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from autotune.data import MakeSpec, load_meta, make_dataset
-from autotune.data.meta import COLUMNS, META_FILES
+from autotune.data.writers import COLUMNS
 from autotune.errors import DataError
 from autotune.workloads.gr00t_n16.presets import NUM_SPECIAL_TOKENS
 
@@ -23,18 +23,24 @@ def decoded(path) -> list[np.ndarray]:
         return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
+META_FILES = ("info.json", "episodes.jsonl", "tasks.jsonl", "episodes_stats.jsonl", "modality.json", "tokenizer.json")
+
+
 def test_layout_and_meta(tiny_dataset):
     for name in META_FILES:
-        assert (tiny_dataset / name).is_file(), name
+        assert (tiny_dataset / "meta" / name).is_file(), name
+    assert not (tiny_dataset / "meta/stats.json").exists()  # lerobot 0.3 (v2.1) writes per-episode stats only
     info = json.loads((tiny_dataset / "meta/info.json").read_text())
-    assert info["total_episodes"] == 3 and info["total_frames"] == 180 and info["total_videos"] == 6
+    assert info["codebase_version"] == "v2.1" and info["total_videos"] == 6
+    assert info["total_episodes"] == 3 and info["total_frames"] == 180
     assert info["features"]["observation.images.front"]["shape"] == [64, 64, 3]
     meta = load_meta(tiny_dataset)
     assert [e.length for e in meta.episodes] == [60, 60, 60]
     assert meta.video_keys == ["observation.images.front", "observation.images.wrist"]
     assert all(task.endswith(".") and task[0].isupper() for task in meta.tasks.values())
-    stats = json.loads((tiny_dataset / "meta/stats.json").read_text())
-    assert set(stats["action"]) >= {"mean", "std", "min", "max"}
+    rows = [json.loads(line) for line in (tiny_dataset / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    assert [r["episode_index"] for r in rows] == [0, 1, 2]
+    assert set(rows[0]["stats"]["action"]) == {"mean", "std", "min", "max", "count"}
     vocab = json.loads((tiny_dataset / "meta/tokenizer.json").read_text())["vocab"]
     assert min(vocab.values()) == NUM_SPECIAL_TOKENS and "the" in vocab
 
@@ -42,7 +48,7 @@ def test_layout_and_meta(tiny_dataset):
 def test_parquet_columns(tiny_dataset):
     table = pq.read_table(tiny_dataset / "data/chunk-000/episode_000001.parquet")
     assert tuple(table.column_names) == COLUMNS
-    assert table.schema.field("action").type == pa.list_(pa.float32())
+    assert table.schema.field("action").type == pa.list_(pa.float32(), 7)  # fixed size, as lerobot
     assert table.column("index").to_pylist()[0] == 60  # global index continues across episodes
     assert table.column("frame_index").to_pylist() == list(range(60))
 

@@ -43,26 +43,22 @@ def test_tokenizer_round_trips_through_json(tmp_path):
     assert WordTokenizer.load(tmp_path / "t.json").vocab == tok.vocab
 
 
-def frames(views: int = 2, size: int = 64, seed: int = 0) -> torch.Tensor:
-    return torch.randint(
-        0,
-        256,
-        (views, 3, size, size),
-        generator=torch.Generator().manual_seed(seed),
-        dtype=torch.uint8,
-    )
+def frames(views: int = 2, size: int | tuple[int, int] = 64, seed: int = 0) -> torch.Tensor:
+    h, w = (size, size) if isinstance(size, int) else size
+    return torch.randint(0, 256, (views, 3, h, w), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
 
 
-@pytest.mark.parametrize("size, short, out", [(64, 64, 56), (256, 256, 252), (80, 64, 56)])
+@pytest.mark.parametrize(
+    "size, short, out",
+    [(64, 64, (56, 56)), (256, 256, (252, 252)), (80, 64, (56, 56)), ((480, 640), 256, (252, 336))],
+)
 def test_augment_shapes(size, short, out):
-    x = augment(
-        frames(size=size), AugmentSpec(out, short_edge=short), torch.Generator().manual_seed(0)
-    )
-    assert x.shape == (2, 3, out, out) and x.dtype == torch.uint8
+    x = augment(frames(size=size), AugmentSpec(out, short_edge=short), torch.Generator().manual_seed(0))
+    assert x.shape == (2, 3, *out) and x.dtype == torch.uint8
 
 
 def test_augment_is_a_function_of_the_generator_and_replays_across_views():
-    spec = AugmentSpec(56, short_edge=64)
+    spec = AugmentSpec((56, 56), short_edge=64)
     same_views = frames(views=1).expand(2, -1, -1, -1)
     a = augment(same_views, spec, torch.Generator().manual_seed(5))
     b = augment(same_views, spec, torch.Generator().manual_seed(5))

@@ -1,6 +1,7 @@
 """The batch of the GR00T N1.6 workload: what the data path yields and the model consumes.
 
-Keys, shapes and dtypes (B samples, V views, L = preset.seq_len, H = W = preset.image_size):
+Keys, shapes and dtypes (B samples, V = preset.views, L = preset.seq_len, (H, W) = preset.image_shape;
+fitted to a dataset's views and frame size by ``fit.py``):
 
 ==================  =====================  ========  ==============================================
 key                 shape                  dtype     meaning
@@ -51,8 +52,8 @@ def layout_tokens(text_ids: list[int], preset: Gr00tPreset) -> tuple[list[int], 
 def synthetic_batch(preset: Gr00tPreset, batch_size: int, device, generator: torch.Generator | None = None) -> dict:
     """Random batch of the real shapes (text lengths, action lengths and embodiments vary)."""
     g = generator
-    B, V, S = batch_size, preset.views, preset.image_size
-    images = torch.randint(0, 256, (B, V, 3, S, S), generator=g, dtype=torch.uint8)
+    B, V, (H, W) = batch_size, preset.views, preset.image_shape
+    images = torch.randint(0, 256, (B, V, 3, H, W), generator=g, dtype=torch.uint8)
     input_ids = torch.full((B, preset.seq_len), PAD_ID, dtype=torch.long)
     attention_mask = torch.zeros(B, preset.seq_len, dtype=torch.bool)
     vocab_hi = preset.vocab_size

@@ -1,6 +1,6 @@
-"""The data path of GR00T N1.6: LeRobot frames (``autotune.data``) at the preset's shapes, each
-made into a sample of the batch of ``batch.py`` (the task's tokens laid out with the image
-placeholders, the state as a one-step history)."""
+"""The data path of GR00T N1.6: LeRobot frames (``autotune.data``) at the shapes of the preset
+fitted to the dataset (``fit.py``), each made into a sample of the batch of ``batch.py`` (the
+task's tokens laid out with the image placeholders, the state as a one-step history)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,38 @@ from pathlib import Path
 import torch
 
 from autotune.config import DataConfig
-from autotune.data import HostLoader, LeRobotDataset, ReadSpec, build_host_loader, dataset_root
+from autotune.data import (
+    HostLoader,
+    LeRobotDataset,
+    ReadSpec,
+    build_host_loader,
+    dataset_root,
+    load_meta,
+)
 from autotune.data.meta import INFO, TOKENIZER
 from autotune.errors import DataError
 from autotune.workloads.gr00t_n16.batch import layout_tokens
+from autotune.workloads.gr00t_n16.fit import fit_preset
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 from autotune.workloads.gr00t_n16.text import WordTokenizer
 
+# Upstream N1.6's projector slot of each embodiment tag (EMBODIMENT_TAG_TO_PROJECTOR_INDEX in
+# gr00t/model/gr00t_n1d6/processing_gr00t_n1d6.py); a dataset that names no id takes its tag's.
+PROJECTOR_INDEX = {"robocasa_panda_omron": 13, "gr1": 20, "behavior_r1_pro": 24, "unitree_g1": 8,
+                   "libero_panda": 2, "oxe_google": 0, "oxe_widowx": 1, "oxe_droid": 16, "new_embodiment": 10}  # fmt: skip
+
 
 def read_spec(preset: Gr00tPreset) -> ReadSpec:
+    h, w = preset.image_shape
     return ReadSpec(
-        views=preset.views, image_size=preset.image_size, state_dim=preset.state_dim,
+        views=preset.views, image_size=h, image_width=None if w == h else w, state_dim=preset.state_dim,
         action_dim=preset.action_dim, action_horizon=preset.action_horizon, reader=f"preset {preset.name}",
     )  # fmt: skip
 
 
 class Gr00tDataset(LeRobotDataset):
-    """``dataset[(draw, index)]`` is one sample in the keys, shapes and dtypes of ``batch.py``."""
+    """``dataset[(draw, index)]`` is one sample in the keys, shapes and dtypes of ``batch.py``, at
+    ``self.preset``: ``preset`` fitted to the dataset."""
 
     def __init__(
         self,
@@ -36,15 +51,16 @@ class Gr00tDataset(LeRobotDataset):
         seed: int = 0,
         embodiment_id: int | None = None,
     ) -> None:
-        super().__init__(
-            root, read_spec(preset), video_backend=video_backend, seed=seed, embodiment_id=embodiment_id
-        )
-        self.preset = preset
+        meta = load_meta(root)
+        self.preset = preset = fit_preset(preset, meta)
+        if embodiment_id is None and meta.embodiment_id is None:
+            embodiment_id = PROJECTOR_INDEX.get(meta.embodiment_tag, PROJECTOR_INDEX["new_embodiment"])
+        super().__init__(meta, read_spec(preset), video_backend=video_backend, seed=seed, embodiment_id=embodiment_id)
         if not 0 <= self.embodiment_id < preset.num_embodiments:
             raise DataError(
                 f"{self.meta.root / INFO}: embodiment id {self.embodiment_id} is not in [0, {preset.num_embodiments})"
             )
-        tokenizer = WordTokenizer.load(self.meta.root / TOKENIZER)
+        tokenizer = WordTokenizer.for_dataset(self.meta.root / TOKENIZER, self.meta.tasks.values())
         self.text_ids = {
             i: tokenizer.encode(task, preset.vocab_size) for i, task in self.meta.tasks.items()
         }

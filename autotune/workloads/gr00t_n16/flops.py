@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from autotune.workloads.gr00t_n16.presets import get_preset
-
 if TYPE_CHECKING:
     from autotune.workloads.gr00t_n16.workload import Gr00tN16
 
@@ -64,7 +62,7 @@ def describe(workload: Gr00tN16, preset: str) -> dict[str, Any]:
         for name, mods in workload.regions(model).items()
     }
     flops = count_flops(workload, preset)
-    p = get_preset(preset)
+    p = workload.resolve(preset)
     return {
         "workload": workload.name,
         "preset": preset,

@@ -16,6 +16,7 @@ class Gr00tPreset:
     name: str
     # Vision tower (SigLIP2-shaped).
     image_size: int = 252
+    """Height of a view at the vision tower (and its width unless ``image_width``)."""
     patch_size: int = 14
     vision_hidden: int = 1152
     vision_mlp: int = 4304
@@ -24,6 +25,8 @@ class Gr00tPreset:
     vision_pos_grid: int = 16
     views: int = 2
     unshuffle: int = 2
+    image_width: int | None = None
+    """Width of a view; ``None``: square. A dataset's frames set it (``fit.py``)."""
     # LLM (Qwen3-shaped, truncated).
     llm_hidden: int = 2048
     llm_ffn: int = 6144
@@ -57,12 +60,20 @@ class Gr00tPreset:
         return self.dit_heads * self.dit_head_dim
 
     @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
+    def image_shape(self) -> tuple[int, int]:
+        """(height, width) of a view at the vision tower."""
+        return self.image_size, self.image_width or self.image_size
+
+    @property
+    def patch_grid(self) -> tuple[int, int]:
+        """Patches down and across a view."""
+        h, w = self.image_shape
+        return h // self.patch_size, w // self.patch_size
 
     @property
     def image_tokens_per_view(self) -> int:
-        return (self.patches_per_side // self.unshuffle) ** 2
+        gh, gw = self.patch_grid
+        return (gh // self.unshuffle) * (gw // self.unshuffle)
 
     @property
     def max_text_tokens(self) -> int:
@@ -70,8 +81,9 @@ class Gr00tPreset:
         return self.seq_len - self.views * (self.image_tokens_per_view + 2)
 
     def __post_init__(self) -> None:
-        if self.patches_per_side % self.unshuffle:
-            raise WorkloadError(f"preset {self.name}: {self.patches_per_side} patches per side is not divisible by {self.unshuffle}")
+        side = self.patch_size * self.unshuffle
+        if any(x % side for x in self.image_shape):
+            raise WorkloadError(f"preset {self.name}: image {self.image_shape} is not a multiple of {side} px on each side")
         if self.max_text_tokens < 4:
             raise WorkloadError(f"preset {self.name}: seq_len {self.seq_len} leaves no room for text")
 

@@ -69,13 +69,13 @@ class Connector(nn.Module):
 
     def __init__(self, p: Gr00tPreset) -> None:
         super().__init__()
-        self.r, self.side = p.unshuffle, p.patches_per_side
+        self.r, self.grid = p.unshuffle, p.patch_grid
         dim = p.vision_hidden * p.unshuffle**2
         self.norm = nn.LayerNorm(dim)
         self.fc1, self.fc2 = nn.Linear(dim, p.llm_hidden), nn.Linear(p.llm_hidden, p.llm_hidden)
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
         N, P, D = feats.shape
-        r, s = self.r, self.side
-        x = feats.reshape(N, s // r, r, s // r, r, D).permute(0, 1, 3, 2, 4, 5).reshape(N, (s // r) ** 2, r * r * D)
+        r, (h, w) = self.r, self.grid
+        x = feats.reshape(N, h // r, r, w // r, r, D).permute(0, 1, 3, 2, 4, 5).reshape(N, (h // r) * (w // r), r * r * D)
         return self.fc2(F.gelu(self.fc1(self.norm(x))))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,7 @@ from torch import nn
 
 from autotune.workloads.base import Batch, Workload
 from autotune.workloads.gr00t_n16 import batch as batch_mod
-from autotune.workloads.gr00t_n16.presets import PRESETS, get_preset
+from autotune.workloads.gr00t_n16.presets import PRESETS, Gr00tPreset, get_preset
 
 if TYPE_CHECKING:
     from autotune.config import DataConfig
@@ -20,16 +20,45 @@ REGION_NAMES = ("vision", "connector", "llm_frozen", "llm_trainable", "vlln", "d
 
 
 class Gr00tN16(Workload):
-    """GR00T N1.6: SigLIP2 vision, Qwen3 LLM (top 4 layers trained), alternating DiT action head."""
+    """GR00T N1.6: SigLIP2 vision, Qwen3 LLM (top 4 layers trained), alternating DiT action head.
+
+    A preset's inputs follow the run's dataset: ``fit_data`` fits the preset to it (``fit.py``),
+    and every method below then builds, feeds and counts the fitted preset.
+    """
 
     name = "gr00t_n16"
     presets = tuple(PRESETS)
     default_preset = "full"
 
+    def __init__(self) -> None:
+        self._fitted: dict[str, Gr00tPreset] = {}
+        self._flops: dict[Gr00tPreset, float] = {}
+        self._said: set[str] = set()
+
+    def resolve(self, preset: str) -> Gr00tPreset:
+        """``preset`` as fitted to the dataset of the last ``fit_data``, else as defined."""
+        return self._fitted.get(preset) or get_preset(preset)
+
+    def fit_data(self, preset: str, data: DataConfig) -> None:
+        """Fit ``preset`` to ``data.dataset`` (a null dataset is made to the preset: nothing to fit)."""
+        self._fitted.pop(preset, None)
+        if data.source != "lerobot" or not data.dataset:
+            return
+        from autotune.data import load_meta
+        from autotune.workloads.gr00t_n16.fit import describe_fit, fit_preset
+
+        meta = load_meta(data.dataset)
+        base = get_preset(preset)
+        self._fitted[preset] = fitted = fit_preset(base, meta)
+        for line in (*meta.notices, describe_fit(base, fitted, meta.root)):
+            if line and line not in self._said:  # once per process
+                self._said.add(line)
+                print(f"autotune: note: {line}", file=sys.stderr)
+
     def build_model(self, preset: str, device: str | torch.device = "cpu") -> nn.Module:
         from autotune.workloads.gr00t_n16.model import Gr00tN16Model
 
-        return Gr00tN16Model(get_preset(preset), device=device)
+        return Gr00tN16Model(self.resolve(preset), device=device)
 
     def regions(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         return model.region_map()
@@ -38,7 +67,7 @@ class Gr00tN16(Workload):
         return model(batch)
 
     def synthetic_batch(self, preset, batch_size, device, generator=None) -> Batch:
-        return batch_mod.synthetic_batch(get_preset(preset), batch_size, device, generator)
+        return batch_mod.synthetic_batch(self.resolve(preset), batch_size, device, generator)
 
     def make_loader(
         self, preset: str, data: DataConfig, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1
@@ -47,16 +76,18 @@ class Gr00tN16(Workload):
             return super().make_loader(preset, data, batch_size, seed=seed, rank=rank, world_size=world_size)
         from autotune.workloads.gr00t_n16.data import build_loader
 
-        return build_loader(get_preset(preset), data, batch_size, seed=seed, rank=rank, world_size=world_size)
+        return build_loader(self.resolve(preset), data, batch_size, seed=seed, rank=rank, world_size=world_size)
 
     def tokens_per_sample(self, preset: str) -> int:
-        return get_preset(preset).seq_len
+        return self.resolve(preset).seq_len
 
-    @functools.cache  # noqa: B019  (the workload is a process-wide singleton)
     def flops_per_sample(self, preset: str) -> float:
-        from autotune.workloads.gr00t_n16.flops import count_flops
+        key = self.resolve(preset)
+        if key not in self._flops:
+            from autotune.workloads.gr00t_n16.flops import count_flops
 
-        return count_flops(self, preset)["total"]
+            self._flops[key] = count_flops(self, preset)["total"]
+        return self._flops[key]
 
     def describe(self, preset: str) -> dict[str, Any]:
         from autotune.workloads.gr00t_n16.flops import describe

@@ -1,0 +1,101 @@
+"""Reading the files of a dataset: JSON, JSON lines and parquet, each problem one line naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from autotune.errors import DataError
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable JSON file ({exc})") from None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc})") from None
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"{path}: line {n} is not JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: line {n} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def get(obj: Any, key: str, path: Path, kind: type | tuple[type, ...], where: str = "") -> Any:
+    """``obj[key]``, which must exist and be of ``kind`` (a bool is never an int here)."""
+    if not isinstance(obj, dict) or key not in obj:
+        raise DataError(f"{path}: missing key {where}{key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        name = getattr(kind, "__name__", None) or " or ".join(k.__name__ for k in kind)
+        raise DataError(f"{path}: {where}{key!r} is {value!r}, not of type {name}")
+    return value
+
+
+def parquet_file(path: Path) -> pq.ParquetFile:
+    if not path.is_file():
+        raise DataError(f"{path}: missing")
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def read_parquet(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """The table of ``path`` (only ``columns``, each of which must exist)."""
+    file = parquet_file(path)
+    require_columns(file, columns or [], path)
+    try:
+        return file.read(columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def require_columns(file: pq.ParquetFile, columns: list[str], path: Path) -> None:
+    names = file.schema_arrow.names
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise DataError(f"{path}: missing column {missing[0]!r} (columns: {names})")
+
+
+def read_rows(file: pq.ParquetFile, path: Path, columns: list[str], start: int, stop: int) -> pa.Table:
+    """Rows ``[start, stop)`` of ``columns``, reading only the row groups that hold them.
+
+    A v3.0 data file holds many episodes (lerobot writes one row group per episode), so an
+    episode costs the row groups it spans, not the whole file.
+    """
+    meta = file.metadata
+    groups, first, offset = [], None, 0
+    for g in range(meta.num_row_groups):
+        rows = meta.row_group(g).num_rows
+        if offset + rows > start and offset < stop:
+            groups.append(g)
+            first = offset if first is None else first
+        offset += rows
+    if stop > offset:
+        raise DataError(f"{path}: has {offset} rows; rows [{start}, {stop}) were expected in it")
+    try:
+        table = file.read_row_groups(groups, columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+    return table.slice(start - (first or 0), stop - start)

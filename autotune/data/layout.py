@@ -1,0 +1,58 @@
+"""Where each episode lives on disk, whatever the codebase version: its rows of a parquet file and
+its frames of one mp4 per view (v2: files of its own; v3.0: ranges of files shared by many)."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune.data.files import get
+from autotune.errors import DataError
+
+INFO, STATS, MODALITY, TOKENIZER = "meta/info.json", "meta/stats.json", "meta/modality.json", "meta/tokenizer.json"
+
+
+@dataclass(frozen=True)
+class VideoSpan:
+    """An episode's frames in a video file: frames ``first_frame .. first_frame + length - 1``."""
+
+    path: Path
+    first_frame: int
+
+
+@dataclass(frozen=True)
+class Episode:
+    index: int
+    length: int
+    tasks: tuple[str, ...]
+    data_file: Path
+    first_row: int
+    """Row of ``data_file`` where the episode starts (0 in v2, where the file is the episode's)."""
+    videos: dict[str, VideoSpan] = field(default_factory=dict)
+    """Video key -> where its frames are."""
+
+
+@dataclass(frozen=True)
+class Index:
+    """What a version's reader finds: the episodes in order, the tasks, and the files it read."""
+
+    episodes: list[Episode]
+    tasks: dict[int, str]
+    files: tuple[Path, ...]
+    """The episode index files (for messages)."""
+
+
+def path_template(info: dict, key: str, placeholders: tuple[str, ...], path: Path) -> str:
+    """info.json's ``key`` (``data_path``, ``video_path``), whose placeholders must be known."""
+    template = get(info, key, path, str)
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise DataError(f"{path}: {key} {template!r} is not a path template ({exc})") from None
+    unknown = sorted(names - set(placeholders))
+    if unknown:
+        raise DataError(
+            f"{path}: {key} {template!r} has placeholder {unknown[0]!r}; this codebase version allows {list(placeholders)}"
+        )
+    return template

@@ -1,0 +1,67 @@
+"""Codebase v2.0 and v2.1 (lerobot <= 0.3): one parquet file and one mp4 per view for each episode.
+
+::
+
+    meta/episodes.jsonl        {"episode_index", "tasks", "length"} per episode
+    meta/tasks.jsonl           {"task_index", "task"}
+    meta/stats.json            v2.0: stats of every feature
+    meta/episodes_stats.jsonl  v2.1: {"episode_index", "stats": {feature: {min, max, mean, std, count}}}
+    data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet           (info.json data_path)
+    videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4  (info.json video_path)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.data import stats as st
+from autotune.data.files import get, read_json, read_jsonl
+from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, path_template
+from autotune.errors import DataError
+
+EPISODES, TASKS, EPISODES_STATS = "meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.jsonl"
+PLACEHOLDERS = ("episode_chunk", "episode_index", "video_key")
+
+
+def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Index:
+    info_path = root / INFO
+    chunks = get(info, "chunks_size", info_path, int)
+    data = path_template(info, "data_path", PLACEHOLDERS, info_path)
+    video = path_template(info, "video_path", PLACEHOLDERS, info_path)
+    episodes = []
+    path = root / EPISODES
+    for n, row in enumerate(read_jsonl(path)):
+        index, length = get(row, "episode_index", path, int), get(row, "length", path, int)
+        if index != n or length < 1:
+            raise DataError(
+                f"{path}: line {n + 1}: episode {index} of length {length}; expected episode {n}, length >= 1"
+            )
+        chunk = index // chunks
+        videos = {
+            key: VideoSpan(root / video.format(episode_chunk=chunk, video_key=key, episode_index=index), 0)
+            for key in video_keys
+        }
+        data_file = root / data.format(episode_chunk=chunk, episode_index=index)
+        episodes.append(Episode(index, length, tuple(get(row, "tasks", path, list)), data_file, 0, videos))
+    if not episodes:
+        raise DataError(f"{path}: lists no episodes")
+    return Index(episodes, _tasks(root / TASKS), (path,))
+
+
+def _tasks(path: Path) -> dict[int, str]:
+    tasks = {get(row, "task_index", path, int): get(row, "task", path, str) for row in read_jsonl(path)}
+    if not tasks:
+        raise DataError(f"{path}: lists no tasks")
+    return tasks
+
+
+def load_stats(root: Path, version: str, dims: dict[str, int]) -> st.Stats:
+    """v2.1: the episodes' stats aggregated (stats.json where it has none); v2.0: stats.json."""
+    per_episode = root / EPISODES_STATS
+    if version == "v2.0" or (not per_episode.is_file() and (root / STATS).is_file()):
+        return st.from_stats_json(read_json(root / STATS), dims, root / STATS)
+    rows = read_jsonl(per_episode)
+    if not rows:
+        raise DataError(f"{per_episode}: lists no episodes")
+    parts = [(get(row, "stats", per_episode, dict), f"{per_episode}: line {n}") for n, row in enumerate(rows, 1)]
+    return st.from_episodes(parts, dims)
