@@ -42,7 +42,8 @@ def spec_for(read: ReadSpec, episodes: int) -> MakeSpec:
 def cached_dataset(spec: MakeSpec) -> Path:
     """The folder of ``spec``'s dataset in the cache, made first if it is not there."""
     folder = cache_root() / "datasets"
-    name = f"lerobot-{spec.embodiment}-e{spec.episodes}-v{spec.views}-s{spec.size}-seed{spec.seed}"
+    name = (f"lerobot-{spec.format}-{spec.codec}-{spec.embodiment}-e{spec.episodes}-v{spec.views}-"
+            f"s{spec.size}{f'x{spec.width}' if spec.width else ''}-seed{spec.seed}")  # fmt: skip
     path = folder / name
     if (path / INFO).is_file():
         return path

@@ -12,13 +12,18 @@ import pyarrow.parquet as pq
 from autotune.errors import DataError
 
 
+def one_line(exc: BaseException) -> str:
+    """A library's message on one line (pyarrow's and FFmpeg's span several)."""
+    return " ".join(str(exc).split())
+
+
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable JSON file ({exc})") from None
+        raise DataError(f"{path}: not a readable JSON file ({one_line(exc)})") from None
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -27,14 +32,14 @@ def read_jsonl(path: Path) -> list[dict]:
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc})") from None
+        raise DataError(f"{path}: cannot be read ({one_line(exc)})") from None
     rows = []
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:
                 row = json.loads(line)
             except ValueError as exc:
-                raise DataError(f"{path}: line {n} is not JSON ({exc})") from None
+                raise DataError(f"{path}: line {n} is not JSON ({one_line(exc)})") from None
             if not isinstance(row, dict):
                 raise DataError(f"{path}: line {n} is not a JSON object")
             rows.append(row)
@@ -58,7 +63,7 @@ def parquet_file(path: Path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+        raise DataError(f"{path}: not a readable parquet file ({one_line(exc)})") from None
 
 
 def read_parquet(path: Path, columns: list[str] | None = None) -> pa.Table:
@@ -68,7 +73,7 @@ def read_parquet(path: Path, columns: list[str] | None = None) -> pa.Table:
     try:
         return file.read(columns=columns)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+        raise DataError(f"{path}: not a readable parquet file ({one_line(exc)})") from None
 
 
 def require_columns(file: pq.ParquetFile, columns: list[str], path: Path) -> None:
@@ -97,5 +102,5 @@ def read_rows(file: pq.ParquetFile, path: Path, columns: list[str], start: int, 
     try:
         table = file.read_row_groups(groups, columns=columns)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+        raise DataError(f"{path}: not a readable parquet file ({one_line(exc)})") from None
     return table.slice(start - (first or 0), stop - start)

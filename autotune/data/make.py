@@ -31,6 +31,7 @@ from autotune.data.content import (
     trajectory,
 )
 from autotune.data.encode import CODECS
+from autotune.data.writers import writer_for
 from autotune.errors import DataError
 
 FORMATS = ("v2.1", "v3.0")
@@ -137,8 +138,6 @@ def make_dataset(root: str | Path, spec: MakeSpec, *, force: bool = False) -> Pa
 
 
 def write_dataset(root: Path, spec: MakeSpec) -> None:
-    from autotune.data.writers import writer_for
-
     n_tasks = max(1, min(10, math.ceil(spec.episodes / 2)))
     tasks = make_tasks(n_tasks, rng_for(spec.seed, _TASKS))
     writer = writer_for(root, spec, tasks)

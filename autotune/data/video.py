@@ -59,7 +59,7 @@ def open_reader(backend: str, path: Path, fps: float) -> FrameReader:
 
 def describe(exc: Exception, path: Path) -> str:
     """The decoder's error without the path it repeats."""
-    return f"{type(exc).__name__}: {str(exc).replace(f': {str(path)!r}', '')}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).replace(f': {str(path)!r}', '').split())}"
 
 
 def _past_end(path: Path, index: int, n: int) -> DataError:

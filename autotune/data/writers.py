@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,9 +18,11 @@ from autotune.data import stats as st
 from autotune.data import v2, v3
 from autotune.data.encode import VideoWriter, encoder_for
 from autotune.data.layout import INFO, MODALITY, STATS, TOKENIZER
-from autotune.data.make import EpisodeContent, MakeSpec
 from autotune.data.modality import ACTION, STATE
 from autotune.data.text import WordVocabulary
+
+if TYPE_CHECKING:  # make.py drives the writers
+    from autotune.data.make import EpisodeContent, MakeSpec
 
 CHUNKS_SIZE = 1000
 V2_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"

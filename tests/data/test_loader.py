@@ -111,11 +111,11 @@ def test_null_dataset_is_made_once_in_the_cache(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     made = list((tmp_path / "datasets").iterdir())
-    assert [p.name for p in made if not p.name.startswith(".")] == ["lerobot-panda-e2-v2-s64-seed0"]
+    assert [p.name for p in made if not p.name.startswith(".")] == ["lerobot-v2.1-h264-panda-e2-v2-s64-seed0"]
     assert (
         loaders[0].dataset.meta.root
         == loaders[1].dataset.meta.root
-        == made[0].parent / "lerobot-panda-e2-v2-s64-seed0"
+        == made[0].parent / "lerobot-v2.1-h264-panda-e2-v2-s64-seed0"
     )
     assert next(iter(loaders[0]))["images"].shape == (2, 2, 3, 56, 56)
 
