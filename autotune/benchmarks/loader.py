@@ -141,7 +141,7 @@ def datasets(args: argparse.Namespace, preset) -> dict[str, Path]:
         from autotune.data import load_meta
 
         return {load_meta(args.dataset).version: Path(args.dataset)}
-    base = replace(spec_for(read_spec(preset), args.episodes), codec=args.codec)
+    base = replace(spec_for(read_spec(preset), args.episodes), codec=args.codec, frames=args.frames)
     with ThreadPoolExecutor(len(args.format)) as pool:  # each make runs in a process of its own
         paths = pool.map(lambda f: cached_dataset(replace(base, format=f)), args.format)
         return dict(zip(args.format, paths, strict=True))
@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--samples", type=int, default=40, help="samples timed for the per-sample cost")
     p.add_argument("--episodes", type=int, default=8, help="episodes of the cached dataset")
+    p.add_argument("--frames", type=int, default=None, help="frames per episode of the cached dataset (default 60-150)")
     p.add_argument("--dataset", default=None, help="one dataset folder to measure (default: the cached ones)")
     p.add_argument("--format", nargs="+", choices=list(FORMATS), default=["v2.1"],
                    help="layouts of the cached dataset to compare (default v2.1)")  # fmt: skip

@@ -39,12 +39,17 @@ def spec_for(read: ReadSpec, episodes: int) -> MakeSpec:
     )
 
 
+def cache_path(spec: MakeSpec) -> Path:
+    """Where ``spec``'s dataset lives in the cache (made or not)."""
+    name = (f"lerobot-{spec.format}-{spec.codec}-{spec.embodiment}-e{spec.episodes}-v{spec.views}-"
+            f"s{spec.size}{f'x{spec.width}' if spec.width else ''}{f'-f{spec.frames}' if spec.frames else ''}-seed{spec.seed}")  # fmt: skip
+    return cache_root() / "datasets" / name
+
+
 def cached_dataset(spec: MakeSpec) -> Path:
     """The folder of ``spec``'s dataset in the cache, made first if it is not there."""
-    folder = cache_root() / "datasets"
-    name = (f"lerobot-{spec.format}-{spec.codec}-{spec.embodiment}-e{spec.episodes}-v{spec.views}-"
-            f"s{spec.size}{f'x{spec.width}' if spec.width else ''}-seed{spec.seed}")  # fmt: skip
-    path = folder / name
+    path = cache_path(spec)
+    folder, name = path.parent, path.name
     if (path / INFO).is_file():
         return path
     folder.mkdir(parents=True, exist_ok=True)

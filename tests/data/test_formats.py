@@ -253,3 +253,19 @@ def test_a_same_seed_v3_dataset_has_the_same_bytes(v3_av1, tmp_path_factory):
         assert (again / rel).read_bytes() == (v3_av1 / rel).read_bytes(), rel
     frames = [LeRobotDataset(r, SPEC).read_frames(1, 3)[0] for r in (v3_av1, again)]
     assert torch.equal(*frames)
+
+
+def test_v3_batches_are_the_same_from_workers(v3_av1):
+    """Workers open the shared files themselves (readers are per process) and make the same batches."""
+    from autotune.config import DataConfig
+    from autotune.data import build_host_loader
+
+    ds = LeRobotDataset(v3_av1, SPEC)
+
+    def first(workers: int) -> dict:
+        data = DataConfig(dataset=str(v3_av1), num_workers=workers, persistent_workers=False, pin_memory=False)
+        batch = next(iter(build_host_loader(ds, data, 4, seed=3)))
+        return {k: v for k, v in batch.items() if k != "load_s"}
+
+    main_process, workers = first(0), first(2)
+    assert all(torch.equal(main_process[k], workers[k]) for k in main_process)
