@@ -57,8 +57,26 @@ def machine() -> dict:
     import av
 
     return {"cpu": model, "cpus": os.cpu_count(), "cuda": torch.cuda.is_available(), "torch": torch.__version__,
-            "av": av.__version__, "python": platform.python_version(),
+            "av": av.__version__, "python": platform.python_version(), "ffmpeg": ffmpeg_codecs(),
             "loadavg_at_start": list(os.getloadavg())}  # fmt: skip
+
+
+def ffmpeg_codecs() -> dict[str, list[str]]:
+    """The AV1 / H.264 / HEVC decoders and encoders of PyAV's FFmpeg."""
+    import av
+
+    def have(names: tuple[str, ...], mode: str) -> list[str]:
+        out = []
+        for name in names:
+            try:
+                av.Codec(name, mode)
+                out.append(name)
+            except Exception:  # not in this build
+                pass
+        return out
+
+    return {"decoders": have(("libdav1d", "libaom-av1", "av1", "h264", "hevc"), "r"),
+            "encoders": have(("libsvtav1", "libaom-av1", "librav1e", "libx264", "libx265"), "w")}  # fmt: skip
 
 
 def _ms(values: list[float]) -> dict:

@@ -1,10 +1,11 @@
-"""The LeRobot data path any robot workload can use: datasets in the LeRobot v2 layout on disk,
+"""The LeRobot data path any robot workload can use: datasets as the lerobot library writes them
+(codebase v2.0, v2.1, v3.0; ``load_meta``), GR00T's ``meta/modality.json`` read or inferred,
 decoded and augmented in DataLoader workers at the shapes a :class:`ReadSpec` asks for.
 
 A workload builds its batch on :class:`LeRobotDataset` (GR00T N1.6:
 ``autotune.workloads.gr00t_n16.data``) and feeds it to ``build_host_loader``;
 ``DevicePrefetcher`` moves the batches to the GPU ahead of use; ``make_dataset`` /
-``check_dataset`` back ``autotune data make`` / ``check``.
+``check_dataset`` back ``autotune data make`` / ``check`` (and cli.py ``data modality``).
 """
 
 from autotune.data.check import DatasetSummary, check_dataset, render_summary

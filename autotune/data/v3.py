@@ -93,7 +93,8 @@ def _span(row: dict, key: str, where: str, root: Path, video: str, fps: float, l
     col = f"videos/{key}/"
     chunk, file = row[col + "chunk_index"], row[col + "file_index"]
     start, stop = row[col + "from_timestamp"], row[col + "to_timestamp"]
-    if not all(isinstance(v, int) for v in (chunk, file)) or not all(isinstance(v, float) for v in (start, stop)):
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop))
+    if not all(isinstance(v, int) for v in (chunk, file)) or not numbers:
         raise DataError(f"{where}: {col}* are not integer chunk/file indices and float timestamps")
     first = round(start * fps)
     if start < 0 or abs(start * fps - first) > 0.01 or stop * fps < first + length - 0.5:

@@ -4,7 +4,11 @@ A frame is found by seeking to the key frame at or before it and decoding forwar
 makes random access to H.264 costly (on average half a GOP decoded per frame). Readers are opened
 lazily, per process, by :class:`ReaderPool`: an open container is never shared across ``fork``.
 
-Backends: ``pyav`` (default), ``opencv`` (``cv2``) and ``torchcodec``, where installed.
+Backends: ``pyav`` (default), ``opencv`` (``cv2``) and ``torchcodec``, where installed. PyAV's
+wheel brings its own FFmpeg: AV1 (lerobot's default codec) is decoded by libdav1d, H.264 and HEVC
+by FFmpeg's decoders. opencv-python 4.12's FFmpeg opens AV1 files but decodes no frame of them;
+torchcodec needs the system's FFmpeg libraries. In a v3.0 file the frame index is the frame's
+place in the file (the episode's first frame plus the frame within the episode).
 """
 
 from __future__ import annotations
@@ -117,7 +121,10 @@ class OpenCVReader:
         self.cap.set(self._cv2.CAP_PROP_POS_FRAMES, index)  # seeks to a key frame, decodes forward
         ok, bgr = self.cap.read()
         if not ok:
-            raise DataError(f"{self.path}: OpenCV cannot decode frame {index}")
+            raise DataError(
+                f"{self.path}: OpenCV cannot decode frame {index} (opencv-python's FFmpeg decodes no AV1; "
+                "video_backend: pyav decodes AV1, H.264 and HEVC)"
+            )
         return torch.from_numpy(np.ascontiguousarray(bgr[:, :, ::-1])).permute(2, 0, 1)
 
     def close(self) -> None:
