@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "classify": ("autotune.profiling.cli",
                  "split each profiled training step into compute, comm, launch, sync, data and other time"),
     "report": ("autotune.report.cli", "write the HTML report of a run folder (report.html)"),
-    "data": ("autotune.data.cli", "make or check a LeRobot-format dataset"),
+    "data": ("autotune.data.cli", "check, map (modality.json) or make a LeRobot dataset (v2.0, v2.1, v3.0)"),
     "inspect": ("autotune.workloads.inspect_cmd", "parameter counts and FLOPs per sample of a workload preset"),
 }  # fmt: skip
 

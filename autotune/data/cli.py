@@ -24,7 +24,7 @@ from autotune.errors import DataError
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("data", help="make, check or map a LeRobot dataset")
+    parser = subparsers.add_parser("data", help="check, map (modality.json) or make a LeRobot dataset (v2.0, v2.1, v3.0)")
     sub = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     _make_parser(sub)
     check = sub.add_parser("check", help="validate a dataset (v2.0, v2.1, v3.0): meta files, parquet, every video")
