@@ -14,7 +14,7 @@ from autotune.workloads.gr00t_n16 import batch as batch_mod
 from autotune.workloads.gr00t_n16.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
-    from autotune.config import DataConfig
+    from autotune.config import DataConfig, ModelConfig
 
 REGION_NAMES = ("vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors")
 
@@ -52,11 +52,22 @@ class Gr00tN16(Workload):
     def tokens_per_sample(self, preset: str) -> int:
         return get_preset(preset).seq_len
 
+    def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
+        model.configure(skip_dead_work=options.skip_dead_work, category_matmul=options.category_matmul)
+
     @functools.cache  # noqa: B019  (the workload is a process-wide singleton)
     def flops_per_sample(self, preset: str) -> float:
+        """The upstream step's FLOPs, the discarded LM-head logits included."""
         from autotune.workloads.gr00t_n16.flops import count_flops
 
         return count_flops(self, preset)["total"]
+
+    @functools.cache  # noqa: B019
+    def useful_flops_per_sample(self, preset: str) -> float:
+        """The FLOPs that reach the loss or a gradient: the step with its dead work skipped."""
+        from autotune.workloads.gr00t_n16.flops import count_flops
+
+        return count_flops(self, preset, skip_dead_work=True)["total"]
 
     def describe(self, preset: str) -> dict[str, Any]:
         from autotune.workloads.gr00t_n16.flops import describe
