@@ -12,7 +12,22 @@ The same on the CPU, in a minute (the tiny preset, synthetic batches, gloo for `
         --steps 3 --warmup 1 --configs stock data_prefetch --json /tmp/suite.json
 
 ``--configs`` takes names of :data:`CONFIGS` and configuration files (rows of files are named
-after their folder and stem: ``x/best``). Every row is trained from the same seed on the same
+after their folder and stem: ``x/best``), each optionally with ``+VARIANT`` (knobs added on top,
+:data:`~autotune.benchmarks.suite_configs.VARIANTS`). Issue 23's rows, the 1-GPU best and each
+new knob on top of it (the lead's GPU commands are in BENCHMARKS.md)::
+
+    python -m autotune.benchmarks.gpu_suite --preset full --steps 10 --warmup 5 --timeout 280 --out $OUT \
+        --configs stock best-1gpu best-1gpu+skip_dead best-1gpu+grouped best-1gpu+compiled_adamw
+
+and the same rows checked on the CPU first, the knobs this machine cannot run reset to stock
+(``--fit-machine``; fp8 rows are skipped) and no whole-model compile (minutes on a CPU)::
+
+    python -m autotune.benchmarks.gpu_suite --preset tiny --batch-size 2 --source synthetic --steps 2 \
+        --warmup 1 --profile-steps 1 --fit-machine --reset compile.regions --json /tmp/suite.json \
+        --configs stock best-1gpu best-1gpu+skip_dead best-1gpu+grouped best-1gpu+compiled_adamw \
+        best-1gpu+exact best-1gpu+exact_fp8_dit
+
+Every row is trained from the same seed on the same
 data by :func:`autotune.train.launch.launch` (warm-up, then measured steps with the device
 synchronised); its loss parity against ``stock`` is computed from the same runs
 (:func:`autotune.train.verify.compare`). The bf16 matmul rate for MFU is measured once, in a
@@ -38,7 +53,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.benchmarks.suite_configs import CONFIGS, Entry, SuiteSettings, resolve
+from autotune.benchmarks.suite_configs import (
+    CONFIGS,
+    Entry,
+    SuiteSettings,
+    fit_to_machine,
+    reset,
+    resolve,
+)
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.errors import AutotuneError
 from autotune.train.launch import launch
@@ -106,6 +128,8 @@ def _log_tail(log: Path) -> str:
 
 def measure_row(entry: Entry, args: argparse.Namespace, stock: dict | None) -> dict[str, Any]:
     """Train one row in fresh processes; its parity against ``stock`` when that run succeeded."""
+    if entry.skipped is not None:
+        return {"skipped": entry.skipped, **entry.describe()}
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="autotune-suite-") as tmp:
         log = Path(tmp) / "run.log"
@@ -116,7 +140,7 @@ def measure_row(entry: Entry, args: argparse.Namespace, stock: dict | None) -> d
     res["elapsed_s"] = time.time() - t0
     res.pop("config", None)
     res.update(entry.describe())
-    if entry.name != "stock" and "error" not in res and stock is not None and "error" not in stock:
+    if entry.name != "stock" and "error" not in res and stock is not None and _ok(stock):
         parity = compare(stock, res, tolerance_for(entry.config)).to_dict()
         for k in ("stock_losses", "losses", "stock_grad_norms", "grad_norms"):
             parity.pop(k)
@@ -140,15 +164,20 @@ def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[st
         cls = summary.get("classification", {})
         out = {k: summary[k] for k in ("overhead", "profiled_step_ms", "unprofiled_step_ms")}
         out.update({k: cls.get(k) for k in ("buckets", "dominant", "step_time_ms", "launch", "straggler")})
-        out["top_kernels"] = (cls.get("top_kernels") or [])[:5]
+        out["top_kernels"] = (cls.get("top_kernels") or [])[:10]
+        out["profiled_steps"] = args.profile_steps
         out["trace_dir"] = str(folder) if args.profile_dir else None
     out["elapsed_s"] = time.time() - t0
     log.unlink(missing_ok=True)
     return out
 
 
+def _ok(run: dict[str, Any]) -> bool:
+    return "error" not in run and "skipped" not in run
+
+
 def _profile_targets(wanted: list[str], entries: list[Entry], runs: dict[str, dict]) -> list[Entry]:
-    ok = [e for e in entries if "error" not in runs.get(e.name, {"error": 1})]
+    ok = [e for e in entries if _ok(runs.get(e.name, {"error": 1}))]
     chosen: list[Entry] = []
     for w in wanted:
         if w == "none":
@@ -203,6 +232,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--profile-steps", type=int, default=5, help="profiled (and as many unprofiled) steps")
     ap.add_argument("--profile-dir", type=Path, help="keep the profiles' traces here (default: a temporary folder)")
     ap.add_argument("--model-bench", action="store_true", help="add the eager stock model on one device-resident batch")
+    ap.add_argument("--fit-machine", action="store_true",
+                    help="reset to stock every knob this machine refuses (CUDA graphs on a CPU, ...); rows that "
+                         "still cannot run (fp8) are skipped, not failed; every change is recorded per row")
+    ap.add_argument("--reset", nargs="+", default=[], metavar="KEY",
+                    help="dotted knobs set to their stock value in every row (e.g. compile.regions on a CPU)")
     args = ap.parse_args(argv)
     if args.json is None and args.out is not None:
         args.json = args.out / f"suite-{args.nproc}.json"
@@ -223,15 +257,36 @@ def _prepare_dataset(args: argparse.Namespace) -> None:
 
 
 def _report(name: str, res: dict[str, Any]) -> None:
-    what = (f"ERROR {res['reason']}: {res['error']}" if "error" in res
-            else f"{res['samples_per_s']:.2f} samples/s, {res['step_time_ms']:.1f} ms")
+    if "skipped" in res:
+        what = f"skipped: {res['skipped']}"
+    elif "error" in res:
+        what = f"ERROR {res['reason']}: {res['error']}"
+    else:
+        what = f"{res['samples_per_s']:.2f} samples/s, {res['step_time_ms']:.1f} ms"
     print(f"[{time.strftime('%X')}] {name}: {what}", flush=True)
+
+
+def _fit(entries: list[Entry], args: argparse.Namespace) -> None:
+    """``--reset`` and ``--fit-machine`` on every row (rows that cannot run here get ``skipped``)."""
+    if not (args.reset or args.fit_machine):
+        return
+    from autotune.config.compat import Machine
+    from autotune.workloads import get_workload
+
+    machine = Machine.current(args.nproc)
+    for entry in entries:
+        reset(entry, args.reset)
+        if args.fit_machine:
+            workload = get_workload(entry.config.workload)
+            regions = list(workload.regions(workload.build_model(entry.config.preset, "meta")))
+            entry.skipped = fit_to_machine(entry, machine, regions)
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     settings = SuiteSettings(args.preset, args.batch_size, args.source, args.video_backend, args.seed)
     # Stock first: the parity and the speed-up of every other row are against its run.
     entries = sorted(resolve(args.configs, settings), key=lambda e: e.name != "stock")
+    _fit(entries, args)
     for e in entries:
         for key, (was, now) in e.adjusted.items():
             print(f"{e.name}: {key} {was!r} -> {now!r} (the suite's setting)", flush=True)
@@ -282,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     print()
     print(markdown(results), flush=True)
-    return 0 if all("error" not in r for r in results["runs"].values()) else 1
+    return 0 if all("error" not in r for r in results["runs"].values()) else 1  # a skipped row is no failure
 
 
 if __name__ == "__main__":

@@ -13,11 +13,14 @@ from typing import Any
 GIB = 2**30
 
 
-def mfu(run: dict[str, Any], matmul_flops: float | None) -> float | None:
-    """Model FLOP/s per process over the suite's measured matmul rate (None without one)."""
-    if not matmul_flops or "flops_per_sample" not in run:
+def mfu(run: dict[str, Any], matmul_flops: float | None, key: str = "flops_per_sample") -> float | None:
+    """Model FLOP/s per process over the suite's measured matmul rate (None without one).
+
+    ``key``: ``flops_per_sample`` (the upstream step's count, dead work included) or
+    ``useful_flops_per_sample`` (only the FLOPs that reach the loss or a gradient)."""
+    if not matmul_flops or run.get(key) is None:
         return None
-    return run["flops_per_sample"] * run["samples_per_s"] / run["world_size"] / matmul_flops
+    return run[key] * run["samples_per_s"] / run["world_size"] / matmul_flops
 
 
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -28,6 +31,9 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     matmul = (results.get("matmul") or {}).get("flops")
     out = []
     for name, r in runs.items():
+        if "skipped" in r:
+            out.append({"name": name, "skipped": r["skipped"]})
+            continue
         if "error" in r:
             out.append({"name": name, "error": r["error"], "reason": r.get("reason", "error")})
             continue
@@ -41,6 +47,7 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             "p90_ms": spread["p90"],
             "peak_memory_gib": r["peak_memory_bytes"] / GIB,
             "mfu": mfu(r, matmul),
+            "useful_mfu": mfu(r, matmul, "useful_flops_per_sample"),
             "speedup_vs_stock": r["samples_per_s"] / base if base else None,
             "parity_passed": par["passed"] if par else None,
             "loss_rel_diff": par["loss_rel_diff"] if par else None,
@@ -54,6 +61,8 @@ def _pct(x: float | None, digits: int = 1) -> str:
 
 
 def _row(r: dict[str, Any]) -> str:
+    if "skipped" in r:
+        return f"| {r['name']} | skipped: {r['skipped'][:120]} | | | | | | |"
     if "error" in r:
         return f"| {r['name']} | ERROR ({r['reason']}): {r['error'][:120]} | | | | | | |"
     speed = "-" if r["speedup_vs_stock"] is None else f"{r['speedup_vs_stock']:.2f}"
@@ -63,8 +72,15 @@ def _row(r: dict[str, Any]) -> str:
         verdict = "PASS" if r["parity_passed"] else "FAIL"
         parity = f"{verdict} {_pct(r['loss_rel_diff'], 2)} / {_pct(r['grad_norm_rel_diff'], 2)}"
     return (f"| {r['name']} | {r['samples_per_s']:.1f} | {r['step_time_ms']:.1f} | "
-            f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_pct(r['mfu'])} | "
+            f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_mfus(r)} | "
             f"{speed} | {parity} |")
+
+
+def _mfus(r: dict[str, Any]) -> str:
+    """``upstream / useful`` where the counts differ (the useful count leaves the dead work out)."""
+    if r.get("useful_mfu") is None or r["useful_mfu"] == r["mfu"]:
+        return _pct(r["mfu"])
+    return f"{_pct(r['mfu'])} / {_pct(r['useful_mfu'])}"
 
 
 def _profile_line(name: str, p: dict[str, Any]) -> str:
@@ -74,6 +90,17 @@ def _profile_line(name: str, p: dict[str, Any]) -> str:
     return (f"- {name}: profiling overhead {_pct(p['overhead'])} (profiled {p['profiled_step_ms']:.1f} ms vs "
             f"unprofiled {p['unprofiled_step_ms']:.1f} ms per step); buckets: {buckets or '-'}; "
             f"dominant: {p.get('dominant', '-')}")
+
+
+def _kernel_lines(name: str, p: dict[str, Any]) -> list[str]:
+    """The profile's top kernels, per profiled step (names cut to 90 characters)."""
+    kernels = p.get("top_kernels") or []
+    if not kernels or "error" in p:
+        return []
+    steps = p.get("profiled_steps") or 1
+    lines = [f"  top kernels of {name} (per profiled step):"]
+    lines += [f"  - {k['total_ms'] / steps:7.2f} ms  {k['count'] / steps:6.1f} launches  {k['name'][:90]}" for k in kernels]
+    return lines
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -86,7 +113,7 @@ def markdown(results: dict[str, Any]) -> str:
     if env:
         head += f", {env.get('gpu') or env.get('cpu') or env.get('device')}, torch {env.get('torch')}"
     lines += [head, ""]
-    lines += ["| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU | × stock | parity (loss / grad-norm mean diff) |",
+    lines += ["| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU (upstream / useful FLOPs) | × stock | parity (loss / grad-norm mean diff) |",
               "|---|---|---|---|---|---|---|---|"]
     lines += [_row(r) for r in rows(results)]
     if "error" in matmul:
@@ -96,5 +123,7 @@ def markdown(results: dict[str, Any]) -> str:
                       f"{matmul['device']}, measured in this run)"]
     profiles = results.get("profiles") or {}
     if profiles:
-        lines += [""] + [_profile_line(n, p) for n, p in profiles.items()]
+        lines += [""]
+        for n, p in profiles.items():
+            lines += [_profile_line(n, p), *_kernel_lines(n, p)]
     return "\n".join(lines)

@@ -165,6 +165,10 @@ class OptimizerConfig:
     """Length of the cosine schedule."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 disables clipping)."""
+    streams: int = 1
+    """Shards of the parameters stepped concurrently on CUDA side streams (gradient norm and update):
+    one multi-tensor launch does not fill a large GPU. The same parameters bit for bit; 1: one
+    stream. Not with ``impl: compiled`` (see :mod:`autotune.train.optim_streams`)."""
 
     def __post_init__(self) -> None:
         check_choice("impl", self.impl, OPTIMIZER_IMPLS)
@@ -175,6 +179,9 @@ class OptimizerConfig:
         check(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
         check(self.total_steps >= 1, "total_steps", self.total_steps, "an integer >= 1")
         check(self.grad_clip >= 0, "grad_clip", self.grad_clip, "a number >= 0")
+        check(1 <= self.streams <= 8, "streams", self.streams, "an integer in [1, 8]")
+        check(self.streams == 1 or self.impl != "compiled", "streams", self.streams, "1 with impl 'compiled'",
+              "is not supported")
 
 
 @dataclass

@@ -97,6 +97,8 @@ def _print(r: dict) -> None:
     print(f"  step time     {r['step_time_ms']:.1f} ms median (p10 {s['p10']:.1f}, p90 {s['p90']:.1f})")
     print(f"  peak memory   {r['peak_memory_bytes'] / 2**30:.2f} GiB allocated, {r['peak_reserved_bytes'] / 2**30:.2f} GiB reserved")
     print(f"  MFU           {100 * r['mfu']:.1f} % of {r['matmul_tflops']:.1f} TFLOP/s measured")
+    if r.get("useful_mfu") is not None:
+        print(f"  useful MFU    {100 * r['useful_mfu']:.1f} % (the FLOPs that reach the loss or a gradient)")
     print(f"  loss          {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
 
 

@@ -59,18 +59,24 @@ def test_table_rows_speedup_mfu_parity_and_errors():
     results = {
         "command": "python -m autotune.benchmarks.gpu_suite", "args": {"preset": "full", "batch_size": 16, "nproc": 1},
         "matmul": {"flops": 1e15, "tflops": 1000.0, "dtype": "bf16", "n": 8192, "device": "H200"},
-        "runs": {"stock": _run(50.0, [1.0]), "x/best": _run(150.0, [1.0], parity=parity),
-                 "compile_all": {"error": "boom", "reason": "compile"}},
+        "runs": {"stock": _run(50.0, [1.0]), "x/best": _run(150.0, [1.0], parity=parity, useful_flops_per_sample=0.9e12),
+                 "compile_all": {"error": "boom", "reason": "compile"}, "x/best+fp8": {"skipped": "precision: refused"}},
         "profiles": {"x/best": {"overhead": 0.04, "profiled_step_ms": 104.0, "unprofiled_step_ms": 100.0,
-                                "buckets": {"compute_serial": 0.9, "other": 0.1}, "dominant": "compute_serial"}},
+                                "buckets": {"compute_serial": 0.9, "other": 0.1}, "dominant": "compute_serial",
+                                "top_kernels": [{"name": "FusedAdam", "total_ms": 80.0, "count": 425, "share": 0.2}],
+                                "profiled_steps": 5}},
     }
-    stock, best, failed = rows(results)
+    stock, best, failed, skipped = rows(results)
     assert stock["speedup_vs_stock"] == 1.0 and best["speedup_vs_stock"] == pytest.approx(3.0)
     assert best["mfu"] == pytest.approx(1e12 * 150 / 1e15)
+    assert best["useful_mfu"] == pytest.approx(0.9e12 * 150 / 1e15) and stock["useful_mfu"] is None
+    assert skipped == {"name": "x/best+fp8", "skipped": "precision: refused"}
     assert best["parity_passed"] is True and stock["parity_passed"] is None
     assert failed == {"name": "compile_all", "error": "boom", "reason": "compile"}
     text = markdown(results)
-    assert "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % | 3.00 | PASS 0.10 % / 0.20 % |" in text
+    assert "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % / 13.5 % | 3.00 | PASS 0.10 % / 0.20 % |" in text
+    assert "| x/best+fp8 | skipped: precision: refused |" in text
+    assert "  -   16.00 ms    85.0 launches  FusedAdam" in text
     assert "| compile_all | ERROR (compile): boom" in text
     assert "x/best: profiling overhead 4.0 %" in text
 
