@@ -97,11 +97,9 @@ class StreamedAdamW(torch.optim.AdamW):
             if not mine:
                 continue
             with self._on(s):
-                norms = torch._foreach_norm([p.grad for p in mine])
-            for p, n in zip(mine, norms):
-                if self._streams is not None:
-                    n.record_stream(torch.cuda.current_stream(n.device))  # read on the current stream after the join
-                terms[id(p)] = n
+                # allocated on the shard's stream, read on the current one after the join: the shard's stream
+                # reuses that memory only after its next fork, i.e. after what the current stream does here
+                terms.update(zip(map(id, mine), torch._foreach_norm([p.grad for p in mine])))
         self._join()
         return torch.linalg.vector_norm(torch.stack([terms[id(p)] for p in params if id(p) in terms]))
 
