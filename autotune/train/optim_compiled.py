@@ -19,19 +19,20 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental import _config as fx_config
 
-CHUNK = 32
+CHUNK = 8
 """Tensors per compiled call. One graph over all of ``full``'s 517 trainable tensors did not
-finish compiling in 15 minutes on a CPU; chunks of one length, with dynamic sizes and the
-per-tensor hyper-parameters as device tensors, make two graphs (the chunk and the remainder)
-that every chunk reuses."""
+finish compiling in 15 minutes on a CPU, and compile time grows with the tensors of a graph (on a
+loaded 2-core CPU ~50 s for 8, ~120 s for 26). Chunks of one length, with dynamic sizes and the
+per-tensor hyper-parameters as device tensors, make two graphs (the chunk and the remainder) that
+every chunk reuses; 8 tensors a kernel still move tens of MB per launch where the tensors are large."""
 
 
 def clipped_adamw(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-                  exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], lrs: list[torch.Tensor],
-                  weight_decays: list[torch.Tensor], beta1: float, beta2: float, eps: float,
-                  coef: torch.Tensor | None) -> None:
-    """AdamW on flat views of a chunk of tensors, each gradient multiplied by ``coef`` first (None:
-    not clipped); ``lrs`` and ``weight_decays`` are 0-d tensors, one per tensor (its group's).
+                  exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], weight_decays: list[torch.Tensor],
+                  lr: torch.Tensor, beta1: float, beta2: float, eps: float, coef: torch.Tensor | None) -> None:
+    """AdamW on a chunk of flat tensors, each gradient multiplied by ``coef`` first (None: not
+    clipped); ``weight_decays`` are 0-d tensors, one per tensor (its group's value), ``lr`` the
+    chunk's 0-d learning rate.
 
     The op sequence of ``torch.optim.adam._multi_tensor_adam`` with ``capturable=True`` and
     decoupled weight decay, except that the scaled gradients are a temporary that Inductor keeps in
@@ -39,7 +40,7 @@ def clipped_adamw(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg
     by exactly 1.
     """
     torch._foreach_add_(steps, 1)
-    decay = torch._foreach_mul(lrs, weight_decays)  # becomes 1 - lr * wd
+    decay = torch._foreach_mul(weight_decays, lr)  # becomes 1 - lr * wd
     torch._foreach_neg_(decay)
     torch._foreach_add_(decay, 1)
     torch._foreach_mul_(params, decay)
@@ -52,7 +53,7 @@ def clipped_adamw(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg
     torch._foreach_sub_(step_size, 1)
     torch._foreach_sub_(bc2_sqrt, 1)
     torch._foreach_neg_(bc2_sqrt)
-    torch._foreach_div_(step_size, lrs)
+    torch._foreach_div_(step_size, lr)
     torch._foreach_reciprocal_(step_size)
     torch._foreach_sqrt_(bc2_sqrt)
     denom = torch._foreach_sqrt(exp_avg_sqs)
@@ -60,6 +61,22 @@ def clipped_adamw(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg
     torch._foreach_add_(denom, eps)
     torch._foreach_div_(denom, step_size)
     torch._foreach_addcdiv_(params, exp_avgs, denom)
+
+
+def flat(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D tensor on ``t``'s memory that is not a view of it: Dynamo guards a view's base (its rank
+    and strides), which would recompile the update for chunks of differently shaped tensors."""
+    assert t.is_contiguous(), "parameters, gradients and moments are contiguous"
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), t.storage_offset(), (t.numel(),), (1,))
+
+
+def _cut(rows: list[tuple], lr: torch.Tensor) -> list[tuple]:
+    """Rows of (param, grad, exp_avg, exp_avg_sq, step, wd) as chunks of ``CHUNK`` lists, with ``lr``."""
+    out = []
+    for i in range(0, len(rows), CHUNK):
+        columns = [list(c) for c in zip(*rows[i:i + CHUNK])]
+        out.append((*columns, lr))
+    return out
 
 
 class CompiledAdamW(torch.optim.AdamW):
@@ -73,36 +90,45 @@ class CompiledAdamW(torch.optim.AdamW):
         device = param_groups[0]["params"][0].device
         super().__init__(param_groups, lr=torch.tensor(lr, device=device), betas=betas, eps=eps,
                          foreach=True, capturable=True)
-        self._update = torch.compile(clipped_adamw, fullgraph=True, dynamic=True)
-        self._decays: dict[tuple, torch.Tensor] = {}
+        beta1, beta2 = betas
 
-    def _chunks(self) -> list[tuple[list[torch.Tensor], ...]]:
-        """The tensors that have gradients, in chunks of ``CHUNK``: flat parameters, gradients,
-        moments, step counts, and their groups' learning rates and weight decays. The state is
-        created as torch's capturable AdamW creates it (step count on the device)."""
-        lists: tuple[list[torch.Tensor], ...] = ([], [], [], [], [], [], [])
+        def update(params, grads, exp_avgs, exp_avg_sqs, steps, weight_decays, lr, coef):
+            # the betas and eps as constants of the graph: as arguments of a dynamic graph they would be
+            # traced as symbolic floats
+            clipped_adamw(params, grads, exp_avgs, exp_avg_sqs, steps, weight_decays, lr, beta1, beta2, eps, coef)
+
+        self._update = torch.compile(update, fullgraph=True, dynamic=True)
+        self._flat: dict[int, tuple[torch.Tensor, ...]] = {}
+
+    def _state_of(self, p: torch.Tensor, weight_decay: float) -> tuple[torch.Tensor, ...]:
+        """Flat aliases of the parameter and its moments, its step count and its weight decay as a
+        0-d tensor, made once; the state as torch's capturable AdamW makes it."""
+        if id(p) not in self._flat:
+            st = self.state[p]
+            if not st:
+                st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            wd = torch.tensor(float(weight_decay), device=p.device)  # one per tensor: no aliasing among the inputs
+            self._flat[id(p)] = (flat(p), flat(st["exp_avg"]), flat(st["exp_avg_sq"]), st["step"], wd)
+        return self._flat[id(p)]
+
+    def _chunks(self) -> list[tuple]:
+        """The tensors that have gradients in chunks of ``CHUNK`` that share a learning-rate tensor:
+        (flat parameters, gradients, both moments, step counts, weight decays, lr)."""
+        chunks: list[tuple] = []
+        rows: list[tuple] = []
+        lr = None
         for group in self.param_groups:
-            wd = self._weight_decay(group)
+            if rows and (group["lr"] is not lr):
+                chunks += _cut(rows, lr)
+                rows = []
+            lr = group["lr"]
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if not st:
-                    st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                for lst, item in zip(lists, (p.detach().view(-1), p.grad.view(-1), st["exp_avg"].view(-1),
-                                             st["exp_avg_sq"].view(-1), st["step"], group["lr"], wd)):
-                    lst.append(item)
-        return [tuple(lst[i:i + CHUNK] for lst in lists) for i in range(0, len(lists[0]), CHUNK)]
-
-    def _weight_decay(self, group: dict) -> torch.Tensor:
-        """The group's weight decay as a device tensor (a value the compiled graph does not specialise on)."""
-        wd = float(group["weight_decay"])
-        key = (wd, group["lr"].device)
-        if key not in self._decays:
-            self._decays[key] = torch.tensor(wd, device=group["lr"].device)
-        return self._decays[key]
+                if p.grad is not None:
+                    param, m, v, step, wd = self._state_of(p, group["weight_decay"])
+                    rows.append((param, flat(p.grad), m, v, step, wd))
+        return chunks + (_cut(rows, lr) if rows else [])
 
     def clip_and_step(self, max_norm: float) -> torch.Tensor:
         """Through ``step`` so that its hooks (the schedule's counter, the profiler's label) see it."""
@@ -118,10 +144,9 @@ class CompiledAdamW(torch.optim.AdamW):
         chunks = self._chunks()
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g for c in chunks for g in c[1]])))
         coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0) if max_norm > 0 else None  # clip_grad_norm_'s
-        beta1, beta2 = self.defaults["betas"]
         # sizes are symbols: without duck sizing, chunks whose tensors happen to share sizes reuse the graph too
-        with fx_config.patch(use_duck_shape=False):
+        with fx_config.patch(use_duck_shape=False), torch._dynamo.config.patch(specialize_float=True):
             for chunk in chunks:
-                self._update(*chunk, beta1, beta2, self.defaults["eps"], coef)
+                self._update(*chunk, coef)
         self.last_norm = norm
         return loss
