@@ -130,6 +130,10 @@ class CompiledAdamW(torch.optim.AdamW):
                     rows.append((param, flat(p.grad), m, v, step, wd))
         return chunks + (_cut(rows, lr) if rows else [])
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._flat.clear()  # the aliases were of the replaced moments
+
     def clip_and_step(self, max_norm: float) -> torch.Tensor:
         """Through ``step`` so that its hooks (the schedule's counter, the profiler's label) see it."""
         self.step(max_norm=max_norm)
