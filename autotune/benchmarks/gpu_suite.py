@@ -289,7 +289,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     _fit(entries, args)
     for e in entries:
         for key, (was, now) in e.adjusted.items():
-            print(f"{e.name}: {key} {was!r} -> {now!r} (the suite's setting)", flush=True)
+            print(f"{e.name}: {key} {was!r} -> {now!r} (set by the suite)", flush=True)
     out = Output(args.json)
     results: dict[str, Any] = {
         "command": "python -m autotune.benchmarks.gpu_suite " + " ".join(args.argv),

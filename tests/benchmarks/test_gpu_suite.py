@@ -116,3 +116,28 @@ def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
     md = out.with_suffix(".md").read_text()
     assert "| study1/best |" in md and "| stock |" in md
     assert proc.stdout.rstrip().endswith(md.rstrip().splitlines()[-1])  # the table is printed last
+
+
+def test_variants_on_the_best_file_and_rows_fitted_to_a_cpu():
+    from autotune.benchmarks.suite_configs import fit_to_machine, reset
+    from autotune.config.compat import Machine
+
+    best, exact, fp8 = resolve(["best-1gpu", "best-1gpu+exact", "best-1gpu+exact_fp8_dit"], TINY)
+    assert exact.name == "full-1gpu-h200-v4/best+exact" and exact.source == best.source
+    assert exact.config.model.skip_dead_work and exact.config.model.category_matmul == "grouped"
+    assert (exact.config.optimizer.impl, exact.config.optimizer.streams) == ("fused", 2)  # the file's, and the variant's
+    assert exact.config.graphs.mode == "step" and exact.describe()["variant"]["optimizer"] == {"streams": 2}
+    assert fp8.config.precision.regions == {"dit": "fp8"}
+    regions = ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]
+    cpu = Machine(cuda=False)
+    for entry in (exact, fp8):
+        reset(entry, ["compile.regions"])
+    assert fit_to_machine(exact, cpu, regions) is None
+    assert exact.config.graphs.mode == "none" and exact.config.data.device_prefetch == 0
+    assert exact.adjusted["graphs.mode"] == ["step", "none"] and exact.adjusted["compile.regions"] == [["all"], []]
+    assert exact.config.model.skip_dead_work  # what the row measures is kept
+    assert fit_to_machine(fp8, cpu, regions) == "precision: refused: fp8 training needs a CUDA device"
+    with pytest.raises(ConfigError, match=r"variant 'fast' of 'full-1gpu-h200-v4/best' is unknown; allowed: \[.*'exact'"):
+        resolve(["best-1gpu+fast"], TINY)
+    with pytest.raises(ConfigError, match=r"--reset: 'optimizer.speed' is not a key of the training configuration"):
+        reset(best, ["optimizer.speed"])
