@@ -12,20 +12,22 @@ The same on the CPU, in a minute (the tiny preset, synthetic batches, gloo for `
         --steps 3 --warmup 1 --configs stock data_prefetch --json /tmp/suite.json
 
 ``--configs`` takes names of :data:`CONFIGS` and configuration files (rows of files are named
-after their folder and stem: ``x/best``), each optionally with ``+VARIANT`` (knobs added on top,
-:data:`~autotune.benchmarks.suite_configs.VARIANTS`). Issue 23's rows, the 1-GPU best and each
-new knob on top of it (the lead's GPU commands are in BENCHMARKS.md)::
+after their folder and stem: ``x/best``), each optionally with ``+VARIANT``: knobs added on top
+(:data:`~autotune.benchmarks.suite_configs.VARIANTS`). ``best-1gpu`` names the shipped 1-GPU
+``best.yaml``; it and each of the exact knobs on top of it, on one GPU::
 
-    python -m autotune.benchmarks.gpu_suite --preset full --steps 10 --warmup 5 --timeout 280 --out $OUT \
-        --configs stock best-1gpu best-1gpu+skip_dead best-1gpu+grouped best-1gpu+compiled_adamw
+    python -m autotune.benchmarks.gpu_suite --preset full --steps 15 --warmup 5 --timeout 280 --out out \
+        --configs stock best-1gpu best-1gpu+streams2 best-1gpu+compiled_adamw best-1gpu+grouped
 
-and the same rows checked on the CPU first, the knobs this machine cannot run reset to stock
-(``--fit-machine``; fp8 rows are skipped) and no whole-model compile (minutes on a CPU)::
+and the same rows checked on a CPU first: ``--fit-machine`` resets to stock the knobs the machine
+refuses (CUDA graphs, the device prefetcher) and skips the rows it cannot run at all (fp8), ``--reset``
+sets named knobs to stock (a whole-model compile takes minutes on a CPU); every change is recorded
+per row::
 
     python -m autotune.benchmarks.gpu_suite --preset tiny --batch-size 2 --source synthetic --steps 2 \
-        --warmup 1 --profile-steps 1 --fit-machine --reset compile.regions --json /tmp/suite.json \
-        --configs stock best-1gpu best-1gpu+skip_dead best-1gpu+grouped best-1gpu+compiled_adamw \
-        best-1gpu+exact best-1gpu+exact_fp8_dit
+        --warmup 1 --profile-steps 1 --timeout 900 --fit-machine --reset compile.regions --json /tmp/suite.json \
+        --configs stock best-1gpu best-1gpu+skip_dead best-1gpu+grouped best-1gpu+streams2 \
+        best-1gpu+compiled_adamw best-1gpu+exact best-1gpu+exact_fp8_dit
 
 Every row is trained from the same seed on the same
 data by :func:`autotune.train.launch.launch` (warm-up, then measured steps with the device
