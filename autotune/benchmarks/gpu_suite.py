@@ -12,7 +12,24 @@ The same on the CPU, in a minute (the tiny preset, synthetic batches, gloo for `
         --steps 3 --warmup 1 --configs stock data_prefetch --json /tmp/suite.json
 
 ``--configs`` takes names of :data:`CONFIGS` and configuration files (rows of files are named
-after their folder and stem: ``x/best``). Every row is trained from the same seed on the same
+after their folder and stem: ``x/best``), each optionally with ``+VARIANT``: knobs added on top
+(:data:`~autotune.benchmarks.suite_configs.VARIANTS`). ``best-1gpu`` names the shipped 1-GPU
+``best.yaml``; it and each of the exact knobs on top of it, on one GPU::
+
+    python -m autotune.benchmarks.gpu_suite --preset full --steps 15 --warmup 5 --timeout 280 --out out \
+        --configs stock best-1gpu best-1gpu+streams2 best-1gpu+compiled_adamw best-1gpu+grouped
+
+and the same rows checked on a CPU first: ``--fit-machine`` resets to stock the knobs the machine
+refuses (CUDA graphs, the device prefetcher) and skips the rows it cannot run at all (fp8), ``--reset``
+sets named knobs to stock (a whole-model compile takes minutes on a CPU); every change is recorded
+per row::
+
+    python -m autotune.benchmarks.gpu_suite --preset tiny --batch-size 2 --source synthetic --steps 2 \
+        --warmup 1 --profile-steps 1 --timeout 900 --fit-machine --reset compile.regions --json /tmp/suite.json \
+        --configs stock best-1gpu best-1gpu+skip_dead best-1gpu+grouped best-1gpu+streams2 \
+        best-1gpu+compiled_adamw best-1gpu+exact best-1gpu+exact_fp8_dit
+
+Every row is trained from the same seed on the same
 data by :func:`autotune.train.launch.launch` (warm-up, then measured steps with the device
 synchronised); its loss parity against ``stock`` is computed from the same runs
 (:func:`autotune.train.verify.compare`). The bf16 matmul rate for MFU is measured once, in a
@@ -39,7 +56,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.benchmarks.suite_configs import CONFIGS, Entry, SuiteSettings, resolve
+from autotune.benchmarks.suite_configs import (
+    CONFIGS,
+    Entry,
+    SuiteSettings,
+    fit_to_machine,
+    reset,
+    resolve,
+)
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.errors import AutotuneError
 from autotune.train.launch import launch
@@ -144,7 +168,8 @@ def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[st
         cls = summary.get("classification", {})
         out = {k: summary[k] for k in ("overhead", "profiled_step_ms", "unprofiled_step_ms")}
         out.update({k: cls.get(k) for k in ("buckets", "dominant", "step_time_ms", "launch", "straggler")})
-        out["top_kernels"] = (cls.get("top_kernels") or [])[:5]
+        out["top_kernels"] = (cls.get("top_kernels") or [])[:10]
+        out["profiled_steps"] = args.profile_steps
         out["trace_dir"] = str(folder) if args.profile_dir else None
     out["elapsed_s"] = time.time() - t0
     log.unlink(missing_ok=True)
@@ -208,6 +233,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--profile-steps", type=int, default=5, help="profiled (and as many unprofiled) steps")
     ap.add_argument("--profile-dir", type=Path, help="keep the profiles' traces here (default: a temporary folder)")
     ap.add_argument("--model-bench", action="store_true", help="add the eager stock model on one device-resident batch")
+    ap.add_argument("--fit-machine", action="store_true",
+                    help="reset to stock every knob this machine refuses (CUDA graphs on a CPU, ...); rows that "
+                         "still cannot run (fp8) are skipped, not failed; every change is recorded per row")
+    ap.add_argument("--reset", nargs="+", default=[], metavar="KEY",
+                    help="dotted knobs set to their stock value in every row (e.g. compile.regions on a CPU)")
     args = ap.parse_args(argv)
     if args.json is None and args.out is not None:
         args.json = args.out / f"suite-{args.nproc}.json"
@@ -234,13 +264,30 @@ def _report(name: str, record: TrialRecord) -> None:
     print(f"[{time.strftime('%X')}] {name}: {what}", flush=True)
 
 
+def _fit(entries: list[Entry], args: argparse.Namespace) -> None:
+    """``--reset`` and ``--fit-machine`` on every row (rows that cannot run here get ``skipped``)."""
+    if not (args.reset or args.fit_machine):
+        return
+    from autotune.config.compat import Machine
+    from autotune.workloads import get_workload
+
+    machine = Machine.current(args.nproc)
+    for entry in entries:
+        reset(entry, args.reset)
+        if args.fit_machine:
+            workload = get_workload(entry.config.workload)
+            regions = list(workload.regions(workload.build_model(entry.config.preset, "meta")))
+            entry.skipped = fit_to_machine(entry, machine, regions)
+
+
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     settings = SuiteSettings(args.preset, args.batch_size, args.source, args.video_backend, args.seed)
     # Stock first: the parity and the speed-up of every other row are against its run.
     entries = sorted(resolve(args.configs, settings), key=lambda e: e.name != "stock")
+    _fit(entries, args)
     for e in entries:
         for key, (was, now) in e.adjusted.items():
-            print(f"{e.name}: {key} {was!r} -> {now!r} (the suite's setting)", flush=True)
+            print(f"{e.name}: {key} {was!r} -> {now!r} (set by the suite)", flush=True)
     out = Output(args.json)
     results: dict[str, Any] = {
         "command": "python -m autotune.benchmarks.gpu_suite " + " ".join(args.argv),
@@ -262,6 +309,11 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         out.write(results)
     records: dict[str, TrialRecord] = {}
     for entry in entries:
+        if entry.skipped is not None:
+            results["runs"][entry.name] = {"skipped": entry.skipped, **entry.describe()}
+            out.write(results)
+            print(f"[{time.strftime('%X')}] {entry.name}: skipped: {entry.skipped}", flush=True)
+            continue
         records[entry.name], results["runs"][entry.name] = measure_row(entry, args, records.get("stock"))
         m = records[entry.name].measurement
         results["environment"] = results.get("environment") or (m.environment if m else None)

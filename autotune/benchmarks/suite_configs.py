@@ -2,7 +2,9 @@
 
 An entry of ``--configs`` is either a name of :data:`CONFIGS` (overrides of the stock
 configuration) or a path to a configuration YAML (e.g. a run's ``best.yaml``, loaded strictly
-with :func:`autotune.config.load_config`). Every row of one suite trains the same work on the
+with :func:`autotune.config.load_config`), optionally followed by ``+VARIANT`` (a name of
+:data:`VARIANTS`: overrides applied on top, e.g. ``runs/x/best.yaml+exact``); ``best-1gpu`` names
+the current 1-GPU best (:data:`BEST_1GPU`). Every row of one suite trains the same work on the
 same data: the suite's preset, batch size, seed and data source are applied to every entry, and
 where a file said otherwise the change is recorded (``Entry.adjusted``), never silent.
 """
@@ -16,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig, config_from_dict, load_config, to_dict
-from autotune.errors import ConfigError
+from autotune.config.compat import Machine, check_compatible
+from autotune.errors import ConfigError, IncompatibleConfigError
 
 ALL_REGIONS = ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]
 
@@ -34,6 +37,27 @@ CONFIGS: dict[str, dict] = {
 }
 # the same with each bucket's all-reduce captured inside the backward (several GPUs)
 CONFIGS["step_graph_tuned_overlap"] = {**CONFIGS["step_graph_tuned"], "ddp": {"graph_overlap": True}}
+
+# Knobs added on top of a configuration (``FILE+NAME``): each of issue 23's knobs alone, the exact ones
+# together (with the streamed or the compiled AdamW: they exclude each other), and the exact ones with fp8
+# in one region (not exact: the parity check decides).
+EXACT = {"model": {"skip_dead_work": True, "category_matmul": "grouped"}, "optimizer": {"streams": 2}}
+VARIANTS: dict[str, dict] = {
+    "skip_dead": {"model": {"skip_dead_work": True}},
+    "grouped": {"model": {"category_matmul": "grouped"}},
+    "streams2": {"optimizer": {"streams": 2}},
+    "streams4": {"optimizer": {"streams": 4}},
+    "compiled_adamw": {"optimizer": {"impl": "compiled"}},
+    "exact": EXACT,
+    "exact_compiled": {**EXACT, "optimizer": {"impl": "compiled", "streams": 1}},
+    **{f"exact_fp8_{region}": {**EXACT, "precision": {"regions": {region: "fp8"}}}
+       for region in ("dit", "llm_trainable", "llm_frozen", "vision")},
+}
+
+BEST_1GPU = Path(__file__).resolve().parents[2] / "reports" / "examples" / "full-1gpu-h200-v4" / "best.yaml"
+"""The 1-GPU best so far (fourth campaign's study; 202 samples/s in the fifth campaign's suites):
+the whole model compiled in a whole-step graph, fused AdamW, 14 workers x prefetch 4, device prefetch 2."""
+ALIASES = {"best-1gpu": BEST_1GPU}
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -64,6 +88,10 @@ class Entry:
     """For files written by ``autotune run``: how the configuration was found."""
     adjusted: dict[str, list[Any]] = field(default_factory=dict)
     """Fields of the file the suite changed to its own setting: ``{key: [file's, suite's]}``."""
+    variant: dict[str, Any] | None = None
+    """The :data:`VARIANTS` overrides applied on top of the file (``FILE+NAME``)."""
+    skipped: str | None = None
+    """Why the row is not run on this machine (``--fit-machine``), or None."""
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source}
@@ -76,6 +104,8 @@ class Entry:
             out["provenance"] = self.provenance
         if self.adjusted:
             out["adjusted"] = self.adjusted
+        if self.variant is not None:
+            out["variant"] = self.variant
         return out
 
 
@@ -122,21 +152,84 @@ def from_file(path: Path, settings: SuiteSettings) -> Entry:
     return Entry(row_name(path), cfg, str(path), provenance=provenance, adjusted=adjusted)
 
 
+def merge(base: dict, over: dict) -> dict:
+    """``base`` with ``over``'s values, mappings merged key by key."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else copy.deepcopy(value)
+    return out
+
+
+def with_variant(entry: Entry, variant: str) -> Entry:
+    """The entry with :data:`VARIANTS` ``[variant]`` applied on top (validated like a loaded file)."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"--configs: variant {variant!r} of {entry.name!r} is unknown; allowed: {sorted(VARIANTS)}")
+    cfg = config_from_dict(merge(to_dict(entry.config), VARIANTS[variant]))
+    overrides = merge(entry.overrides or {}, VARIANTS[variant]) if entry.overrides is not None else None
+    return Entry(f"{entry.name}+{variant}", cfg, entry.source, overrides=overrides, provenance=entry.provenance,
+                 adjusted=dict(entry.adjusted), variant=VARIANTS[variant])
+
+
+def _entry(text: str, settings: SuiteSettings) -> Entry:
+    base, _, variant = text.partition("+")
+    path = ALIASES.get(base, Path(base))
+    if base in CONFIGS:
+        entry = builtin(base, settings)
+    elif base in ALIASES or base.endswith(YAML_SUFFIXES) or path.exists():
+        entry = from_file(path, settings)
+    else:
+        raise ConfigError(f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)}, "
+                          f"an alias {sorted(ALIASES)} nor a configuration file (*.yaml)")
+    return with_variant(entry, variant) if variant else entry
+
+
 def resolve(entries: list[str], settings: SuiteSettings) -> list[Entry]:
     """The suite's rows, in the order given; names that repeat get ``#2``, ``#3``, ..."""
     rows: list[Entry] = []
     for text in entries:
-        path = Path(text)
-        if text in CONFIGS:
-            entry = builtin(text, settings)
-        elif text.endswith(YAML_SUFFIXES) or path.exists():
-            entry = from_file(path, settings)
-        else:
-            raise ConfigError(f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)} "
-                              "nor a configuration file (*.yaml)")
+        entry = _entry(text, settings)
         taken = {r.name for r in rows}
         base, n = entry.name, 2
         while entry.name in taken:
             entry.name, n = f"{base}#{n}", n + 1
         rows.append(entry)
     return rows
+
+
+def reset(entry: Entry, keys: list[str]) -> None:
+    """Set each dotted key of ``entry``'s configuration to its stock value (``--reset``), recorded
+    in ``entry.adjusted``."""
+    stock = to_dict(TrainConfig())
+    data = to_dict(entry.config)
+    for key in keys:
+        *parents, leaf = key.split(".")
+        node, base = data, stock
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise ConfigError(f"--reset: {key!r} is not a key of the training configuration")
+            node, base = node[part], base[part]
+        if leaf not in node:
+            raise ConfigError(f"--reset: {key!r} is not a key of the training configuration")
+        if node[leaf] != base[leaf]:
+            entry.adjusted[key] = [node[leaf], base[leaf]]
+            node[leaf] = copy.deepcopy(base[leaf])
+    entry.config = config_from_dict(data)
+
+
+def fit_to_machine(entry: Entry, machine: Machine, regions: list[str]) -> str | None:
+    """Reset to stock each knob that ``machine`` refuses (``--fit-machine``: CUDA graphs, the device
+    prefetcher, CUDA attention backends on a CPU); a row that then still cannot run, or whose
+    precision the machine lacks (fp8), is not fitted: its reason is returned and the row is skipped."""
+    for _ in range(16):
+        try:
+            check_compatible(entry.config, machine, regions)
+            return None
+        except IncompatibleConfigError as exc:
+            key = str(exc).split(":")[0]
+            if key in ("precision", "device") or "." not in key:
+                return str(exc)
+            before = dict(entry.adjusted)
+            reset(entry, [key])
+            if entry.adjusted == before:  # a rule between knobs that resetting this one does not satisfy
+                return str(exc)
+    return "the configuration could not be fitted to this machine"

@@ -15,11 +15,16 @@ from autotune.train.record import Measurement, TrialRecord
 GIB = 2**30
 
 
-def mfu(run: Measurement, matmul_flops: float | None) -> float | None:
-    """Model FLOP/s per process over the suite's measured matmul rate (None without one)."""
-    if not matmul_flops or run.flops_per_sample is None:
+def mfu(run: Measurement, matmul_flops: float | None, *, useful: bool = False) -> float | None:
+    """Model FLOP/s per process over the suite's measured matmul rate (None without one).
+
+    ``useful``: count only the FLOPs that reach the loss or a gradient
+    (``useful_flops_per_sample``) instead of the upstream step's (``flops_per_sample``, dead work
+    included)."""
+    flops = run.useful_flops_per_sample if useful else run.flops_per_sample
+    if not matmul_flops or flops is None:
         return None
-    return run.flops_per_sample * run.samples_per_s / run.world_size / matmul_flops
+    return flops * run.samples_per_s / run.world_size / matmul_flops
 
 
 def record_of(row: dict[str, Any]) -> TrialRecord:
@@ -29,12 +34,17 @@ def record_of(row: dict[str, Any]) -> TrialRecord:
 
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """One dict per configuration, in run order: the numbers of the table."""
-    records = {name: record_of(r) for name, r in results.get("runs", {}).items()}
+    runs = results.get("runs", {})
+    records = {name: record_of(r) for name, r in runs.items() if "skipped" not in r}
     stock = records.get("stock")
     base = stock.measurement.samples_per_s if stock is not None and stock.measurement is not None else None
     matmul = (results.get("matmul") or {}).get("flops")
     out = []
-    for name, rec in records.items():
+    for name, row in runs.items():
+        if "skipped" in row:
+            out.append({"name": name, "skipped": row["skipped"]})
+            continue
+        rec = records[name]
         m = rec.measurement
         if m is None:
             failure = rec.failure
@@ -50,6 +60,7 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             "p90_ms": m.step_time.p90_ms,
             "peak_memory_gib": m.memory.allocated_bytes / GIB,
             "mfu": mfu(m, matmul),
+            "useful_mfu": mfu(m, matmul, useful=True),
             "speedup_vs_stock": m.samples_per_s / base if base else None,
             "parity_passed": par["passed"] if par else None,
             "loss_rel_diff": par["loss_rel_diff"] if par else None,
@@ -63,6 +74,8 @@ def _pct(x: float | None, digits: int = 1) -> str:
 
 
 def _row(r: dict[str, Any]) -> str:
+    if "skipped" in r:
+        return f"| {r['name']} | skipped: {r['skipped'][:120]} | | | | | | |"
     if "error" in r:
         return f"| {r['name']} | ERROR ({r['reason']}): {r['error'][:120]} | | | | | | |"
     speed = "-" if r["speedup_vs_stock"] is None else f"{r['speedup_vs_stock']:.2f}"
@@ -72,8 +85,15 @@ def _row(r: dict[str, Any]) -> str:
         verdict = "PASS" if r["parity_passed"] else "FAIL"
         parity = f"{verdict} {_pct(r['loss_rel_diff'], 2)} / {_pct(r['grad_norm_rel_diff'], 2)}"
     return (f"| {r['name']} | {r['samples_per_s']:.1f} | {r['step_time_ms']:.1f} | "
-            f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_pct(r['mfu'])} | "
+            f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_mfus(r)} | "
             f"{speed} | {parity} |")
+
+
+def _mfus(r: dict[str, Any]) -> str:
+    """``upstream / useful`` where the counts differ (the useful count leaves the dead work out)."""
+    if r.get("useful_mfu") is None or r["useful_mfu"] == r["mfu"]:
+        return _pct(r["mfu"])
+    return f"{_pct(r['mfu'])} / {_pct(r['useful_mfu'])}"
 
 
 def _profile_line(name: str, p: dict[str, Any]) -> str:
@@ -83,6 +103,17 @@ def _profile_line(name: str, p: dict[str, Any]) -> str:
     return (f"- {name}: profiling overhead {_pct(p['overhead'])} (profiled {p['profiled_step_ms']:.1f} ms vs "
             f"unprofiled {p['unprofiled_step_ms']:.1f} ms per step); buckets: {buckets or '-'}; "
             f"dominant: {p.get('dominant', '-')}")
+
+
+def _kernel_lines(name: str, p: dict[str, Any]) -> list[str]:
+    """The profile's top kernels, per profiled step (names cut to 90 characters)."""
+    kernels = p.get("top_kernels") or []
+    if not kernels or "error" in p:
+        return []
+    steps = p.get("profiled_steps") or 1
+    lines = [f"  top kernels of {name} (per profiled step):"]
+    lines += [f"  - {k['total_ms'] / steps:7.2f} ms  {k['count'] / steps:6.1f} launches  {k['name'][:90]}" for k in kernels]
+    return lines
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -95,7 +126,7 @@ def markdown(results: dict[str, Any]) -> str:
     if env:
         head += f", {env.get('gpu') or env.get('cpu') or env.get('device')}, torch {env.get('torch')}"
     lines += [head, ""]
-    lines += ["| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU | × stock | parity (loss / grad-norm mean diff) |",
+    lines += ["| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU (upstream / useful FLOPs) | × stock | parity (loss / grad-norm mean diff) |",
               "|---|---|---|---|---|---|---|---|"]
     lines += [_row(r) for r in rows(results)]
     if "error" in matmul:
@@ -105,5 +136,7 @@ def markdown(results: dict[str, Any]) -> str:
                       f"{matmul['device']}, measured in this run)"]
     profiles = results.get("profiles") or {}
     if profiles:
-        lines += [""] + [_profile_line(n, p) for n, p in profiles.items()]
+        lines += [""]
+        for n, p in profiles.items():
+            lines += [_profile_line(n, p), *_kernel_lines(n, p)]
     return "\n".join(lines)

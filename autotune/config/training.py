@@ -18,6 +18,8 @@ SCHEMA_VERSION = 1
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 DTYPES = ("fp32", "bf16", "fp16")
+OPTIMIZER_IMPLS = ("foreach", "fused", "loop", "compiled")
+CATEGORY_MATMULS = ("gather", "grouped")
 
 
 @dataclass
@@ -145,7 +147,10 @@ class OptimizerConfig:
     """AdamW with the upstream fine-tuning hyper-parameters. Applied by ``autotune.train.optim``."""
 
     impl: str = "foreach"
-    """``foreach`` (torch's default), ``fused`` (one kernel per group) or ``loop`` (per parameter)."""
+    """``foreach`` (torch's default), ``fused`` (one kernel per group), ``loop`` (per parameter) or
+    ``compiled`` (the same AdamW update written as for-each ops and compiled by ``torch.compile``:
+    one pass over parameters, gradients and moments with the clip coefficient folded in, after one
+    pass that computes the gradient norm; see :mod:`autotune.train.optim_compiled`)."""
     lr: float = 1e-4
     """Peak learning rate."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -160,9 +165,13 @@ class OptimizerConfig:
     """Length of the cosine schedule."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 disables clipping)."""
+    streams: int = 1
+    """Shards of the parameters stepped concurrently on CUDA side streams (gradient norm and update):
+    one multi-tensor launch does not fill a large GPU. The same parameters bit for bit; 1: one
+    stream. Not with ``impl: compiled`` (see :mod:`autotune.train.optim_streams`)."""
 
     def __post_init__(self) -> None:
-        check_choice("impl", self.impl, ("foreach", "fused", "loop"))
+        check_choice("impl", self.impl, OPTIMIZER_IMPLS)
         check(self.lr > 0, "lr", self.lr, "a number > 0")
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", self.betas, "two numbers in [0, 1)")
         check(self.eps > 0, "eps", self.eps, "a number > 0")
@@ -170,6 +179,9 @@ class OptimizerConfig:
         check(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
         check(self.total_steps >= 1, "total_steps", self.total_steps, "an integer >= 1")
         check(self.grad_clip >= 0, "grad_clip", self.grad_clip, "a number >= 0")
+        check(1 <= self.streams <= 8, "streams", self.streams, "an integer in [1, 8]")
+        check(self.streams == 1 or self.impl != "compiled", "streams", self.streams, "1 with impl 'compiled'",
+              "is not supported")
 
 
 @dataclass
@@ -233,6 +245,18 @@ class ModelConfig:
     """Regions frozen in addition to the workload's frozen parts."""
     unfreeze: list[str] = field(default_factory=list)
     """Frozen regions made trainable (e.g. ``vision`` to tune the vision tower)."""
+    skip_dead_work: bool = False
+    """Skip work whose output never reaches the loss (gr00t_n16: the LM-head logits, which upstream
+    computes and discards, and the action decoder on the state token). Exact: no loss or gradient
+    changes. Applied by the workload (``Workload.apply_model_options``)."""
+    category_matmul: str = "gather"
+    """Layers with a weight slot per category (gr00t_n16's embodiment-specific projectors):
+    ``gather`` copies each sample's slot and runs a batched matmul (upstream); ``grouped`` sorts the
+    samples by slot and runs one grouped GEMM (a plain matmul per used slot, no copy of the weights),
+    the same result and the same dense gradients for every slot. Applied by the workload."""
+
+    def __post_init__(self) -> None:
+        check_choice("category_matmul", self.category_matmul, CATEGORY_MATMULS)
 
 
 @dataclass

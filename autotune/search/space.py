@@ -43,7 +43,7 @@ from autotune.config.compat import Machine
 from autotune.errors import ConfigError, SearchSpaceError
 
 TYPES = ("int", "float", "categorical", "bool")
-GROUPS = ("data", "graphs", "compile", "comm", "precision", "optimizer")
+GROUPS = ("data", "graphs", "compile", "comm", "precision", "optimizer", "model")
 REQUIREMENTS = ("cuda", "fp8")
 KNOB_KEYS = ("type", "low", "high", "log", "step", "choices", "when", "requires", "group", "doc", "remedy",
              "remedy_several_ranks")

@@ -104,6 +104,8 @@ def _print(m: Measurement, cfg: TrainConfig) -> None:
     print(f"  step time     {s.median_ms:.1f} ms median (p10 {s.p10_ms:.1f}, p90 {s.p90_ms:.1f})")
     print(f"  peak memory   {mem.allocated_bytes / 2**30:.2f} GiB allocated, {(mem.reserved_bytes or 0) / 2**30:.2f} GiB reserved")
     print(f"  MFU           {100 * m.mfu:.1f} % of {m.matmul_tflops:.1f} TFLOP/s measured")
+    if m.useful_mfu is not None:
+        print(f"  useful MFU    {100 * m.useful_mfu:.1f} % (the FLOPs that reach the loss or a gradient)")
     print(f"  loss          {m.losses[0]:.4f} -> {m.losses[-1]:.4f}")
 
 

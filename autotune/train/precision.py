@@ -79,14 +79,18 @@ def apply_precision(
             _wrap_forward(module, device.type, autocast_dtype(prec), cache=not graphs)
 
 
+def fp8_eligible(mod: nn.Module, fqn: str = "") -> bool:
+    """Linear layers whose dimensions fp8 GEMMs take (multiples of 16), except those a workload marks
+    ``few_rows`` (applied to one row per sample: the weight's scaling would cost more than the GEMM)."""
+    return (isinstance(mod, nn.Linear) and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
+            and not getattr(mod, "few_rows", False))
+
+
 def _convert_fp8(modules: list[nn.Module]) -> None:
     from torchao.float8 import convert_to_float8_training
 
-    def only_aligned(mod: nn.Module, fqn: str) -> bool:
-        return isinstance(mod, nn.Linear) and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
-
     for module in modules:
-        convert_to_float8_training(module, module_filter_fn=only_aligned)
+        convert_to_float8_training(module, module_filter_fn=fp8_eligible)
 
 
 def needs_scaler(cfg: PrecisionConfig) -> bool:

@@ -109,6 +109,10 @@ class Measurement:
     ddp: DDPBuckets | None = None
     config: dict[str, Any] | None = None
     """The configuration as run (``autotune.config.to_dict``)."""
+    useful_flops_per_sample: float | None = None
+    """FLOPs of one sample's step whose results reach the loss or a gradient (no dead work)."""
+    useful_mfu: float | None = None
+    """``mfu`` counting ``useful_flops_per_sample``."""
 
 
 @dataclass(frozen=True)

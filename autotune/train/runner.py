@@ -47,9 +47,11 @@ class TrainResult:
     peak_reserved_bytes: int
     peak_memory_per_rank: list[dict[str, int]]
     mfu: float
-    """Of ``samples_per_s``."""
+    """Of ``samples_per_s``, counting ``flops_per_sample``."""
     matmul_tflops: float
     flops_per_sample: float
+    """FLOPs of one sample's step as the workload's reference runs it (gr00t_n16: upstream's, the
+    discarded LM-head logits included)."""
     losses: list[float]
     grad_norms: list[float]
     world_size: int
@@ -69,6 +71,10 @@ class TrainResult:
     """What the loader's workers sustain (``sustained_loader_rate``); None without workers."""
     loader_bound: bool = False
     """True where the loader, not the window, sets ``samples_per_s``."""
+    useful_flops_per_sample: float | None = None
+    """FLOPs of one sample's step whose results reach the loss or a gradient (no dead work)."""
+    useful_mfu: float | None = None
+    """MFU counting ``useful_flops_per_sample``: the FLOPs that contribute to training."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,7 +94,8 @@ class TrainResult:
             environment=dict(self.environment), tokens_per_s=self.tokens_per_s, matmul_tflops=self.matmul_tflops,
             flops_per_sample=self.flops_per_sample, batch_size=self.batch_size, steps=self.steps,
             warmup_steps=self.warmup_steps, wall_s=self.wall_s, device=self.device,
-            ddp=DDPBuckets(**self.ddp) if self.ddp is not None else None, config=self.config)
+            ddp=DDPBuckets(**self.ddp) if self.ddp is not None else None, config=self.config,
+            useful_flops_per_sample=self.useful_flops_per_sample, useful_mfu=self.useful_mfu)
         return TrialRecord(measurement=measurement, profile=ProfileSummary.of_summary(self.profile))
 
 
@@ -236,6 +243,7 @@ def _result(window: Window, measured: Measured, ranks: Throughput, profile: dict
     session, cfg = window.session, window.session.cfg
     world, stats, samples_per_s = session.world, ranks.stats, ranks.samples_per_s
     flops = session.workload.flops_per_sample(cfg.preset)
+    useful = session.workload.useful_flops_per_sample(cfg.preset)
     return TrainResult(
         samples_per_s=samples_per_s,
         tokens_per_s=samples_per_s * session.workload.tokens_per_sample(cfg.preset),
@@ -263,6 +271,8 @@ def _result(window: Window, measured: Measured, ranks: Throughput, profile: dict
         window_samples_per_s=ranks.window_rate,
         loader_samples_per_s=ranks.loader_rate,
         loader_bound=samples_per_s < ranks.window_rate,
+        useful_flops_per_sample=useful,
+        useful_mfu=useful * samples_per_s / world / matmul,
     )
 
 

@@ -46,6 +46,7 @@ class Session:
 
         torch.manual_seed(cfg.seed)  # same initial weights on every rank and in every configuration
         self.model = self.workload.build_model(cfg.preset, self.device)
+        self.workload.apply_model_options(self.model, cfg.model)  # before compile: it traces what they choose
         self.model.train()
         self.regions = self.workload.regions(self.model)
         knobs.apply_trainability(self.regions, cfg)

@@ -25,7 +25,12 @@ Contract
 * ``make_loader(...)`` returns an iterable of host batches (a ``torch.utils.data.DataLoader``
   over the workload's real data); the runner moves them to the device.
 * ``flops_per_sample(preset)`` counts the floating-point operations of one sample's training
-  step (forward and backward), for MFU.
+  step (forward and backward) as the workload's reference implementation runs it, for MFU;
+  ``useful_flops_per_sample(preset)`` counts only those whose results reach the loss or a
+  gradient (the default: all of them). MFU is reported by both counts.
+* ``apply_model_options(model, options)`` applies the ``model`` knobs that change how the model
+  computes, never what (``skip_dead_work``, ``category_matmul``); the default has nothing to skip
+  and no per-category layers.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from autotune.config import DataConfig
+    from autotune.config import DataConfig, ModelConfig
 
 Batch = dict[str, torch.Tensor]
 
@@ -75,6 +80,22 @@ class Workload(ABC):
     def fit_data(self, preset: str, data: DataConfig) -> None:
         """Fit ``preset``'s inputs to the dataset of ``data`` before the model is built (see above)."""
         return None
+
+    def useful_flops_per_sample(self, preset: str) -> float:
+        """FLOPs of one sample's step whose results reach the loss or a gradient (no dead work)."""
+        return self.flops_per_sample(preset)
+
+    def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
+        """Apply ``options.skip_dead_work`` and ``options.category_matmul`` to a built model.
+
+        The default has no dead work (skipping it changes nothing) and no per-category layers: it
+        refuses ``category_matmul: grouped`` rather than ignore it.
+        """
+        if options.category_matmul != "gather":
+            from autotune.errors import IncompatibleConfigError
+
+            raise IncompatibleConfigError(f"model.category_matmul: {options.category_matmul!r} is refused: workload "
+                                          f"{self.name!r} has no per-category layers; allowed: 'gather'")
 
     def make_loader(
         self, preset: str, data: DataConfig, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1

@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{info['workload']} / {info['preset']}")
     print(f"  parameters   {info['params_total'] / 1e9:8.3f} B total, {info['params_trainable'] / 1e9:.3f} B trainable")
     print(f"  FLOPs/sample {info['flops_per_sample'] / 1e12:8.3f} TFLOP (forward + backward)")
+    useful = info.get("useful_flops_per_sample", info["flops_per_sample"])
+    print(f"  useful       {useful / 1e12:8.3f} TFLOP (without work whose output never reaches the loss)")
     for name, r in info["regions"].items():
         print(f"  region {name:<14} {r['params'] / 1e6:10.2f} M  ({r['trainable'] / 1e6:.2f} M trainable)")
     for name, n in info.get("spec_modules", {}).items():
@@ -56,4 +58,5 @@ def _generic(workload, preset: str) -> dict:
             for n, ms in workload.regions(model).items()
         },
         "flops_per_sample": workload.flops_per_sample(preset),
+        "useful_flops_per_sample": workload.useful_flops_per_sample(preset),
     }

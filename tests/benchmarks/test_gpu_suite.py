@@ -51,9 +51,9 @@ def test_unknown_entry_names_the_choices():
         resolve(["stok"], TINY)
 
 
-def _run(samples_per_s: float, losses: list[float], **extra) -> dict:
+def _run(samples_per_s: float, losses: list[float], useful_flops_per_sample: float | None = None, **extra) -> dict:
     m = measurement(samples_per_s, peak=3 * 2**30, losses=losses, flops_per_sample=1e12)
-    m = replace(m, step_time=replace(m.step_time, p10_ms=90.0, p90_ms=110.0))
+    m = replace(m, step_time=replace(m.step_time, p10_ms=90.0, p90_ms=110.0), useful_flops_per_sample=useful_flops_per_sample)
     return {"record": TrialRecord(measurement=m).to_dict(), **extra}
 
 
@@ -62,18 +62,25 @@ def test_table_rows_speedup_mfu_parity_and_errors():
     results = {
         "command": "python -m autotune.benchmarks.gpu_suite", "args": {"preset": "full", "batch_size": 16, "nproc": 1},
         "matmul": {"flops": 1e15, "tflops": 1000.0, "dtype": "bf16", "n": 8192, "device": "H200"},
-        "runs": {"stock": _run(50.0, [1.0]), "x/best": _run(150.0, [1.0], parity=parity),
-                 "compile_all": {"record": TrialRecord.failed("compile", "boom").to_dict()}},
+        "runs": {"stock": _run(50.0, [1.0]), "x/best": _run(150.0, [1.0], parity=parity, useful_flops_per_sample=0.9e12),
+                 "compile_all": {"record": TrialRecord.failed("compile", "boom").to_dict()},
+                 "x/best+fp8": {"skipped": "precision: refused"}},
         "profiles": {"x/best": {"overhead": 0.04, "profiled_step_ms": 104.0, "unprofiled_step_ms": 100.0,
-                                "buckets": {"compute_serial": 0.9, "other": 0.1}, "dominant": "compute_serial"}},
+                                "buckets": {"compute_serial": 0.9, "other": 0.1}, "dominant": "compute_serial",
+                                "top_kernels": [{"name": "FusedAdam", "total_ms": 80.0, "count": 425, "share": 0.2}],
+                                "profiled_steps": 5}},
     }
-    stock, best, failed = rows(results)
+    stock, best, failed, skipped = rows(results)
     assert stock["speedup_vs_stock"] == 1.0 and best["speedup_vs_stock"] == pytest.approx(3.0)
     assert best["mfu"] == pytest.approx(1e12 * 150 / 1e15)
+    assert best["useful_mfu"] == pytest.approx(0.9e12 * 150 / 1e15) and stock["useful_mfu"] is None
+    assert skipped == {"name": "x/best+fp8", "skipped": "precision: refused"}
     assert best["parity_passed"] is True and stock["parity_passed"] is None
     assert failed == {"name": "compile_all", "error": "boom", "reason": "compile"}
     text = markdown(results)
-    assert "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % | 3.00 | PASS 0.10 % / 0.20 % |" in text
+    assert "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % / 13.5 % | 3.00 | PASS 0.10 % / 0.20 % |" in text
+    assert "| x/best+fp8 | skipped: precision: refused |" in text
+    assert "  -   16.00 ms    85.0 launches  FusedAdam" in text
     assert "| compile_all | ERROR (compile): boom" in text
     assert "x/best: profiling overhead 4.0 %" in text
 
@@ -115,3 +122,28 @@ def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
     md = out.with_suffix(".md").read_text()
     assert "| study1/best |" in md and "| stock |" in md
     assert proc.stdout.rstrip().endswith(md.rstrip().splitlines()[-1])  # the table is printed last
+
+
+def test_variants_on_the_best_file_and_rows_fitted_to_a_cpu():
+    from autotune.benchmarks.suite_configs import fit_to_machine, reset
+    from autotune.config.compat import Machine
+
+    best, exact, fp8 = resolve(["best-1gpu", "best-1gpu+exact", "best-1gpu+exact_fp8_dit"], TINY)
+    assert exact.name == "full-1gpu-h200-v4/best+exact" and exact.source == best.source
+    assert exact.config.model.skip_dead_work and exact.config.model.category_matmul == "grouped"
+    assert (exact.config.optimizer.impl, exact.config.optimizer.streams) == ("fused", 2)  # the file's, and the variant's
+    assert exact.config.graphs.mode == "step" and exact.describe()["variant"]["optimizer"] == {"streams": 2}
+    assert fp8.config.precision.regions == {"dit": "fp8"}
+    regions = ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]
+    cpu = Machine(cuda=False)
+    for entry in (exact, fp8):
+        reset(entry, ["compile.regions"])
+    assert fit_to_machine(exact, cpu, regions) is None
+    assert exact.config.graphs.mode == "none" and exact.config.data.device_prefetch == 0
+    assert exact.adjusted["graphs.mode"] == ["step", "none"] and exact.adjusted["compile.regions"] == [["all"], []]
+    assert exact.config.model.skip_dead_work  # what the row measures is kept
+    assert fit_to_machine(fp8, cpu, regions) == "precision: refused: fp8 training needs a CUDA device"
+    with pytest.raises(ConfigError, match=r"variant 'fast' of 'full-1gpu-h200-v4/best' is unknown; allowed: \[.*'exact'"):
+        resolve(["best-1gpu+fast"], TINY)
+    with pytest.raises(ConfigError, match=r"--reset: 'optimizer.speed' is not a key of the training configuration"):
+        reset(best, ["optimizer.speed"])

@@ -161,7 +161,8 @@ def test_clearly_slower_trials_are_pruned(tmp_path, capsys):
     assert "pruned (pruned after" in capsys.readouterr().out
     trials = optuna.load_study(study_name=name, storage=storage).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
-    assert 2 <= len(trials[1].intermediate_values) <= 4 and len(trials[0].intermediate_values) == 8
+    # pruned before its last step (how early depends on the machine's load: stock's steps slow down too)
+    assert 2 <= len(trials[1].intermediate_values) < 8 and len(trials[0].intermediate_values) == 8
     assert reason_of(trials[1]) == "pruned"
 
 
@@ -330,3 +331,34 @@ def test_a_remedy_that_does_not_exist_beside_the_incumbent_is_not_tried(tmp_path
     overlapped = comm_incumbent(study, {"graphs.mode": "step", "ddp.comm_hook": "none", "ddp.graph_overlap": True})
     _, stage = Guide(space, 2).next_trial(study, overlapped)
     assert (stage.kind, stage.groups) == ("search", ["comm"])  # the sampler over what exists: the compression
+
+
+def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimizer_remedies():
+    """The 1-GPU best of the fourth campaign (whole model compiled in a step graph, fused AdamW; its
+    profile 94 % compute_serial): the compute bucket's remedies come first, the exact ones (skip the
+    dead LM head; the optimizer's streams beside fused AdamW) before the searches."""
+    from autotune.benchmarks.suite_configs import BEST_1GPU
+    from autotune.config import load_config
+    from autotune.config.compat import Machine
+    from autotune.search.study import sample
+
+    space, _ = load_space("gr00t_n16").for_machine(Machine(cuda=True, capability=(9, 0), world_size=1, cpus=16))
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial(space.stock_params(load_config(BEST_1GPU)))
+    trial = study.ask()
+    sample(trial, space)
+    trial.set_user_attr("buckets", json.dumps({"compute_serial": 0.94, "launch_overhead": 0.04, "data_stall": 0.014,
+                                               "comm_wait": 0.0, "other": 0.006}))
+    study.tell(trial, 202.0)
+    best = study.trials[-1]
+    guide = Guide(space, stage_trials=3)
+    fixed, stage = guide.next_trial(study, best)
+    assert (stage.kind, stage.bottleneck, stage.groups, stage.knobs) == (
+        "remedy", "compute_serial", ["model"], ["model.skip_dead_work"])
+    assert fixed["model.skip_dead_work"] is True and fixed["optimizer.impl"] == "fused"
+    assert {k: v for k, v in fixed.items() if k != "model.skip_dead_work"} == {
+        k: v for k, v in best.params.items() if k != "model.skip_dead_work"}
+    stage.trials.append(1)
+    fixed, stage = guide.next_trial(study, best)
+    assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["optimizer"], ["optimizer.impl", "optimizer.streams"])
+    assert (fixed["optimizer.impl"], fixed["optimizer.streams"]) == ("fused", 2)

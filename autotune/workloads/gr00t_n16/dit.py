@@ -17,12 +17,19 @@ from autotune.workloads.gr00t_n16.layers import BlockStack, sinusoidal
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 
+def few_rows(linear: nn.Linear) -> nn.Linear:
+    """Mark a layer applied to the timestep embedding, one row per sample: too few rows for an fp8
+    GEMM to pay for scaling its weight (``precision: fp8`` leaves it in bf16)."""
+    linear.few_rows = True
+    return linear
+
+
 class AdaLayerNorm(nn.Module):
     """LayerNorm without affine, scaled and shifted by a linear map of SiLU(temb)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
-        self.linear = nn.Linear(dim, 2 * dim)
+        self.linear = few_rows(nn.Linear(dim, 2 * dim))
         self.norm = nn.LayerNorm(dim, eps=1e-5, elementwise_affine=False)
 
     def forward(self, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
@@ -84,8 +91,8 @@ class TimestepEncoder(nn.Module):
     def __init__(self, p: Gr00tPreset) -> None:
         super().__init__()
         self.channels = p.timestep_channels
-        self.linear_1 = nn.Linear(p.timestep_channels, p.dit_width)
-        self.linear_2 = nn.Linear(p.dit_width, p.dit_width)
+        self.linear_1 = few_rows(nn.Linear(p.timestep_channels, p.dit_width))
+        self.linear_2 = few_rows(nn.Linear(p.dit_width, p.dit_width))
 
     def forward(self, t_disc: torch.Tensor) -> torch.Tensor:
         emb = sinusoidal(t_disc, self.channels).to(self.linear_1.weight.dtype)
@@ -102,7 +109,7 @@ class DiT(BlockStack):
         super().__init__([DiTBlock(p, block_kind(i)) for i in range(p.dit_layers)])
         self.timestep_encoder = TimestepEncoder(p)
         self.norm_out = nn.LayerNorm(p.dit_width, eps=1e-6, elementwise_affine=False)
-        self.proj_out_1 = nn.Linear(p.dit_width, 2 * p.dit_width)
+        self.proj_out_1 = few_rows(nn.Linear(p.dit_width, 2 * p.dit_width))
         self.proj_out_2 = nn.Linear(p.dit_width, p.dit_out)
 
     def forward(self, x, vl, t_disc, text_mask, image_mask) -> torch.Tensor:

@@ -39,9 +39,14 @@ def spec_modules(model) -> dict[str, int]:
     }
 
 
-def count_flops(workload: Gr00tN16, preset: str) -> dict[str, float]:
-    """FLOPs of one sample's training step: ``forward``, ``backward`` and ``total``."""
+def count_flops(workload: Gr00tN16, preset: str, *, skip_dead_work: bool = False) -> dict[str, float]:
+    """FLOPs of one sample's training step: ``forward``, ``backward`` and ``total``.
+
+    As upstream runs it by default; with ``skip_dead_work`` without the work whose output never
+    reaches the loss (the LM-head logits, the decoder on the state token): the useful FLOPs.
+    """
     model = workload.build_model(preset, "meta")
+    model.configure(skip_dead_work=skip_dead_work)
     batch = workload.synthetic_batch(preset, 1, "meta", torch.Generator().manual_seed(0))
     with FlopCounterMode(display=False) as fwd:
         loss = model(batch)
@@ -62,6 +67,7 @@ def describe(workload: Gr00tN16, preset: str) -> dict[str, Any]:
         for name, mods in workload.regions(model).items()
     }
     flops = count_flops(workload, preset)
+    useful = count_flops(workload, preset, skip_dead_work=True)
     p = workload.resolve(preset)
     return {
         "workload": workload.name,
@@ -73,5 +79,6 @@ def describe(workload: Gr00tN16, preset: str) -> dict[str, Any]:
         "flops_per_sample": flops["total"],
         "flops_forward_per_sample": flops["forward"],
         "flops_backward_per_sample": flops["backward"],
+        "useful_flops_per_sample": useful["total"],
         "tokens_per_sample": p.seq_len,
     }

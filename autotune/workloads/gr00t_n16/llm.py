@@ -91,22 +91,26 @@ class LLMFrozen(BlockStack):
 class LLMTrainable(BlockStack):
     """The top layers (trained), the final RMSNorm and the LM-head logits of the tied embedding.
 
-    ``forward(hidden) -> (final hidden [B, L, D], logits [B, L, vocab])``. Upstream computes the
-    logits and discards them; they cost ~137 GFLOP per sample, so the replica computes them too.
+    ``forward(hidden) -> (final hidden [B, L, D], logits [B, L, vocab] or None)``. Upstream computes
+    the logits and discards them; they cost ~137 GFLOP per sample, so the replica computes them too.
     They never reach the loss, so they are computed from a detached input: the same work, no
     backward through the LM head (exactly as upstream, where autograd never reaches them).
+    ``compute_logits = False`` (knob ``model.skip_dead_work``) skips them and returns None.
     """
 
     def __init__(self, p: Gr00tPreset, tied: nn.Embedding) -> None:
         super().__init__([Qwen3Layer(p) for _ in range(p.llm_trainable_layers)])
         self.norm = RMSNorm(p.llm_hidden)
         self._tied = [tied]  # a list: the embedding is owned (and counted) by llm_frozen
+        self.compute_logits = True
         cos, sin = rope_tables(p.seq_len, p.llm_head_dim, p.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         h = self.norm(self.run(hidden, self.rope_cos, self.rope_sin))
+        if not self.compute_logits:
+            return h, None
         weight = self._tied[0].weight
         if weight.dtype != h.dtype and (h.device.type == "meta" or not torch.is_autocast_enabled(h.device.type)):
             # an fp32 region: the tied embedding is llm_frozen's, stored in frozen_dtype (bf16 by default).

@@ -3,7 +3,8 @@
 ``Gr00tN16Model(preset, device)(batch)`` returns the flow-matching loss of the batch. The model
 is built directly on ``device`` (``"meta"`` for counting), randomly initialised, every parameter
 fp32, frozen parts (vision, connector, embeddings, lower LLM layers, final norm) not requiring
-grad. Its top-level children are exactly the regions of the workload's region map.
+grad. Its top-level children are exactly the regions of the workload's region map. As built it
+computes what upstream computes; :meth:`Gr00tN16Model.configure` changes how, never what.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from autotune.workloads.gr00t_n16.dit import DiT
 from autotune.workloads.gr00t_n16.layers import init_weights
 from autotune.workloads.gr00t_n16.llm import LLMFrozen, LLMTrainable
 from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, Gr00tPreset
-from autotune.workloads.gr00t_n16.projectors import Projectors
+from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, Projectors
 from autotune.workloads.gr00t_n16.vision import Connector, VisionTower
 
 BETA_ALPHA = 1.5  # s ~ Beta(1.5, 1.0)
@@ -54,6 +55,18 @@ class Gr00tN16Model(nn.Module):
         frozen = (self.vision, self.connector, self.llm_frozen, self.llm_trainable.norm)
         for module in frozen:
             module.requires_grad_(False)
+        self.skip_dead_work = False
+
+    def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather") -> None:
+        """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs
+        the loss never reads (knob ``model.skip_dead_work``). ``category_matmul``: how the
+        projectors apply each sample's embodiment weights (``gather`` or ``grouped``, see
+        :class:`CategorySpecificLinear`). Neither changes the loss or a gradient."""
+        self.skip_dead_work = skip_dead_work
+        self.llm_trainable.compute_logits = not skip_dead_work
+        for module in self.projectors.modules():
+            if isinstance(module, CategorySpecificLinear):
+                module.matmul = category_matmul
 
     def region_map(self) -> dict[str, list[nn.Module]]:
         """Region name -> the callable modules it owns (the position embedding sits with the DiT)."""
@@ -101,6 +114,9 @@ class Gr00tN16Model(nn.Module):
         action_tokens = action_tokens + self.position_embedding(pos).to(action_tokens.dtype)
         tokens = torch.cat([state_tokens, action_tokens], dim=1)
         out = self.dit(tokens, vl, t_disc, text_mask, image_mask)
-        pred = pr.action_decoder(out, cat_ids)[:, -p.action_horizon :]
+        if self.skip_dead_work:  # the decoder works token by token: decode only the action tokens the loss reads
+            pred = pr.action_decoder(out[:, -p.action_horizon :], cat_ids)
+        else:  # upstream decodes the state token too, and drops it
+            pred = pr.action_decoder(out, cat_ids)[:, -p.action_horizon :]
 
         return ((pred.float() - velocity) ** 2 * mask).sum() / (mask.sum() + 1e-6)

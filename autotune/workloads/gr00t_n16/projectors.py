@@ -10,21 +10,52 @@ from autotune.workloads.gr00t_n16.layers import sinusoidal
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 
+def slot_groups(cat_ids: torch.Tensor, slots: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The samples in slot order (a stable sort) and the grouped GEMM's offsets: ``offs[s]`` is the
+    end, in tokens, of slot ``s``'s rows. Static shapes and no host sync (the counts compare ids
+    with every slot instead of ``bincount``, whose output size depends on the data)."""
+    order = torch.argsort(cat_ids, stable=True)
+    counts = (cat_ids.unsqueeze(0) == torch.arange(slots, device=cat_ids.device).unsqueeze(1)).sum(1)
+    return order, (torch.cumsum(counts, 0) * tokens).to(torch.int32)
+
+
+def grouped_supported(x: torch.Tensor) -> bool:
+    """Whether ``torch._grouped_mm`` has a kernel for ``x``: any dtype on the CPU, bf16 on CUDA."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    return x.device.type == "cpu" or (x.device.type == "cuda" and x.dtype == torch.bfloat16)
+
+
 class CategorySpecificLinear(nn.Module):
     """Weight [slots, in, out] and bias [slots, out]; each sample uses its embodiment's slot.
 
-    The forward gathers the rows of each sample's id (a per-sample copy) and does a batched
-    matmul; the backward scatters into dense gradients for every slot, and AdamW updates all of
-    them (as upstream does).
+    ``matmul = "gather"`` (upstream): the forward gathers each sample's slot (a copy of its weights
+    per sample) and does a batched matmul; the backward scatters into dense gradients for every
+    slot, and AdamW updates all of them. ``matmul = "grouped"``: the samples are sorted by slot and
+    one grouped GEMM multiplies each slot's rows by that slot's weights, read in place; its
+    backward gives the same dense gradients (zeros for slots no sample used). The same FLOPs; the
+    weights are read once per used slot instead of copied once per sample. On CUDA the grouped GEMM
+    exists for bf16 only: a region computing in fp32 takes the gather path.
     """
 
     def __init__(self, slots: int, d_in: int, d_out: int) -> None:
         super().__init__()
         self.W = nn.Parameter(torch.randn(slots, d_in, d_out) * d_in**-0.5)
         self.b = nn.Parameter(torch.zeros(slots, d_out))
+        self.matmul = "gather"
 
     def forward(self, x: torch.Tensor, cat_ids: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(x, self.W[cat_ids].to(x.dtype)) + self.b[cat_ids].unsqueeze(1).to(x.dtype)
+        bias = self.b[cat_ids].unsqueeze(1).to(x.dtype)
+        if self.matmul == "grouped" and grouped_supported(x):
+            return self._grouped(x, cat_ids) + bias
+        return torch.bmm(x, self.W[cat_ids].to(x.dtype)) + bias
+
+    def _grouped(self, x: torch.Tensor, cat_ids: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        order, offs = slot_groups(cat_ids, self.W.shape[0], T)
+        rows = x.index_select(0, order).reshape(B * T, -1)
+        out = torch._grouped_mm(rows, self.W.to(x.dtype), offs=offs).view(B, T, -1)
+        return out.index_select(0, torch.argsort(order))  # back to the batch's order
 
 
 class CategorySpecificMLP(nn.Module):

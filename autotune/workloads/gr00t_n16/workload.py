@@ -14,7 +14,7 @@ from autotune.workloads.gr00t_n16 import batch as batch_mod
 from autotune.workloads.gr00t_n16.presets import PRESETS, Gr00tPreset, get_preset
 
 if TYPE_CHECKING:
-    from autotune.config import DataConfig
+    from autotune.config import DataConfig, ModelConfig
 
 REGION_NAMES = ("vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors")
 
@@ -32,7 +32,7 @@ class Gr00tN16(Workload):
 
     def __init__(self) -> None:
         self._fitted: dict[str, Gr00tPreset] = {}
-        self._flops: dict[Gr00tPreset, float] = {}
+        self._flops: dict[tuple[Gr00tPreset, bool], float] = {}
         self._said: set[str] = set()
 
     def resolve(self, preset: str) -> Gr00tPreset:
@@ -81,12 +81,23 @@ class Gr00tN16(Workload):
     def tokens_per_sample(self, preset: str) -> int:
         return self.resolve(preset).seq_len
 
+    def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
+        model.configure(skip_dead_work=options.skip_dead_work, category_matmul=options.category_matmul)
+
     def flops_per_sample(self, preset: str) -> float:
-        key = self.resolve(preset)
+        """The upstream step's FLOPs, the discarded LM-head logits included."""
+        return self._count(preset, skip_dead_work=False)
+
+    def useful_flops_per_sample(self, preset: str) -> float:
+        """The FLOPs that reach the loss or a gradient: the step with its dead work skipped."""
+        return self._count(preset, skip_dead_work=True)
+
+    def _count(self, preset: str, *, skip_dead_work: bool) -> float:
+        key = (self.resolve(preset), skip_dead_work)
         if key not in self._flops:
             from autotune.workloads.gr00t_n16.flops import count_flops
 
-            self._flops[key] = count_flops(self, preset)["total"]
+            self._flops[key] = count_flops(self, preset, skip_dead_work=skip_dead_work)["total"]
         return self._flops[key]
 
     def describe(self, preset: str) -> dict[str, Any]:

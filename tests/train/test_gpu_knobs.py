@@ -1,0 +1,86 @@
+"""GPU-only: issue 23's knobs on the device (grouped GEMM kernels, optimizer streams and the
+compiled update inside a captured step); run on the device machine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear  # noqa: E402
+
+
+def test_the_grouped_gemm_writes_zero_gradients_for_unused_slots_and_matches_the_gather():
+    torch.manual_seed(0)
+    layer = CategorySpecificLinear(32, 1536, 1536).cuda()
+    x = torch.randn(16, 50, 1536, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    ids = torch.tensor([3] * 12 + [7] * 4, device="cuda")
+    out = {}
+    for mode in ("gather", "grouped"):
+        layer.matmul, layer.W.grad = mode, None
+        xi = x.clone().requires_grad_()
+        y = layer(xi, ids)
+        y.backward(dy)
+        out[mode] = (y.float(), xi.grad.float(), layer.W.grad.clone())
+    unused = [s for s in range(32) if s not in (3, 7)]
+    assert torch.count_nonzero(out["grouped"][2][unused]) == 0
+    for got, want in zip(out["grouped"], out["gather"]):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+
+
+def _run(cfg: dict, *, capture: bool, steps: int = 4) -> list[torch.Tensor]:
+    """AdamW of ``cfg`` on 60 tensors of various sizes, the same gradients each step, clipped on
+    every other one; with ``capture`` the clipped step is a CUDA graph replayed after 3 eager steps."""
+    from autotune.config import OptimizerConfig
+    from autotune.train import optim
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(n, device="cuda", generator=gen)) for n in
+              [2**k + 3 for k in range(10, 22)] * 5]
+    grads = [[torch.randn(p.shape, device="cuda", generator=gen) * (50 if i % 2 else 0.01) for p in params]
+             for i in range(steps + 3)]
+    groups = [{"params": params[::2], "weight_decay": 0.1}, {"params": params[1::2], "weight_decay": 0.0}]
+    opt = optim.build_optimizer(groups, OptimizerConfig(lr=1e-3, **cfg), capturable=capture)
+
+    def step(i: int) -> None:
+        for p, g in zip(params, grads[i]):
+            p.grad = g
+        optim.clip_and_step(opt, params, 1.0)
+
+    if not capture:
+        for i in range(steps + 3):
+            step(i)
+    else:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for i in range(3):
+                step(i)
+        torch.cuda.current_stream().wait_stream(side)
+        graph, static = torch.cuda.CUDAGraph(), [g.clone() for g in grads[0]]
+        for p, g in zip(params, static):
+            p.grad = g
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            optim.clip_and_step(opt, params, 1.0)
+        for i in range(3, steps + 3):
+            for dst, src in zip(static, grads[i]):
+                dst.copy_(src)
+            graph.replay()
+    torch.cuda.synchronize()
+    return [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_optimizer_streams_give_the_fused_update_bit_for_bit(capture):
+    want = _run({"impl": "fused"}, capture=capture)
+    for streams in (2, 4):
+        for a, b in zip(_run({"impl": "fused", "streams": streams}, capture=capture), want):
+            assert torch.equal(a, b)
+
+
+def test_the_compiled_update_captured_in_a_graph_trains_as_the_fused_one():
+    want = _run({"impl": "fused"}, capture=True)
+    for a, b in zip(_run({"impl": "compiled"}, capture=True), want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,137 @@
+"""The model knobs change how the replica computes, never what: same loss, same gradients.
+
+``model.skip_dead_work`` skips the LM-head logits (and the decoder on the state token), which the
+stock replica computes as upstream does; ``model.category_matmul: grouped`` replaces the
+projectors' per-sample weight copies by one grouped GEMM. Each is compared with the stock model on
+the same batch and the same random draws (noise, flow times, dropout), in fp32 to float rounding.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from autotune.config import ModelConfig, config_from_dict
+from autotune.errors import IncompatibleConfigError
+from autotune.workloads import get_workload
+from autotune.workloads.gr00t_n16.presets import get_preset
+from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, slot_groups
+
+W = get_workload("gr00t_n16")
+
+
+def _loss_and_grads(options: ModelConfig, batch: dict, seed: int = 3) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    model = W.build_model("tiny", "cpu")
+    W.apply_model_options(model, options)
+    torch.manual_seed(seed)  # the same noise, flow times and dropout in both models
+    loss = W.loss(model, batch)
+    loss.backward()
+    return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _assert_same(options: ModelConfig, batch: dict) -> None:
+    ref_loss, ref = _loss_and_grads(ModelConfig(), batch)
+    loss, grads = _loss_and_grads(options, batch)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == ref.keys()
+    for name in ref:
+        assert grads[name] is not None, f"{name}: no gradient"
+        torch.testing.assert_close(grads[name], ref[name], rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def _batch(ids: list[int] | None = None) -> dict:
+    batch = W.synthetic_batch("tiny", 4, "cpu", torch.Generator().manual_seed(1))
+    if ids is not None:
+        batch["embodiment_id"] = torch.tensor(ids)
+    return batch
+
+
+def test_skip_dead_work_gives_the_same_loss_and_gradients():
+    _assert_same(ModelConfig(skip_dead_work=True), _batch())
+
+
+@pytest.mark.parametrize("ids", [[5, 5, 5, 5], [7, 2, 7, 30]], ids=["one embodiment", "mixed"])
+def test_grouped_projectors_give_the_same_loss_and_dense_gradients(ids):
+    _assert_same(ModelConfig(category_matmul="grouped"), _batch(ids))
+    _, grads = _loss_and_grads(ModelConfig(category_matmul="grouped"), _batch(ids))
+    w = grads["projectors.action_encoder.W2.W"]
+    assert w.shape[0] == get_preset("tiny").num_embodiments  # a gradient for every slot, as AdamW expects
+    unused = [s for s in range(w.shape[0]) if s not in ids]
+    assert torch.count_nonzero(w[unused]) == 0 and torch.count_nonzero(w[ids]) > 0
+
+
+def test_grouped_linear_in_bf16_matches_the_gather_to_bf16_rounding():
+    torch.manual_seed(0)
+    layer = CategorySpecificLinear(8, 32, 48)
+    x = torch.randn(6, 5, 32, dtype=torch.bfloat16)
+    ids, dy = torch.tensor([3, 1, 3, 3, 6, 1]), torch.randn(6, 5, 48, dtype=torch.bfloat16)
+    out = {}
+    for mode in ("gather", "grouped"):
+        layer.matmul, layer.W.grad = mode, None
+        xi = x.clone().requires_grad_()
+        y = layer(xi, ids)
+        y.backward(dy)
+        out[mode] = (y.float(), xi.grad.float(), layer.W.grad.clone())
+    for got, want in zip(out["grouped"], out["gather"]):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_slot_groups_have_static_shapes_whatever_the_ids():
+    for ids in ([0, 0, 0], [2, 0, 1], [31, 31, 4]):
+        order, offs = slot_groups(torch.tensor(ids), 32, tokens=5)
+        assert order.shape == (3,) and offs.shape == (32,) and offs.dtype == torch.int32
+        assert int(offs[-1]) == 15 and bool((offs[1:] >= offs[:-1]).all())
+
+
+def test_stock_computes_the_lm_head_logits_and_the_knob_drops_exactly_them():
+    """The dead work is real in the replica: the stock forward counts 2 L D V FLOPs a sample for the
+    logits (upstream's cost), which the useful count leaves out (with the decoder on the state token)."""
+    p = get_preset("tiny")
+    model = W.build_model("tiny", "meta")
+    hidden = torch.empty(1, p.seq_len, p.llm_hidden, device="meta")
+    _, logits = model.llm_trainable(hidden)
+    assert logits.shape == (1, p.seq_len, p.vocab_size)
+    with FlopCounterMode(display=False) as with_logits:
+        model.llm_trainable(hidden)
+    model.configure(skip_dead_work=True)
+    with FlopCounterMode(display=False) as without:
+        assert model.llm_trainable(hidden)[1] is None
+    lm_head = 2 * p.seq_len * p.llm_hidden * p.vocab_size
+    assert with_logits.get_total_flops() - without.get_total_flops() == lm_head
+    dead = W.flops_per_sample("tiny") - W.useful_flops_per_sample("tiny")
+    decoder_on_state_token = 2 * (p.dit_out * p.decoder_hidden + p.decoder_hidden * p.action_dim) * 3  # fwd + 2 bwd
+    assert dead == lm_head + decoder_on_state_token
+
+
+def test_full_useful_flops_leave_out_the_lm_head():
+    full = get_preset("full")
+    dead = W.flops_per_sample("full") - W.useful_flops_per_sample("full")
+    assert dead == pytest.approx(2 * full.seq_len * full.llm_hidden * full.vocab_size, rel=1e-3)  # ~137 GFLOP
+    assert 0.07 < dead / W.flops_per_sample("full") < 0.10
+
+
+def test_session_applies_the_model_knobs():
+    from autotune.train.session import Session
+
+    cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
+                            "model": {"skip_dead_work": True, "category_matmul": "grouped"}})
+    s = Session(cfg)
+    assert s.model.skip_dead_work and not s.model.llm_trainable.compute_logits
+    assert {m.matmul for m in s.model.modules() if isinstance(m, CategorySpecificLinear)} == {"grouped"}
+    loss, norm = s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
+    assert torch.isfinite(loss) and torch.isfinite(norm)
+
+
+def test_a_workload_without_category_layers_refuses_grouped():
+    from autotune.workloads.base import Workload
+
+    class Plain(Workload):
+        name, presets, default_preset = "plain", ("x",), "x"
+        build_model = regions = loss = synthetic_batch = flops_per_sample = None  # not used here
+
+    Plain.__abstractmethods__ = frozenset()
+    Plain().apply_model_options(None, ModelConfig(skip_dead_work=True))  # nothing dead to skip: accepted
+    with pytest.raises(IncompatibleConfigError, match=r"model.category_matmul: 'grouped' is refused: workload 'plain'"):
+        Plain().apply_model_options(None, ModelConfig(category_matmul="grouped"))
