@@ -15,14 +15,18 @@ trains exactly what an uninterrupted run trains.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
+import signal
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from torch.utils.data import DataLoader
 
 from autotune.config import TrainConfig, to_dict
 from autotune.config.io import dump_config
@@ -98,6 +102,20 @@ def position_loader(loader, next_draw: int, batch_size: int, world: int):
     return itertools.islice(loader, next_draw // (batch_size * world), None)
 
 
+def _ignore_sigterm(init, worker_id: int) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if init is not None:
+        init(worker_id)
+
+
+def shield_workers(loader) -> None:
+    """Loader workers ignore SIGTERM: torch's workers exit on it, and a scheduler that signals the
+    whole process group would otherwise kill them (failing the job's main process) before the
+    job has saved. They still stop when the job ends (a sentinel) or dies (they watch their parent)."""
+    if isinstance(loader, DataLoader) and loader.num_workers > 0:
+        loader.worker_init_fn = functools.partial(_ignore_sigterm, loader.worker_init_fn)
+
+
 class Job:
     def __init__(self, cfg: TrainConfig, opts: JobOptions) -> None:
         self.opts = opts
@@ -166,6 +184,7 @@ class Job:
         loader = s.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=self.rank,
                                         world_size=self.world)
         self.num_samples = len(loader.dataset) if hasattr(loader, "dataset") else None
+        shield_workers(loader)
         return s.batches(position_loader(loader, next_draw, cfg.batch_size, self.world))
 
     # -- the loop -----------------------------------------------------------------------------------
