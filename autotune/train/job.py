@@ -79,6 +79,10 @@ class JobResult:
     samples_per_s_overall: float | None
     """The same steps' samples over their summed time: checkpoint stalls included."""
     step_time_ms: float | None
+    steady_steps: int
+    """Steps after warm-up that the two rates are of."""
+    steady_s: float
+    """Their summed time (seconds)."""
     world_size: int
     batch_size: int
     output_dir: str
@@ -259,7 +263,8 @@ class Job:
             preempted=preempted, checkpoints=[r.to_dict() for r in self.writer.records],
             samples_per_s=draws / median if median else None,
             samples_per_s_overall=draws * len(steady) / sum(steady) if steady else None,
-            step_time_ms=median * 1e3 if median else None, world_size=self.world, batch_size=self.cfg.batch_size,
+            step_time_ms=median * 1e3 if median else None, steady_steps=len(steady), steady_s=sum(steady),
+            world_size=self.world, batch_size=self.cfg.batch_size,
             output_dir=str(self.out), init_from=str(self.opts.init_from) if self.opts.init_from else None,
             warnings=self.warnings, profile=loop.profile,
         )
