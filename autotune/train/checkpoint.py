@@ -152,7 +152,7 @@ def load(folder: Path) -> Loaded:
         weights = load_file(folder / WEIGHTS)
         optimizer = torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True)
         scheduler = torch.load(folder / SCHEDULER, map_location="cpu", weights_only=True)
-        rng = torch.load(folder / RNG, map_location="cpu", weights_only=False)
+        rng = torch.load(folder / RNG, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001  any failure to read means: not this checkpoint
         raise CorruptCheckpoint(f"{folder} does not load ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     return Loaded(folder, int(state["step"]), weights, optimizer, scheduler, rng, state)

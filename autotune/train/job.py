@@ -34,7 +34,6 @@ from autotune.errors import ConfigError, TrialError
 from autotune.train import checkpoint, distributed, state
 from autotune.train.control import Control
 from autotune.train.job_loop import Loop
-from autotune.train.measure import synchronize
 from autotune.train.session import Session
 from autotune.train.window import warmup_steps
 
@@ -152,7 +151,8 @@ class Job:
         if self.rank != 0 and chosen is not None:
             loaded = checkpoint.latest(self.out, self.warn, at=chosen)
             if loaded is None:
-                raise ConfigError(f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen} that rank 0 resumes from")
+                raise ConfigError(f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen}, which rank 0 resumes "
+                                  f"from (is --output-dir on a file system every node shares?)")
         return loaded if chosen is not None else None
 
     def _init_weights(self, loaded: checkpoint.Loaded | None) -> dict[str, Any] | None:
@@ -201,6 +201,7 @@ class Job:
             try:
                 self.writer.wait()
             finally:
+                self.buffers.release()
                 self.control.drain()
                 self.session.close()
 
@@ -231,9 +232,7 @@ class Job:
         if self.rank != 0:
             return
         self.writer.wait()  # the buffers of the write before are reused
-        weights = state.weights_to_host(self.session, self.buffers)
-        optimizer = state.optimizer_to_host(self.session, self.buffers)
-        synchronize(self.device)
+        weights, optimizer = state.capture(self.session, self.buffers)
         cfg = self.cfg
         draws = cfg.batch_size * self.world
         next_draw = self.next_draw0 + (step - self.start) * draws

@@ -13,6 +13,7 @@ from safetensors import safe_open
 from autotune.cli import main
 from autotune.config import config_from_dict
 from autotune.train import knobs, precision
+from autotune.train.job import JobOptions, run_job
 from autotune.train.watch import ThroughputWatch, likely_cause
 from autotune.weights import load_name_map, load_upstream, read_layout, upstream_tensors
 from autotune.workloads import get_workload
@@ -69,18 +70,16 @@ def test_init_from_a_checkpoint_missing_a_key_fails_on_one_line(tmp_path, capsys
 
 
 def test_a_slow_job_is_told_so_with_the_cause_from_a_profile(tmp_path, capsys):
-    cfg = tmp_path / "best.yaml"
-    cfg.write_text(yaml.safe_dump({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
-                                   "provenance": {"samples_per_s": 1e6, "world_size": 1}}))
+    cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
+                            "provenance": {"samples_per_s": 1e6, "world_size": 1}})
     out = tmp_path / "job"
-    assert main([*JOB[:1], "--config", str(cfg), *JOB[3:], "--max-steps", "8", "--output-dir", str(out)]) == 0
-    captured = capsys.readouterr()
-    res = json.loads(captured.out.splitlines()[-1])
-    assert "below the 1000000.0 that best.yaml's provenance measured" in captured.err
+    # synthetic data: rates count from step 2; the profile window is 1 + 1 + 1 + 1 steps
+    res = run_job(cfg, JobOptions(max_steps=6, output_dir=out, log_steps=1, progress=False, profile_steps=1)).to_dict()
+    assert "below the 1000000.0 that best.yaml's provenance measured" in capsys.readouterr().err
     assert res["profile"]["dominant"] in res["profile"]["buckets"] and "likely cause" in res["profile"]["cause"]
-    folder = res["profile"]["folder"]
-    assert json.loads((tmp_path / folder / "classification.summary").read_text())["classification"]["steps"] == 3
-    assert len(res["losses"]) == 8  # the profiled steps are training steps
+    summary = json.loads((tmp_path / res["profile"]["folder"] / "classification.summary").read_text())
+    assert summary["classification"]["steps"] == 1
+    assert len(res["losses"]) == 6  # the profiled steps are training steps
     events = [json.loads(line).get("event") for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert "throughput_warning" in events and "profile" in events
 

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from autotune.errors import ConfigError, DataError
-from autotune.weights import load_name_map, load_upstream, read_layout, upstream_tensors, write_checkpoint
+from autotune.weights import (
+    load_name_map,
+    load_upstream,
+    read_layout,
+    upstream_tensors,
+    write_checkpoint,
+)
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_n16 import get_preset
 from tests.weights.upstream import upstream_shapes, write_upstream
