@@ -70,9 +70,9 @@ class MetricsLog:
         from torch.utils.tensorboard import SummaryWriter
 
         self.jsonl = output_dir / "metrics.jsonl"
-        if start_step and self.jsonl.exists():
+        if self.jsonl.exists():  # a job killed before its first checkpoint starts again from nothing
             self._truncate(start_step)
-        self.tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
+        self.tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"), purge_step=start_step + 1)
         self._file = open(self.jsonl, "a", buffering=1)  # noqa: SIM115  closed by close()
 
     def _truncate(self, start_step: int) -> None:
