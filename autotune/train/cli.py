@@ -2,6 +2,8 @@
 
     python -m autotune train --preset tiny --nproc 2 --steps 4 --json
     python -m autotune train --config best.yaml --steps 50
+    python -m autotune train --config best.yaml --max-steps 2000 --save-steps 500 --output-dir runs/ft
+    python -m autotune export runs/ft/checkpoint-2000 --out runs/ft/export
     python -m autotune verify --config best.yaml --steps 20
 """
 
@@ -13,17 +15,26 @@ import json
 from autotune.config import TrainConfig, load_config
 from autotune.config.stock import stock_config
 from autotune.errors import ParityError, TrialError
+from autotune.train import job_cli
 from autotune.train.record import Measurement, TrialRecord
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a configuration with every knob applied, and measure it")
+    p = sub.add_parser("train", help="train a configuration with every knob applied: measure it (--steps) or run "
+                       "the training job (--max-steps, checkpoints, resume)")
     _common(p)
-    p.add_argument("--steps", type=int, default=20, help="measured steps (after warm-up)")
-    p.add_argument("--warmup", type=int, default=5, help="warm-up steps, not measured")
+    p.add_argument("--steps", type=int, default=None, help="measured steps (after warm-up; default 20)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps, not measured (default 5)")
     p.add_argument("--json", action="store_true", help="print the run's record (autotune.train.record) as one JSON object "
                    "on the last line")
+    job_cli.add_arguments(p)
     p.set_defaults(func=run_train)
+
+    e = sub.add_parser("export", help="write a job's checkpoint as an upstream checkpoint (Hugging Face safetensors)")
+    e.add_argument("checkpoint", help="a job's checkpoint folder, D/checkpoint-<step>")
+    e.add_argument("--out", required=True, help="new or empty folder for model.safetensors.index.json and its shards")
+    e.add_argument("--max-shard-size", type=float, default=5.0, help="GB per shard (default 5, as save_pretrained)")
+    e.set_defaults(func=run_export)
 
     pr = sub.add_parser("profile", help="profile a window of a configuration and classify its step time")
     _common(pr)
@@ -74,7 +85,12 @@ def run_train(args: argparse.Namespace) -> int:
     from autotune.train.launch import launch
     from autotune.train.runner import run_training
 
+    job_cli.check_mode(args)
     cfg = resolve_config(args)
+    if args.max_steps is not None:
+        return job_cli.run(args, cfg)
+    args.steps = 20 if args.steps is None else args.steps
+    args.warmup = 5 if args.warmup is None else args.warmup
     if args.nproc > 1:
         record = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc)
         _raise_failure(record, "training")
@@ -154,4 +170,14 @@ def run_profile(args: argparse.Namespace) -> int:
     print(f"profiler overhead: {100 * profile.overhead:.1f} % "
           f"(profiled {profile.profiled_step_ms:.1f} ms vs unprofiled {profile.unprofiled_step_ms:.1f} ms per step)")
     print(f"traces: {out}  (open them in https://ui.perfetto.dev)")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from autotune.train.export import export_checkpoint
+
+    index = export_checkpoint(args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_size * 1e9))
+    shards = len(set(index["weight_map"].values()))
+    print(f"{args.out}: {len(index['weight_map'])} tensors, {index['metadata']['total_size'] / 2**30:.2f} GiB "
+          f"in {shards} shard{'s' if shards > 1 else ''}")
     return 0

@@ -1,7 +1,8 @@
 """Run a configuration for N measured steps, in this process (one rank of a torchrun job).
 
-``run_training(cfg, steps=N)`` is the library call a long training job uses to take the tuner's
-``best.yaml``; ``autotune train`` wraps it (and ``launch`` runs it on K processes).
+``run_training(cfg, steps=N)`` measures a configuration (the tuner's trials, ``verify``,
+``autotune train --steps``; ``launch`` runs it on K processes). The training job that consumes
+``best.yaml`` with checkpoints and resume is ``autotune.train.job.run_job``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,230 @@
+"""A training job's checkpoints: ``D/checkpoint-<step>/``, each written whole or not at all.
+
+==========================  =======================================================================
+file                        what
+==========================  =======================================================================
+``model.safetensors``       the trainable parameters, under the workload's parameter names
+``optimizer.pt``            the optimizer's state dict (``torch.save``)
+``scheduler.pt``            the learning-rate schedule's state dict
+``rng_state.pt``            every rank's random states: Python, NumPy, torch's CPU and CUDA
+                            generators (the CUDA one is the generator the captured graphs draw from)
+``config.yaml``             the configuration trained
+``trainer_state.json``      the step, the data position, the weights the job started from, and the
+                            size of every file above; written last
+==========================  =======================================================================
+
+A checkpoint is written into ``D/.checkpoint-<step>.tmp`` (every file synced to disk) and renamed
+to ``D/checkpoint-<step>`` when complete; only rank 0 writes. A checkpoint whose
+``trainer_state.json`` is missing or unreadable, whose files differ in size from it, or whose
+files do not load, is corrupt: :func:`latest` skips it with a one-line warning and takes the one
+before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from autotune.errors import AutotuneError
+
+PREFIX = "checkpoint-"
+WEIGHTS, OPTIMIZER, SCHEDULER, RNG = "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pt"
+CONFIG, STATE = "config.yaml", "trainer_state.json"
+_NAME = re.compile(rf"{PREFIX}(\d+)\Z")
+
+
+class CorruptCheckpoint(AutotuneError):
+    """A checkpoint folder that is incomplete or does not load."""
+
+
+@dataclass
+class Snapshot:
+    """A checkpoint's content in host memory, taken at a step boundary."""
+
+    step: int
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: list[dict[str, Any]]
+    """One entry per rank."""
+    state: dict[str, Any]
+    """JSON-able: the step, data position, config, ... (``trainer_state.json`` less the file sizes)."""
+    config_yaml: str
+
+
+@dataclass(frozen=True)
+class Loaded:
+    path: Path
+    step: int
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: list[dict[str, Any]]
+    state: dict[str, Any]
+
+
+@dataclass
+class WriteRecord:
+    """What one checkpoint cost: the stall at the step boundary, the write beside training."""
+
+    step: int
+    path: str
+    bytes: int = 0
+    snapshot_s: float = 0.0
+    """Seconds the training loop stopped for (the device synchronised, the state copied to host)."""
+    write_s: float = 0.0
+    """Seconds the background write took (files, fsync, rename)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoint folders in ``output_dir`` by step, oldest first."""
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _NAME.match(p.name))]
+    return sorted(found)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
+    """Write ``snapshot`` as ``output_dir/checkpoint-<step>``; returns (folder, bytes written)."""
+    final = output_dir / f"{PREFIX}{snapshot.step}"
+    tmp = output_dir / f".{PREFIX}{snapshot.step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file(snapshot.weights, tmp / WEIGHTS, metadata={"format": "pt"})
+    torch.save(snapshot.optimizer, tmp / OPTIMIZER)
+    torch.save(snapshot.scheduler, tmp / SCHEDULER)
+    torch.save(snapshot.rng, tmp / RNG)
+    (tmp / CONFIG).write_text(snapshot.config_yaml)
+    files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
+    (tmp / STATE).write_text(json.dumps({**snapshot.state, "files": files}, indent=1) + "\n")
+    for p in tmp.iterdir():
+        _fsync(p)
+    _fsync(tmp)
+    if final.exists():  # the same step written again (a job resumed after it): the new one replaces it
+        shutil.rmtree(final)
+    tmp.rename(final)
+    _fsync(output_dir)
+    return final, sum(files.values()) + (final / STATE).stat().st_size
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    """``trainer_state.json`` of a checkpoint whose files are all there, at their sizes."""
+    try:
+        state = json.loads((folder / STATE).read_text())
+        files = state["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpoint(f"{folder / STATE} is missing or unreadable ({type(exc).__name__})") from None
+    for name, size in files.items():
+        path = folder / name
+        actual = path.stat().st_size if path.is_file() else None
+        if actual != size:
+            got = "missing" if actual is None else f"{actual} bytes"
+            raise CorruptCheckpoint(f"{path} is {got}, {STATE} says {size} bytes")
+    return state
+
+
+def load(folder: Path) -> Loaded:
+    """Every part of the checkpoint in ``folder``, in host memory; ``CorruptCheckpoint`` if any part fails."""
+    state = read_state(folder)
+    try:
+        weights = load_file(folder / WEIGHTS)
+        optimizer = torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True)
+        scheduler = torch.load(folder / SCHEDULER, map_location="cpu", weights_only=True)
+        rng = torch.load(folder / RNG, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001  any failure to read means: not this checkpoint
+        raise CorruptCheckpoint(f"{folder} does not load ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    return Loaded(folder, int(state["step"]), weights, optimizer, scheduler, rng, state)
+
+
+def latest(output_dir: Path, warn: Callable[[str], None], *, at: int | None = None) -> Loaded | None:
+    """The newest checkpoint of ``output_dir`` that loads (or the one of step ``at``); each newer one
+    that does not is skipped with a warning."""
+    for step, path in reversed(checkpoints(output_dir)):
+        if at is not None and step != at:
+            continue
+        try:
+            return load(path)
+        except CorruptCheckpoint as exc:
+            warn(f"skipping checkpoint {path}: {exc}")
+    return None
+
+
+def rotate(output_dir: Path, limit: int | None, keep: Path) -> list[Path]:
+    """Delete the oldest complete checkpoints beyond ``limit`` (never ``keep``); returns them."""
+    if not limit:
+        return []
+    found = [p for _, p in checkpoints(output_dir)]
+    old = [p for p in found[: max(0, len(found) - limit)] if p != keep]
+    for p in old:
+        shutil.rmtree(p, ignore_errors=True)
+    return old
+
+
+def remove_partial(output_dir: Path) -> None:
+    """Temporary folders of checkpoints a killed job did not finish."""
+    if output_dir.is_dir():
+        for p in output_dir.glob(f".{PREFIX}*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@dataclass
+class Writer:
+    """Writes snapshots in a background thread, one at a time, beside training.
+
+    ``submit`` waits for the previous write (so at most one snapshot is held), then starts this
+    one; ``wait`` joins the write in flight. A failed write is raised by the next ``submit`` or
+    ``wait``: the checkpoints written before it are intact.
+    """
+
+    output_dir: Path
+    limit: int | None = None
+    records: list[WriteRecord] = field(default_factory=list)
+    _thread: threading.Thread | None = None
+    _error: BaseException | None = None
+
+    def submit(self, snapshot: Snapshot, record: WriteRecord) -> None:
+        self.wait()
+        self.records.append(record)
+        self._thread = threading.Thread(target=self._run, args=(snapshot, record), name="autotune-checkpoint",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, snapshot: Snapshot, record: WriteRecord) -> None:
+        start = time.perf_counter()
+        try:
+            path, size = write(snapshot, self.output_dir)
+            rotate(self.output_dir, self.limit, keep=path)
+            record.path, record.bytes = str(path), size
+        except BaseException as exc:  # noqa: BLE001  raised in the training thread by wait()
+            self._error = exc
+        record.write_s = time.perf_counter() - start
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            exc, self._error = self._error, None
+            raise AutotuneError(f"writing a checkpoint into {self.output_dir} failed: {type(exc).__name__}: {exc}")

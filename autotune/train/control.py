@@ -1,0 +1,86 @@
+"""Decisions every rank of a job takes at the same step: stop (a SIGTERM on any rank), profile.
+
+With several ranks the flags go through a gloo group on the CPU (no device synchronisation): each
+step boundary starts an all-reduce (max) of this rank's flags and reads the one started at the
+boundary before, so every rank acts on the same reduced flags at the same step, one step after
+they were raised. With one rank the flags act at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+STOP, PROFILE = 0, 1
+
+
+class Control:
+    def __init__(self, world_size: int) -> None:
+        self.world = world_size
+        self.group = dist.new_group(backend="gloo") if world_size > 1 else None
+        self._work = None
+        self._buf: torch.Tensor | None = None
+        self.terminated = False
+        """Set by SIGTERM (what a scheduler sends before it preempts)."""
+        self._previous = None
+
+    # -- SIGTERM ----------------------------------------------------------------------------------
+    def catch_sigterm(self) -> None:
+        """Record SIGTERM instead of dying (main thread only). Loader workers forked after this
+        inherit the handler, so a signal sent to the whole process group does not kill them."""
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.terminated = True
+
+    def release(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    # -- agreement --------------------------------------------------------------------------------
+    def exchange(self, profile: bool = False) -> tuple[bool, bool]:
+        """(stop, profile) as every rank sees them at this boundary."""
+        flags = [int(self.terminated), int(profile)]
+        if self.group is None:
+            return bool(flags[STOP]), bool(flags[PROFILE])
+        agreed = (False, False)
+        if self._work is not None:
+            self._work.wait()
+            agreed = (bool(self._buf[STOP]), bool(self._buf[PROFILE]))
+        self._buf = torch.tensor(flags, dtype=torch.int32)
+        self._work = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        return agreed
+
+    def drain(self) -> None:
+        """Wait for the all-reduce in flight (every rank started as many)."""
+        if self._work is not None:
+            with contextlib.suppress(Exception):
+                self._work.wait()
+            self._work = None
+
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank."""
+        if self.group is None:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, in rank order, on every rank."""
+        if self.group is None:
+            return [value]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, value, group=self.group)
+        return out
+
+    def barrier(self) -> None:
+        if self.group is not None:
+            dist.barrier(group=self.group)

@@ -1,0 +1,275 @@
+"""The long job: ``autotune train --config best.yaml --max-steps N --save-steps K --output-dir D``.
+
+One rank's run (torchrun starts several; ``job_launch`` starts them). Steps ``1..N`` are training
+steps from the first (the learning-rate schedule spans N); every K steps, at the end, at
+``--stop-at`` and on SIGTERM the job writes ``D/checkpoint-<step>`` (``checkpoint``; rank 0 writes
+in the background from a host copy, see ``state``). Started again with the same command it resumes
+after the newest complete checkpoint: weights, optimizer, schedule, every rank's random states and
+the data position (the draws its steps consumed: the sampler starts there, so no sample is seen
+twice or skipped whatever the loader's workers had made ahead) are restored, so that on the CPU it
+trains exactly what an uninterrupted run trains.
+
+    python -m autotune train --preset tiny --max-steps 20 --save-steps 5 --output-dir /tmp/job --json
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import math
+import signal
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from autotune.config import TrainConfig, to_dict
+from autotune.config.io import dump_config
+from autotune.errors import ConfigError, TrialError
+from autotune.train import checkpoint, distributed, state
+from autotune.train.control import Control
+from autotune.train.job_loop import Loop
+from autotune.train.session import Session
+from autotune.train.window import warmup_steps
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    max_steps: int
+    output_dir: Path
+    save_steps: int | None = None
+    save_total_limit: int | None = None
+    log_steps: int = 10
+    init_from: Path | None = None
+    stop_at: int | None = None
+    """Train up to this step of the N-step schedule, save, and exit (the same command without it continues)."""
+    progress: bool = True
+    profile_steps: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "save_steps", "save_total_limit", "log_steps", "stop_at"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"--{name.replace('_', '-')}: {value!r} is not an integer >= 1")
+        if self.stop_at is not None and self.stop_at > self.max_steps:
+            raise ConfigError(f"--stop-at: {self.stop_at} is past --max-steps {self.max_steps}")
+
+
+@dataclass
+class JobResult:
+    """What ``--json`` prints: ``start_step`` (the first step this invocation trained) and one
+    loss per step it trained, with what the job measured."""
+
+    start_step: int
+    final_step: int
+    max_steps: int
+    losses: list[float]
+    grad_norms: list[float]
+    resumed_from: str | None
+    preempted: bool
+    checkpoints: list[dict[str, Any]]
+    samples_per_s: float | None
+    """Median over the steps after warm-up (``world x batch / median step time``)."""
+    samples_per_s_overall: float | None
+    """The same steps' samples over their summed time: checkpoint stalls included."""
+    step_time_ms: float | None
+    steady_steps: int
+    """Steps after warm-up that the two rates are of."""
+    steady_s: float
+    """Their summed time (seconds)."""
+    world_size: int
+    batch_size: int
+    output_dir: str
+    init_from: str | None
+    warnings: list[str] = field(default_factory=list)
+    profile: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def position_loader(loader, next_draw: int, batch_size: int, world: int):
+    """``loader`` starting at global draw ``next_draw``: its sharded sampler told where, or, for any
+    other deterministic loader, the batches this rank consumed skipped."""
+    from autotune.data.sampler import ShardedInfiniteSampler
+
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, ShardedInfiniteSampler):
+        sampler.start = next_draw
+        return loader
+    return itertools.islice(loader, next_draw // (batch_size * world), None)
+
+
+def _ignore_sigterm(init, worker_id: int) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if init is not None:
+        init(worker_id)
+
+
+def shield_workers(loader) -> None:
+    """Loader workers ignore SIGTERM: torch's workers exit on it, and a scheduler that signals the
+    whole process group would otherwise kill them (failing the job's main process) before the
+    job has saved. They still stop when the job ends (a sentinel) or dies (they watch their parent)."""
+    if isinstance(loader, DataLoader) and loader.num_workers > 0:
+        loader.worker_init_fn = functools.partial(_ignore_sigterm, loader.worker_init_fn)
+
+
+class Job:
+    def __init__(self, cfg: TrainConfig, opts: JobOptions) -> None:
+        self.opts = opts
+        self.cfg = copy.deepcopy(cfg)
+        self.cfg.optimizer.total_steps = opts.max_steps
+        self.rank, self.world, local = distributed.init_from_env()
+        self.control = Control(self.world)
+        self.out = opts.output_dir
+        self.warnings: list[str] = []
+        self.session = Session(self.cfg, self.rank, self.world, local)
+        self.device = self.session.device
+        self.writer = checkpoint.Writer(self.out, opts.save_total_limit)
+        self.buffers = state.HostBuffers(self.device)
+        self.losses: list[float] = []
+        self.norms: list[float] = []
+        self.times: list[float] = []
+
+    # -- setup --------------------------------------------------------------------------------------
+    def warn(self, line: str) -> None:
+        self.warnings.append(line)
+        if self.rank == 0:
+            print(f"autotune: warning: {line}", file=sys.stderr, flush=True)
+
+    def _resume_point(self) -> checkpoint.Loaded | None:
+        if self.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            checkpoint.remove_partial(self.out)
+            loaded = checkpoint.latest(self.out, self.warn)
+        chosen = self.control.broadcast(loaded.step if self.rank == 0 and loaded else None)
+        if self.rank != 0 and chosen is not None:
+            loaded = checkpoint.latest(self.out, self.warn, at=chosen)
+            if loaded is None:
+                raise ConfigError(f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen}, which rank 0 resumes "
+                                  f"from (is --output-dir on a file system every node shares?)")
+        return loaded if chosen is not None else None
+
+    def _init_weights(self, loaded: checkpoint.Loaded | None) -> dict[str, Any] | None:
+        from autotune.weights import fingerprint, load_upstream
+
+        opts, cfg = self.opts, self.cfg
+        before = (loaded.state.get("init_from") if loaded else None) or None
+        if opts.init_from is None:
+            if before:
+                raise ConfigError(f"{loaded.path} was trained from --init-from {before['path']}; give it again to resume")
+            return None
+        record = {"path": str(opts.init_from), "fingerprint": fingerprint(opts.init_from)}
+        if before and before.get("fingerprint") != record["fingerprint"]:
+            self.warn(f"{loaded.path} was trained from {before['path']}; --init-from {opts.init_from} holds other weights")
+        load_upstream(self.session.model, opts.init_from, cfg.workload, cfg.preset)
+        return record
+
+    def _restore(self, loaded: checkpoint.Loaded) -> int:
+        st = loaded.state
+        if (st.get("workload"), st.get("preset")) != (self.cfg.workload, self.cfg.preset):
+            raise ConfigError(f"{loaded.path} is of {st.get('workload')}/{st.get('preset')}; this job trains "
+                              f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir")
+        if st.get("max_steps") != self.opts.max_steps:
+            self.warn(f"{loaded.path} was trained towards --max-steps {st.get('max_steps')}; the schedule now spans "
+                      f"{self.opts.max_steps}")
+        state.load_weights(self.session, loaded.weights, str(loaded.path))
+        state.load_optimizer(self.session, loaded.optimizer)
+        state.load_schedule(self.session, loaded.scheduler)
+        return int(st["data"]["next_draw"])
+
+    def _batches(self, next_draw: int):
+        s, cfg = self.session, self.cfg
+        loader = s.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=self.rank,
+                                        world_size=self.world)
+        self.num_samples = len(loader.dataset) if hasattr(loader, "dataset") else None
+        shield_workers(loader)
+        return s.batches(position_loader(loader, next_draw, cfg.batch_size, self.world))
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(self) -> JobResult:
+        self.control.catch_sigterm()
+        try:
+            return self._run()
+        finally:
+            self.control.release()
+            try:
+                self.writer.wait()
+            finally:
+                self.buffers.release()
+                self.control.drain()
+                self.session.close()
+
+    def _run(self) -> JobResult:
+        loaded = self._resume_point()
+        self.init_record = self._init_weights(loaded)
+        fresh_rng = state.rng_state(self.device)
+        next_draw = self._restore(loaded) if loaded else 0
+        self.start = loaded.step if loaded else 0
+        batches = self._batches(next_draw)
+        if loaded is not None:
+            if self.rank < len(loaded.rng):
+                state.set_rng_state(loaded.rng[self.rank], self.device)
+            else:
+                self.warn(f"{loaded.path} has random states for {len(loaded.rng)} ranks; rank {self.rank} starts afresh")
+        else:
+            state.set_rng_state(fresh_rng, self.device)  # whatever building the loader drew
+        self.next_draw0 = next_draw
+        loop = Loop(self, batches)
+        preempted = loop.run()
+        return self._result(loaded, preempted, loop)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def save(self, step: int) -> None:
+        """A checkpoint of ``step`` (collective): the stall is the host copy; the write runs behind."""
+        begin = time.perf_counter()
+        rngs = self.control.gather(state.rng_state(self.device))
+        if self.rank != 0:
+            return
+        self.writer.wait()  # the buffers of the write before are reused
+        weights, optimizer = state.capture(self.session, self.buffers)
+        cfg = self.cfg
+        draws = cfg.batch_size * self.world
+        next_draw = self.next_draw0 + (step - self.start) * draws
+        st = {"step": step, "max_steps": self.opts.max_steps, "workload": cfg.workload, "preset": cfg.preset,
+              "world_size": self.world, "batch_size": cfg.batch_size,
+              "data": {"next_draw": next_draw, "draws_per_step": draws, "num_samples": self.num_samples,
+                       "epoch": next_draw // self.num_samples if self.num_samples else None},
+              "init_from": self.init_record, "init_device": self.device.type, "config": to_dict(cfg)}
+        snap = checkpoint.Snapshot(step, weights, optimizer, state.schedule_to_host(self.session), rngs, st,
+                                   dump_config(cfg))
+        record = checkpoint.WriteRecord(step, str(self.out / f"{checkpoint.PREFIX}{step}"),
+                                        snapshot_s=time.perf_counter() - begin)
+        self.writer.submit(snap, record)
+
+    # -- result ------------------------------------------------------------------------------------
+    def _result(self, loaded, preempted: bool, loop) -> JobResult:
+        bad = next((i for i, v in enumerate(self.losses) if not math.isfinite(v)), None)
+        if bad is not None:
+            raise TrialError(f"the loss is not finite at step {self.start + bad + 1}", "nan")
+        self.writer.wait()
+        steady = self.times[min(len(self.times) - 1, warmup_steps(self.cfg, 0)):] if self.times else []
+        draws = self.cfg.batch_size * self.world
+        median = statistics.median(steady) if steady else None
+        return JobResult(
+            start_step=self.start + 1, final_step=self.start + len(self.losses), max_steps=self.opts.max_steps,
+            losses=self.losses, grad_norms=self.norms, resumed_from=str(loaded.path) if loaded else None,
+            preempted=preempted, checkpoints=[r.to_dict() for r in self.writer.records],
+            samples_per_s=draws / median if median else None,
+            samples_per_s_overall=draws * len(steady) / sum(steady) if steady else None,
+            step_time_ms=median * 1e3 if median else None, steady_steps=len(steady), steady_s=sum(steady),
+            world_size=self.world, batch_size=self.cfg.batch_size,
+            output_dir=str(self.out), init_from=str(self.opts.init_from) if self.opts.init_from else None,
+            warnings=self.warnings, profile=loop.profile,
+        )
+
+
+def run_job(cfg: TrainConfig, opts: JobOptions) -> JobResult:
+    """Train ``cfg`` as one rank of the job ``opts`` describes (see the module docstring)."""
+    return Job(cfg, opts).run()
+

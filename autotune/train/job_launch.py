@@ -1,0 +1,105 @@
+"""Several ranks of a job: torchrun in the foreground, its output on this terminal.
+
+One node (``--nproc K``) uses torchrun's ``--standalone`` rendezvous; several nodes pass
+``--nnodes``, ``--node-rank``, ``--rdzv-endpoint`` (and ``--rdzv-backend``, ``--rdzv-id``) through to
+torchrun's own rendezvous: run the same command on every node. A SIGTERM to this process (what a
+scheduler sends the job before preempting it) is forwarded to the ranks, which agree on a step,
+save a checkpoint there and exit 0; torchrun then exits 0 too. (Sent to torchrun itself, a SIGTERM
+makes torchrun kill its ranks after a grace period, checkpoint or not.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.config import TrainConfig, save_config
+from autotune.config.compat import usable_cpus
+from autotune.train.job import JobOptions
+from autotune.train.launch import MULTI_GPU_ENV
+
+
+@dataclass(frozen=True)
+class Nodes:
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_backend: str = "static"
+    rdzv_id: str = "autotune"
+
+    @property
+    def several(self) -> bool:
+        return self.nproc > 1 or self.nnodes > 1 or self.rdzv_endpoint is not None
+
+
+def torchrun_command(nodes: Nodes, worker: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nodes.nproc}"]
+    if nodes.rdzv_endpoint is None:
+        cmd.append("--standalone")
+    else:
+        cmd += [f"--nnodes={nodes.nnodes}", f"--node-rank={nodes.node_rank}", f"--rdzv-endpoint={nodes.rdzv_endpoint}",
+                f"--rdzv-backend={nodes.rdzv_backend}", f"--rdzv-id={nodes.rdzv_id}"]
+    return cmd + ["-m", "autotune.train.job_worker", *worker]
+
+
+def _options_json(opts: JobOptions) -> str:
+    return json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()})
+
+
+def options_from_json(text: str) -> JobOptions:
+    data = json.loads(text)
+    for key in ("output_dir", "init_from"):
+        if data.get(key) is not None:
+            data[key] = Path(data[key])
+    return JobOptions(**data)
+
+
+def _forward_sigterm(proc: subprocess.Popen):
+    import psutil
+
+    def forward(signum, frame) -> None:
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(proc.pid).children():
+                child.send_signal(signal.SIGTERM)
+
+    if threading.current_thread() is threading.main_thread():
+        return signal.signal(signal.SIGTERM, forward)
+    return None
+
+
+def launch_job(cfg: TrainConfig, opts: JobOptions, nodes: Nodes, *, debug: bool = False) -> tuple[int, dict[str, Any] | None]:
+    """Run the job's ranks on this node through torchrun; (exit code, rank 0's result if it ran here)."""
+    with tempfile.TemporaryDirectory(prefix="autotune-job-") as tmp:
+        config_path, result_path = Path(tmp) / "config.yaml", Path(tmp) / "result.json"
+        save_config(cfg, config_path)
+        worker = ["--config", str(config_path), "--options", _options_json(opts), "--result", str(result_path)]
+        if debug:
+            worker.append("--debug")
+        env = {**os.environ, **MULTI_GPU_ENV}
+        env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nodes.nproc)))
+        if cfg.kernels.cuda_device_max_connections is not None:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
+        proc = subprocess.Popen(torchrun_command(nodes, worker), env=env, start_new_session=True)
+        previous = _forward_sigterm(proc)
+        try:
+            code = proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        result = json.loads(result_path.read_text()) if result_path.exists() else None
+        return code, result

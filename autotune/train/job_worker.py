@@ -1,0 +1,56 @@
+"""One rank of a several-process job, as torchrun starts it (``job_launch``):
+
+    python -m autotune.train.job_worker --config C.yaml --options '{...}' --result R.json
+
+Rank 0 writes the job's result (or ``{"error", "reason"}``) to ``--result``; a failing rank prints
+its error on one line (the traceback with ``--debug``) and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+from autotune.config import load_config
+from autotune.config.io import write_text_atomic
+from autotune.train.job import run_job
+from autotune.train.job_launch import options_from_json
+from autotune.train.worker import classify_exception
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--options", required=True)
+    ap.add_argument("--result", required=True)
+    ap.add_argument("--debug", action="store_true")
+    args = ap.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        result = run_job(load_config(args.config), options_from_json(args.options)).to_dict()
+        code = 0
+    except BaseException as exc:  # noqa: BLE001  reported on one line, the exit code says it failed
+        reason, message = classify_exception(exc)
+        result = {"error": message, "reason": reason}
+        print(traceback.format_exc() if args.debug else f"autotune: error (rank {rank}): {message}",
+              file=sys.stderr, flush=True)
+        code = 1
+    if rank == 0:
+        write_text_atomic(args.result, json.dumps(result))
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            if code == 0:
+                dist.barrier()
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        pass
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

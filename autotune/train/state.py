@@ -1,0 +1,176 @@
+"""A session's training state in and out: trainable weights, optimizer, schedule, random states.
+
+Taking a snapshot copies the state into host buffers that are kept between checkpoints (page-locked
+on CUDA, so that the copy runs at the link's speed and the buffers are not allocated again), after
+synchronising the device once; the write then runs from the copy while training goes on.
+Restoring copies into the existing tensors in place (parameters, the optimizer's device
+learning rate): graphs captured on them, compiled modules and the optimizer keep their addresses.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from autotune.train.session import Session
+
+
+class _Flat:
+    """One host buffer holding a fixed set of tensors (their shapes and dtypes) side by side."""
+
+    ALIGN = 64
+
+    def __init__(self, layout: list[tuple[str, torch.Size, torch.dtype]], pin: bool) -> None:
+        self.layout, self.pin = layout, pin
+        sizes = [math.prod(shape) * dtype.itemsize for _, shape, dtype in layout]
+        offsets, total = [], 0
+        for n in sizes:
+            offsets.append(total)
+            total += -(-n // self.ALIGN) * self.ALIGN
+        self.flat = torch.empty(max(total, 1), dtype=torch.uint8)
+        if pin:  # not page-locked (a locked-memory limit): the copies are synchronous, still correct
+            self.pin = int(torch.cuda.cudart().cudaHostRegister(self.flat.data_ptr(), self.flat.numel(), 0)) == 0
+        self.views = {name: self.flat[off : off + n].view(dtype).view(shape)
+                      for (name, shape, dtype), off, n in zip(layout, offsets, sizes)}
+
+    def release(self) -> None:
+        if self.pin:
+            torch.cuda.cudart().cudaHostUnregister(self.flat.data_ptr())
+            self.pin = False
+
+
+class HostBuffers:
+    """Host copies of groups of tensors, one flat buffer per group, reused by every snapshot.
+
+    On CUDA each buffer is page-locked with ``cudaHostRegister`` (exactly its size: torch's pinned
+    allocator rounds an allocation up to a power of two, which for a 13 GB optimizer state can
+    pin nearly twice that), so the device-to-host copies run asynchronously at the link's speed;
+    the device is synchronised once after them all. One buffer per group, because ``torch.save``
+    writes a view's whole storage: each file gets a buffer of its own.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._flats: dict[str, _Flat] = {}
+
+    def copy(self, groups: dict[str, dict[str, torch.Tensor]]) -> dict[str, dict[str, torch.Tensor]]:
+        """Host copies of every group's tensors (valid until the next call)."""
+        out = {}
+        for group, tensors in groups.items():
+            layout = [(name, t.shape, t.dtype) for name, t in tensors.items()]
+            flat = self._flats.get(group)
+            if flat is None or flat.layout != layout:
+                if flat is not None:
+                    flat.release()
+                flat = self._flats[group] = _Flat(layout, self.cuda)
+            for name, t in tensors.items():
+                flat.views[name].copy_(t.detach(), non_blocking=self.cuda)
+            out[group] = dict(flat.views)
+        if self.cuda:
+            torch.cuda.synchronize()
+        return out
+
+    def release(self) -> None:
+        for flat in self._flats.values():
+            flat.release()
+        self._flats = {}
+
+
+def trainable(session: Session) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in session.model.named_parameters() if p.requires_grad}
+
+
+def _tensors(value: Any, path: str, out: dict[str, torch.Tensor]) -> None:
+    if isinstance(value, torch.Tensor):
+        out[path] = value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _tensors(v, f"{path}.{k}", out)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _tensors(v, f"{path}.{i}", out)
+
+
+def _rebuild(value: Any, path: str, copies: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return copies[path]
+    if isinstance(value, dict):
+        return {k: _rebuild(v, f"{path}.{k}", copies) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_rebuild(v, f"{path}.{i}", copies) for i, v in enumerate(value))
+    return value
+
+
+def capture(session: Session, buffers: HostBuffers) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(trainable weights, optimizer state dict) copied to host memory at this step boundary."""
+    opt = session.optimizer.state_dict()
+    named: dict[str, torch.Tensor] = {}
+    _tensors(opt, "opt", named)
+    copies = buffers.copy({"weights": dict(trainable(session)), "optimizer": named})
+    return copies["weights"], _rebuild(opt, "opt", copies["optimizer"])
+
+
+def schedule_to_host(session: Session) -> dict[str, Any]:
+    state = session.schedule.state_dict()
+    named: dict[str, torch.Tensor] = {}
+    _tensors(state, "s", named)
+    return _rebuild(state, "s", {k: v.detach().to("cpu", copy=True) for k, v in named.items()})
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random states (NumPy's as plain values, so that ``weights_only`` loads them)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+             "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    random.setstate(state["python"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+@torch.no_grad()
+def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str) -> None:
+    """Copy a checkpoint's trainable weights into the session's parameters; the names must match."""
+    from autotune.errors import ConfigError
+
+    params = trainable(session)
+    missing, extra = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
+    shapes = [n for n in params.keys() & weights.keys() if params[n].shape != weights[n].shape]
+    if missing or extra or shapes:
+        raise ConfigError(f"{where}: its trainable weights do not fit this configuration (missing {missing[:3]}, "
+                          f"unexpected {extra[:3]}, misshapen {shapes[:3]}); was it trained with another preset or "
+                          f"model.freeze / model.unfreeze?")
+    for n, p in params.items():
+        p.copy_(weights[n])
+
+
+def load_optimizer(session: Session, state: dict[str, Any]) -> None:
+    """The optimizer's state, keeping tensor hyper-parameters (a captured step's device learning
+    rate) as the same tensors, their values set in place."""
+    opt = session.optimizer
+    kept = [{k: v for k, v in g.items() if isinstance(v, torch.Tensor)} for g in opt.param_groups]
+    opt.load_state_dict(state)
+    for group, tensors in zip(opt.param_groups, kept):
+        for key, tensor in tensors.items():
+            tensor.copy_(torch.as_tensor(group[key]))
+            group[key] = tensor
+
+
+def load_schedule(session: Session, state: dict[str, Any]) -> None:
+    """The schedule's position; its base learning rates (constant, device tensors for a captured
+    step) stay the ones the session built."""
+    base = list(session.schedule.base_lrs)
+    session.schedule.load_state_dict(state)
+    session.schedule.base_lrs = base

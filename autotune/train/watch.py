@@ -1,0 +1,131 @@
+"""What a user watches while a job trains (rank 0): the progress bar, the metrics files, and the
+throughput watch against what ``best.yaml`` was measured at.
+
+* :class:`Progress`: a tqdm bar (step, loss, samples/s, ETA) on a terminal; elsewhere (a log file)
+  one line per logging window instead.
+* :class:`MetricsLog`: every ``--log-steps`` steps, the window's mean loss and gradient norm, the
+  learning rate, samples/s and the median step time into TensorBoard event files
+  (``D/tensorboard``) and one JSON object a line (``D/metrics.jsonl``). A resumed job drops what a
+  killed one logged past its checkpoint (TensorBoard's ``purge_step``; the JSONL rewritten).
+* :class:`ThroughputWatch`: compares each window's samples/s with the provenance's (per GPU,
+  scaled to this job's world size) and, when it is more than ``TOLERANCE`` below, says so once and
+  asks for a short profile window; :func:`likely_cause` names the dominant bucket of its
+  classification.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TOLERANCE = 0.10
+CAUSES = {
+    "data_stall": "the data loader does not keep up (data.num_workers, data.prefetch_factor, data.device_prefetch)",
+    "comm_wait": "gradient communication is exposed (ddp.bucket_cap_mb, ddp.graph_overlap; the interconnect)",
+    "launch_overhead": "the host launches kernels slower than the GPU runs them (graphs.mode, compile; a busy CPU)",
+    "compute_serial": "the GPU itself is slower at this work (another process on it, clocks, power or thermal limits)",
+    "other": "time outside the classified work (host-side stalls between steps)",
+}
+
+
+class Progress:
+    def __init__(self, total: int, initial: int, enabled: bool) -> None:
+        self.bar = None
+        self.enabled = enabled
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=None,
+                            file=sys.stderr, desc="train")
+            if self.bar.disable:
+                self.bar = None
+
+    def update(self, steps: int) -> None:
+        if self.bar is not None and steps:
+            self.bar.update(steps)
+
+    def show(self, step: int, total: int, loss: float, samples_per_s: float | None) -> None:
+        rate = f"{samples_per_s:.1f}" if samples_per_s else "-"
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.4f}", samples_s=rate, refresh=False)
+        elif self.enabled:
+            print(f"step {step}/{total}  loss {loss:.4f}  samples/s {rate}", file=sys.stderr, flush=True)
+
+    def write(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class MetricsLog:
+    def __init__(self, output_dir: Path, start_step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.jsonl = output_dir / "metrics.jsonl"
+        if self.jsonl.exists():  # a job killed before its first checkpoint starts again from nothing
+            self._truncate(start_step)
+        self.tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"), purge_step=start_step + 1)
+        self._file = open(self.jsonl, "a", buffering=1)  # noqa: SIM115  closed by close()
+
+    def _truncate(self, start_step: int) -> None:
+        kept = [line for line in self.jsonl.read_text().splitlines() if _step_of(line) <= start_step]
+        tmp = self.jsonl.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.jsonl)
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            if value is not None:
+                self.tb.add_scalar(f"train/{key}", value, step)
+        self.event({"step": step, **values})
+
+    def event(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps({"time": time.time(), **record}) + "\n")
+
+    def close(self) -> None:
+        self.tb.close()
+        self._file.close()
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, AttributeError):
+        return 0
+
+
+class ThroughputWatch:
+    """Warns once when a window runs more than ``TOLERANCE`` below the provenance's samples/s."""
+
+    def __init__(self, provenance: dict[str, Any] | None, world_size: int) -> None:
+        self.expected = None
+        if provenance and provenance.get("samples_per_s"):
+            per_gpu = float(provenance["samples_per_s"]) / int(provenance.get("world_size") or 1)
+            self.expected = per_gpu * world_size
+        self.warned = False
+        self.profile_wanted = False
+
+    def observe(self, step: int, samples_per_s: float) -> str | None:
+        """A warning line the first time a window falls short (and a profile is then wanted)."""
+        if self.expected is None or self.warned or samples_per_s >= (1 - TOLERANCE) * self.expected:
+            return None
+        self.warned = self.profile_wanted = True
+        short = 1 - samples_per_s / self.expected
+        return (f"throughput: {samples_per_s:.1f} samples/s at step {step} is {100 * short:.0f} % below the "
+                f"{self.expected:.1f} that best.yaml's provenance measured; profiling a few steps for the cause")
+
+
+def likely_cause(classification: dict[str, Any]) -> str:
+    """One line: the dominant bucket of a classified profile window and what it usually means."""
+    bucket = classification["dominant"]
+    share = classification["buckets"][bucket]
+    shares = ", ".join(f"{b} {100 * s:.0f} %" for b, s in classification["buckets"].items() if s >= 0.01)
+    return f"likely cause: {bucket} ({100 * share:.0f} % of the step): {CAUSES.get(bucket, bucket)} [{shares}]"

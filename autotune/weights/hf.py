@@ -1,0 +1,140 @@
+"""Hugging Face's safetensors checkpoint layout: ``model.safetensors.index.json`` and its shards.
+
+The index is ``{"metadata": {"total_size": BYTES}, "weight_map": {key: shard file}}``; each shard
+is a safetensors file (``model-00001-of-00003.safetensors``). A folder with a single
+``model.safetensors`` and no index (what ``save_pretrained`` writes for a small model) reads too.
+Reading the layout opens only the shards' headers: shapes and dtypes are checked before any tensor
+is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from autotune.errors import DataError
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+DEFAULT_SHARD_BYTES = 5 * 10**9
+"""``save_pretrained``'s default ``max_shard_size`` ("5GB")."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    key: str
+    path: Path
+    shape: tuple[int, ...]
+    dtype: str
+    """safetensors' dtype name (``BF16``, ``F32``, ...)."""
+
+
+def _weight_map(folder: Path) -> dict[str, str] | None:
+    index = folder / INDEX
+    if not index.is_file():
+        if (folder / SINGLE).is_file():
+            return None
+        raise DataError(f"{folder}: neither {INDEX} nor {SINGLE} is there (a Hugging Face checkpoint folder has one)")
+    try:
+        data = json.loads(index.read_text())
+        weight_map = data["weight_map"]
+        assert isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
+    except (ValueError, KeyError, TypeError, AssertionError):
+        raise DataError(f"{index}: not an index of shards (needs a 'weight_map' of key -> file)") from None
+    return weight_map
+
+
+def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
+    """Every tensor of the checkpoint in ``folder``: its shard, shape and dtype (headers only)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})")
+    weight_map = _weight_map(folder)
+    files = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
+    infos: dict[str, TensorInfo] = {}
+    for name in files:
+        path = folder / name
+        if not path.is_file():
+            raise DataError(f"{folder / INDEX}: shard {name} is missing")
+        try:
+            with safe_open(path, framework="pt") as f:
+                for key in f.keys():  # noqa: SIM118  (a safe_open handle has no __iter__)
+                    piece = f.get_slice(key)
+                    infos[key] = TensorInfo(key, path, tuple(piece.get_shape()), piece.get_dtype())
+        except Exception as exc:  # noqa: BLE001  safetensors raises its own error types, and OSError
+            raise DataError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0]})") from None
+    if weight_map is not None:
+        astray = sorted(k for k, f in weight_map.items() if k not in infos or infos[k].path.name != f)
+        if astray:
+            raise DataError(f"{folder / INDEX}: {len(astray)} keys are not in the shard the index names, e.g. {astray[0]}")
+    return infos
+
+
+def read_tensors(infos: dict[str, TensorInfo], keys: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors of ``keys``, shard by shard (each shard opened once)."""
+    by_file: dict[Path, list[str]] = {}
+    for key in keys:
+        by_file.setdefault(infos[key].path, []).append(key)
+    for path, names in by_file.items():
+        with safe_open(path, framework="pt") as f:
+            for key in names:
+                yield key, f.get_tensor(key)
+
+
+def fingerprint(folder: str | os.PathLike) -> str:
+    """A short hash of the checkpoint's index (or single file's header) and its files' sizes:
+    what a resumed job checks to know it reads the same weights."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    weight_map = _weight_map(folder)
+    names = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
+    if weight_map is not None:
+        h.update(json.dumps(weight_map, sort_keys=True).encode())
+    for name in names:
+        h.update(f"{name}:{(folder / name).stat().st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+def write_checkpoint(tensors: dict[str, torch.Tensor], out: str | os.PathLike, *,
+                     max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> dict:
+    """Write ``tensors`` as shards and their index into the new or empty folder ``out``.
+
+    The files are written into a sibling folder and moved into ``out`` when all are written, so a
+    crash leaves no half-written checkpoint there. Returns the index.
+    """
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DataError(f"{out}: exists and is not an empty folder; give a new folder")
+    groups: list[list[str]] = [[]]
+    size = 0
+    for key in tensors:
+        n = tensors[key].numel() * tensors[key].element_size()
+        if groups[-1] and size + n > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(key)
+        size += n
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    weight_map, total = {}, 0
+    for n, keys in enumerate(groups, 1):
+        name = f"model-{n:05d}-of-{len(groups):05d}.safetensors"
+        save_file({k: tensors[k].contiguous() for k in keys}, tmp / name, metadata={"format": "pt"})
+        weight_map.update({k: name for k in keys})
+        total += sum(tensors[k].numel() * tensors[k].element_size() for k in keys)
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    if out.exists():
+        out.rmdir()
+    tmp.rename(out)
+    return index

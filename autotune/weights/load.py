@@ -1,0 +1,91 @@
+"""A model's weights from, and to, an upstream checkpoint through the workload's name map.
+
+``load_upstream(model, folder, workload)`` checks the whole checkpoint first (every parameter's key
+present, no key the map does not know, every shape as the model needs it) and raises one
+``ConfigError`` line naming what does not fit before any tensor is copied; then it copies each
+tensor into its parameter in place (cast to the parameter's dtype), so that graphs, compiled
+modules and optimizers built on the parameters keep working. ``upstream_tensors(model, workload)``
+is the inverse: the model's parameters under the upstream keys, in the upstream layout.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from autotune.errors import ConfigError
+from autotune.weights.hf import TensorInfo, read_layout, read_tensors
+from autotune.weights.names import BoundMap, load_name_map
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    folder: str
+    loaded: int
+    """Parameters set from the checkpoint (all of the model's)."""
+    ignored: dict[str, str] = field(default_factory=dict)
+    """Upstream keys the replica has no module for -> why they are left out."""
+
+
+def _shapes_mismatch(bound: BoundMap, params: dict[str, nn.Parameter], infos: dict[str, TensorInfo]) -> list[str]:
+    bad = []
+    for name, (key, transform) in bound.to_upstream.items():
+        info = infos.get(key)
+        if info is None:
+            continue
+        want = tuple(transform.to_upstream(torch.empty(params[name].shape, device="meta")).shape)
+        if info.shape != want:
+            bad.append(f"{key} is {list(info.shape)}, the model needs {list(want)}")
+    return bad
+
+
+def _listed(what: str, items: list[str], most: int = 3) -> str:
+    shown = ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+    return f"{len(items)} {what} ({shown})"
+
+
+def check_fit(model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None
+              ) -> tuple[BoundMap, dict[str, TensorInfo], dict[str, str]]:
+    """(bound map, the checkpoint's tensors by canonical key, ignored keys) or one ConfigError line."""
+    bound = load_name_map(workload).bind(model)
+    raw = read_layout(folder)
+    infos = {bound.canonical(k): info for k, info in raw.items()}
+    params = dict(model.named_parameters())
+    missing = [key for key, _ in bound.to_upstream.values() if key not in infos]
+    ignored = {k: why for k in infos if k not in bound.to_replica and (why := bound.why_ignored(k))}
+    unexpected = [k for k in infos if k not in bound.to_replica and k not in ignored]
+    misshapen = _shapes_mismatch(bound, params, infos)
+    problems = [_listed(what, items) for what, items in
+                (("missing keys", missing), ("unexpected keys", unexpected), ("misshapen keys", misshapen)) if items]
+    if problems:
+        target = f"preset {preset} of {workload}" if preset else workload
+        raise ConfigError(f"{folder}: does not fit {target}: " + "; ".join(problems))
+    return bound, infos, ignored
+
+
+@torch.no_grad()
+def load_upstream(model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None) -> LoadReport:
+    """Set every parameter of ``model`` from the upstream checkpoint in ``folder`` (see the module)."""
+    bound, infos, ignored = check_fit(model, folder, workload, preset)
+    params = dict(model.named_parameters())
+    keys = [key for key, _ in bound.to_upstream.values()]
+    for key, tensor in read_tensors(infos, keys):
+        name = bound.to_replica[key]
+        params[name].copy_(bound.to_upstream[name][1].to_replica(tensor))
+    return LoadReport(str(Path(folder)), len(keys), ignored)
+
+
+@torch.no_grad()
+def upstream_tensors(model: nn.Module, workload: str) -> dict[str, torch.Tensor]:
+    """Every parameter of ``model`` under its upstream key and in the upstream layout, on the CPU,
+    in the dtype the model stores it in."""
+    bound = load_name_map(workload).bind(model)
+    out = {}
+    for name, p in model.named_parameters():
+        key, transform = bound.to_upstream[name]
+        out[key] = transform.to_upstream(p.detach().to("cpu"))
+    return out

@@ -1,0 +1,95 @@
+"""The job's weights in and out (``--init-from`` of an upstream checkpoint, ``autotune export``)
+and its throughput watch, on the CPU with the tiny preset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+from autotune.cli import main
+from autotune.config import config_from_dict
+from autotune.train import knobs, precision
+from autotune.train.job import JobOptions, run_job
+from autotune.train.watch import ThroughputWatch, likely_cause
+from autotune.weights import load_name_map, load_upstream, read_layout, upstream_tensors
+from autotune.workloads import get_workload
+from autotune.workloads.gr00t_n16 import get_preset
+from tests.weights.upstream import write_upstream
+
+pytestmark = pytest.mark.slow
+JOB = ["train", "--preset", "tiny", "--no-progress", "--json", "--log-steps", "1"]
+
+
+def tensors_of(folder) -> dict[str, torch.Tensor]:
+    out = {}
+    for info in read_layout(folder).values():
+        with safe_open(info.path, framework="pt") as f:
+            out[info.key] = f.get_tensor(info.key)
+    return out
+
+
+def test_init_from_then_export_then_init_from_round_trips_bit_exact(tmp_path, capsys):
+    source = write_upstream(tmp_path / "released", get_preset("tiny"),
+                            extra={"backbone.model.language_model.lm_head.weight": (1024, 64)})
+    job = tmp_path / "job"
+    assert main([*JOB, "--synthetic", "--max-steps", "2", "--save-steps", "2", "--output-dir", str(job),
+                 "--init-from", str(tmp_path / "released")]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["init_from"] == str(tmp_path / "released")
+    assert main(["export", str(job / "checkpoint-2"), "--out", str(tmp_path / "export")]) == 0
+    exported = tensors_of(tmp_path / "export")
+    assert (tmp_path / "export" / "config.json").is_file()  # the released folder's other files come along
+    assert set(exported) == set(source) - {"backbone.model.language_model.lm_head.weight"}  # tied: not written
+    cfg = config_from_dict(yaml.safe_load((job / "checkpoint-2" / "config.yaml").read_text()))
+    model = get_workload("gr00t_n16").build_model("tiny", "cpu")
+    regions = get_workload("gr00t_n16").regions(model)
+    knobs.apply_trainability(regions, cfg)
+    precision.set_param_dtypes(regions, cfg.precision)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    bound = load_name_map("gr00t_n16").bind(model)
+    for name, (key, _) in bound.to_upstream.items():
+        if name in trained:  # the fine-tuned weights moved; in fp32 as trained
+            assert exported[key].dtype == torch.float32 and not torch.equal(exported[key], source[key])
+        else:  # the frozen ones are the released ones, in the dtype they were stored in
+            assert exported[key].dtype == source[key].dtype and torch.equal(exported[key], source[key])
+    load_upstream(model, tmp_path / "export", "gr00t_n16", "tiny")
+    again = upstream_tensors(model, "gr00t_n16")
+    assert all(again[k].dtype == exported[k].dtype and torch.equal(again[k], exported[k]) for k in exported)
+
+
+def test_init_from_a_checkpoint_missing_a_key_fails_on_one_line(tmp_path, capsys):
+    gone = "backbone.model.language_model.model.layers.3.self_attn.k_norm.weight"
+    write_upstream(tmp_path / "released", get_preset("tiny"), drop=(gone,))
+    code = main([*JOB, "--synthetic", "--max-steps", "1", "--output-dir", str(tmp_path / "job"),
+                 "--init-from", str(tmp_path / "released")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and gone in err[0] and "missing" in err[0]
+
+
+def test_a_slow_job_is_told_so_with_the_cause_from_a_profile(tmp_path, capsys):
+    cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
+                            "provenance": {"samples_per_s": 1e6, "world_size": 1}})
+    out = tmp_path / "job"
+    # synthetic data: rates count from step 2; the profile window is 1 + 1 + 1 + 1 steps
+    res = run_job(cfg, JobOptions(max_steps=6, output_dir=out, log_steps=1, progress=False, profile_steps=1)).to_dict()
+    assert "below the 1000000.0 that best.yaml's provenance measured" in capsys.readouterr().err
+    assert res["profile"]["dominant"] in res["profile"]["buckets"] and "likely cause" in res["profile"]["cause"]
+    summary = json.loads((tmp_path / res["profile"]["folder"] / "classification.summary").read_text())
+    assert summary["classification"]["steps"] == 1
+    assert len(res["losses"]) == 6  # the profiled steps are training steps
+    events = [json.loads(line).get("event") for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert "throughput_warning" in events and "profile" in events
+
+
+def test_the_watch_compares_per_gpu_rates_and_warns_once():
+    watch = ThroughputWatch({"samples_per_s": 200.0, "world_size": 2}, world_size=4)
+    assert watch.expected == 400.0
+    assert watch.observe(10, 370.0) is None  # within 10 %
+    assert "below" in watch.observe(20, 350.0) and watch.profile_wanted
+    assert watch.observe(30, 100.0) is None
+    assert ThroughputWatch(None, 1).observe(1, 1.0) is None
+    line = likely_cause({"dominant": "data_stall", "buckets": {"data_stall": 0.6, "compute_serial": 0.4}})
+    assert line.startswith("likely cause: data_stall (60 % of the step): the data loader")

@@ -1,0 +1,81 @@
+"""``load_upstream`` of a checkpoint in the upstream layout (written here from the upstream key list):
+every key loads, ignored families are reported, and what does not fit is named on one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.errors import ConfigError, DataError
+from autotune.weights import (
+    load_name_map,
+    load_upstream,
+    read_layout,
+    upstream_tensors,
+    write_checkpoint,
+)
+from autotune.workloads import get_workload
+from autotune.workloads.gr00t_n16 import get_preset
+from tests.weights.upstream import upstream_shapes, write_upstream
+
+TINY = get_preset("tiny")
+
+
+def tiny_model():
+    return get_workload("gr00t_n16").build_model("tiny", "cpu")
+
+
+def test_every_key_of_an_upstream_checkpoint_loads_bit_exact(tmp_path):
+    extra = {"backbone.model.language_model.lm_head.weight": (TINY.vocab_size, TINY.llm_hidden),
+             "action_head.mask_token": (1, 1, TINY.dit_width)}
+    source = write_upstream(tmp_path / "up", TINY, extra=extra)
+    model = tiny_model()
+    report = load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
+    assert report.loaded == len(upstream_shapes(TINY)) == sum(1 for _ in model.parameters())
+    assert set(report.ignored) == set(extra)
+    bound = load_name_map("gr00t_n16").bind(model)
+    for name, p in model.named_parameters():
+        key, transform = bound.to_upstream[name]
+        assert torch.equal(p, transform.to_replica(source[key]).float()), name
+    # and back: the model's tensors in the upstream layout are the file's (bf16 ones after storing in bf16)
+    back = upstream_tensors(model, "gr00t_n16")
+    assert all(torch.equal(back[k].to(source[k].dtype), source[k]) for k in back)
+
+
+def test_a_missing_key_is_named_on_one_line(tmp_path):
+    gone = "action_head.model.transformer_blocks.1.attn1.to_q.weight"
+    write_upstream(tmp_path / "up", TINY, drop=(gone,))
+    with pytest.raises(ConfigError, match=rf"1 missing keys \({gone}\)") as err:
+        load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
+    assert "\n" not in str(err.value)
+
+
+def test_a_misshapen_and_an_unexpected_key_are_named(tmp_path):
+    bad = "backbone.model.mlp1.1.weight"
+    write_upstream(tmp_path / "up", TINY, reshape={bad: (3, 4)}, extra={"action_head.extra_head.weight": (2,)})
+    model = tiny_model()
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(ConfigError, match=rf"1 unexpected keys \(action_head.extra_head.weight\); "
+                                          rf"1 misshapen keys \({bad} is \[3, 4\], the model needs \[64, 256\]\)"):
+        load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing half-loaded
+
+
+def test_a_cut_shard_and_a_missing_index_are_data_errors(tmp_path):
+    write_upstream(tmp_path / "up", TINY)
+    shard = sorted((tmp_path / "up").glob("model-*.safetensors"))[1]
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(DataError, match=rf"{shard.name}: not a readable safetensors file"):
+        read_layout(tmp_path / "up")
+    with pytest.raises(DataError, match="neither model.safetensors.index.json nor model.safetensors"):
+        read_layout(tmp_path)
+
+
+def test_written_shards_hold_every_tensor_once(tmp_path):
+    tensors = upstream_tensors(tiny_model(), "gr00t_n16")
+    index = write_checkpoint(tensors, tmp_path / "out", max_shard_bytes=1_000_000)
+    layout = read_layout(tmp_path / "out")
+    assert set(layout) == set(tensors) == set(index["weight_map"])
+    assert len({i.path for i in layout.values()}) == len(set(index["weight_map"].values())) > 1
+    with pytest.raises(DataError, match="not an empty folder"):
+        write_checkpoint(tensors, tmp_path / "out")
