@@ -28,11 +28,15 @@ def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturabl
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    warmup = max(1, int(cfg.warmup_ratio * cfg.total_steps))
+    warmup = int(cfg.warmup_ratio * cfg.total_steps)
+    if cfg.schedule == "cosine":
+        warmup = max(1, warmup)
 
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
+        if cfg.schedule == "constant":
+            return 1.0
         progress = min(1.0, (step - warmup) / max(1, cfg.total_steps - warmup))
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune.config import TrainConfig
-from autotune.config.stock import stock_config
+from autotune.workloads.stock import stock_like
 from autotune.errors import TrialError
 from autotune.train.launch import launch
 
@@ -74,7 +74,7 @@ def verify(cfg: TrainConfig, *, steps: int = 20, nproc: int = 1, timeout: float 
            stock: dict | None = None) -> ParityResult:
     """Train the stock configuration (unless its result is given) and ``cfg``; compare them."""
     if stock is None:
-        stock = launch(stock_config(like=cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
+        stock = launch(stock_like(cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
     other = launch(cfg, steps=steps, warmup=0, nproc=nproc, timeout=timeout)
     for name, res in (("stock", stock), ("candidate", other)):
         if "error" in res:
