@@ -5,6 +5,8 @@ names the workload, the method and the rule it broke, e.g.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -81,3 +83,17 @@ def checked_batch(workload: Workload, batch: Any, method: str) -> dict[str, torc
     if not isinstance(batch, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in batch.items()):
         raise broken(workload, method, f"gave a {type(batch).__name__}; a batch is a dict of tensors (name -> tensor)")
     return batch
+
+
+def epochs(workload: Workload, loader: Any) -> Iterator[dict[str, torch.Tensor]]:
+    """The batches of ``make_loader``'s loader for as long as training asks, a finite one re-iterated
+    epoch after epoch; each batch checked to be a dict of tensors."""
+    for epoch in itertools.count():
+        empty = True
+        for batch in loader:
+            empty = False
+            yield checked_batch(workload, batch, "make_loader")
+        if empty:
+            what = "an iterator, which ends for good" if iter(loader) is loader else "an iterable"
+            raise broken(workload, "make_loader", f"returned {what} that gave no batch in epoch {epoch}; it must "
+                         "return a re-iterable of batches (a DataLoader), or override dataset() instead")
