@@ -13,11 +13,11 @@ import argparse
 from pathlib import Path
 
 from autotune.config.compat import Machine, check_data
-from autotune.workloads.stock import stock_config
 from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.space import load_space
 from autotune.search.study import SAMPLERS, StudyOptions
+from autotune.workloads.stock import stock_config
 
 DEFAULT_WORKLOAD = "gr00t_n16"
 

@@ -11,8 +11,8 @@ import argparse
 import json
 
 from autotune.config import TrainConfig, load_config
-from autotune.workloads.stock import stock_config
 from autotune.errors import ParityError, TrialError
+from autotune.workloads.stock import stock_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -27,7 +27,6 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_map_only, tree_unfl
 
 from autotune.errors import TrialError
 
-
 Call = tuple[tuple, dict]
 
 

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune.config import TrainConfig
-from autotune.workloads.stock import stock_like
 from autotune.errors import TrialError
 from autotune.train.launch import launch
+from autotune.workloads.stock import stock_like
 
 TOLERANCE = {"fp32": 0.02, "bf16": 0.05, "fp16": 0.05, "fp8": 0.08}
 

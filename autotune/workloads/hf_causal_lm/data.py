@@ -17,8 +17,8 @@ import torch
 
 from autotune.data.cache import cache_root
 from autotune.errors import DataError
-from autotune.workloads.hf_common import make_once
 from autotune.workloads.hf_causal_lm.presets import LMPreset
+from autotune.workloads.hf_common import make_once
 
 TOKENS, META = "tokens.bin", "meta.json"
 SHARD_SEED = 0

@@ -18,7 +18,12 @@ from torch import nn
 from autotune.config import DataConfig, OptimizerConfig, TrainConfig
 from autotune.workloads.base import Batch, Workload
 from autotune.workloads.hf_causal_lm.presets import PRESETS, LMPreset, get_preset
-from autotune.workloads.hf_common import build, linear_params, require_transformers, transformer_flops
+from autotune.workloads.hf_common import (
+    build,
+    linear_params,
+    require_transformers,
+    transformer_flops,
+)
 
 
 def llama_config(p: LMPreset):

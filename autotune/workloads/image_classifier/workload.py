@@ -15,7 +15,12 @@ from torch import nn
 
 from autotune.config import DataConfig, OptimizerConfig, TrainConfig
 from autotune.workloads.base import Batch, Workload
-from autotune.workloads.hf_common import build, linear_params, require_transformers, transformer_flops
+from autotune.workloads.hf_common import (
+    build,
+    linear_params,
+    require_transformers,
+    transformer_flops,
+)
 from autotune.workloads.image_classifier.presets import PRESETS, ViTPreset, get_preset
 
 
