@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "autotune.report.cli",  # report
     "autotune.data.cli",  # data make, data check
     "autotune.workloads.inspect_cmd",  # inspect
+    "autotune.export",  # export
 )
 
 

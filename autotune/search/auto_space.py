@@ -165,7 +165,7 @@ def auto_space_data(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
     if machine.world_size > 1:
         knobs.update(_comm_knobs(machine))
     where = "a GPU" if machine.cuda else "the CPU"
-    return {"name": f"auto-{f.workload.replace(':', '.').replace('/', '.')}",
+    return {"name": "auto",
             "description": f"every knob group of workload {f.workload!r} ({f.preset}) on {where}, "
                            f"{machine.world_size} rank(s), from its regions {list(f.regions)}",
             "knobs": knobs}

@@ -10,6 +10,7 @@ Running the same command again continues the study kept in ``--out`` (``study.jo
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from autotune.config.compat import Machine, check_data
@@ -85,7 +86,9 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     if args.synthetic:
         base.data.source = "synthetic"
     space = default_space(args.space, base, machine)
-    name = f"{base.workload.replace(':', '.')}-{base.preset}-{space.name}"
+    # one folder whatever the workload's spelling: path/to/my.py:Class -> path.to.my.py.Class
+    folder = re.sub(r"[^\w.-]+", ".", base.workload).strip(".")
+    name = f"{folder}-{base.preset}-{space.name}"
     if args.base:
         name += f"-{Path(args.base).stem}"
     references = tuple((text, reference_config(base, text)) for text in args.reference)
