@@ -94,6 +94,6 @@ def epochs(workload: Workload, loader: Any) -> Iterator[dict[str, torch.Tensor]]
             empty = False
             yield checked_batch(workload, batch, "make_loader")
         if empty:
-            what = "an iterator, which ends for good" if iter(loader) is loader else "an iterable"
+            what = "an iterator (spent after one pass)" if iter(loader) is loader else "an iterable"
             raise broken(workload, "make_loader", f"returned {what} that gave no batch in epoch {epoch}; it must "
                          "return a re-iterable of batches (a DataLoader), or override dataset() instead")

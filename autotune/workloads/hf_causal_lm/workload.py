@@ -74,10 +74,11 @@ class HFCausalLM(Workload):
 
     def stock_config(self, preset: str) -> TrainConfig:
         """What Hugging Face's ``Trainer`` runs with ``bf16=True``: bf16 autocast over fp32 weights, AdamW
-        (torch's for-each kernels), the loader in the main process with pinned memory."""
+        (torch's for-each kernels), the loader in the main process with pinned memory. ``tiny``, the CPU
+        preset, runs in fp32 (``bf16=False``): a CPU without bf16 units emulates it, several times slower."""
         cfg = super().stock_config(preset)
         cfg.batch_size = get_preset(preset).batch_size
-        cfg.precision.default = "bf16"
+        cfg.precision.default = "fp32" if preset == "tiny" else "bf16"
         cfg.data.pin_memory = True
         return cfg
 
