@@ -132,3 +132,30 @@ def test_a_plain_loop_through_prepare_trains_as_autotune_train_does(tmp_path, ca
     assert run.model is model and any(g.get("fused") for g in run.optimizer.param_groups)
     mine = [float(run.step(batch)) for batch, _ in zip(run.loader, trained)]
     assert mine == pytest.approx(trained, rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", ["hf_causal_lm", "image_classifier"])
+def test_autotune_run_tunes_it_with_no_space_and_no_preset(workload, tmp_path, monkeypatch, capsys):
+    """The space made from its regions on this CPU, its CPU preset, its own data: no trial refused or failed."""
+    import optuna
+
+    from autotune.config import load_config
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    assert main(["run", "--workload", workload, "--trials", "3", "--steps", "2", "--warmup", "1", "--profile-steps", "1",
+                 "--stage-trials", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"study '{workload}-tiny-auto'" in printed
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    trials = optuna.load_study(study_name=f"{workload}-tiny-auto", storage=storage).trials
+    failed = {t.number: (t.user_attrs.get("reason"), t.user_attrs.get("error")) for t in trials
+              if t.state == optuna.trial.TrialState.FAIL}
+    assert len(trials) == 3 and not failed, failed
+    best = load_config(out / "best.yaml")
+    assert best.preset == "tiny" and best.data.source == LM_SOURCES[workload]
+    assert "episodes" not in (out / "best.yaml").read_text()
+
+
+LM_SOURCES = {"hf_causal_lm": "tokens", "image_classifier": "image_files"}
