@@ -258,7 +258,7 @@ class TrainConfig:
     schema_version: int = SCHEMA_VERSION
     """Version of this schema; files of another version are refused."""
     workload: str = "gr00t_n16"
-    """Registered workload name (``autotune inspect --list`` shows them)."""
+    """Workload name (``autotune inspect --list`` shows them), ``path/to/file.py:Class`` or ``package.module:Class``."""
     preset: str = "full"
     """Model size preset of the workload (``full``, ``medium``, ``tiny`` for gr00t_n16)."""
     batch_size: int = 16

@@ -144,7 +144,7 @@ def test_autotune_run_tunes_it_with_no_space_and_no_preset(workload, tmp_path, m
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    assert main(["run", "--workload", workload, "--trials", "3", "--steps", "2", "--warmup", "1", "--profile-steps", "1",
+    assert main(["run", "--workload", workload, "--trials", "2", "--steps", "2", "--warmup", "1", "--profile-steps", "1",
                  "--stage-trials", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"study '{workload}-tiny-auto'" in printed
@@ -152,7 +152,7 @@ def test_autotune_run_tunes_it_with_no_space_and_no_preset(workload, tmp_path, m
     trials = optuna.load_study(study_name=f"{workload}-tiny-auto", storage=storage).trials
     failed = {t.number: (t.user_attrs.get("reason"), t.user_attrs.get("error")) for t in trials
               if t.state == optuna.trial.TrialState.FAIL}
-    assert len(trials) == 3 and not failed, failed
+    assert len(trials) == 2 and not failed, failed
     best = load_config(out / "best.yaml")
     assert best.preset == "tiny" and best.data.source == LM_SOURCES[workload]
     assert "episodes" not in (out / "best.yaml").read_text()
