@@ -24,7 +24,9 @@ from autotune.errors import AutotuneError
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module whose register() adds it, the one line --help lists), in the listing's order
     "run": ("autotune.search.cli", "search the training knobs for the fastest configuration (an Optuna study)"),
-    "train": ("autotune.train.cli", "train a configuration with every knob applied, and measure it"),
+    "train": ("autotune.train.cli", "train a configuration with every knob applied: measure it (--steps) or run the "
+              "training job (--max-steps, checkpoints, resume)"),
+    "export": ("autotune.train.cli", "write a job's checkpoint as an upstream checkpoint (Hugging Face safetensors)"),
     "profile": ("autotune.train.cli", "profile a window of a configuration and classify its step time"),
     "verify": ("autotune.train.cli", "loss parity of a configuration against the stock configuration"),
     "classify": ("autotune.profiling.cli",
@@ -32,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("autotune.report.cli", "write the HTML report of a run folder (report.html)"),
     "data": ("autotune.data.cli", "check, map (modality.json) or make a LeRobot dataset (v2.0, v2.1, v3.0)"),
     "inspect": ("autotune.workloads.inspect_cmd", "parameter counts and FLOPs per sample of a workload preset"),
+    "space": ("autotune.search.cli", "print the search space `run` searches for a workload (YAML to edit and pass back)"),
+    "trainer-args": ("autotune.export", "the knobs of a configuration as Hugging Face TrainingArguments, and those that "
+                     "do not carry over"),
 }  # fmt: skip
 
 

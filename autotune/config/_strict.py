@@ -17,6 +17,10 @@ from autotune.errors import ConfigError
 
 T = TypeVar("T")
 
+OMIT_NONE = {"omit_none": True}
+"""Field metadata: :func:`to_dict` leaves the field out while it is None (its default), so that a
+configuration carries only the fields that apply to it (a workload's own data fields)."""
+
 
 class FieldError(ConfigError):
     """Raised inside ``__post_init__``: ``key`` is relative to the dataclass it sits in."""
@@ -138,7 +142,8 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
 def to_dict(obj: Any) -> Any:
     """Plain data (dicts, lists, scalars) for a dataclass tree, in field order."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.init and not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

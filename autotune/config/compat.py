@@ -104,3 +104,19 @@ def check_machine(cfg: TrainConfig, machine: Machine) -> None:
     for key, predicate, reason in RULES:
         if predicate(cfg, machine):
             raise IncompatibleConfigError(f"{key}: refused: {reason}")
+
+
+DATA_FIELDS = ("dataset", "episodes", "video_backend")
+"""Fields of ``data`` that name a workload's own data (the loader knobs apply to every workload)."""
+
+
+def check_data(cfg: TrainConfig, sources: tuple[str, ...], fields: tuple[str, ...]) -> None:
+    """Refuse a data source the workload does not have, or a data field it does not read (set, not null)."""
+    if cfg.data.source is not None and cfg.data.source not in sources:
+        raise IncompatibleConfigError(f"data.source: {cfg.data.source!r} is not a data source of workload "
+                                      f"{cfg.workload!r}; allowed: {list(sources)}")
+    for name in DATA_FIELDS:
+        if name not in fields and getattr(cfg.data, name) is not None:
+            raise IncompatibleConfigError(f"data.{name}: workload {cfg.workload!r} does not read it; remove it "
+                                          f"(its data fields: {list(fields)})")
+

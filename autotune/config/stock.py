@@ -10,18 +10,15 @@ project reports is against ``stock_config()``.
 
 from __future__ import annotations
 
-import copy
-
 from autotune.config.training import TrainConfig
 
 
-def stock_config(workload: str = "gr00t_n16", preset: str = "full", *, like: TrainConfig | None = None) -> TrainConfig:
-    """The stock configuration; ``like`` carries over what is not a knob (seed, batch, data source, device)."""
+def stock_config(workload: str = "gr00t_n16", preset: str = "full") -> TrainConfig:
+    """GR00T N1.6's stock configuration (the defaults of :class:`TrainConfig`, reading its LeRobot data).
+
+    Every workload's stock configuration, this one included, comes from its own
+    ``Workload.stock_config`` (``autotune.workloads.stock.stock_config`` picks it by name).
+    """
     cfg = TrainConfig(workload=workload, preset=preset)
-    if like is not None:
-        cfg.workload, cfg.preset, cfg.seed, cfg.batch_size, cfg.device = (
-            like.workload, like.preset, like.seed, like.batch_size, like.device)
-        cfg.data.source, cfg.data.dataset, cfg.data.episodes = like.data.source, like.data.dataset, like.data.episodes
-        cfg.optimizer = copy.deepcopy(like.optimizer)
-        cfg.optimizer.impl = "foreach"
+    cfg.data.source = "lerobot"
     return cfg

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.config._strict import check, check_choice
+from autotune.config._strict import OMIT_NONE, check, check_choice
 
 SCHEMA_VERSION = 1
 
@@ -144,7 +144,12 @@ class CheckpointConfig:
 
 @dataclass
 class OptimizerConfig:
-    """AdamW with the upstream fine-tuning hyper-parameters. Applied by ``autotune.train.optim``."""
+    """AdamW and its learning-rate schedule. Applied by ``autotune.train.optim``.
+
+    Only ``impl`` is a knob (how the update runs); the hyper-parameters are the workload's
+    (``Workload.stock_config``; for gr00t_n16 the upstream fine-tuning ones) and tuning never
+    changes them.
+    """
 
     impl: str = "foreach"
     """``foreach`` (torch's default), ``fused`` (one kernel per group), ``loop`` (per parameter) or
@@ -160,7 +165,9 @@ class OptimizerConfig:
     weight_decay: float = 1e-5
     """Decoupled weight decay (not applied to biases and norms)."""
     warmup_ratio: float = 0.05
-    """Fraction of ``total_steps`` of linear warm-up before the cosine decay."""
+    """Fraction of ``total_steps`` of linear warm-up before the decay."""
+    schedule: str = "cosine"
+    """``cosine`` (decay to zero over ``total_steps``) or ``constant`` (the peak rate after warm-up)."""
     total_steps: int = 10000
     """Length of the cosine schedule."""
     grad_clip: float = 1.0
@@ -177,6 +184,7 @@ class OptimizerConfig:
         check(self.eps > 0, "eps", self.eps, "a number > 0")
         check(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
         check(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
+        check_choice("schedule", self.schedule, ("cosine", "constant"))
         check(self.total_steps >= 1, "total_steps", self.total_steps, "an integer >= 1")
         check(self.grad_clip >= 0, "grad_clip", self.grad_clip, "a number >= 0")
         check(1 <= self.streams <= 8, "streams", self.streams, "an integer in [1, 8]")
@@ -186,16 +194,23 @@ class OptimizerConfig:
 
 @dataclass
 class DataConfig:
-    """The data path and its loader knobs. Applied by ``autotune.data``."""
+    """The data path and its loader knobs. Applied by ``autotune.data``.
 
-    source: str = "lerobot"
-    """``lerobot`` (decode the LeRobot-format dataset on disk) or ``synthetic`` (random tensors, no I/O)."""
-    dataset: str | None = None
-    """Dataset folder; ``null`` makes (once) and uses a dataset in the cache folder."""
-    episodes: int = 8
-    """Episodes of the dataset made when ``dataset`` is null."""
-    video_backend: str = "pyav"
-    """mp4 decoder in the workers: ``pyav``, ``opencv`` or ``torchcodec`` (where installed)."""
+    ``source`` and the fields below it name the workload's own data; which of them a workload
+    reads is its ``data_fields`` (``autotune.config.compat.check_data`` refuses the others, so a
+    workload's ``best.yaml`` carries only what applies to it). The loader knobs from
+    ``num_workers`` on apply to every workload whose data autotune loads.
+    """
+
+    source: str | None = None
+    """The workload's data source (``autotune inspect --list`` shows each workload's): e.g.
+    ``lerobot`` for gr00t_n16, or ``synthetic`` (random tensors, no I/O); null: the workload's first."""
+    dataset: str | None = field(default=None, metadata=OMIT_NONE)
+    """Dataset folder; null makes (once) and uses a dataset in the cache folder."""
+    episodes: int | None = field(default=None, metadata=OMIT_NONE)
+    """LeRobot sources: episodes of the dataset made when ``dataset`` is null (null: 8)."""
+    video_backend: str | None = field(default=None, metadata=OMIT_NONE)
+    """LeRobot sources: mp4 decoder in the workers, ``pyav``, ``opencv`` or ``torchcodec`` (null: pyav)."""
     num_workers: int = 2
     """DataLoader worker processes (0 loads in the main process)."""
     prefetch_factor: int | None = None
@@ -210,9 +225,10 @@ class DataConfig:
     """Depth of the device prefetcher: batches copied host-to-device ahead on a side stream (0: off)."""
 
     def __post_init__(self) -> None:
-        check_choice("source", self.source, ("lerobot", "synthetic"))
-        check(self.episodes >= 1, "episodes", self.episodes, "an integer >= 1")
-        check_choice("video_backend", self.video_backend, ("pyav", "opencv", "torchcodec"))
+        if self.episodes is not None:
+            check(self.episodes >= 1, "episodes", self.episodes, "null or an integer >= 1")
+        if self.video_backend is not None:
+            check_choice("video_backend", self.video_backend, ("pyav", "opencv", "torchcodec"))
         check(0 <= self.num_workers <= 256, "num_workers", self.num_workers, "an integer in [0, 256]")
         if self.prefetch_factor is not None:
             check(self.prefetch_factor >= 1, "prefetch_factor", self.prefetch_factor, "null or an integer >= 1")
@@ -266,7 +282,7 @@ class TrainConfig:
     schema_version: int = SCHEMA_VERSION
     """Version of this schema; files of another version are refused."""
     workload: str = "gr00t_n16"
-    """Registered workload name (``autotune inspect --list`` shows them)."""
+    """Workload name (``autotune inspect --list`` shows them), ``path/to/file.py:Class`` or ``package.module:Class``."""
     preset: str = "full"
     """Model size preset of the workload (``full``, ``medium``, ``tiny`` for gr00t_n16)."""
     batch_size: int = 16

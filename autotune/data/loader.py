@@ -16,6 +16,8 @@ from autotune.data.spec import ReadSpec
 from autotune.errors import DataError
 
 _WORKER_PREFIX = "Caught DataError in DataLoader worker"
+DEFAULT_EPISODES = 8
+"""Episodes of the dataset made in the cache when ``data.episodes`` is null."""
 LOAD_KEY = "load_s"
 """Key of the seconds each sample took to make (read, decode, augment) in its worker; collated to
 one value per sample, popped by the training session before the batch reaches the model."""
@@ -93,13 +95,13 @@ def worker_message(message: str) -> str:
 def dataset_root(data_cfg: DataConfig, read: ReadSpec) -> Path:
     """The folder of ``data.dataset``; null: a dataset of ``data.episodes`` episodes that ``read``
     takes, made once in the cache."""
-    if data_cfg.source != "lerobot":
+    if data_cfg.source not in (None, "lerobot"):
         raise DataError(
             f"data.source is {data_cfg.source!r}: a dataset folder is read only for the 'lerobot' source"
         )
     if data_cfg.dataset:
         return Path(data_cfg.dataset)
-    return cached_dataset(spec_for(read, data_cfg.episodes))
+    return cached_dataset(spec_for(read, data_cfg.episodes or DEFAULT_EPISODES))
 
 
 def build_host_loader(

@@ -10,14 +10,15 @@ Running the same command again continues the study kept in ``--out`` (``study.jo
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
-from autotune.config.compat import Machine
-from autotune.config.stock import stock_config
+from autotune.config.compat import Machine, check_data
 from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.space import load_space
 from autotune.search.study import SAMPLERS, StudyOptions
+from autotune.workloads.stock import stock_config
 
 DEFAULT_WORKLOAD = "gr00t_n16"
 
@@ -25,8 +26,10 @@ DEFAULT_WORKLOAD = "gr00t_n16"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="search the training knobs for the fastest configuration (an Optuna study)")
     p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload name or package.module:Class")
-    p.add_argument("--preset", default=None, help="model preset (default: full on GPU, tiny on CPU)")
-    p.add_argument("--space", default=None, help="search space name or YAML path (default: gr00t_n16 on GPU, quick on CPU)")
+    p.add_argument("--preset", default=None, help="model preset (default: the workload's for this machine, e.g. full "
+                   "on GPU and tiny on CPU for gr00t_n16)")
+    p.add_argument("--space", default=None, help="search space name or YAML path (default: the space made from the "
+                   "workload's regions and this machine, `autotune space` prints it; gr00t_n16 and quick for gr00t_n16)")
     p.add_argument("--trials", type=int, default=None, help="trials in the study, counting those of earlier runs (default: 20 on GPU, 4 on CPU)")
     p.add_argument("--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed")
     p.add_argument("--memory-budget", default=None, help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)")
@@ -55,11 +58,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: none, --trials decides)")
     p.set_defaults(func=run_search)
 
+    sp = sub.add_parser("space", help="print the search space `run` searches for a workload (as YAML, to edit and pass "
+                        "back with --space FILE)")
+    sp.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload name, path/to/file.py:Class or package.module:Class")
+    sp.add_argument("--preset", default=None, help="model preset (default: the workload's for this machine)")
+    sp.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial: several add the DDP knobs")
+    sp.add_argument("--synthetic", action="store_true", help="synthetic batches (no loader knobs)")
+    sp.add_argument("--cpu", action="store_true", help="the space of a machine without a GPU, on any machine")
+    sp.set_defaults(func=print_space)
+
 
 def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     """The study's options from the command line, with the machine's defaults filled in."""
     gpu = machine.cuda
-    space = load_space(args.space or ("gr00t_n16" if gpu else "quick"))
     budget = parse_bytes(args.memory_budget) if args.memory_budget else default_budget(gpu)
     if args.base:
         from autotune.config import load_config
@@ -69,14 +80,15 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         base.workload = args.workload if args.workload != DEFAULT_WORKLOAD else base.workload
         base.preset = args.preset or base.preset
     else:
-        base = stock_config(args.workload, args.preset or ("full" if gpu else "tiny"))
-        if base.preset == "tiny":
-            base.batch_size = 2
+        base = stock_config(args.workload, args.preset, cuda=gpu)
     if args.batch_size:
         base.batch_size = args.batch_size
     if args.synthetic:
         base.data.source = "synthetic"
-    name = f"{base.workload.replace(':', '.')}-{base.preset}-{space.name}"
+    space = default_space(args.space, base, machine)
+    # one folder whatever the workload's spelling: path/to/my.py:Class -> path.to.my.py.Class
+    folder = re.sub(r"[^\w.-]+", ".", base.workload).strip(".")
+    name = f"{folder}-{base.preset}-{space.name}"
     if args.base:
         name += f"-{Path(args.base).stem}"
     references = tuple((text, reference_config(base, text)) for text in args.reference)
@@ -88,6 +100,45 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         storage=args.storage, study_name=name, guidance=not args.no_guidance, references=references,
         stage_trials=args.stage_trials or (4 if gpu else 2), prune=not args.no_prune, profile_steps=args.profile_steps,
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None)
+
+
+def default_space(name: str | None, base, machine: Machine):
+    """The space asked for (validated against the workload's regions), or by default: gr00t_n16's
+    own spaces for it (``gr00t_n16`` on GPU, ``quick`` on CPU), for any other workload the space made
+    from its region map and the machine (:func:`autotune.search.auto_space.auto_space`)."""
+    from autotune.search.auto_space import auto_space, check_space_regions, workload_facts
+
+    facts = workload_facts(base)
+    if name is None and base.workload != DEFAULT_WORKLOAD:
+        return auto_space(facts, machine)
+    space = load_space(name or ("gr00t_n16" if machine.cuda else "quick"))
+    check_space_regions(space, facts)
+    return space
+
+
+def print_space(args: argparse.Namespace) -> int:
+    """``autotune space``: the space made from the workload's regions and this machine, as YAML."""
+    import dataclasses
+
+    import yaml
+
+    from autotune.search.auto_space import auto_space_data, workload_facts
+
+    machine = Machine.current(world_size=args.nproc)
+    if args.cpu:
+        machine = dataclasses.replace(machine, cuda=False, capability=None)
+    base = stock_config(args.workload, args.preset, cuda=machine.cuda)
+    if args.synthetic:
+        base.data.source = "synthetic"
+    data = auto_space_data(workload_facts(base), machine)
+    print(f"# autotune space --workload {args.workload} (preset {base.preset}); `autotune run --space FILE` searches a "
+          "file of it.\n# Knobs marked `requires: cuda` are dropped on a machine without a GPU.")
+    class Plain(yaml.SafeDumper):  # each knob spelled out, no &anchors
+        def ignore_aliases(self, data):
+            return True
+
+    print(yaml.dump(data, Dumper=Plain, sort_keys=False, default_flow_style=None, width=120), end="")
+    return 0
 
 
 def parse_duration(text: str) -> float:
@@ -155,6 +206,7 @@ def run_search(args: argparse.Namespace) -> int:
     opts = options(args, machine)
     workload = get_workload(opts.base.workload)
     regions = tuple(workload.regions(workload.build_model(opts.base.preset, "meta")))
+    check_data(opts.base, workload.data_sources(), workload.data_fields)
     opts.space, notes = opts.space.for_machine(machine)
     for note in notes:
         print(f"note: {note}")

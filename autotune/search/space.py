@@ -23,7 +23,10 @@ one GPU is not always that of several (whole-model compile is on one H200; on tw
 all-reduce must run beside the backward, compiling block by block is).
 
 Each knob key is a dotted key of the TrainConfig tree (``precision.regions.vision`` addresses one
-entry of a mapping). ``when`` makes the knob exist only while other knobs take the given value(s);
+entry of a mapping), optionally followed by ``@variant``: two knobs of one config key whose ``when``
+conditions exclude each other give it different choices in different parts of the space (whole-model
+compile only where no region graph is captured: ``compile.regions`` and
+``compile.regions@region_graphs``). A ``when`` on a list-valued knob takes one list or a list of them. ``when`` makes the knob exist only while other knobs take the given value(s);
 ``requires`` (``cuda`` or ``fp8``) drops the knob, with a note, on a machine without it. Every
 error names the file and the key, e.g. ``search_spaces/x.yaml: knobs.ddp.bucket_cap_mb.low: ...``.
 """
@@ -155,9 +158,14 @@ class SearchSpace:
 # ---------------------------------------------------------------- dotted keys on a TrainConfig
 
 
+def config_key(key: str) -> str:
+    """The TrainConfig key a knob sets: its key without the ``@variant``."""
+    return key.partition("@")[0]
+
+
 def get_value(cfg: TrainConfig, key: str) -> Any:
     """The value of dotted ``key``; ``precision.regions.R`` is the precision region R runs in."""
-    parts = key.split(".")
+    parts = config_key(key).split(".")
     if parts[:2] == ["precision", "regions"] and len(parts) == 3:
         return cfg.precision.of(parts[2])
     obj: Any = cfg
@@ -170,7 +178,7 @@ def apply_values(base: TrainConfig, values: dict[str, Any]) -> TrainConfig:
     """A new configuration: ``base`` with each dotted key set, validated like a loaded file."""
     data = to_dict(base)
     for key, value in values.items():
-        *parents, leaf = key.split(".")
+        *parents, leaf = config_key(key).split(".")
         node = data
         for part in parents:
             node = node[part]
@@ -181,7 +189,7 @@ def apply_values(base: TrainConfig, values: dict[str, Any]) -> TrainConfig:
 def _check_key(key: str) -> None:
     """Raise ConfigError unless ``key`` names a field of the TrainConfig tree (or a mapping entry)."""
     cls: Any = TrainConfig
-    parts = key.split(".")
+    parts = config_key(key).split(".")
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(cls):
             raise ConfigError(f"not a knob of the training configuration ({'.'.join(parts[:i])} has no fields)")
@@ -318,7 +326,9 @@ def _parse_when(path: Path, where: str, when: Any, earlier: dict[str, Knob]) -> 
     for other, value in when.items():
         if other not in earlier:
             raise _err(path, f"{where}.when.{other}", f"not a knob listed before this one; allowed: {list(earlier)}")
-        values = tuple(value) if isinstance(value, list) and not earlier[other].list_valued else (value,)
+        listed = isinstance(value, list) and (not earlier[other].list_valued or
+                                              (bool(value) and all(isinstance(v, list) for v in value)))
+        values = tuple(value) if listed else (value,)
         for v in values:
             if not earlier[other].contains(v):
                 raise _err(path, f"{where}.when.{other}", f"{v!r} is not a value knob {other} can take")
@@ -336,9 +346,41 @@ def _check_values(path: Path, knob: Knob, stock: TrainConfig) -> None:
         try:
             apply_values(stock, {**context, knob.key: v})
         except ConfigError as exc:
-            if str(exc).split(":")[0] != knob.key:
+            if str(exc).split(":")[0] != config_key(knob.key):
                 continue  # a rule between knobs (graphs.mode regions needs graphs.regions): the trial decides
             raise _err(path, f"knobs.{knob.key}", f"{v!r} is not a valid value ({exc})") from None
+
+
+def _check_variants(path: Path, knob: Knob, earlier: dict[str, Knob]) -> None:
+    """Knobs of one config key must never be active together: some knob's conditions exclude each other."""
+    for other in earlier.values():
+        if other.key == knob.key or config_key(other.key) != config_key(knob.key):
+            continue
+        common = set(knob.when) & set(other.when)
+        if not any(not set(knob.when[c]) & set(other.when[c]) for c in common):
+            raise _err(path, f"knobs.{knob.key}", f"sets {config_key(knob.key)} as knob {other.key} does; their 'when' "
+                       "conditions must exclude each other (give one knob disjoint values)")
+
+
+def region_names(knob: Knob) -> list[str]:
+    """The region names a knob addresses: a per-region precision's, or those its list choices name."""
+    parts = config_key(knob.key).split(".")
+    if parts[:2] == ["precision", "regions"]:
+        return [parts[2]]
+    if config_key(knob.key) in ("graphs.regions", "compile.regions", "checkpointing.regions", "model.freeze",
+                                "model.unfreeze"):
+        return list(dict.fromkeys(r for c in knob.choices if isinstance(c, list) for r in c if r != "all"))
+    return []
+
+
+def check_regions(space: SearchSpace, regions: tuple[str, ...] | list[str], workload: str) -> None:
+    """Refuse a space naming a region the workload does not have (one line: the knob, the name, the regions)."""
+    for knob in space.knobs:
+        for name in region_names(knob):
+            if name not in regions:
+                raise SearchSpaceError(f"{space.path}: knobs.{knob.key}: {name!r} is not a region of workload "
+                                       f"{workload!r}; its regions: {sorted(regions)} (or run without --space: "
+                                       "a space made from its regions)")
 
 
 def parse_space(data: Any, path: Path) -> SearchSpace:
@@ -355,6 +397,7 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
     for key, spec in knobs_data.items():
         knob = _parse_knob(path, str(key), spec, knobs)
         _check_values(path, knob, stock)
+        _check_variants(path, knob, knobs)
         knobs[knob.key] = knob
     name = data.get("name", path.stem)
     return SearchSpace(name=str(name), path=path, knobs=tuple(knobs.values()), description=str(data.get("description", "")))

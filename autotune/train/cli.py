@@ -13,10 +13,10 @@ import argparse
 import json
 
 from autotune.config import TrainConfig, load_config
-from autotune.config.stock import stock_config
 from autotune.errors import ParityError, TrialError
 from autotune.train import job_cli
 from autotune.train.record import Measurement, TrialRecord
+from autotune.workloads.stock import stock_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,23 +53,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="configuration YAML (e.g. a run's best.yaml); default: the stock configuration")
-    p.add_argument("--workload", default=None, help="workload name (with no --config)")
-    p.add_argument("--preset", default=None, help="model preset: full, medium, tiny (default: full on GPU, tiny on CPU)")
+    p.add_argument("--workload", default=None, help="workload name, path/to/file.py:Class or package.module:Class "
+                   "(with no --config: its stock configuration)")
+    p.add_argument("--preset", default=None, help="model preset (default: the workload's, e.g. full on GPU and tiny on "
+                   "CPU for gr00t_n16)")
     p.add_argument("--batch-size", type=int, default=None, help="samples per process per step")
     p.add_argument("--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)")
     p.add_argument("--nproc", type=int, default=1, help="processes (GPUs); several run through torchrun")
 
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
-    import torch
-
     if args.config:
         cfg = load_config(args.config)
-    else:
-        preset = args.preset or ("full" if torch.cuda.is_available() else "tiny")
-        cfg = stock_config(args.workload or "gr00t_n16", preset)
-        if preset == "tiny":
-            cfg.batch_size = 2
+    else:  # the workload's stock configuration, at its preset for this machine unless one is given
+        cfg = stock_config(args.workload or "gr00t_n16", args.preset)
     if args.workload and args.config:
         cfg.workload = args.workload
     if args.preset and args.config:

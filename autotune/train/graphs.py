@@ -13,6 +13,8 @@ Known interactions, and how they are handled here:
 * **DDP** — whole-step capture replaces DDP by bucketed all-reduces of a flat gradient buffer
   outside the graph (as LoongForge does); region graphs are captured before DDP wraps the model.
 * **Static inputs** — every replay copies the new batch into the captured input buffers.
+* **Keyword arguments, tuple and ``ModelOutput`` results** — a region's module is captured as a
+  function of the tensors of its call (``FlatCall``); its other arguments are held as recorded.
 """
 
 from __future__ import annotations
@@ -21,21 +23,29 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_map_only, tree_unflatten
+
+from autotune.errors import TrialError
+
+Call = tuple[tuple, dict]
 
 
-def record_region_inputs(model: nn.Module, modules: list[nn.Module], run: Callable[[], None]) -> list[tuple]:
-    """Run ``run()`` once and record, in execution order, each module's positional inputs."""
-    seen: dict[int, tuple] = {}
+def _detached(value):
+    return tree_map_only(torch.Tensor, lambda a: a.detach().clone().requires_grad_(a.requires_grad), value)
+
+
+def record_region_inputs(model: nn.Module, modules: list[nn.Module], run: Callable[[], None]) -> list[tuple[nn.Module, Call]]:
+    """Run ``run()`` once and record, in execution order, each module's first call (its positional
+    and keyword arguments, tensors detached copies)."""
+    seen: dict[int, Call] = {}
     order: list[nn.Module] = []
 
-    def hook(mod, args):
+    def hook(mod, args, kwargs):
         if id(mod) not in seen:
-            seen[id(mod)] = tuple(
-                a.detach().clone().requires_grad_(a.requires_grad) if torch.is_tensor(a) else a for a in args
-            )
+            seen[id(mod)] = _detached((tuple(args), dict(kwargs)))
             order.append(mod)
 
-    handles = [m.register_forward_pre_hook(hook) for m in modules]
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in modules]
     try:
         run()
     finally:
@@ -44,46 +54,101 @@ def record_region_inputs(model: nn.Module, modules: list[nn.Module], run: Callab
     return [(m, seen[id(m)]) for m in order]
 
 
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001  objects that do not compare: only the same object is the same
+        return False
+
+
+class FlatCall(nn.Module):
+    """One module's forward as a function of the tensors of a recorded call, returning the tensors of
+    its output: what graph capture takes (tensors in, tensors out), for modules that take keyword
+    arguments and return tuples or ``ModelOutput``s. The call's other arguments (flags, None, caches)
+    are held as recorded; a later call that changes them is refused (the graph would ignore them)."""
+
+    def __init__(self, module: nn.Module, call: Call) -> None:
+        super().__init__()
+        self.inner = module  # its parameters are the graph's (make_graphed_callables reads .parameters())
+        self.inner_forward = module.forward
+        leaves, self.in_spec = tree_flatten(call)
+        self.in_constants = [None if torch.is_tensor(x) else x for x in leaves]
+        self.in_tensor = [torch.is_tensor(x) for x in leaves]
+        self.sample = tuple(x for x in leaves if torch.is_tensor(x))
+        self.out_spec: TreeSpec | None = None
+        self.out_constants: list = []
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        it = iter(tensors)
+        args, kwargs = tree_unflatten([next(it) if t else c for t, c in zip(self.in_tensor, self.in_constants)], self.in_spec)
+        leaves, self.out_spec = tree_flatten(self.inner_forward(*args, **kwargs))
+        self.out_constants = [None if torch.is_tensor(x) else x for x in leaves]
+        return tuple(x for x in leaves if torch.is_tensor(x))
+
+    def tensors(self, args: tuple, kwargs: dict) -> tuple[torch.Tensor, ...]:
+        leaves, spec = tree_flatten((tuple(args), dict(kwargs)))
+        ok = spec == self.in_spec and all(torch.is_tensor(x) if t else _same(x, c)
+                                          for x, t, c in zip(leaves, self.in_tensor, self.in_constants))
+        if not ok:
+            raise TrialError(f"graphs.regions: {type(self.inner).__name__} was called with other non-tensor arguments "
+                             "than when its graph was captured; a captured region needs the same call every step", "config")
+        return tuple(x for x in leaves if torch.is_tensor(x))
+
+    def output(self, tensors: tuple[torch.Tensor, ...]):
+        it = iter(tensors)
+        return tree_unflatten([next(it) if c is None else c for c in self.out_constants], self.out_spec)
+
+
 class _ForwardGraph:
     """A forward-only graph of a frozen module (no parameters train, no input needs grad)."""
 
-    def __init__(self, module: nn.Module, sample_args: tuple, pool, warmup: int) -> None:
-        self.forward = module.forward
-        self.static_in = tuple(a.clone() if torch.is_tensor(a) else a for a in sample_args)
+    def __init__(self, flat: FlatCall, pool, warmup: int) -> None:
+        self.flat = flat
+        self.static_in = tuple(a.clone() for a in flat.sample)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
             for _ in range(warmup):
-                self.forward(*self.static_in)
+                flat(*self.static_in)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(self.graph, pool=pool):
-            self.static_out = self.forward(*self.static_in)
+            self.static_out = flat(*self.static_in)
 
-    def __call__(self, *args):
-        for dst, src in zip(self.static_in, args):
-            if torch.is_tensor(dst):
-                dst.copy_(src)
+    def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        for dst, src in zip(self.static_in, tensors):
+            dst.copy_(src)
         self.graph.replay()
         return self.static_out
 
 
-def graph_regions(recorded: list[tuple[nn.Module, tuple]], warmup: int) -> None:
+def _replay(flat: FlatCall, graphed: Callable) -> Callable:
+    def forward(*args, **kwargs):
+        return flat.output(graphed(*flat.tensors(args, kwargs)))
+
+    return forward
+
+
+def graph_regions(recorded: list[tuple[nn.Module, Call]], warmup: int) -> None:
     """Replace each recorded module's forward by a graph replay.
 
     Modules with trainable parameters or inputs that need grad go through
     ``torch.cuda.make_graphed_callables`` (forward and backward graphs); frozen ones get a
     forward-only graph (their backward is never run).
     """
-    trainable = [(m, a) for m, a in recorded if _needs_backward(m, a)]
-    frozen = [(m, a) for m, a in recorded if not _needs_backward(m, a)]
+    flats = [(m, FlatCall(m, call)) for m, call in recorded]
+    trainable = [(m, f) for m, f in flats if _needs_backward(m, f.sample)]
     pool = torch.cuda.graph_pool_handle()
-    for module, args in frozen:
-        module.forward = _ForwardGraph(module, args, pool, warmup)
+    for module, flat in flats:
+        if (module, flat) not in trainable:
+            module.forward = _replay(flat, _ForwardGraph(flat, pool, warmup))
     if trainable:
-        modules = tuple(m for m, _ in trainable)
-        args = tuple(a for _, a in trainable)
-        torch.cuda.make_graphed_callables(modules, args, num_warmup_iters=warmup)
+        graphed = torch.cuda.make_graphed_callables(tuple(f for _, f in trainable), tuple(f.sample for _, f in trainable),
+                                                    num_warmup_iters=warmup)
+        for (module, flat), g in zip(trainable, graphed):
+            module.forward = _replay(flat, g)
 
 
 def _needs_backward(module: nn.Module, args: tuple) -> bool:

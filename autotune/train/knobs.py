@@ -21,40 +21,54 @@ def apply_trainability(regions: dict[str, list[nn.Module]], cfg: TrainConfig) ->
             m.requires_grad_(True)
 
 
-def apply_checkpointing(regions: dict[str, list[nn.Module]], names: list[str]) -> None:
-    """Checkpoint block by block where the module is a block stack, else the whole module."""
+CACHE_KWARGS = ("past_key_values", "past_key_value", "layer_past", "cache")
+"""Keyword arguments through which a block appends to a key/value cache (Hugging Face's layers)."""
+
+
+def _without_cache(kwargs: dict) -> dict:
+    """``kwargs`` with no cache: a checkpointed block runs its forward twice (once more in backward),
+    and a cache it appends to would hold every key twice at the second run (the keys' length doubles:
+    ``The expanded size of the tensor (2048) must match the existing size (1024)``). Training reads no
+    cache, so the block runs without one, as Hugging Face's own gradient checkpointing does."""
+    if not any(kwargs.get(k) is not None for k in CACHE_KWARGS) and not kwargs.get("use_cache"):
+        return kwargs
+    out = {k: (None if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
+    if "use_cache" in out:
+        out["use_cache"] = False
+    return out
+
+
+def checkpoint_module(module: nn.Module) -> None:
+    """Recompute ``module``'s forward in backward (keyword arguments and any outputs allowed)."""
+    forward = module.forward
+
+    @functools.wraps(forward)
+    def ckpt_forward(*args, _f=forward, **kwargs):
+        if torch.is_grad_enabled():
+            return checkpoint(_f, *args, use_reentrant=False, **_without_cache(kwargs))
+        return _f(*args, **kwargs)
+
+    module.forward = ckpt_forward
+
+
+def apply_checkpointing(blocks: dict[str, list[nn.Module]], names: list[str]) -> None:
+    """Checkpoint each block of the named regions (``Workload.blocks``: by default their modules)."""
     for name in names:
-        for m in regions[name]:
-            if hasattr(m, "activation_checkpointing"):
-                m.activation_checkpointing = True
-            else:
-                forward = m.forward
-
-                @functools.wraps(forward)
-                def ckpt_forward(*args, _f=forward, **kwargs):
-                    if torch.is_grad_enabled():
-                        return checkpoint(_f, *args, use_reentrant=False, **kwargs)
-                    return _f(*args, **kwargs)
-
-                m.forward = ckpt_forward
+        for block in blocks[name]:
+            checkpoint_module(block)
 
 
-def apply_compile(model: nn.Module, regions: dict[str, list[nn.Module]], cfg: CompileConfig) -> None:
+def apply_compile(model: nn.Module, blocks: dict[str, list[nn.Module]], cfg: CompileConfig) -> None:
     """``all``: the whole model, as a user would try first. A named region is compiled block by block
-    where it is a block stack (regional compilation: the blocks share their code, so Dynamo compiles
-    each kind of block once instead of tracing the unrolled stack), else as one module."""
+    (``Workload.blocks``; regional compilation: blocks that share their code are compiled once for all
+    instead of tracing the unrolled stack)."""
     kwargs = dict(mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
     if "all" in cfg.regions:
         model.compile(**kwargs)
         return
     for name in cfg.regions:
-        for m in regions[name]:
-            blocks = getattr(m, "blocks", None)
-            if isinstance(blocks, nn.ModuleList) and len(blocks):
-                for block in blocks:
-                    block.compile(**kwargs)
-            else:
-                m.compile(**kwargs)
+        for block in blocks[name]:
+            block.compile(**kwargs)
 
 
 def attention_context(backend: str) -> contextlib.AbstractContextManager:

@@ -41,12 +41,37 @@ def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturabl
     return torch.optim.AdamW(param_groups, lr=lr, **kwargs)
 
 
+def rebuild_optimizer(optimizer: torch.optim.Optimizer, impl: str, *, capturable: bool) -> torch.optim.Optimizer:
+    """``optimizer`` (a fresh one, of a class with torch's ``fused``/``foreach`` options: Adam, AdamW,
+    SGD, ...) made again over its own groups and hyper-parameters, with ``impl``'s kernels."""
+    from autotune.errors import ConfigError
+
+    cls = type(optimizer)
+    defaults = dict(optimizer.defaults)
+    if "foreach" not in defaults:
+        raise ConfigError(f"optimizer.impl: a {cls.__name__} has no foreach/fused kernels to choose; use a torch.optim "
+                          "optimizer such as AdamW")
+    if impl == "fused" and "fused" not in defaults:
+        raise ConfigError(f"optimizer.impl: 'fused' is refused: torch's {cls.__name__} has no fused kernel")
+    defaults.update(foreach=impl == "foreach", **({"fused": impl == "fused"} if "fused" in defaults else {}))
+    if capturable:
+        if "capturable" not in defaults:
+            raise ConfigError(f"graphs.mode: 'step' is refused: torch's {cls.__name__} cannot step inside a CUDA graph")
+        defaults["capturable"] = True
+    groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused", "capturable")} for g in optimizer.param_groups]
+    return cls(groups, **defaults)
+
+
 def build_schedule(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    warmup = max(1, int(cfg.warmup_ratio * cfg.total_steps))
+    warmup = int(cfg.warmup_ratio * cfg.total_steps)
+    if cfg.schedule == "cosine":
+        warmup = max(1, warmup)
 
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
+        if cfg.schedule == "constant":
+            return 1.0
         progress = min(1.0, (step - warmup) / max(1, cfg.total_steps - warmup))
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 

@@ -13,6 +13,7 @@ import functools
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from autotune.config import PrecisionConfig
 
@@ -23,6 +24,11 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
 
 
+def _cast(value, dtype: torch.dtype):
+    """Floating tensors of ``value`` (nested in tuples, lists and dicts too) in ``dtype``."""
+    return tree_map_only(torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() else t, value)
+
+
 def _wrap_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None, cache: bool) -> None:
     forward = module.forward
 
@@ -30,7 +36,7 @@ def _wrap_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None
 
         @functools.wraps(forward)
         def fp32_forward(*args, **kwargs):
-            args = tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+            args, kwargs = _cast((args, kwargs), torch.float32)
             with torch.autocast(device_type, enabled=False):
                 return forward(*args, **kwargs)
 
@@ -40,7 +46,7 @@ def _wrap_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None
         @functools.wraps(forward)
         def autocast_forward(*args, **kwargs):
             # Inputs cross region boundaries in the region's dtype (an fp32 region may feed a bf16 one).
-            args = tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+            args, kwargs = _cast((args, kwargs), dtype)
             with torch.autocast(device_type, dtype=dtype, cache_enabled=cache):
                 return forward(*args, **kwargs)
 
@@ -48,17 +54,23 @@ def _wrap_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None
 
 
 def set_param_dtypes(regions: dict[str, list[nn.Module]], cfg: PrecisionConfig) -> None:
+    """Each region's parameters in its storage dtype. A parameter two regions share (tied input and
+    output embeddings) stays fp32 when either region runs in fp32: an fp32 region runs without
+    autocast, where a bf16 weight meets fp32 activations (``expected scalar type Float but found
+    BFloat16``); an autocast region takes either."""
+    owners: dict[int, tuple[nn.Parameter, set[str]]] = {}
     for name, modules in regions.items():
-        prec = cfg.of(name)
         for module in modules:
             for p in module.parameters(recurse=True):
-                if prec == "fp32":
-                    dtype = torch.float32
-                elif p.requires_grad:
-                    dtype = DTYPES[cfg.trainable_dtype]
-                else:
-                    dtype = DTYPES[cfg.frozen_dtype]
-                p.data = p.data.to(dtype)
+                owners.setdefault(id(p), (p, set()))[1].add(cfg.of(name))
+    for p, precisions in owners.values():
+        if "fp32" in precisions or not p.is_floating_point():
+            dtype = torch.float32 if p.is_floating_point() else p.dtype
+        elif p.requires_grad:
+            dtype = DTYPES[cfg.trainable_dtype]
+        else:
+            dtype = DTYPES[cfg.frozen_dtype]
+        p.data = p.data.to(dtype)
 
 
 def apply_precision(

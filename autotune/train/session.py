@@ -7,11 +7,12 @@ import functools
 from collections.abc import Iterator
 
 import torch
+from torch import nn
 
 from autotune.config import TrainConfig
-from autotune.config.compat import Machine, check_compatible, check_machine
+from autotune.config.compat import Machine, check_compatible, check_data, check_machine
 from autotune.train import distributed, graphs, knobs, optim, precision
-from autotune.workloads import Batch, get_workload
+from autotune.workloads import Batch, Workload, contract, get_workload
 
 
 def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
@@ -29,31 +30,42 @@ class Session:
     """Builds the workload's model for ``cfg`` on this process's device and runs training steps.
 
     ``step(batch)`` returns device tensors (loss, gradient norm) without synchronising the host.
+    With ``model`` (and ``workload``, an adapter of the user's loss and regions: ``autotune.api``)
+    the knobs are applied to a model built elsewhere instead.
     """
 
-    def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> None:
+    def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, local_rank: int = 0, *,
+                 model: nn.Module | None = None, workload: Workload | None = None) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world_size
         self.load_times: list[float] = []  # seconds each host batch took in its worker (see batches)
         machine = Machine.current(world_size)
         check_machine(cfg, machine)  # before the workload's module (module:Class) is imported
-        self.workload = get_workload(cfg.workload)
-        self.workload.check_preset(cfg.preset)
-        self.workload.fit_data(cfg.preset, cfg.data)  # the dataset's shapes, before any model is built
+        self.workload = workload or get_workload(cfg.workload)
         self.device = resolve_device(cfg, local_rank)
-        model = self.workload.build_model(cfg.preset, "meta")
-        check_compatible(cfg, machine, tuple(self.workload.regions(model)))
-        del model
+        if model is None:
+            self.workload.check_preset(cfg.preset)
+            self.workload.fit_data(cfg.preset, cfg.data)  # the dataset's shapes, before any model is built
+            meta = contract.checked_model(self.workload, self.workload.build_model(cfg.preset, "meta"))
+            check_data(cfg, self.workload.data_sources(), self.workload.data_fields)
+        else:
+            meta = contract.checked_model(self.workload, model)
+        names = tuple(contract.checked_regions(self.workload, meta, self.workload.regions(meta)))
+        check_compatible(cfg, machine, names)
+        del meta
 
-        torch.manual_seed(cfg.seed)  # same initial weights on every rank and in every configuration
-        self.model = self.workload.build_model(cfg.preset, self.device)
+        if model is None:
+            torch.manual_seed(cfg.seed)  # same initial weights on every rank and in every configuration
+            model = contract.checked_model(self.workload, self.workload.build_model(cfg.preset, self.device))
+        self.model = model.to(self.device)
         self.workload.apply_model_options(self.model, cfg.model)  # before compile: it traces what they choose
         self.model.train()
-        self.regions = self.workload.regions(self.model)
+        self.regions = contract.checked_regions(self.workload, self.model, self.workload.regions(self.model))
+        blocks = contract.checked_blocks(self.workload, self.model, self.regions)
         knobs.apply_trainability(self.regions, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         precision.apply_precision(self.regions, cfg.precision, self.device, graphs=cfg.graphs.enabled)
-        knobs.apply_checkpointing(self.regions, cfg.checkpointing.regions)
-        knobs.apply_compile(self.model, self.regions, cfg.compile)
+        knobs.apply_checkpointing(blocks, cfg.checkpointing.regions)
+        knobs.apply_compile(self.model, blocks, cfg.compile)
         # a context manager per use: torch's sdpa_kernel is a generator context manager, good for one entry
         self.attention = functools.partial(knobs.attention_context, cfg.kernels.attention)
         # Different randomness per rank (noise, times, dropout), as in data-parallel training.
@@ -71,16 +83,26 @@ class Session:
             self.reducer = distributed.FlatGradReducer(self.params, cfg.ddp, world_size, overlap=cfg.ddp.graph_overlap)
         elif world_size > 1:
             self.ddp = distributed.wrap_ddp(self.model, cfg.ddp, self.device)
-        groups = self.workload.param_groups(self.model, cfg.optimizer.weight_decay)
-        self.optimizer = optim.build_optimizer(groups, cfg.optimizer, capturable=step_graph)
-        self.schedule = optim.build_schedule(self.optimizer, cfg.optimizer)
+        self.optimizer, self.schedule = self._optimizer(step_graph)
         self._graph: graphs.StepGraph | None = None
         self._eager_steps = 0
+
+    def _optimizer(self, capturable: bool) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        """AdamW at ``cfg.optimizer`` over the workload's groups and its schedule; or the workload's own
+        optimizer (``Workload.optimizer``: the user's, through ``autotune.api``) rebuilt with the knob's kernels."""
+        own = getattr(self.workload, "optimizer", None)
+        if own is not None:
+            opt = optim.rebuild_optimizer(own, self.cfg.optimizer.impl, capturable=capturable)
+            return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)  # its rates, as the user set them
+        groups = self.workload.param_groups(self.model, self.cfg.optimizer.weight_decay)
+        opt = optim.build_optimizer(groups, self.cfg.optimizer, capturable=capturable)
+        return opt, optim.build_schedule(opt, self.cfg.optimizer)
 
     # -- eager and region-graph steps -------------------------------------------------------
     def _forward(self, batch: Batch) -> torch.Tensor:
         with self.attention():
-            return self.workload.loss(self.ddp if self.ddp is not None else self.model, batch)
+            loss = self.workload.loss(self.ddp if self.ddp is not None else self.model, batch)
+        return contract.checked_loss(self.workload, loss)
 
     def _eager_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         if self.reducer is not None:
@@ -105,7 +127,8 @@ class Session:
 
     def _capture_regions(self) -> None:
         gen = torch.Generator().manual_seed(self.cfg.seed)
-        sample = self.workload.synthetic_batch(self.cfg.preset, self.cfg.batch_size, self.device, gen)
+        sample = contract.checked_batch(self.workload, self.workload.synthetic_batch(
+            self.cfg.preset, self.cfg.batch_size, self.device, gen), "synthetic_batch")
         modules = [m for name in self.cfg.graphs.regions for m in self.regions[name]]
         state = torch.cuda.get_rng_state(self.device)
 
@@ -189,8 +212,8 @@ class Session:
     def _untimed(self, loader) -> Iterator:
         from autotune.data.loader import LOAD_KEY
 
-        for batch in loader:
-            if isinstance(batch, dict) and LOAD_KEY in batch:
+        for batch in contract.epochs(self.workload, loader):
+            if LOAD_KEY in batch:
                 self.load_times.append(float(batch.pop(LOAD_KEY).sum()))
             yield batch
 

@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from autotune.config import TrainConfig
-from autotune.config.stock import stock_config
 from autotune.errors import TrialError
 from autotune.train.launch import launch
 from autotune.train.record import TrialRecord
+from autotune.workloads.stock import stock_like
 
 TOLERANCE = {"fp32": 0.02, "bf16": 0.05, "fp16": 0.05, "fp8": 0.08}
 
@@ -83,7 +83,7 @@ def verify(cfg: TrainConfig, *, steps: int = 20, nproc: int = 1, timeout: float 
            stock: TrialRecord | None = None) -> ParityResult:
     """Train the stock configuration (unless its record is given) and ``cfg``; compare them."""
     if stock is None:
-        stock = launch(stock_config(like=cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
+        stock = launch(stock_like(cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
     other = launch(cfg, steps=steps, warmup=0, nproc=nproc, timeout=timeout)
     for name, record in (("stock", stock), ("candidate", other)):
         if record.failure is not None:

@@ -1,29 +1,40 @@
 """The workload interface: what the tuner needs from a training job.
 
 A workload is a training job the tuner can build, feed, step and measure. Implement
-:class:`Workload` and register it with :func:`autotune.workloads.register_workload`; the tuner
-then addresses it by name (``--workload NAME``), exactly as it does the built-in ``gr00t_n16``.
+:class:`Workload` and give it to the tuner by name: register it in code
+(:func:`autotune.workloads.register_workload`), or name it on the command line as
+``path/to/file.py:Class`` or ``package.module:Class`` (README, "Your own workload").
 
-Contract
---------
-* ``build_model(preset, device)`` returns the model with every parameter in fp32 on ``device``
-  (``"meta"`` must work: ``inspect`` builds the full size there), frozen parameters with
-  ``requires_grad=False``. Precision, compilation and graph capture are applied afterwards by the
-  training runner through the region map, never by the workload.
-* ``regions(model)`` maps each region name to the modules it owns. Each module is a callable
-  unit whose ``forward`` takes and returns tensors (so a region can be compiled, checkpointed or
-  graph-captured module by module). Regions do not overlap; parameters outside every region
-  belong to the region ``"other"``.
+Contract (a method that breaks it fails with one line naming the method and the rule)
+-----------------------------------------------------------------------------------
+* ``build_model(preset, device)`` returns the model with every floating parameter in fp32 on
+  ``device`` (``"meta"`` must work: ``inspect`` and the search build it there), frozen parameters
+  with ``requires_grad=False``. Precision, compilation, checkpointing and graph capture are applied
+  afterwards by autotune through the region map, never by the workload.
+* ``regions(model)`` maps each region name (an identifier; not ``all`` nor ``other``) to the
+  callable modules it owns: disjoint, each a module of the model. Their forwards may take keyword
+  arguments and return tensors, tuples or ``ModelOutput``s. Parameters outside every region belong
+  to ``"other"`` and stay fp32.
+* ``blocks(model)`` maps each region to the units it is compiled and checkpointed by, block by
+  block (the default: the region's own modules, so a region listing its transformer layers one by
+  one is compiled and checkpointed layer by layer).
 * ``loss(model, batch)`` returns the scalar training loss of one batch, drawing the step's
-  randomness (noise, sampled times, dropout) from torch's generator on the batch's device, so
-  that it stays random inside a captured CUDA graph. It must not synchronise the host.
-* ``synthetic_batch(preset, batch_size, device, generator)`` returns a batch of the exact shapes
-  and dtypes the data path produces, for measurements without I/O.
+  randomness (noise, dropout) from torch's generator on the batch's device, so that it stays random
+  inside a captured CUDA graph. It must not synchronise the host, and it computes no cache (call a
+  Hugging Face model with ``use_cache=False``).
+* ``synthetic_batch(preset, batch_size, device, generator)`` returns a batch (a dict of tensors) of
+  the exact shapes and dtypes the data path produces, for measurements without I/O.
+* ``dataset(preset, data, seed=, rank=, world_size=)`` returns a ``torch.utils.data`` dataset of
+  samples, each a dict of tensors: map-style (autotune shuffles and shards it by rank) or iterable
+  (it shards itself by ``rank`` and by ``torch.utils.data.get_worker_info()``). Autotune builds the
+  loader with the ``data`` knobs, re-iterates it epoch after epoch and times every batch in its
+  worker (``autotune.data.torch_loader``). ``collate(samples)`` makes a batch of samples (default:
+  ``torch.utils.data.default_collate``). Without ``dataset`` the workload trains on synthetic
+  batches; a workload may instead override ``make_loader`` and return any re-iterable of batches
+  (finite ones are re-iterated as epochs), whose load time autotune then cannot measure.
 * ``fit_data(preset, data)`` is called before ``build_model`` with the run's ``DataConfig``; a
   workload whose inputs follow its dataset (GR00T N1.6: the dataset's views and frame size) fits
   ``preset`` to it there, and every method then uses the fitted shapes. Default: nothing.
-* ``make_loader(...)`` returns an iterable of host batches (a ``torch.utils.data.DataLoader``
-  over the workload's real data); the runner moves them to the device.
 * ``flops_per_sample(preset)`` counts the floating-point operations of one sample's training
   step (forward and backward) as the workload's reference implementation runs it, for MFU;
   ``useful_flops_per_sample(preset)`` counts only those whose results reach the loss or a
@@ -31,19 +42,22 @@ Contract
 * ``apply_model_options(model, options)`` applies the ``model`` knobs that change how the model
   computes, never what (``skip_dead_work``, ``category_matmul``); the default has nothing to skip
   and no per-category layers.
+* ``stock_config(preset)`` is the configuration a user of the workload trains with before tuning
+  (what every speed-up is measured against), and carries the optimizer's hyper-parameters, which
+  tuning never changes. The default is plain PyTorch: fp32, AdamW (torch's for-each kernels) at
+  :meth:`optimizer_config`, a DataLoader with torch's defaults.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from autotune.config import DataConfig, ModelConfig
+from autotune.config import DataConfig, ModelConfig, OptimizerConfig, PrecisionConfig, TrainConfig
 
 Batch = dict[str, torch.Tensor]
 
@@ -54,6 +68,11 @@ class Workload(ABC):
     name: ClassVar[str]
     presets: ClassVar[tuple[str, ...]]
     default_preset: ClassVar[str]
+    cpu_preset: ClassVar[str | None] = None
+    """The preset used without a GPU when none is asked for (None: ``default_preset``)."""
+    data_fields: ClassVar[tuple[str, ...]] = ()
+    """The fields of ``data`` naming the workload's own data that it reads (``dataset``,
+    ``episodes``, ``video_backend``); a configuration setting any other is refused."""
 
     @abstractmethod
     def build_model(self, preset: str, device: str | torch.device = "cpu") -> nn.Module:
@@ -97,13 +116,56 @@ class Workload(ABC):
             raise IncompatibleConfigError(f"model.category_matmul: {options.category_matmul!r} is refused: workload "
                                           f"{self.name!r} has no per-category layers; allowed: 'gather'")
 
+    def dataset(self, preset: str, data: DataConfig, *, seed: int, rank: int = 0,
+                world_size: int = 1) -> torch.utils.data.Dataset | None:
+        """The workload's own samples (see the module docstring); None: synthetic batches only."""
+        return None
+
+    def collate(self, samples: list[Any]) -> Batch:
+        """One batch of ``samples`` (runs in the loader's workers)."""
+        return torch.utils.data.default_collate(samples)
+
+    def data_sources(self) -> tuple[str, ...]:
+        """Names ``data.source`` may take, the workload's own data first; ``synthetic`` is always one."""
+        own = type(self).dataset is not Workload.dataset or type(self).make_loader is not Workload.make_loader
+        return ("dataset", "synthetic") if own else ("synthetic",)
+
     def make_loader(
         self, preset: str, data: DataConfig, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1
     ) -> Iterable[Batch]:
-        """Host batches of the workload's real data; the default yields synthetic batches."""
+        """Host batches: of :meth:`dataset` through autotune's loader, or synthetic ones."""
+        if data.source != "synthetic" and type(self).dataset is not Workload.dataset:
+            from autotune.data.torch_loader import dataset_loader
+            from autotune.workloads.contract import broken
+
+            ds = self.dataset(preset, data, seed=seed, rank=rank, world_size=world_size)
+            if ds is None:
+                raise broken(self, "dataset", "returned None; it must return a torch.utils.data dataset")
+            return dataset_loader(ds, data, batch_size, seed=seed, rank=rank, world_size=world_size, collate=self.collate)
         from autotune.workloads.synthetic import SyntheticLoader
 
         return SyntheticLoader(self, preset, batch_size, seed=seed + rank)
+
+    def blocks(self, model: nn.Module) -> dict[str, list[nn.Module]]:
+        """The units each region is compiled and checkpointed by (default: its modules)."""
+        return self.regions(model)
+
+    def optimizer_config(self, preset: str) -> OptimizerConfig:
+        """The optimizer's hyper-parameters: torch's AdamW defaults, a constant rate, no clipping."""
+        return OptimizerConfig(lr=1e-3, weight_decay=1e-2, warmup_ratio=0.0, schedule="constant", grad_clip=0.0)
+
+    def stock_config(self, preset: str) -> TrainConfig:
+        """The configuration of an untuned training job (see the module docstring)."""
+        return TrainConfig(
+            workload=self.name, preset=preset,
+            precision=PrecisionConfig(default="fp32", tf32=False, frozen_dtype="fp32"),
+            data=DataConfig(source=self.data_sources()[0], num_workers=0, pin_memory=False, persistent_workers=False),
+            optimizer=self.optimizer_config(preset),
+        )  # fmt: skip
+
+    def preset_for(self, cuda: bool) -> str:
+        """The preset used when none is asked for: ``default_preset``, or ``cpu_preset`` without a GPU."""
+        return self.default_preset if cuda or self.cpu_preset is None else self.cpu_preset
 
     def tokens_per_sample(self, preset: str) -> int:
         """Tokens one sample contributes to tokens/s (the sequence the backbone processes)."""

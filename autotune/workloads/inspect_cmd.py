@@ -13,17 +13,23 @@ from autotune.workloads.registry import get_workload, list_workloads
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="parameter counts and FLOPs per sample of a workload preset")
-    p.add_argument("--workload", default="gr00t_n16", help="registered workload name or package.module:Class")
+    p.add_argument("--workload", default="gr00t_n16", help="workload name, path/to/file.py:Class or package.module:Class")
     p.add_argument("--preset", default=None, help="model size preset (default: the workload's default)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--list", action="store_true", help="list the registered workloads and their presets")
+    p.add_argument("--list", action="store_true", help="list the workloads (built-in, installed, and --workload's) with "
+                   "their presets and data sources")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
+        if ":" in args.workload:
+            get_workload(args.workload)  # imported (and so listed) from its file or module
         for name in list_workloads():
-            print(f"{name}: presets {list(get_workload(name).presets)}")
+            w = get_workload(name)
+            alias = f" (workload {w.name!r})" if name != w.name else ""
+            print(f"{name}{alias}: presets {list(w.presets)}, default {w.default_preset}"
+                  f"{f' ({w.cpu_preset} on CPU)' if w.cpu_preset else ''}; data sources {list(w.data_sources())}")
         return 0
     workload = get_workload(args.workload)
     preset = args.preset or workload.default_preset

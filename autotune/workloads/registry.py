@@ -2,14 +2,20 @@
 
 Built-in workloads register themselves on import. A user registers their own job either in
 code (``register_workload(MyWorkload())``) or, to use it from the command line, by naming it as
-``package.module:ClassName`` (imported and instantiated on first use) or through the
+``path/to/file.py:ClassName`` or ``package.module:ClassName`` (imported and instantiated on first
+use; a relative file or a module of the current folder resolves from the current folder, as
+``python -m`` would, and the trial processes started there import it the same way) or through the
 ``autotune.workloads`` entry-point group of an installed package.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from importlib.metadata import entry_points
+from pathlib import Path
+from types import ModuleType
 
 from autotune.errors import WorkloadError
 from autotune.workloads.base import Workload
@@ -34,13 +40,32 @@ def _load_entry_points() -> None:
             register_workload(obj() if isinstance(obj, type) else obj)
 
 
+def _load_module(source: str) -> ModuleType:
+    """The module of ``path/to/file.py`` (its folder put on the path, so that spawned loader workers
+    import it by name too) or of ``package.module`` (the current folder on the path, as ``python -m``
+    has it)."""
+    if source.endswith(".py") or os.sep in source:
+        path = Path(source).resolve()
+        if not path.is_file():
+            raise ImportError(f"{path}: no such file")
+        folder, source = str(path.parent), path.stem
+    else:
+        folder = os.getcwd()
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(source)
+
+
 def _import_spec(spec: str) -> Workload:
-    module_name, _, attr = spec.partition(":")
+    source, _, attr = spec.rpartition(":")
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise WorkloadError(f"workload {spec!r} cannot be imported: {exc}") from None
+        obj = getattr(_load_module(source), attr)
+    except (ImportError, AttributeError, SyntaxError) as exc:
+        raise WorkloadError(f"workload {spec!r} cannot be imported: {exc}; give path/to/file.py:Class or "
+                            "package.module:Class") from None
     workload = obj() if isinstance(obj, type) else obj
+    if not isinstance(workload, Workload):
+        raise WorkloadError(f"workload {spec!r}: {attr} is a {type(workload).__name__}, not an autotune.workloads.Workload")
     register_workload(workload, replace=True)
     _REGISTRY[spec] = workload
     return workload
@@ -57,6 +82,8 @@ def get_workload(name: str) -> Workload:
         return _REGISTRY[name]
     if ":" in name:
         return _import_spec(name)
+    if name.endswith(".py"):
+        raise WorkloadError(f"workload {name!r}: name the class too, as {name}:ClassName")
     _load_entry_points()
     if name not in _REGISTRY:
         raise WorkloadError(f"workload {name!r} is unknown; known workloads: {sorted(_REGISTRY)} (or give package.module:Class)")

@@ -91,5 +91,5 @@ def build_loader(
     ``data_cfg.dataset`` null makes (once) a dataset of ``data_cfg.episodes`` episodes in the cache.
     """
     root = dataset_root(data_cfg, read_spec(preset))
-    dataset = Gr00tDataset(root, preset, video_backend=data_cfg.video_backend, seed=seed)
+    dataset = Gr00tDataset(root, preset, video_backend=data_cfg.video_backend or "pyav", seed=seed)
     return build_host_loader(dataset, data_cfg, batch_size, seed=seed, rank=rank, world_size=world_size)

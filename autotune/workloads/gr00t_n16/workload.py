@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from autotune.config import TrainConfig
+from autotune.config.stock import stock_config
 from autotune.workloads.base import Batch, Workload
 from autotune.workloads.gr00t_n16 import batch as batch_mod
 from autotune.workloads.gr00t_n16.presets import PRESETS, Gr00tPreset, get_preset
@@ -29,6 +31,8 @@ class Gr00tN16(Workload):
     name = "gr00t_n16"
     presets = tuple(PRESETS)
     default_preset = "full"
+    cpu_preset = "tiny"
+    data_fields = ("dataset", "episodes", "video_backend")
 
     def __init__(self) -> None:
         self._fitted: dict[str, Gr00tPreset] = {}
@@ -62,6 +66,23 @@ class Gr00tN16(Workload):
 
     def regions(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         return model.region_map()
+
+    def blocks(self, model: nn.Module) -> dict[str, list[nn.Module]]:
+        """A block stack (vision tower, LLM halves, DiT) by its blocks; any other module whole."""
+        from autotune.workloads.gr00t_n16.layers import BlockStack
+
+        return {name: [b for m in modules for b in (m.blocks if isinstance(m, BlockStack) else [m])]
+                for name, modules in self.regions(model).items()}
+
+    def data_sources(self) -> tuple[str, ...]:
+        return ("lerobot", "synthetic")
+
+    def stock_config(self, preset: str) -> TrainConfig:
+        """The upstream fine-tuning defaults (``autotune.config.stock``); 2 samples a step for ``tiny``."""
+        cfg = stock_config(self.name, preset)
+        if preset == "tiny":
+            cfg.batch_size = 2
+        return cfg
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch)
