@@ -117,3 +117,30 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 def save_config(cfg: Any, path: str | os.PathLike) -> None:
     write_text_atomic(path, dump_config(cfg))
+
+
+def output_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """``path`` as a folder to write into, created if needed; a file there, or a place that cannot
+    be written, is a ConfigError naming ``flag``."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a file, not a folder; give a folder (it is created if needed)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot create the folder ({exc.strerror}); give one you can write") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: the folder cannot be written (permission denied); give one you can write")
+    return path
+
+
+def write_output(path: str | os.PathLike, text: str, flag: str = "--out") -> None:
+    """:func:`write_text_atomic` to a file the user named; a folder there, or a place that cannot
+    be written, is a ConfigError naming ``flag``."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give the file to write (e.g. {path / 'report.html'})")
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write the file ({exc.strerror}); give a place you can write") from None

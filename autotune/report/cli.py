@@ -19,13 +19,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="the page to write (default: RUN_DIR/report.html)")
     p.add_argument("--study", default=None, help="the study's name (default: run.json's, or the storage's only study)")
     p.add_argument("--storage", default=None, help="the study's database URL with its password (default: run.json's, "
-                                                   "which keeps no password, or RUN_DIR/study.journal)")
+                                                   "which keeps no password, or RUN_DIR/study.journal; $AUTOTUNE_STORAGE "
+                                                   "is read when it is not given)")
     p.set_defaults(func=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
     from autotune.report.render import write_report
+    from autotune.search.urls import storage_url
 
-    path = write_report(args.run_dir, args.out, study_name=args.study, storage=args.storage)
+    path = write_report(args.run_dir, args.out, study_name=args.study, storage=storage_url(args.storage))
     print(f"report: {path}")
     return 0

@@ -16,6 +16,7 @@ import optuna
 
 from autotune.errors import ReportError
 from autotune.search.storage import JOURNAL, open_storage
+from autotune.search.urls import is_redacted, redact
 
 PROFILES = "profiles"
 SUMMARY = "classification.summary"
@@ -75,9 +76,9 @@ def _storage(run_dir: Path, url: str | None) -> optuna.storages.BaseStorage:
         if not journal.is_file():
             raise ReportError(f"{run_dir}: no study in it (no {JOURNAL}, no run.json naming a storage); "
                               f"give the run folder of `autotune run`")
-    elif ":***@" in url:  # run.json keeps the URL without its password
-        raise ReportError(f"{run_dir}: the study is in the database {url}; give its URL with the password "
-                          f"(autotune report RUN_DIR --storage URL)")
+    elif is_redacted(url):  # run.json keeps the URL without its secrets
+        raise ReportError(f"{run_dir}: the study is in the database {redact(url)}; give its URL with the password "
+                          f"(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)")
     return open_storage(url, run_dir)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from autotune.search.trials import (
     reason_of,
     stock_trial,
 )
+from autotune.search.urls import redact
 
 
 @dataclass
@@ -115,6 +116,8 @@ def load_report(run_dir: str | Path, study_name: str | None = None, storage: str
     best_yaml = folder.read_text(run_dir / "best.yaml")
     provenance = _provenance(best_yaml)
     study = folder.open_study(run_dir, storage or run.storage, study_name or run.study_name, provenance.get("study"))
+    if run.storage:  # an older run.json may hold a secret in clear; the page never shows one
+        run = replace(run, storage=redact(run.storage))
     return report_of(study, run_dir, run, best_yaml, provenance, notes), study
 
 

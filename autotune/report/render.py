@@ -18,7 +18,7 @@ from urllib.parse import quote
 import jinja2
 import optuna
 
-from autotune.config.io import write_text_atomic
+from autotune.config.io import write_output
 from autotune.profiling.result import BUCKETS
 from autotune.report import folder
 from autotune.report.model import Report, load_report
@@ -57,7 +57,7 @@ def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
     report, study = load_report(run_dir, study_name, storage)
     path = Path(out) if out else run_dir / REPORT
     base = os.path.relpath(run_dir.resolve(), path.resolve().parent)
-    write_text_atomic(path, render_html(report, study, base))
+    write_output(path, render_html(report, study, base), "--out" if out else "the report")
     return path
 
 

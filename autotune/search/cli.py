@@ -4,7 +4,8 @@
     python -m autotune run --preset full --space gr00t_n16 --trials 60 --nproc 8
     python -m autotune run --space search_spaces/quick.yaml --trials 3 --synthetic --steps 2 --warmup 1
 
-Running the same command again continues the study kept in ``--out`` (``study.journal``).
+Running the same command again continues the study kept in ``--out`` (``study.journal``); one
+tuner works in a folder at a time (:mod:`autotune.search.lock`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from autotune.config.compat import Machine, check_data
 from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.space import load_space
+from autotune.search.storage import GRACE_PERIOD
 from autotune.search.study import SAMPLERS, StudyOptions
 from autotune.workloads.stock import stock_config
+from autotune.search.urls import STORAGE_ENV, storage_url
 
 DEFAULT_WORKLOAD = "gr00t_n16"
 
@@ -34,7 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed")
     p.add_argument("--memory-budget", default=None, help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)")
     p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial")
-    p.add_argument("--storage", default=None, help="Optuna storage URL (e.g. postgresql://...); default: a journal file in --out")
+    p.add_argument("--storage", default=None, help=f"Optuna storage URL (e.g. postgresql://...; or set ${STORAGE_ENV}, which "
+                                                   "keeps the password out of ps); default: a journal file in --out")
+    p.add_argument("--grace-period", type=int, default=GRACE_PERIOD, metavar="SECONDS",
+                   help="with --storage: a running trial whose worker sent no heartbeat for this long is failed and queued "
+                        "again by the other workers (default: %(default)s)")
     p.add_argument("--out", default=None, help="run folder (default: runs/WORKLOAD-PRESET-SPACE)")
     p.add_argument("--steps", type=int, default=None, help="measured steps per trial (default: 12 on GPU, 3 on CPU)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per trial (default: 5 on GPU, 1 on CPU)")
@@ -81,8 +88,8 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         base.preset = args.preset or base.preset
     else:
         base = stock_config(args.workload, args.preset, cuda=gpu)
-    if args.batch_size:
-        base.batch_size = args.batch_size
+    if args.batch_size is not None:
+        base.batch_size = _at_least(args.batch_size, 1, "--batch-size", base.batch_size)
     if args.synthetic:
         base.data.source = "synthetic"
     space = default_space(args.space, base, machine)
@@ -94,12 +101,30 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     references = tuple((text, reference_config(base, text)) for text in args.reference)
     return StudyOptions(
         base=base, space=space, out=Path(args.out or Path("runs") / name),
-        trials=args.trials or (20 if gpu else 4), steps=args.steps or (12 if gpu else 3),
-        warmup=args.warmup if args.warmup is not None else (5 if gpu else 1), nproc=args.nproc,
-        timeout_per_trial=args.timeout_per_trial, memory_budget=budget, sampler=args.sampler, seed=args.seed,
-        storage=args.storage, study_name=name, guidance=not args.no_guidance, references=references,
-        stage_trials=args.stage_trials or (4 if gpu else 2), prune=not args.no_prune, profile_steps=args.profile_steps,
-        time_budget_s=parse_duration(args.time_budget) if args.time_budget else None)
+        trials=_at_least(args.trials, 1, "--trials", 20 if gpu else 4),
+        steps=_at_least(args.steps, 1, "--steps", 12 if gpu else 3),
+        warmup=_at_least(args.warmup, 0, "--warmup", 5 if gpu else 1), nproc=_at_least(args.nproc, 1, "--nproc", 1),
+        timeout_per_trial=_positive(args.timeout_per_trial, "--timeout-per-trial"), memory_budget=budget, sampler=args.sampler, seed=args.seed,
+        storage=storage_url(args.storage), study_name=name, guidance=not args.no_guidance, references=references,
+        stage_trials=_at_least(args.stage_trials, 1, "--stage-trials", 4 if gpu else 2), prune=not args.no_prune,
+        profile_steps=_at_least(args.profile_steps, 0, "--profile-steps", 3),
+        time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+        grace_period_s=_at_least(args.grace_period, 1, "--grace-period", GRACE_PERIOD))
+
+
+def _positive(value: float, flag: str) -> float:
+    if not value > 0:
+        raise ConfigError(f"{flag}: {value} is out of range; allowed: a number of seconds > 0")
+    return value
+
+
+def _at_least(value: int | None, low: int, flag: str, default: int) -> int:
+    """``value`` (``default`` when not given); below ``low`` is an error, not the default."""
+    if value is None:
+        return default
+    if value < low:
+        raise ConfigError(f"{flag}: {value} is out of range; allowed: an integer >= {low}")
+    return value
 
 
 def default_space(name: str | None, base, machine: Machine):
@@ -198,11 +223,12 @@ def write_study_report(opts):
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from autotune.search.output import write_best, write_parity, write_run_info, write_trials
+    from autotune.search.lock import hold_folder
+    from autotune.search.output import write_run_info
     from autotune.search.study import run_study
     from autotune.workloads import get_workload
 
-    machine = Machine.current(world_size=args.nproc)
+    machine = Machine.current(world_size=_at_least(args.nproc, 1, "--nproc", 1))
     opts = options(args, machine)
     workload = get_workload(opts.base.workload)
     regions = tuple(workload.regions(workload.build_model(opts.base.preset, "meta")))
@@ -211,16 +237,37 @@ def run_search(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}")
     check_references(opts)
-    print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} steps, "
-          f"memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
-    write_run_info(opts, finished=False)
-    study = run_study(opts, machine, regions, report=lambda line: print(line, flush=True))
-    write_trials(opts, study)
-    parity = write_parity(opts, study)
-    best = write_best(opts, study, parity)
-    write_run_info(opts, finished=True)
-    report = write_study_report(opts)
-    print(f"best configuration: {best}  (train it: python -m autotune train --config {best})")
-    if report is not None:
-        print(f"report: {report}")
+    with hold_folder(opts.out):
+        print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
+              f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
+        write_run_info(opts, finished=False)
+        study = run_study(opts, machine, regions, report=lambda line: print(line, flush=True))
+        finish_study(opts, study)
     return 0
+
+
+def finish_study(opts, study) -> None:
+    """trials.csv, parity.json and best.yaml (left as they are when the study has not changed since
+    best.yaml was written), then run.json and report.html, also when no trial gave a best."""
+    from autotune.search.output import (
+        best_is_current,
+        write_best,
+        write_parity,
+        write_run_info,
+        write_trials,
+    )
+
+    write_trials(opts, study)
+    try:
+        if best_is_current(opts, study):
+            best = opts.out / "best.yaml"
+            print(f"nothing new in study {opts.study_name!r} since {best} was written: left as it is (options such as "
+                  "--memory-budget apply to the trials still to run: raise --trials to run more)")
+        else:
+            best = write_best(opts, study, write_parity(opts, study))
+    finally:  # a study without a winner still gets its report, which says why
+        write_run_info(opts, finished=True)
+        report = write_study_report(opts)
+        if report is not None:
+            print(f"report: {report}")
+    print(f"best configuration: {best}  (train it: python -m autotune train --config {best})")

@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from autotune.config import SCHEMA_VERSION, save_config
+from autotune.config import SCHEMA_VERSION, load_config, save_config
 from autotune.config.io import write_text_atomic
-from autotune.errors import TrialError
-from autotune.search.storage import hide_password
+from autotune.errors import AutotuneError, TrialError
 from autotune.search.study import StudyOptions, config_of
 from autotune.search.trials import (
     RECORD,
     best_trial,
     feasible,
+    measured,
     measurement_of,
     record_of,
     stock_trial,
 )
+from autotune.search.urls import redact
 
 
 def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
@@ -36,7 +38,7 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     old = json.loads(path.read_text()) if path.exists() else {}
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     info = {
-        "study_name": opts.study_name, "storage": hide_password(opts.storage) if opts.storage else None, "workload": opts.base.workload,
+        "study_name": opts.study_name, "storage": redact(opts.storage) if opts.storage else None, "workload": opts.base.workload,
         "preset": opts.base.preset, "space": opts.space.name, "nproc": opts.nproc, "trials": opts.trials,
         "steps": opts.steps, "warmup": opts.warmup, "batch_size": opts.base.batch_size,
         "memory_budget_bytes": opts.memory_budget, "sampler": opts.sampler, "seed": opts.seed,
@@ -109,8 +111,8 @@ def write_best(opts: StudyOptions, study: optuna.Study, parity: dict[str, Any] |
     """Write the winning configuration to ``out/best.yaml``; no feasible trial is an error."""
     best = best_trial(study)
     if best is None:
-        raise TrialError(f"no trial of study {opts.study_name!r} ran within the memory budget; "
-                         f"see {opts.out / 'trials.csv'} and {opts.out / 'logs'}", "infeasible")
+        raise TrialError(f"no trial of study {opts.study_name!r} {why_no_best(study, opts.memory_budget)}; see "
+                         f"{opts.out / 'report.html'}, {opts.out / 'trials.csv'} and {opts.out / 'logs'}", "infeasible")
     cfg = config_of(opts, best)
     cfg.provenance = provenance(opts, study, best)
     if parity is not None:
@@ -118,6 +120,38 @@ def write_best(opts: StudyOptions, study: optuna.Study, parity: dict[str, Any] |
     path = opts.out / "best.yaml"
     save_config(cfg, path)
     return path
+
+
+def why_no_best(study: optuna.Study, budget: int) -> str:
+    """What the study's trials did instead of giving a best: over the memory budget, or the
+    commonest failure (with its first error)."""
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    ran = [m for t in done if measured(t) and (m := measurement_of(t)) is not None]
+    if ran:
+        low = min(m.memory.allocated_bytes for m in ran)
+        return (f"ran within the memory budget ({len(ran)} measured, the smallest peak {low / 2**30:.2f} GiB against "
+                f"--memory-budget {budget / 2**30:.2f} GiB)")
+    if not done:
+        return "has finished (the study holds none)"
+    failures = [f for t in done if (r := record_of(t)) is not None and (f := r.failure) is not None]
+    if not failures:
+        return f"gave a measurement ({len(done)} finished without one)"
+    reason, count = Counter(f.reason for f in failures).most_common(1)[0]
+    error = next(f.error for f in failures if f.reason == reason).strip().splitlines()
+    return (f"gave a measurement: all {len(done)} failed, {count} of them with reason {reason!r}"
+            + (f" ({error[0][:200]})" if error else ""))
+
+
+def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
+    """True when ``best.yaml`` is of the study's best trial and the study has no trial since it was written."""
+    path, best = opts.out / "best.yaml", best_trial(study)
+    if best is None or not path.is_file():
+        return False
+    try:
+        prov = load_config(path).provenance
+    except AutotuneError:  # unreadable: write it anew
+        return False
+    return (prov.get("study"), prov.get("trial"), prov.get("trials")) == (opts.study_name, best.number, len(study.trials))
 
 
 def write_trials(opts: StudyOptions, study: optuna.Study) -> Path:

@@ -2,11 +2,14 @@
 
     python -m autotune run                                                # run_dir/study.journal
     python -m autotune run --storage postgresql://user:pw@host:5432/db    # shared by every worker
+    AUTOTUNE_STORAGE=postgresql://user:pw@host:5432/db python -m autotune run   # the same, not in ps
 
-A database URL opens Optuna's ``RDBStorage`` with heartbeats: a worker records its running trial's
+The journal file is :mod:`autotune.search.journal` (a crash cuts it only between entries). A
+database URL opens Optuna's ``RDBStorage`` with heartbeats: a worker records its running trial's
 heartbeat every ``HEARTBEAT_INTERVAL`` seconds (:func:`heartbeat`), and a trial whose heartbeat is
-older than ``GRACE_PERIOD`` (its worker was killed, or its machine lost) is marked FAIL by the next
-worker that looks (:func:`fail_stale`), so the study never waits on it.
+older than the grace period (its worker was killed, or its machine lost) is failed by the next
+worker that looks (:mod:`autotune.search.recovery`), so the study never waits on it. A URL is only
+ever shown through :func:`autotune.search.urls.redact`.
 
 ``postgresql://`` URLs are opened with psycopg 3 (the ``postgres`` extra): SQLAlchemy before 2.1
 reads a bare ``postgresql://`` as psycopg2, so the scheme is rewritten to ``postgresql+psycopg://``;
@@ -15,7 +18,6 @@ a URL that names its driver (``postgresql+psycopg2://``) is used as given.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +31,8 @@ from optuna.storages import BaseStorage
 from sqlalchemy.engine import URL, make_url
 
 from autotune.errors import ConfigError
+from autotune.search.journal import open_journal
+from autotune.search.urls import redact, scrub
 
 JOURNAL = "study.journal"
 HEARTBEAT_INTERVAL = 30
@@ -53,9 +57,9 @@ def open_storage(url: str | None, run_dir: Path, *, heartbeat_interval: int = HE
     """
     if url is None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(run_dir / JOURNAL)))
+        return open_journal(run_dir / JOURNAL)
     given = _parse(url)
-    shown = given.render_as_string(hide_password=True)
+    shown = redact(url)
     parsed = given.set(drivername="postgresql+psycopg") if given.drivername in ("postgresql", "postgres") else given
     try:
         return _rdb_storage(parsed, heartbeat_interval, grace_period)
@@ -67,7 +71,7 @@ def open_storage(url: str | None, run_dir: Path, *, heartbeat_interval: int = HE
         raise ConfigError(f"--storage {shown}: the database driver {missing!r} is not installed "
                           f"(for PostgreSQL: pip install 'autotune[postgres]')") from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
-        raise ConfigError(f"--storage {shown}: cannot open the database: {_reason(exc, parsed)}") from None
+        raise ConfigError(f"--storage {shown}: cannot open the database: {_reason(exc, url)}") from None
 
 
 def _rdb_storage(url: URL, heartbeat_interval: int, grace_period: int) -> optuna.storages.RDBStorage:
@@ -95,17 +99,6 @@ def _rdb_storage(url: URL, heartbeat_interval: int, grace_period: int) -> optuna
         engine.dispose()
 
 
-def fail_stale(study: optuna.Study) -> None:
-    """Mark FAIL the running trials whose heartbeat stopped (their worker died); call before counting.
-
-    Optuna does this only inside ``Study.optimize``; the ask-and-tell loop of ``run_study`` must do
-    it itself. A no-op for storages without heartbeats (the journal file).
-    """
-    with warnings.catch_warnings():  # experimental since Optuna 2.9
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
 @contextmanager
 def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
     """Record ``trial``'s heartbeat while the body runs (a no-op without heartbeats)."""
@@ -120,17 +113,12 @@ def _parse(url: str) -> URL:
     try:
         return make_url(url.strip())
     except sqlalchemy.exc.ArgumentError:
-        raise ConfigError(f"--storage {hide_password(url)!r} is not a database URL "
+        raise ConfigError(f"--storage {redact(url)!r} is not a database URL "
                           f"(e.g. postgresql://user:password@host:5432/db)") from None
 
 
-def _reason(exc: sqlalchemy.exc.SQLAlchemyError, url: URL) -> str:
-    """The driver's own message (first line), without SQLAlchemy's boilerplate or the password."""
+def _reason(exc: sqlalchemy.exc.SQLAlchemyError, url: str) -> str:
+    """The driver's own message (first line), without SQLAlchemy's boilerplate or any secret of ``url``."""
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     line = " ".join(text[0].split()) if text else type(exc).__name__
-    return line.replace(url.password, "***") if url.password else line
-
-
-def hide_password(url: str) -> str:
-    """``url`` with its password, if any, as ``***``."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    return scrub(line, url)

@@ -16,8 +16,11 @@ How a trial ends:
 * measured: COMPLETE with its samples/s (over the budget: COMPLETE but infeasible);
 * out of memory: COMPLETE with value 0 and constraint 1, so the sampler learns that the region
   is infeasible (a FAIL trial would teach it nothing); the record's reason is ``oom``;
-* refused configuration, crash, timeout, NaN loss, compile error: FAIL with the reason and the
-  error in its record; the study goes on.
+* refused configuration, crash, timeout, NaN loss, compile error, killed by a signal: FAIL with
+  the reason and the error in its record; the study goes on;
+* stopped by the time budget, by a signal to the tuner, or lost with its worker: FAIL with reason
+  ``budget`` or ``interrupted``, queued again and not counted toward ``--trials``
+  (:mod:`autotune.search.recovery`).
 
 * clearly worse: PRUNED. Each measured step's time reaches the study while the trial runs
   (``launch(on_step=...)``) as an intermediate value (samples/s of that step); Optuna's
@@ -54,12 +57,13 @@ from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
 from autotune.search.guide import Guide, Stage
+from autotune.search.recovery import counted, interruptible, more_to_run, recover_lost, requeue
 from autotune.search.space import SearchSpace, apply_values
-from autotune.search.storage import fail_stale, heartbeat, open_storage
+from autotune.search.storage import GRACE_PERIOD, heartbeat, open_storage
 from autotune.search.trials import (
     BUDGET,
     GROUP,
-    QUEUED_AGAIN_FROM,
+    QUEUED_AGAIN,
     REFERENCE,
     STAGE,
     STOCK,
@@ -106,6 +110,9 @@ class StudyOptions:
     the study (the median of those finished), and a trial still running at the end is stopped
     (``reason: budget``) and queued again, for the same command to measure when it continues the
     study. A run's first trial is never stopped: each run measures at least one."""
+    grace_period_s: int = GRACE_PERIOD
+    """With a database: a running trial whose heartbeat is older than this is failed and queued
+    again by any worker (its worker died); heartbeats go every quarter of it."""
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -123,7 +130,9 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 def open_study(opts: StudyOptions) -> optuna.Study:
     """Create the study with the stock configuration queued first, or load it to continue."""
-    kwargs: dict[str, Any] = dict(study_name=opts.study_name, storage=open_storage(opts.storage, opts.out),
+    storage = open_storage(opts.storage, opts.out, heartbeat_interval=max(1, opts.grace_period_s // 4),
+                           grace_period=opts.grace_period_s)
+    kwargs: dict[str, Any] = dict(study_name=opts.study_name, storage=storage,
                                   sampler=make_sampler(opts.sampler, opts.seed), pruner=make_pruner(opts.prune))
     try:  # of several workers starting at once, exactly one creates the study (its name is unique)
         study = optuna.create_study(direction="maximize", **kwargs)
@@ -285,23 +294,14 @@ def keep_traces(study: optuna.Study, guide: Guide, out: Path) -> None:
             trace.unlink(missing_ok=True)
 
 
-def finished(study: optuna.Study) -> int:
-    return sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
-
-
-def started(study: optuna.Study) -> int:
-    """Trials finished or running, all workers together (a dead worker's trial is failed first)."""
-    fail_stale(study)
-    return sum(t.state != TrialState.WAITING for t in study.get_trials(deepcopy=False))
-
-
 def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], report: Callable[[str], None] = print) -> optuna.Study:
-    """Run trials until the study holds ``opts.trials`` finished ones (all workers together)."""
+    """Run trials until the study holds ``opts.trials`` finished ones (all workers together; those
+    queued again do not count)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(opts)
-    if opts.storage is None:  # our own file: a RUNNING trial is left over from an interrupted run
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(t.number, state=TrialState.FAIL)
+    own_folder = opts.storage is None  # the run folder's journal, whose lock the caller holds
+    for line in recover_lost(study, own_folder=own_folder, grace_period_s=opts.grace_period_s):
+        report(line)
     have = {t.user_attrs.get(REFERENCE) for t in study.get_trials(deepcopy=False)}
     for name, cfg in opts.references:
         if name not in have:
@@ -310,13 +310,14 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
     guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance)
     guide.load(study)
     base_sampler = study.sampler
-    done = finished(study)
+    done = counted(study)
     todo = max(0, opts.trials - done)
     if done:
         report(f"continuing study {opts.study_name!r}: {done} trials done, {todo} to go")
     start, ran = time.monotonic(), 0
     deadline = None if opts.time_budget_s is None else start + opts.time_budget_s
-    while started(study) < opts.trials:
+    while more_to_run(study, opts.trials, own_folder=own_folder, grace_period_s=opts.grace_period_s, report=report,
+                      deadline=deadline):
         timeout = None
         if ran and deadline is not None:
             left, typical = deadline - time.monotonic(), typical_trial_s(study)
@@ -338,18 +339,22 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
             trial.set_user_attr(GROUP, "+".join(stage.groups))
         else:
             stage = None
-        with heartbeat(study, trial):
-            state, value = run_trial(trial, opts, machine, regions, timeout)
-        study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
+        try:
+            with heartbeat(study, trial), interruptible(study, trial):
+                state, value = run_trial(trial, opts, machine, regions, timeout)
+            study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it: its heartbeats were late
+            report(f"warning: trial #{trial.number} was failed by another worker while it ran (no heartbeat for "
+                   f"{opts.grace_period_s} s: is this machine overloaded?); its result is dropped")
+            continue
         frozen = study.trials[trial.number]
         if reason_of(frozen) == BUDGET:  # not measured: measure it when the study continues
-            keep = {k: frozen.user_attrs[k] for k in (STOCK, REFERENCE) if k in frozen.user_attrs}
-            study.enqueue_trial(frozen.params, user_attrs={**keep, QUEUED_AGAIN_FROM: frozen.number})
+            requeue(study, frozen)
         guide.record(study, stage, frozen)
         keep_traces(study, guide, opts.out)
         write_diagnosis(opts.out, guide)
         ran += 1
-        report(progress_line(study, frozen, finished(study), opts.trials, start, ran, max(ran, opts.trials - done), stage,
+        report(progress_line(study, frozen, counted(study), opts.trials, start, ran, max(ran, opts.trials - done), stage,
                              opts.time_budget_s))
     return study
 
@@ -358,7 +363,7 @@ def typical_trial_s(study: optuna.Study) -> float | None:
     """The median wall time of the study's trials that ran (refused and budget-stopped ones aside)."""
     spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in study.get_trials(deepcopy=False)
              if t.state.is_finished() and t.datetime_start and t.datetime_complete
-             and reason_of(t) not in ("config", BUDGET)]
+             and reason_of(t) not in ("config", *QUEUED_AGAIN)]
     return statistics.median(spans) if spans else None
 
 

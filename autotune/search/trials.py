@@ -44,6 +44,10 @@ QUEUED_AGAIN_FROM = "queued_again_from"
 
 BUDGET = "budget"
 """Failure reason of a trial stopped by the end of ``--time-budget`` (queued again, not a verdict on it)."""
+INTERRUPTED = "interrupted"
+"""Failure reason of a trial whose tuner was stopped, or whose worker died, before it ended (queued again)."""
+QUEUED_AGAIN = (BUDGET, INTERRUPTED)
+"""Reasons that say nothing of the configuration: :mod:`autotune.search.recovery` queues the trial again."""
 ERROR_CHARS = 2000
 """A failure's message kept in the study (a refused configuration can list many choices)."""
 
@@ -124,9 +128,9 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
 
 
 def stock_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The measurement of the stock configuration (not the one a time budget stopped, queued again)."""
+    """The measurement of the stock configuration (not one stopped and queued again)."""
     return next((t for t in study.get_trials(deepcopy=False)
-                 if t.user_attrs.get(STOCK) and reason_of(t) != BUDGET), None)
+                 if t.user_attrs.get(STOCK) and reason_of(t) not in QUEUED_AGAIN), None)
 
 
 def _legacy(attrs: dict[str, Any]) -> TrialRecord | None:

@@ -145,14 +145,15 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from autotune.config.io import output_folder
     from autotune.errors import ConfigError
     from autotune.train.launch import launch
 
     cfg = resolve_config(args)
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"{out}: the profile folder exists and is not empty; give a new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: the profile folder exists and is not empty; give a new folder")
+    output_folder(out)
     record = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, profile_out=out.resolve())
     _raise_failure(record, "profiling")
     if args.json:  # the classification in full, as rank 0 wrote it

@@ -1,15 +1,15 @@
 """Run a configuration in fresh processes (torchrun for several) and collect its record.
 
 Every run gets its own processes and its own temporary folder: a crash, a hang (killed at the
-timeout, with its whole process group) or an out-of-memory error is returned as a
+timeout, with every process of the run) or an out-of-memory error is returned as a
 :class:`~autotune.train.record.TrialRecord` with its failure and reason, and nothing is left behind.
+The processes run under a guard (:mod:`autotune.train.procgroup`) and die with the caller, however
+it dies; a run's exit without a result is explained by :mod:`autotune.train.exitcause`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +19,8 @@ from pathlib import Path
 
 from autotune.config import TrainConfig, save_config
 from autotune.config.compat import usable_cpus
+from autotune.train.exitcause import exit_failure, oom_kills
+from autotune.train.procgroup import PREFIX, TrialProcess, reap_orphans, start_trial, stop_trial
 from autotune.train.record import TrialRecord
 
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -47,7 +49,9 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
     (``record.profile``). ``on_step(i, seconds)`` is called with each measured step's time while the
     run goes on; when it returns True the run is stopped and the record's failure is ``pruned``.
     """
-    with tempfile.TemporaryDirectory(prefix="autotune-run-") as tmp:
+    for note in reap_orphans():
+        print(f"note: {note}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix=PREFIX) as tmp:
         config_path, out = str(Path(tmp) / "config.yaml"), str(Path(tmp) / "result.json")
         progress = Path(tmp) / "progress"
         save_config(cfg, config_path)
@@ -60,14 +64,16 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
             extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]
         argv = command(config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra)
         log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        oom_before = oom_kills()
         try:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = start_trial(argv, folder=tmp, env=env, log=log)
             try:
-                stopped = _wait(proc, timeout, progress if on_step else None, on_step)
+                stopped = _wait(proc.popen, timeout, progress if on_step else None, on_step)
             except subprocess.TimeoutExpired:
                 return TrialRecord.failed("timeout", f"the run did not finish within {timeout:.0f} s")
             finally:
-                _kill_group(proc)  # stray children (loader workers, ranks) never outlive the run
+                worker = proc.worker_pid()
+                stop_trial(proc)  # stray children (loader workers, ranks) never outlive the run
             if stopped is not None:
                 return TrialRecord.failed("pruned", f"pruned after {stopped} measured steps", steps_run=stopped)
         finally:
@@ -75,14 +81,28 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
                 log.close()
         if Path(out).exists():
             record = TrialRecord.from_json(Path(out).read_text())
-            if record.ok and proc.returncode != 0:
-                record = TrialRecord.failed("crash", f"exit code {proc.returncode}")
+            if record.ok and proc.popen.returncode != 0:
+                record = TrialRecord.failed("crash", f"exit code {proc.popen.returncode}")
             return record
         for rank_record in sorted(Path(tmp).glob("result.json.rank*")):  # a rank other than 0 failed alone
             return TrialRecord.from_json(rank_record.read_text())
-        rc = proc.returncode
-        reason = "oom" if rc == -signal.SIGKILL else "crash"
-        return TrialRecord.failed(reason, f"the run exited with code {rc} without a result")
+        return _no_result(proc, worker, oom_before, log_path)
+
+
+def _no_result(proc: TrialProcess, worker: int | None, oom_before: int | None,
+               log_path: str | os.PathLike | None) -> TrialRecord:
+    """The failure of a run that left no record: its exit status, read as what really happened."""
+    log_text = ""
+    if log_path:
+        try:
+            with open(log_path, "rb") as f:  # torchrun's failure report is at the end
+                f.seek(max(0, os.path.getsize(log_path) - 65536))
+                log_text = f.read().decode(errors="replace")
+        except OSError:
+            pass
+    pids = [p for p in (proc.popen.pid, worker) if p]
+    reason, message = exit_failure(proc.popen.returncode, oom_before=oom_before, pids=pids, log_text=log_text)
+    return TrialRecord.failed(reason, message)
 
 
 def _wait(proc: subprocess.Popen, timeout: float | None, progress: Path | None,
@@ -109,9 +129,3 @@ def _wait(proc: subprocess.Popen, timeout: float | None, progress: Path | None,
             return None
         if deadline is not None and time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(proc.args, timeout)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()

@@ -30,7 +30,9 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from autotune.errors import ConfigError
-from autotune.search.storage import fail_stale, open_storage
+from autotune.search.recovery import recover_lost
+from autotune.search.storage import open_storage
+from autotune.search.trials import reason_of, record_of
 from tests.ports import free_port
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')")
@@ -133,20 +135,26 @@ KILLED_WORKER = textwrap.dedent("""
 
 
 def test_trial_of_a_killed_worker_is_failed_by_the_next(pg_url, tmp_path):
+    """Failed with its reason and queued again, by exactly one of the workers that look."""
     worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, pg_url], stdout=subprocess.PIPE, text=True,
                               env=ENV, cwd=tmp_path)
     try:
         assert worker.stdout.readline().strip() == "0"
         time.sleep(1.5)  # the worker beats meanwhile: its trial is not stale
         study = optuna.load_study(study_name="s", storage=open_storage(pg_url, tmp_path, heartbeat_interval=1, grace_period=2))
-        fail_stale(study)
+        assert recover_lost(study, own_folder=False, grace_period_s=2) == []
         assert study.trials[0].state == TrialState.RUNNING
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
     time.sleep(3)  # past the grace period
-    fail_stale(study)
-    assert study.trials[0].state == TrialState.FAIL
+    lines = recover_lost(study, own_folder=False, grace_period_s=2)
+    assert lines and "trial #0 was lost" in lines[0] and "queued again as #1" in lines[0], lines
+    assert recover_lost(study, own_folder=False, grace_period_s=2) == []  # once only
+    lost, again = study.trials
+    assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted"
+    assert "stopped sending heartbeats for more than 2 s" in record_of(lost).failure.error
+    assert again.state == TrialState.WAITING and again.user_attrs["queued_again_from"] == 0
 
 
 @pytest.mark.slow
