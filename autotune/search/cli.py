@@ -230,14 +230,14 @@ def run_search(args: argparse.Namespace) -> int:
 
     machine = Machine.current(world_size=_at_least(args.nproc, 1, "--nproc", 1))
     opts = options(args, machine)
-    workload = get_workload(opts.base.workload)
-    regions = tuple(workload.regions(workload.build_model(opts.base.preset, "meta")))
-    check_data(opts.base, workload.data_sources(), workload.data_fields)
-    opts.space, notes = opts.space.for_machine(machine)
-    for note in notes:
-        print(f"note: {note}")
-    check_references(opts)
-    with hold_folder(opts.out):
+    with hold_folder(opts.out):  # first: a second tuner on the folder is refused at once
+        workload = get_workload(opts.base.workload)
+        regions = tuple(workload.regions(workload.build_model(opts.base.preset, "meta")))
+        check_data(opts.base, workload.data_sources(), workload.data_fields)
+        opts.space, notes = opts.space.for_machine(machine)
+        for note in notes:
+            print(f"note: {note}")
+        check_references(opts)
         print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
               f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
         write_run_info(opts, finished=False)

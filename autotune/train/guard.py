@@ -14,6 +14,7 @@ so it starts in tens of milliseconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -33,7 +34,8 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_watch_tuner, args=(int(fd), folder), daemon=True).start()
     code = child.wait()
     if code < 0:  # die of the same signal: the tuner tells SIGKILL from a crash by it
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

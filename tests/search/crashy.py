@@ -1,17 +1,27 @@
 """A test workload (``tests.search.crashy:Workload``): gr00t_n16 whose loader fails by batch size.
 
 Batch size 3 raises in the loader (a crash), batch size 5 hangs (killed at the trial timeout),
-batch size 4 waits 3 s for every batch (clearly slower: pruned); any other batch size trains
-like gr00t_n16.
+batch size 6 hangs in two loader worker processes (a trial with a process tree), batch size 7
+fills host memory (for the OOM killer of a memory-limited cgroup), batch size 4 waits 3 s for
+every batch (clearly slower: pruned); any other batch size trains like gr00t_n16. The hangs last
+``$CRASHY_HANG_S`` seconds (default an hour), after which the batch size trains like any other:
+the same queued trial hangs in one run and completes in the next.
 """
 
 from __future__ import annotations
 
+import os
 import time
+
+import torch
 
 from autotune.workloads.gr00t_n16.workload import Gr00tN16
 
-CRASH, HANG, SLOW = 3, 5, 4
+CRASH, HANG, SLOW, HANG_IN_WORKERS, HOG = 3, 5, 4, 6, 7
+
+
+def hang_s() -> float:
+    return float(os.environ.get("CRASHY_HANG_S", "3600"))
 
 
 class Workload(Gr00tN16):
@@ -21,9 +31,22 @@ class Workload(Gr00tN16):
         if batch_size == CRASH:
             raise RuntimeError("crashy: this batch size always crashes")
         if batch_size == HANG:
-            time.sleep(3600)
+            time.sleep(hang_s())
+        if batch_size == HANG_IN_WORKERS and hang_s() > 0:
+            next(iter(torch.utils.data.DataLoader(_Hang(), batch_size=1, num_workers=2)))
+        if batch_size == HOG:
+            _hog = [b"\1" * (64 << 20) for _ in range(1024)]  # noqa: F841  written: the cgroup's limit stops it
         loader = super().make_loader(preset, data, batch_size, seed=seed, rank=rank, world_size=world_size)
         return _slow(loader) if batch_size == SLOW else loader
+
+
+class _Hang(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(hang_s())
+        return index
 
 
 def _slow(loader):

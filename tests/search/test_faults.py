@@ -1,0 +1,260 @@
+"""Faults a study survives (issue 18): real tuners, real signals, real files; what was written before stays.
+
+The crashy workload (``tests/search/crashy.py``) hangs at batch size 5 (in the worker) and 6 (in
+two loader workers) for ``$CRASHY_HANG_S`` seconds, and crashes at 3.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+
+from autotune.cli import main
+from autotune.search.trials import reason_of, record_of
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ["run", "--space", "quick", "--synthetic", "--steps", "1", "--warmup", "1", "--batch-size", "2",
+       "--profile-steps", "0", "--seed", "1"]
+NAME = "gr00t_n16-tiny-quick"
+HANG = "tests.search.crashy.Workload-tiny-hang"
+
+
+def journal_study(out: Path, name: str = NAME) -> optuna.Study:
+    """The study as Optuna's own journal reader sees it (the format stays Optuna's)."""
+    backend = optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
+    return optuna.load_study(study_name=name, storage=optuna.storages.JournalStorage(backend))
+
+
+def summary(trials) -> list[tuple]:
+    return [(t.number, t.state, t.value, t.params, t.user_attrs) for t in trials]
+
+
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory) -> Path:
+    """A real two-trial study, copied by the tests that damage it."""
+    out = tmp_path_factory.mktemp("study") / "run"
+    assert main([*RUN, "--trials", "2", "--out", str(out)]) == 0
+    return out
+
+
+def copy_of(study: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(study, tmp_path / "run"))
+
+
+# A tuner started as a user would, on the crashy workload's hang (batch size 5, or 6 with loader workers).
+
+def hang_space(tmp_path: Path) -> Path:
+    space = tmp_path / "hang.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5, 6], group: data}\n")
+    return space
+
+
+def hang_argv(tmp_path: Path, batch_size: int, trials: int = 1) -> list[str]:
+    return ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(hang_space(tmp_path)),
+            "--trials", str(trials), "--synthetic", "--batch-size", str(batch_size), "--steps", "1", "--warmup", "1",
+            "--profile-steps", "0", "--out", str(tmp_path / "run")]
+
+
+def start_tuner(tmp_path: Path, argv: list[str], **env: str) -> subprocess.Popen:
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT), **env}
+    return subprocess.Popen([sys.executable, "-m", "autotune", *argv], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def trial_processes(folder: Path) -> list[int]:
+    """Processes whose command line names the trial's folder (guard, worker, and the worker's loader workers)."""
+    found = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in found]
+
+
+def wait_for_trial(tmp_path: Path, processes: int, seconds: float = 240.0) -> Path:
+    """The running trial's temporary folder, once at least ``processes`` of its processes run."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for folder in (tmp_path / "tmp").glob("autotune-run-*"):
+            if (folder / "config.yaml").exists() and len(trial_processes(folder)) >= processes:
+                return folder
+        time.sleep(0.3)
+    raise AssertionError("the trial did not start")
+
+
+def gone(pids: list[int], seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_second_tuner_on_the_folder_is_refused_naming_the_first(tmp_path, capsys):
+    """Row 1: the second tuner touches nothing; the first goes on with its stock trial."""
+    first = start_tuner(tmp_path, hang_argv(tmp_path, 5))
+    try:
+        wait_for_trial(tmp_path, 2)
+        journal = tmp_path / "run" / "study.journal"
+        before = journal.read_bytes()
+        assert main(hang_argv(tmp_path, 5)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert f"is in use by autotune run (pid {first.pid} on host {socket.gethostname()}, since " in err[0]
+        assert journal.read_bytes() == before and first.poll() is None  # the first tuner's trial runs on
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=60)
+    (stock,) = [t for t in journal_study(tmp_path / "run", HANG).trials if t.state != TrialState.WAITING]
+    assert stock.user_attrs["stock"] and reason_of(stock) == "interrupted"
+
+
+def test_a_killed_tuner_takes_its_trial_processes_and_folder_along(tmp_path):
+    """Row 5: ``kill -9`` of the tuner; its trial's guard kills the worker and its two loader workers."""
+    tuner = start_tuner(tmp_path, hang_argv(tmp_path, 6))
+    folder = wait_for_trial(tmp_path, 4)  # the guard, the worker, two loader workers
+    pids = trial_processes(folder)
+    tuner.kill()
+    tuner.wait()
+    assert gone(pids), f"trial processes left behind: {[p for p in pids if psutil.pid_exists(p)]}"
+    assert not folder.exists()
+
+
+def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
+    """Row 5: tuner and guard both killed (the guard first frozen, so it cannot act): the next tuner
+    kills the orphaned trial processes, removes the folder, and measures the lost trial again."""
+    argv = hang_argv(tmp_path, 6)
+    tuner = start_tuner(tmp_path, argv)
+    folder = wait_for_trial(tmp_path, 4)
+    (guard,) = psutil.Process(tuner.pid).children()
+    guard.suspend()
+    tuner.kill()
+    tuner.wait()
+    guard.kill()
+    orphans = [p for p in trial_processes(folder) if p != guard.pid]
+    assert len(orphans) >= 3 and folder.exists()  # the worker and its loader workers run on
+    journal = tmp_path / "run" / "study.journal"
+    before = journal.read_bytes()
+
+    again = start_tuner(tmp_path, argv, CRASHY_HANG_S="0")  # the same command; this time batch size 6 trains
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert f"removed {folder}: a trial of autotune (pid {tuner.pid}), which was killed" in output
+    assert gone(orphans, 5) and not folder.exists()
+    assert journal.read_bytes().startswith(before)  # appended to, never rewritten
+    lost, measured = journal_study(tmp_path / "run", HANG).trials
+    assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted"
+    assert f"its tuner {socket.gethostname()}:{tuner.pid} stopped before the trial ended" in record_of(lost).failure.error
+    assert measured.state == TrialState.COMPLETE and measured.params == lost.params == {"batch_size": 6}
+    assert measured.user_attrs["queued_again_from"] == 0 and measured.user_attrs["stock"]
+
+
+def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys):
+    """Row 2: what a crash or a full disk leaves, here while the tuner wrote the end of the last
+    trial. Read with a warning; the run writes on after the last whole entry (the cut bytes kept
+    aside), every entry before it stands, and the trial whose end was cut is measured again."""
+    out = copy_of(finished_study, tmp_path)
+    journal = out / "study.journal"
+    whole = journal.read_bytes()
+    boundary = whole.rfind(b'{"op_code":6,')  # the last trial's state: COMPLETE, and its value
+    cut = boundary + (whole.index(b"\n", boundary) - boundary) // 2
+    journal.write_bytes(whole[:cut])
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "study.journal").write_bytes(whole[:boundary])
+    before = summary(journal_study(kept).trials)
+    assert [t[1] for t in before] == [TrialState.COMPLETE, TrialState.RUNNING]
+
+    assert main(["report", str(out)]) == 0
+    assert "its last entry (line" in capsys.readouterr().err
+    assert main([*RUN, "--trials", "2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"moved to {out / f'study.journal.cut-{boundary}'}" in err
+    assert (out / f"study.journal.cut-{boundary}").read_bytes() == whole[boundary:cut]
+    assert journal.read_bytes().startswith(whole[:boundary])
+    after = journal_study(out).trials
+    assert summary(after)[0] == before[0]
+    lost, again = after[1:]
+    assert lost.params == before[1][3] and reason_of(lost) == "interrupted"
+    assert again.state == TrialState.COMPLETE and again.params == lost.params and again.user_attrs["queued_again_from"] == 1
+
+
+def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_path, capsys):
+    """Row 3: garbage after the last entry, or in the middle: run and report name the file and the line."""
+    out = copy_of(finished_study, tmp_path)
+    journal = out / "study.journal"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    for at in (len(lines), 3):
+        damaged = b"".join(lines[:at]) + b"garbage\n" + b"".join(lines[at:])
+        journal.write_bytes(damaged)
+        for argv in ([*RUN, "--trials", "3", "--out", str(out)], ["report", str(out)]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [f"autotune: error: {journal}: line {at + 1} is not a journal entry: not JSON (Expecting value: "
+                           f"line 1 column 1 (char 0)); the {at} lines before it are intact: move the file aside, or keep "
+                           f"them with `head -n {at}`"], err
+        assert journal.read_bytes() == damaged
+
+
+def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, capsys):
+    """Row 13: a new --memory-budget, and no trial to run under it: best.yaml is not rewritten."""
+    out = copy_of(finished_study, tmp_path)
+    best = out / "best.yaml"
+    text, stamp = best.read_bytes(), best.stat().st_mtime_ns
+    assert main([*RUN, "--trials", "2", "--memory-budget", "1GiB", "--out", str(out)]) == 0
+    assert "nothing new in study" in capsys.readouterr().out
+    assert best.read_bytes() == text and best.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("trials", ["0", "-1"])
+def test_trials_below_one_is_refused(tmp_path, capsys, trials):
+    """Row 13: not the default count, not a "memory budget" error."""
+    assert main([*RUN, "--trials", trials, "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip() == f"autotune: error: --trials: {trials} is out of range; allowed: an integer >= 1"
+    assert not (tmp_path / "run").exists()
+
+
+def test_out_that_cannot_be_written_is_one_line(finished_study, tmp_path, capsys):
+    """Row 11: --out an existing file, or a place nothing can be created (run, profile, report)."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    cases = [
+        ([*RUN, "--out", str(afile)], f"--out {afile}: is a file, not a folder"),
+        ([*RUN, "--out", "/proc/x"], "--out /proc/x: cannot write there (No such file or directory)"),
+        (["profile", "--preset", "tiny", "--out", str(afile)], f"--out {afile}: is a file, not a folder"),
+        (["profile", "--preset", "tiny", "--out", "/proc/x"], "--out /proc/x: cannot create the folder (No such file"),
+        (["report", str(finished_study), "--out", "/proc/x/r.html"], "--out /proc/x/r.html: cannot write the file"),
+        (["report", str(finished_study), "--out", str(tmp_path)], f"--out {tmp_path}: is a folder; give the file"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"autotune: error: {message}"), (argv, err)
+    assert afile.read_text() == "mine\n"
+
+
+def test_a_study_whose_every_trial_fails_says_why_and_still_reports(tmp_path, capsys):
+    """Row 12: not "no trial ran within the memory budget": the commonest failure, and report.html."""
+    space = tmp_path / "s.yaml"
+    space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n")
+    argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
+            "--synthetic", "--batch-size", "3", "--steps", "1", "--warmup", "1", "--profile-steps", "0",
+            "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "gave a measurement: all 1 failed, 1 of them with reason 'error' (RuntimeError: crashy: " \
+                              "this batch size always crashes)" in err[0], err
+    assert "ran within the memory budget" not in err[0]
+    assert (tmp_path / "run" / "report.html").is_file() and f"report: {tmp_path / 'run' / 'report.html'}" in captured.out
