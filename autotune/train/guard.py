@@ -24,6 +24,9 @@ import threading
 
 from autotune.train.procgroup import PID_FILE, kill_trial
 
+_STOPPING = threading.Event()
+"""Set when the tuner is gone: the child's death is then the guard's doing, not news for anyone."""
+
 
 def main(argv: list[str]) -> int:
     fd, folder, sep, *command = argv
@@ -33,6 +36,8 @@ def main(argv: list[str]) -> int:
         f.write(str(child.pid))
     threading.Thread(target=_watch_tuner, args=(int(fd), folder), daemon=True).start()
     code = child.wait()
+    if _STOPPING.is_set():  # the tuner is gone and the watcher is cleaning up: it ends this process
+        threading.Event().wait()
     if code < 0:  # die of the same signal: the tuner tells SIGKILL from a crash by it
         with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
             signal.signal(-code, signal.SIG_DFL)
@@ -43,6 +48,7 @@ def main(argv: list[str]) -> int:
 def _watch_tuner(fd: int, folder: str) -> None:
     while os.read(fd, 1):  # the tuner never writes: this returns only at EOF, when it is gone
         pass
+    _STOPPING.set()
     kill_trial(folder, spare=os.getpid())
     shutil.rmtree(folder, ignore_errors=True)
     os._exit(128 + signal.SIGKILL)
