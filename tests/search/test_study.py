@@ -111,36 +111,48 @@ def test_time_budget_stops_starting_trials(tmp_path, capsys):
 
 def test_the_time_budget_stops_a_running_trial_and_queues_it_again(tmp_path, capsys):
     """The crashy workload's batch size 5 hangs: started with time left, it is stopped at the end of
-    the budget, recorded as ``budget`` (not a hang), and queued for the next run."""
+    the budget, recorded as ``budget`` (not a hang), and queued for the next run.
+
+    The budget is set from the stock trial's own duration, measured in a first run: a hang starts
+    only when the time left exceeds a typical trial, and on a loaded machine the stock trial alone
+    can take most of any fixed budget. The second run's first trial (never stopped: each run
+    measures one) is a queued fp8 trial that the CPU refuses at once, so the hang starts next."""
     import time
 
     space = tmp_path / "hang.yaml"
-    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n")
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n"
+                     "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n")
     out = tmp_path / "run"
-    out.mkdir()
     name = "tests.search.crashy.Workload-tiny-hang"
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
-    study.enqueue_trial({"batch_size": 2}, user_attrs={"stock": True})
-    study.enqueue_trial({"batch_size": 5})
-    argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "4",
+    argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
             "--synthetic", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--timeout-per-trial", "600",
-            "--time-budget", "30s", "--out", str(out)]
+            "--out", str(out)]
+    assert main(argv) == 0  # the stock trial (batch size 2)
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    study = optuna.load_study(study_name=name, storage=storage)
+    (stock,) = study.trials
+    budget = (stock.datetime_complete - stock.datetime_start).total_seconds() + 15
+    study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "fp8"})
+    study.enqueue_trial({"batch_size": 5, "precision.regions.dit": "bf16"})
+    capsys.readouterr()
     began = time.monotonic()
-    assert main(argv) == 0
+    assert main([*argv[:8], "4", *argv[9:], "--time-budget", f"{budget:.0f}s"]) == 0
     took = time.monotonic() - began
     trials = optuna.load_study(study_name=name, storage=storage).trials
-    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
-    assert reason_of(trials[1]) == "budget" and "end of the time budget" in record_of(trials[1]).failure.error
-    assert trials[2].system_attrs["fixed_params"] == {"batch_size": 5} and trials[2].user_attrs["queued_again_from"] == 1
-    assert 30 <= took < 30 + 25, took  # the hang ran to the budget's end, not to its 600 s timeout
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.WAITING]
+    assert reason_of(trials[1]) == "config"
+    assert reason_of(trials[2]) == "budget" and "end of the time budget" in record_of(trials[2]).failure.error
+    assert trials[3].system_attrs["fixed_params"] == {"batch_size": 5, "precision.regions.dit": "bf16"}
+    assert trials[3].user_attrs["queued_again_from"] == 2
+    assert round(budget) <= took < budget + 25, (took, budget)  # the hang ran to the budget's end, not to its 600 s timeout
     printed = capsys.readouterr().out
     assert "failed (budget)" in printed and "s left after 2 trials of this run" in printed
     assert load_config(out / "best.yaml").batch_size == 2
 
 
-def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path):
-    """SIGTERM to `autotune run` stops the trial in flight: its processes and temporary folder go."""
+def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatch):
+    """SIGTERM to `autotune run` stops the trial in flight: its processes and temporary folder go,
+    and the trial is recorded as interrupted and queued again."""
     import os
     import signal
     import subprocess
@@ -170,15 +182,22 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path):
     left = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
     assert not left, f"trial processes left behind: {left}"
 
-    # the same command again continues the study: the trial in flight is lost (FAIL), the rest runs
+    # the trial in flight failed as interrupted, with the signal, and was queued again (row 7 of issue 18)
     name = "tests.search.crashy.Workload-tiny-hang"
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "run" / "study.journal")))
-    optuna.load_study(study_name=name, storage=storage).enqueue_trial({"batch_size": 2})
-    again = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "2",
+    stopped, queued = optuna.load_study(study_name=name, storage=storage).trials
+    assert stopped.state == TrialState.FAIL and reason_of(stopped) == "interrupted"
+    assert record_of(stopped).failure.error == "the tuner was stopped by SIGTERM while the trial ran"
+    assert queued.state == TrialState.WAITING and queued.user_attrs == {"stock": True, "queued_again_from": 0}
+
+    # the same command again measures it (the hang is over): the study has its stock baseline
+    monkeypatch.setenv("CRASHY_HANG_S", "0")
+    again = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
              "--synthetic", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--out", str(tmp_path / "run")]
     assert main(again) == 0
     trials = optuna.load_study(study_name=name, storage=storage).trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[1].params == {"batch_size": 5} and load_config(tmp_path / "run" / "best.yaml").provenance["stock_samples_per_s"]
 
 
 def test_a_changed_space_does_not_continue_the_study(tmp_path, capsys):
