@@ -12,13 +12,17 @@ works in a database of its own, created and dropped around it (the role needs CR
 from __future__ import annotations
 
 import glob
+import json
 import os
+import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +43,7 @@ psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not insta
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+HANG = "tests.search.crashy.Workload-tiny-hang"
 
 
 def _bindir() -> Path | None:
@@ -104,13 +109,17 @@ def test_unreachable_server_is_one_line_without_the_password(tmp_path):
     assert "Connection refused" in msg and "hunter2" not in msg and "\n" not in msg
 
 
-def test_bad_storage_exits_2_with_one_line(tmp_path):
-    cmd = [sys.executable, "-m", "autotune", "run", "--storage", "postgresql://nobody:hunter2@127.0.0.1:1/x",
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://nobody:hunter2@127.0.0.1:1/x", "postgresql://nobody:***@127.0.0.1:1/x"),
+    ("postgresql://nobody@127.0.0.1:1/x?password=hunter2", "postgresql://nobody@127.0.0.1:1/x?password=***"),
+])
+def test_bad_storage_exits_2_with_one_line(tmp_path, url, shown):
+    cmd = [sys.executable, "-m", "autotune", "run", "--storage", url,
            "--space", "quick", "--synthetic", "--trials", "1", "--out", str(tmp_path / "run")]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autotune: error: --storage postgresql://nobody:***@127.0.0.1:1/x"), done.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: --storage {shown}: cannot open"), done.stderr
     assert "hunter2" not in done.stderr + done.stdout
 
 
@@ -175,3 +184,98 @@ def test_two_workers_share_one_study(pg_url, tmp_path):
     assert {t.user_attrs["worker"].rsplit(":", 1)[1] for t in study.trials} == pids
     for i in range(2):  # each worker wrote its own results from the shared study
         assert (tmp_path / f"worker{i}" / "best.yaml").exists()
+
+
+@pytest.mark.slow
+def test_a_password_in_the_query_or_the_environment_is_shown_nowhere(pg_url, tmp_path):
+    """Row 9 of issue 18: the URL comes from $AUTOTUNE_STORAGE (not in ps), its password in the query
+    string; run.json, report.html and every line printed show it hidden."""
+    url = make_url(pg_url)
+    password = url.password or "not-needed"  # a server that trusts local users ignores it
+    query_url = url.set(password=None).update_query_dict({"password": password}).render_as_string(hide_password=False)
+    out = tmp_path / "run"
+    env = {**ENV, "AUTOTUNE_STORAGE": query_url}
+    run = [sys.executable, "-m", "autotune", "run", "--space", "quick", "--synthetic", "--trials", "1", "--steps", "1",
+           "--warmup", "1", "--batch-size", "2", "--profile-steps", "0", "--out", str(out)]
+    done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = subprocess.run([sys.executable, "-m", "autotune", "report", str(out)], capture_output=True, text=True,
+                            env=env, cwd=ROOT, timeout=300)
+    assert report.returncode == 0, report.stderr
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["storage"].endswith(f"{url.database}?password=***")
+    for text in (done.stdout, done.stderr, report.stdout, report.stderr, (out / "run.json").read_text(),
+                 (out / "report.html").read_text()):
+        assert f"password={password}" not in text
+    assert "?password=***" in (out / "report.html").read_text()
+    assert not (out / "study.journal").exists()  # the study is in the database
+    assert optuna.get_all_study_names(open_storage(query_url, tmp_path)) == ["gr00t_n16-tiny-quick"]
+
+
+def _lines(proc: subprocess.Popen) -> queue.Queue:
+    """The process's output lines, read as they come (None at the end)."""
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _until(lines: queue.Queue, text: str, seen: list[str], seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        assert line is not None, "".join(seen)
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no {text!r} in:\n{''.join(seen)}")
+
+
+@pytest.mark.slow
+def test_a_killed_workers_trial_is_failed_and_measured_by_the_other(pg_url, tmp_path):
+    """Row 4 of issue 18: worker A is killed with SIGKILL mid-trial. Worker B, which the running trial
+    left with nothing to start, waits past the grace period instead of counting it, fails it (with
+    its reason), and measures it again; the study ends with its stock trial measured."""
+    space = tmp_path / "hang.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n")
+    run = [sys.executable, "-m", "autotune", "run", "--storage", pg_url, "--workload", "tests.search.crashy:Workload",
+           "--preset", "tiny", "--space", str(space), "--trials", "1", "--synthetic", "--batch-size", "5", "--steps", "1",
+           "--warmup", "1", "--profile-steps", "0", "--grace-period", "10"]
+    a = subprocess.Popen([*run, "--out", str(tmp_path / "a")], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)  # batch size 5 hangs for an hour in A
+    b = None
+    try:
+        storage = open_storage(pg_url, tmp_path)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (
+                optuna.get_all_study_names(storage) and optuna.load_study(study_name=HANG, storage=storage).get_trials(
+                    states=(TrialState.RUNNING,))):
+            time.sleep(0.5)
+        b = subprocess.Popen([*run, "--out", str(tmp_path / "b")], env={**ENV, "CRASHY_HANG_S": "0"}, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines, seen = _lines(b), []
+        _until(lines, "waiting for those of other workers still running", seen)
+        a.kill()
+        a.wait()
+        _until(lines, "trial 1/1", seen)
+        assert b.wait(timeout=120) == 0, "".join(seen)
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    output = "".join(seen)
+    assert f"trial #0 was lost: its worker {socket.gethostname()}:{a.pid} stopped sending heartbeats for more than 10 s" in output
+    lost, again = optuna.load_study(study_name=HANG, storage=storage).trials
+    assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted"
+    assert again.state == TrialState.COMPLETE and again.params == {"batch_size": 5}
+    assert again.user_attrs["stock"] and again.user_attrs["queued_again_from"] == 0
+    assert again.user_attrs["worker"] == f"{socket.gethostname()}:{b.pid}"
