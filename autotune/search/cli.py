@@ -20,8 +20,8 @@ from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.space import load_space
 from autotune.search.storage import GRACE_PERIOD
 from autotune.search.study import SAMPLERS, StudyOptions
-from autotune.workloads.stock import stock_config
 from autotune.search.urls import STORAGE_ENV, storage_url
+from autotune.workloads.stock import stock_config
 
 DEFAULT_WORKLOAD = "gr00t_n16"
 
