@@ -41,7 +41,8 @@ def test_entries_from_names_and_files(tmp_path):
     assert best.config.preset == "tiny" and best.config.batch_size == 2
     assert best.config.data.source == "synthetic"
     assert best.config.ddp.bucket_cap_mb == 50.0 and best.config.data.num_workers == 0
-    assert best.adjusted == {"preset": ["full", "tiny"], "batch_size": [16, 2], "data.source": ["lerobot", "synthetic"]}
+    assert best.adjusted == {"preset": ["full", "tiny"], "batch_size": [16, 2], "data.source": [None, "synthetic"],
+                            "data.video_backend": [None, "pyav"]}
     assert best.provenance["trial"] == 3 and best.config.provenance is None
     assert load_config(path).preset == "full"  # the file itself is not touched
 

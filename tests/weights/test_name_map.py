@@ -73,11 +73,11 @@ def test_connector_computes_what_mlp1_computes_on_pixel_unshuffle():
     with torch.no_grad():
         conn.norm.weight.normal_()
         conn.norm.bias.normal_()
-    side, d = p.patches_per_side, p.vision_hidden
-    feats = torch.randn(2, side * side, d)
+    (gh, gw), d = p.patch_grid, p.vision_hidden
+    feats = torch.randn(2, gh * gw, d)
     t = make_transform({"name": "unshuffle_channels", "groups": 4}, "t")
     # modeling_eagle3_vl.py pixel_shuffle_back: [C, h, w] per image, F.pixel_unshuffle, then mlp1
-    grid = feats.transpose(1, 2).reshape(2, d, side, side)
+    grid = feats.transpose(1, 2).reshape(2, d, gh, gw)
     x = F.pixel_unshuffle(grid, 2).flatten(2).transpose(1, 2)
     x = F.layer_norm(x, (x.shape[-1],), t.to_upstream(conn.norm.weight), t.to_upstream(conn.norm.bias))
     x = F.linear(F.gelu(F.linear(x, t.to_upstream(conn.fc1.weight), conn.fc1.bias)), conn.fc2.weight, conn.fc2.bias)

@@ -114,6 +114,6 @@ def test_check_then_train_two_steps(datasets, name, tmp_path, capsys):
     config.write_text(f"preset: tiny\nbatch_size: 2\ndevice: cpu\ndata:\n  dataset: {root}\n  num_workers: 0\n")
     assert main(["train", "--config", str(config), "--steps", "2", "--warmup", "0", "--json"]) == 0
     captured = capsys.readouterr()
-    result = json.loads(captured.out.strip().splitlines()[-1])
+    result = json.loads(captured.out.strip().splitlines()[-1])["measurement"]  # the run's record
     assert result["steps"] == 2 and len(result["losses"]) == 2 + result["warmup_steps"]
     assert all(torch.isfinite(torch.tensor(result["losses"])))

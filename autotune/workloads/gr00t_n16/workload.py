@@ -46,7 +46,7 @@ class Gr00tN16(Workload):
     def fit_data(self, preset: str, data: DataConfig) -> None:
         """Fit ``preset`` to ``data.dataset`` (a null dataset is made to the preset: nothing to fit)."""
         self._fitted.pop(preset, None)
-        if data.source != "lerobot" or not data.dataset:
+        if data.source not in (None, "lerobot") or not data.dataset:  # null: the first source, lerobot
             return
         from autotune.data import load_meta
         from autotune.workloads.gr00t_n16.fit import describe_fit, fit_preset
