@@ -1,5 +1,5 @@
 """Cross-check with the lerobot library itself, in a scratch environment (not part of the test suite:
-lerobot does not install beside this project's torch; see BENCHMARKS.md, "LeRobot formats").
+lerobot does not install beside this project's torch: 0.4.x pins torch < 2.11).
 
     python3 -m venv /tmp/lr04 && /tmp/lr04/bin/pip install lerobot==0.4.4      # writes v3.0
     python3 -m venv /tmp/lr03 && /tmp/lr03/bin/pip install lerobot==0.3.3 torch==2.7.1 torchvision==0.22.1  # v2.1

@@ -1,9 +1,11 @@
 """LeRobot v2.0, v2.1 and v3.0 as the lerobot library lays them out: index, stats, modality, errors.
 
-The datasets are written by ``data make`` (lerobot itself does not install beside this torch: 0.4
-pins torch < 2.11, 0.3.2 installs but its torchvision does not import). Their layout is checked
-here against what lerobot 0.3.3 / 0.4.4 wrote in a scratch environment (the column and key lists
-below), and BENCHMARKS.md records that each library read the other's files.
+The datasets are written by ``data make`` (lerobot itself does not install beside this torch: every
+0.4.x pins torch < 2.11, and the 0.3.x a resolver falls back to needs torchvision, whose wheel does
+not import beside the CPU torch). Their layout is checked here against lerobot's own: the info.json
+keys are those of lerobot 0.4.4's ``create_empty_dataset_info`` (v3.0) and 0.3.3's (v2.1), the
+episode-index columns those its ``save_episode`` writes. ``tests/data/lerobot_interop.py`` writes
+and reads datasets with lerobot itself in a scratch environment, for a cross-check by hand.
 """
 
 from __future__ import annotations
