@@ -34,7 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("autotune.report.cli", "write the HTML report of a run folder (report.html)"),
     "data": ("autotune.data.cli", "check, map (modality.json) or make a LeRobot dataset (v2.0, v2.1, v3.0)"),
     "inspect": ("autotune.workloads.inspect_cmd", "parameter counts and FLOPs per sample of a workload preset"),
-    "space": ("autotune.search.cli", "print the search space `run` searches for a workload (YAML to edit and pass back)"),
+    "space": ("autotune.search.cli", "print the search space `run` searches for a workload (as YAML, to edit and "
+                                      "pass back with --space FILE)"),
     "trainer-args": ("autotune.export", "the knobs of a configuration as Hugging Face TrainingArguments, and those that "
                      "do not carry over"),
 }  # fmt: skip
