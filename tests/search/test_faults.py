@@ -6,6 +6,8 @@ two loader workers) for ``$CRASHY_HANG_S`` seconds, and crashes at 3.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import shutil
 import signal
@@ -21,6 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.cli import main
+from autotune.search.journal import SafeJournalFile, open_journal
 from autotune.search.trials import reason_of, record_of
 
 pytestmark = pytest.mark.slow
@@ -92,6 +95,11 @@ def wait_for_trial(tmp_path: Path, processes: int, seconds: float = 240.0) -> Pa
     raise AssertionError("the trial did not start")
 
 
+def files_of(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder``, by its relative path, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def gone(pids: list[int], seconds: float = 20.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -116,19 +124,27 @@ def test_a_second_tuner_on_the_folder_is_refused_naming_the_first(tmp_path, caps
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=60)
+    assert journal.read_bytes().startswith(before)  # the first tuner appended its trial's end, nothing rewritten
     (stock,) = [t for t in journal_study(tmp_path / "run", HANG).trials if t.state != TrialState.WAITING]
     assert stock.user_attrs["stock"] and reason_of(stock) == "interrupted"
 
 
 def test_a_killed_tuner_takes_its_trial_processes_and_folder_along(tmp_path):
-    """Row 5: ``kill -9`` of the tuner; its trial's guard kills the worker and its two loader workers."""
+    """Row 5: ``kill -9`` of the tuner; its trial's guard kills the worker and its two loader workers.
+    Nothing in the run folder changes after the kill (no process of the trial writes on there), and
+    the journal still reads: its trial is RUNNING, for the next tuner to fail and measure again."""
     tuner = start_tuner(tmp_path, hang_argv(tmp_path, 6))
     folder = wait_for_trial(tmp_path, 4)  # the guard, the worker, two loader workers
     pids = trial_processes(folder)
+    before = files_of(tmp_path / "run")
     tuner.kill()
     tuner.wait()
     assert gone(pids), f"trial processes left behind: {[p for p in pids if psutil.pid_exists(p)]}"
     assert not folder.exists()
+    time.sleep(1)  # a process left behind would write on meanwhile
+    assert files_of(tmp_path / "run") == before
+    (running,) = journal_study(tmp_path / "run", HANG).trials
+    assert running.state == TrialState.RUNNING and running.params == {"batch_size": 6} and running.user_attrs["stock"]
 
 
 def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
@@ -188,6 +204,92 @@ def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys
     lost, again = after[1:]
     assert lost.params == before[1][3] and reason_of(lost) == "interrupted"
     assert again.state == TrialState.COMPLETE and again.params == lost.params and again.user_attrs["queued_again_from"] == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 32 MiB tmpfs of the test's own, to fill (mounting needs root: skipped elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode:
+        pytest.skip("no tmpfs can be mounted here (needs root)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to its last byte; the filler file."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+def end_near_a_page(journal: Path, room: int = 16) -> None:
+    """Append a study attribute (``pad``) that makes the journal end ``room`` bytes before a page
+    boundary: on the full disk its next entry is written in part (``room`` bytes), then fails."""
+    page = os.statvfs(journal).f_frsize
+
+    def entry(n: int) -> dict:
+        return {"op_code": 2, "worker_id": "test-pad", "study_id": 0, "user_attr": {"pad": "x" * n}}
+
+    bare = len(json.dumps(entry(0), separators=(",", ":"))) + 1
+    SafeJournalFile(journal).append_logs([entry(-(journal.stat().st_size + bare + room) % page)])
+    assert journal.stat().st_size % page == page - room
+
+
+def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_path):
+    """Row 2, a real full disk: the run folder on a tmpfs that fills while a trial runs. The tuner's
+    first entry after the trial cannot be written: one line, exit 2, the journal cut back to its last
+    whole entry (its write got as far as the disk's last bytes), no file of the folder changed. Once there is room, the same command fails the trial
+    (its tuner was gone), measures it again, and every trial before it stands as it was."""
+    out = small_disk / "run"
+    argv = hang_argv(tmp_path, 2)
+    argv[argv.index("--out") + 1] = str(out)
+    first = start_tuner(tmp_path, argv)
+    assert first.wait(timeout=600) == 0, first.stdout.read()  # the stock trial (batch size 2) is measured
+    journal = out / "study.journal"
+    study = optuna.load_study(study_name=HANG, storage=open_journal(journal))
+    (stock_before,) = summary(study.trials)
+    study.enqueue_trial({"batch_size": 5})  # hangs for $CRASHY_HANG_S, then trains
+    argv[argv.index("--trials") + 1] = "2"
+
+    tuner = start_tuner(tmp_path, argv, CRASHY_HANG_S="25")
+    folder = wait_for_trial(tmp_path, 2)  # the guard and the worker of trial #1
+    pids = trial_processes(folder)
+    end_near_a_page(journal)
+    before = files_of(out)
+    filler = fill(small_disk)
+    output = tuner.communicate(timeout=600)[0]
+    assert tuner.returncode == 2, output
+    assert "Traceback" not in output, output
+    assert (f"autotune: error: {journal}: cannot write the study's journal (No space left on device); nothing of the "
+            "last change was kept, the entries before it stand") in output.splitlines(), output
+    after = files_of(out)
+    logs = {k for k in before if k.startswith("logs/")}  # the trial's worker wrote its log while there was room
+    assert {k: v for k, v in after.items() if k not in logs} == {k: v for k, v in before.items() if k not in logs}
+    assert all(after[k].startswith(before[k]) for k in logs)
+    assert gone(pids, 5) and not folder.exists()
+
+    filler.unlink()
+    again = start_tuner(tmp_path, argv, CRASHY_HANG_S="0")
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert f"trial #1 was lost: its tuner {socket.gethostname()}:{tuner.pid} stopped before the trial ended" in output
+    assert journal.read_bytes().startswith(before["study.journal"])
+    stock, lost, measured = journal_study(out, HANG).trials
+    assert summary([stock]) == [stock_before]  # as the first run left it
+    assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted" and lost.params == {"batch_size": 5}
+    assert measured.state == TrialState.COMPLETE and measured.params == {"batch_size": 5}
+    assert measured.user_attrs["queued_again_from"] == 1
 
 
 def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_path, capsys):

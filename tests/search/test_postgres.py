@@ -174,7 +174,7 @@ def test_two_workers_share_one_study(pg_url, tmp_path):
            "--profile-steps", "0", "--no-guidance"]  # the sharing, not the guidance, is under test here
     workers = [subprocess.Popen([*run, "--out", str(tmp_path / f"worker{i}")], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=ENV, cwd=ROOT) for i in range(2)]
-    outputs = [w.communicate(timeout=180)[0] for w in workers]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]  # a guard against a hang: ~110 s at a load of 5
     assert [w.returncode for w in workers] == [0, 0], "\n\n".join(outputs)
 
     study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=open_storage(pg_url, tmp_path))
@@ -263,6 +263,7 @@ def test_a_killed_workers_trial_is_failed_and_measured_by_the_other(pg_url, tmp_
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines, seen = _lines(b), []
         _until(lines, "waiting for those of other workers still running", seen)
+        (running,) = optuna.load_study(study_name=HANG, storage=storage).get_trials(states=(TrialState.RUNNING,))
         a.kill()
         a.wait()
         _until(lines, "trial 1/1", seen)
@@ -276,6 +277,9 @@ def test_a_killed_workers_trial_is_failed_and_measured_by_the_other(pg_url, tmp_
     assert f"trial #0 was lost: its worker {socket.gethostname()}:{a.pid} stopped sending heartbeats for more than 10 s" in output
     lost, again = optuna.load_study(study_name=HANG, storage=storage).trials
     assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted"
+    # what A had written of its trial before the kill stands: number, parameters, start, attributes
+    assert (lost.number, lost.params, lost.datetime_start) == (running.number, running.params, running.datetime_start)
+    assert lost.user_attrs.items() >= running.user_attrs.items()
     assert again.state == TrialState.COMPLETE and again.params == {"batch_size": 5}
     assert again.user_attrs["stock"] and again.user_attrs["queued_again_from"] == 0
     assert again.user_attrs["worker"] == f"{socket.gethostname()}:{b.pid}"

@@ -176,8 +176,11 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
     time.sleep(2)  # the worker process is up
     workers = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
     assert workers, "the trial's worker is running"
+    journal = tmp_path / "run" / "study.journal"
+    before = journal.read_bytes()
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 128 + signal.SIGTERM
+    assert journal.read_bytes().startswith(before)  # appended to (the trial's end), nothing before it changed
     assert not folder.exists()
     left = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
     assert not left, f"trial processes left behind: {left}"
