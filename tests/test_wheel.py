@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ["autotune", "search_spaces", "pyproject.toml", "README.md"]  # what the build reads
-STUDY = ["run", "--preset", "tiny", "--space", "quick", "--trials", "2", "--synthetic", "--steps", "2", "--warmup", "1"]
+STUDY = ["run", "--preset", "tiny", "--space", "quick", "--trials", "2", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "2", "--warmup", "1"]
 RUN_DIR = Path("runs/gr00t_n16-tiny-quick")  # the default run folder of STUDY
 
 

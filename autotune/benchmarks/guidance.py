@@ -106,7 +106,9 @@ def run_study(args: argparse.Namespace, seed: int, mode: str) -> StudyRun:
     folder = Path(args.out) / f"seed{seed}-{mode}"
     cmd = [sys.executable, "-m", "autotune", "run", "--space", args.space, "--preset", args.preset,
            "--trials", str(args.trials), "--seed", str(seed), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--stage-trials", str(args.stage_trials), "--nproc", str(args.nproc), "--out", str(folder)]
+           "--stage-trials", str(args.stage_trials), "--nproc", str(args.nproc), "--out", str(folder),
+           # the same number of trials in both modes, and no re-measuring: the studies' own numbers are compared
+           "--converge-after", "0", "--confirm-rounds", "0"]
     cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
     cmd += ["--base", args.base] if args.base else []
     cmd += ["--synthetic"] if args.synthetic else []

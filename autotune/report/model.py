@@ -63,6 +63,16 @@ class Summary:
     parity: Parity | None
     references: dict[str, float | None] = field(default_factory=dict)
     """Samples/s of each ``--reference`` configuration over stock's (None: it gave no measurement)."""
+    confirmation: dict[str, Any] | None = None
+    """best.yaml's ``confirmation`` (stock and the winner measured again, interleaved): where it
+    confirmed, ``speedup`` and the samples/s above are the confirmed ones."""
+    study_speedup: float | None = None
+    """What the study's own trials said (best over stock), beside the confirmed speed-up."""
+    converged: str | None = None
+    """Why the study stopped by itself (None: it ran to --trials or --time-budget, or is running)."""
+    stock_spread: float | None = None
+    best_spread: float | None = None
+    """p10-p90 of the trial's measured steps relative to their median."""
 
 
 @dataclass
@@ -134,6 +144,8 @@ def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str |
     profiles = [Profile.read(d, run_dir, notes) for d in folder.profile_dirs(run_dir)]
     stock_profile = _profile_of(stock, profiles, None)
     best_profile = _profile_of(best, profiles, diagnosis.get("final_profile"))
+    for trial, prof in ((stock, stock_profile), (best, best_profile)):
+        _at_measured_rate(trial, prof)
     if best_yaml is None:
         notes.append("best.yaml is not written yet (the study is running or was interrupted); "
                      "the best trial's parameters are shown instead")
@@ -145,7 +157,8 @@ def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str |
     return Report(
         run_dir=str(run_dir), study_name=study.study_name, status=_status(run, trials, best_yaml),
         generated_at=dt.datetime.now().isoformat(timespec="seconds"), run=run,
-        summary=_summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)),
+        summary=_confirmed(_summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)), provenance,
+                           diagnosis),
         trials=rows, param_names=sorted({p for t in trials for p in t.params}), importances=importances,
         stages=stages, stock_profile=stock_profile, best_profile=best_profile, profiles=profiles,
         best_yaml=best_yaml, best_params=dict(best.params) if best else {},
@@ -196,8 +209,33 @@ def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenT
         pruned=states.count(TrialState.PRUNED), failed=states.count(TrialState.FAIL) + oom,
         running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),
         tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None, parity=parity,
+        stock_spread=stock_m.step_time.spread if stock_m else None, best_spread=best_m.step_time.spread if best_m else None,
         references={t.user_attrs[REFERENCE]: t.value / stock_speed if feasible(t) and stock_speed else None
                     for t in trials if t.user_attrs.get(REFERENCE)})
+
+
+def _confirmed(summary: Summary, provenance: dict[str, Any], diagnosis: dict[str, Any]) -> Summary:
+    """The summary with best.yaml's confirmed numbers, where the winner was measured again."""
+    converged = diagnosis.get("converged") or {}
+    summary.converged = provenance.get("converged") or (converged.get("reason") if isinstance(converged, dict) else None)
+    conf = provenance.get("confirmation")
+    summary.study_speedup = summary.speedup
+    if isinstance(conf, dict):
+        summary.confirmation = conf
+        if provenance.get("confirmed") and conf.get("speedup") is not None:
+            summary.speedup = conf["speedup"]
+            summary.stock_samples_per_s = conf.get("stock_samples_per_s")
+            summary.best_samples_per_s = conf.get("samples_per_s")
+            summary.best_trial = conf.get("trial", summary.best_trial)
+    return summary
+
+
+def _at_measured_rate(trial: FrozenTrial | None, profile: Profile | None) -> None:
+    """Give a loader-bound trial's profile the step it really ran at (its loader's rate)."""
+    m = measurement_of(trial) if trial is not None else None
+    if profile is None or m is None or not m.loader.bound or not m.samples_per_s or not m.batch_size:
+        return
+    profile.measured_step_ms = 1e3 * m.batch_size * m.world_size / m.samples_per_s
 
 
 def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Parity | None:

@@ -14,13 +14,16 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.report import folder
+from autotune.search.noise import flags
 from autotune.search.trials import (
     GROUP,
+    NOISY,
     REFERENCE,
     STAGE,
     constraint_of,
     measured,
     measurement_of,
+    parity_passed,
     reason_of,
     record_of,
 )
@@ -168,6 +171,25 @@ class Profile:
     buckets: dict[str, float] | None = None
     ranks: list[RankBuckets] | None = None
     top_kernels: list[Kernel] | None = None
+    measured_step_ms: float | None = None
+    """The step at the rate its trial really ran where its loader set that rate (loader-bound): the
+    profiled steps came from the workers' buffer and are shorter (None: not loader-bound)."""
+
+    @property
+    def bad_overhead(self) -> bool:
+        """The profiler's overhead is outside [0, 100 %]: the profiled or the unprofiled steps were
+        disturbed (a busy host, a loader catching up), and the figure is a bad measurement."""
+        return self.overhead is not None and not 0.0 <= self.overhead <= 1.0
+
+    def scaled(self, rank: RankBuckets) -> tuple[float, dict[str, float]]:
+        """A rank's step (ms) and bucket shares at the measured rate: the profiled split, with the time
+        a loader-bound step waits beyond the profiled one added to ``data_stall``."""
+        if self.measured_step_ms is None or self.measured_step_ms <= rank.step_time_ms:
+            return rank.step_time_ms, rank.buckets
+        extra = self.measured_step_ms - rank.step_time_ms
+        ms = {b: v * rank.step_time_ms for b, v in rank.buckets.items()}
+        ms["data_stall"] = ms.get("data_stall", 0.0) + extra
+        return self.measured_step_ms, {b: v / self.measured_step_ms for b, v in ms.items()}
 
     @classmethod
     def read(cls, path: Path, run_dir: Path, notes: list[str]) -> Profile:
@@ -217,6 +239,19 @@ class TrialRow:
     stock: bool = False
     best: bool = False
     pareto: bool = False
+    step_time_spread: float | None = None
+    """p10-p90 of the measured steps relative to their median."""
+    host_busy: float | None = None
+    """Share of the host's CPUs other processes used when the trial started."""
+    noise: list[str] | None = None
+    """Why its measurement is not taken on its word (:func:`autotune.search.noise.flags`)."""
+    remeasured_samples_per_s: float | None = None
+    """A second run of a noisy trial (its value is the lower of the two)."""
+    noisy: bool = False
+    """Noisy and not settled by a second run: never the best."""
+    parity_passed: bool | None = None
+    cost: dict[str, float] | None = None
+    """Where its wall time went, seconds per part (:mod:`autotune.train.cost`)."""
 
     @property
     def failed(self) -> bool:
@@ -251,7 +286,17 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
         error=record.failure.error if record is not None and record.failure is not None else None,
         duration_s=duration, log=in_run(log, run_dir) if log.is_file() else None,
         reference=a.get(REFERENCE), stock=stock, best=best, pareto=pareto,
-        window_samples_per_s=m.loader.window_samples_per_s if m and m.loader.bound else None)
+        window_samples_per_s=m.loader.window_samples_per_s if m and m.loader.bound else None,
+        step_time_spread=m.step_time.spread if m else None,
+        host_busy=record.host.others_busy if record is not None and record.host is not None else None,
+        noise=flags(record) or None,
+        remeasured_samples_per_s=_again(record), noisy=bool(a.get(NOISY)), parity_passed=parity_passed(t),
+        cost={k: v for k, v in record.cost.parts.items() if v >= 0.05} if record is not None and record.cost else None)
+
+
+def _again(record) -> float | None:
+    again = record.remeasure if record is not None else None
+    return again.measurement.samples_per_s if again is not None and again.measurement is not None else None
 
 
 def pareto_front(trials: list[FrozenTrial]) -> set[int]:

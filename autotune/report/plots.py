@@ -124,20 +124,28 @@ def buckets(report: Report) -> Figure:
     labels = [label for label, _ in bars]
     left = [0.0] * len(bars)
     for b in BUCKETS:
-        widths = [r.buckets.get(b, 0.0) * r.step_time_ms for _, r in bars]
+        widths = [shares.get(b, 0.0) * ms for _, (ms, shares) in bars]
         ax.barh(labels, widths, left=left, color=BUCKET_COLORS[b], label=b)
         left = [x + w for x, w in zip(left, widths)]
     ax.invert_yaxis()
-    ax.set_xlabel("ms per step (median step, split by the bucket shares)")
+    ax.set_xlabel("ms per step (median step, split by the bucket shares; a loader-bound trial at its measured rate)")
     ax.legend(fontsize=8, ncol=len(BUCKETS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return Figure(title, png=png(fig))
 
 
-def _bucket_bars(stock: Profile | None, best: Profile | None) -> list[tuple[str, object]]:
+def _bucket_bars(stock: Profile | None, best: Profile | None) -> list[tuple[str, tuple[float, dict[str, float]]]]:
+    """(label, (step ms, bucket shares)) per rank. A loader-bound trial's bar is its step at the rate
+    it really ran (its loader's), the profiled split with the extra wait in ``data_stall``, and says so."""
     shown: list[tuple[str, Profile]] = []
     if stock is not None and best is not None and stock.path == best.path:
         shown.append(("stock = best", stock))
     else:
         shown += [(name, p) for name, p in (("stock", stock), ("best", best)) if p is not None]
-    return [(f"{name} #{p.trial} rank {r.rank}", r) for name, p in shown for r in (p.ranks or [])]
+    bars = []
+    for name, p in shown:
+        for r in p.ranks or []:
+            ms, shares = p.scaled(r)
+            note = f" (loader-bound: profiled {r.step_time_ms:.0f} ms + wait)" if ms > r.step_time_ms else ""
+            bars.append((f"{name} #{p.trial} rank {r.rank}{note}", (ms, shares)))
+    return bars

@@ -5,7 +5,9 @@
     python -m autotune run --space search_spaces/quick.yaml --trials 3 --synthetic --steps 2 --warmup 1
 
 Running the same command again continues the study kept in ``--out`` (``study.journal``); one
-tuner works in a folder at a time (:mod:`autotune.search.lock`).
+tuner works in a folder at a time (:mod:`autotune.search.lock`). A study ends by itself when it
+has converged (``--converge-after``), and ends with its winner measured again against stock
+(``--confirm-rounds``): the speed-up it prints and writes is that one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from autotune.config.compat import Machine, check_data
 from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
+from autotune.search.converge import FREE_TRIALS
 from autotune.search.space import load_space
 from autotune.search.storage import GRACE_PERIOD
 from autotune.search.study import SAMPLERS, StudyOptions
@@ -33,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "on GPU and tiny on CPU for gr00t_n16)")
     p.add_argument("--space", default=None, help="search space name or YAML path (default: the space made from the "
                    "workload's regions and this machine, `autotune space` prints it; gr00t_n16 and quick for gr00t_n16)")
-    p.add_argument("--trials", type=int, default=None, help="trials in the study, counting those of earlier runs (default: 20 on GPU, 4 on CPU)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="at most this many trials in the study, counting those of earlier runs; it ends earlier when it "
+                        "converges (default: 30 on GPU, 12 on CPU)")
     p.add_argument("--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed")
     p.add_argument("--memory-budget", default=None, help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)")
     p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial")
@@ -43,8 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --storage: a running trial whose worker sent no heartbeat for this long is failed and queued "
                         "again by the other workers (default: %(default)s)")
     p.add_argument("--out", default=None, help="run folder (default: runs/WORKLOAD-PRESET-SPACE)")
-    p.add_argument("--steps", type=int, default=None, help="measured steps per trial (default: 12 on GPU, 3 on CPU)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up steps per trial (default: 5 on GPU, 1 on CPU)")
+    p.add_argument("--steps", type=int, default=None, help="measured steps per trial (default: 10 on GPU, 3 on CPU)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warm-up steps per trial, at least (default: 4 on GPU, 1 on CPU; more where the loader's buffer "
+                        "or a graph capture needs them)")
     p.add_argument("--batch-size", type=int, default=None, help="samples per process per step (default: the preset's; 2 for tiny)")
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
@@ -56,13 +63,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also measure the stock configuration with these changes (e.g. compile.regions=[all]) as a "
                         "trial of its own, for comparison; repeatable")
     p.add_argument("--no-guidance", action="store_true", help="search all knobs from the start (no profile-guided stages)")
-    p.add_argument("--stage-trials", type=int, default=None, help="trials per profile-guided stage (default: 4 on GPU, 2 on CPU)")
+    p.add_argument("--stage-trials", type=int, default=None,
+                   help="at most this many trials per profile-guided search stage; a stage ends earlier at its first "
+                        "trial that gains nothing beyond noise (default: 2)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to its end (no pruning from step times)")
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled after each trial's measured steps (0: none)")
     p.add_argument("--time-budget", default=None, metavar="DURATION",
                    help="end the search within this much time, e.g. 900, 15m, 1.5h: no trial starts that would not fit (by "
                         "the study's median trial), one running at the end is stopped and queued for the next run "
                         "(default: none, --trials decides)")
+    p.add_argument("--converge-after", type=int, default=FREE_TRIALS, metavar="K",
+                   help="stop when no bucket is left to act on and the last K free (TPE) trials found nothing within "
+                        f"noise of the best (0: run to --trials or --time-budget; default: {FREE_TRIALS})")
+    p.add_argument("--confirm-rounds", type=int, default=2, metavar="N",
+                   help="at the end, measure stock and the best again in fresh processes, interleaved, N rounds (more "
+                        "while they vary); the printed and written speed-up is the confirmed one (0: none; default: 2)")
     p.set_defaults(func=run_search)
 
     sp = sub.add_parser("space", help="print the search space `run` searches for a workload (as YAML, to edit and pass "
@@ -101,15 +116,17 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     references = tuple((text, reference_config(base, text)) for text in args.reference)
     return StudyOptions(
         base=base, space=space, out=Path(args.out or Path("runs") / name),
-        trials=_at_least(args.trials, 1, "--trials", 20 if gpu else 4),
-        steps=_at_least(args.steps, 1, "--steps", 12 if gpu else 3),
-        warmup=_at_least(args.warmup, 0, "--warmup", 5 if gpu else 1), nproc=_at_least(args.nproc, 1, "--nproc", 1),
+        trials=_at_least(args.trials, 1, "--trials", 30 if gpu else 12),
+        steps=_at_least(args.steps, 1, "--steps", 10 if gpu else 3),
+        warmup=_at_least(args.warmup, 0, "--warmup", 4 if gpu else 1), nproc=_at_least(args.nproc, 1, "--nproc", 1),
         timeout_per_trial=_positive(args.timeout_per_trial, "--timeout-per-trial"), memory_budget=budget, sampler=args.sampler, seed=args.seed,
         storage=storage_url(args.storage), study_name=name, guidance=not args.no_guidance, references=references,
-        stage_trials=_at_least(args.stage_trials, 1, "--stage-trials", 4 if gpu else 2), prune=not args.no_prune,
+        stage_trials=_at_least(args.stage_trials, 1, "--stage-trials", 2), prune=not args.no_prune,
         profile_steps=_at_least(args.profile_steps, 0, "--profile-steps", 3),
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-        grace_period_s=_at_least(args.grace_period, 1, "--grace-period", GRACE_PERIOD))
+        grace_period_s=_at_least(args.grace_period, 1, "--grace-period", GRACE_PERIOD),
+        confirm_rounds=_at_least(args.confirm_rounds, 0, "--confirm-rounds", 2),
+        converge_after=_at_least(args.converge_after, 0, "--converge-after", FREE_TRIALS))
 
 
 def _positive(value: float, flag: str) -> float:
@@ -222,7 +239,21 @@ def write_study_report(opts):
     return None
 
 
+def speedup_line(best: Path) -> str:
+    """``1.42x stock, confirmed`` or ``1.42x stock in the study, not confirmed`` from best.yaml."""
+    from autotune.config import load_config
+
+    prov = load_config(best).provenance
+    speedup = prov.get("speedup_vs_stock")
+    if speedup is None:
+        return "no stock measurement to compare with"
+    if prov.get("trial") == prov.get("stock_trial"):
+        return "the stock configuration: nothing measured faster" + (", confirmed" if prov.get("confirmed") else "")
+    return f"{speedup:.2f}x stock, " + ("confirmed" if prov.get("confirmed") else "not confirmed")
+
+
 def run_search(args: argparse.Namespace) -> int:
+    from autotune.search.confirm import reserve_s
     from autotune.search.lock import hold_folder
     from autotune.search.output import write_run_info
     from autotune.search.study import run_study
@@ -241,14 +272,17 @@ def run_search(args: argparse.Namespace) -> int:
         print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
               f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
         write_run_info(opts, finished=False)
-        study = run_study(opts, machine, regions, report=lambda line: print(line, flush=True))
-        finish_study(opts, study)
+        say = lambda line: print(line, flush=True)  # noqa: E731
+        result = run_study(opts, machine, regions, report=say, reserve=lambda s: reserve_s(s, opts.confirm_rounds))
+        finish_study(opts, result.study, result.converged, result.deadline)
     return 0
 
 
-def finish_study(opts, study) -> None:
-    """trials.csv, parity.json and best.yaml (left as they are when the study has not changed since
-    best.yaml was written), then run.json and report.html, also when no trial gave a best."""
+def finish_study(opts, study, converged=None, deadline: float | None = None) -> None:
+    """trials.csv, the winner confirmed against stock (``--confirm-rounds``, no run starting that would
+    end after ``deadline``), parity.json and best.yaml (left as they are when the study has not
+    changed since best.yaml was written), then run.json and report.html, also when no trial gave a best."""
+    from autotune.search.confirm import confirm, write_confirmation
     from autotune.search.output import (
         best_is_current,
         write_best,
@@ -264,10 +298,17 @@ def finish_study(opts, study) -> None:
             print(f"nothing new in study {opts.study_name!r} since {best} was written: left as it is (options such as "
                   "--memory-budget apply to the trials still to run: raise --trials to run more)")
         else:
-            best = write_best(opts, study, write_parity(opts, study))
+            confirmation = None
+            if opts.confirm_rounds:
+                confirmation = confirm(opts, study, opts.confirm_rounds, deadline=deadline,
+                                       report=lambda line: print(line, flush=True))
+                if confirmation is not None:
+                    write_confirmation(opts.out, confirmation)
+                    print(confirmation.line(), flush=True)
+            best = write_best(opts, study, write_parity(opts, study, confirmation), confirmation, converged)
     finally:  # a study without a winner still gets its report, which says why
         write_run_info(opts, finished=True)
         report = write_study_report(opts)
         if report is not None:
             print(f"report: {report}")
-    print(f"best configuration: {best}  (train it: python -m autotune train --config {best})")
+    print(f"best configuration: {best} ({speedup_line(best)})  (train it: python -m autotune train --config {best})")

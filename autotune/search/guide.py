@@ -4,18 +4,27 @@ Every measured trial is profiled for a few steps after its measured window (``la
 profile_after=...)``), so the incumbent's buckets are always known. The search runs in stages:
 
 1. the stock configuration (trial 0) is measured and profiled;
-2. remedies first: for every bucket of the incumbent's profile worth acting on (at least
-   ``MIN_SHARE`` of the step), largest first (``data_stall`` first where the incumbent's loader
-   set its measured rate: :func:`ranked_buckets`), each mapped knob group (``BUCKET_GROUPS``) with
-   ``remedy`` values in the space gets one trial with its knobs at those values and every other
-   knob at the incumbent's (a ``remedy`` stage; the incumbent moves on as soon as one pays);
+2. remedies first: every knob group (``BUCKET_GROUPS``) of every bucket of the incumbent's
+   profile worth acting on (at least ``MIN_SHARE`` of the step) whose ``remedy`` values the
+   incumbent lacks gets them all at once in one trial (a ``remedies`` stage, once a study: on one
+   H200 the best configuration is stock with every remedy, reached one remedy a trial only after
+   five trials and five minutes); where that does not pay, each group, largest bucket first
+   (``data_stall`` first where the incumbent's loader set its measured rate:
+   :func:`ranked_buckets`), gets one trial with its knobs at those values and every other knob at
+   the incumbent's (a ``remedy`` stage; the incumbent moves on as soon as one pays);
    then a ``search`` stage takes the largest bucket whose group was not searched from this
-   incumbent (``Guide._blocked``) and runs ``stage_trials`` trials in which only that group's knobs
-   vary, the others fixed at the incumbent's values with Optuna's ``PartialFixedSampler`` (the
-   sampler still chooses the group's knobs from all it has learnt);
+   incumbent (``Guide._blocked``) and runs up to ``stage_trials`` trials in which only that
+   group's knobs vary, the others fixed at the incumbent's values with Optuna's
+   ``PartialFixedSampler`` (the sampler still chooses the group's knobs from all it has learnt).
+   A search tries only values that can win (:mod:`autotune.search.directions`: lower precisions,
+   region by region; fewer checkpointed regions; the remedies the incumbent holds kept) and ends
+   at its first trial that gains nothing beyond noise (:mod:`autotune.search.noise`) or when every
+   such combination is measured;
 3. the stage ends; its gain is best-in-stage over the incumbent it started from; the new
    incumbent's profile picks the next stage;
-4. with no bucket left to act on, the search goes on over all knobs (a ``free`` stage).
+4. with no bucket left to act on, the search goes on over all knobs (a ``free`` stage), until a
+   trial beats its incumbent beyond noise (then the stages begin again from the new incumbent)
+   or the study has converged (:mod:`autotune.search.converge`).
 
 The stages are the chain "bottleneck -> knob group -> measured gain" of the report. They live in
 the study's user attributes (``STUDY_ATTR``), so a resumed or shared study continues them, and in
@@ -31,8 +40,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.search.directions import LOCAL, search_choices
+from autotune.search.noise import beats, margin
 from autotune.search.space import Knob, SearchSpace
-from autotune.search.trials import PROFILE_DIR, feasible, measurement_of, profile_of
+from autotune.search.trials import PROFILE_DIR, eligible, measurement_of, profile_of
 
 BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
@@ -58,6 +69,9 @@ MIN_SHARE = 0.05
 MAX_ENUMERATED = 32
 """A search stage enumerates a discrete group of at most this many combinations."""
 
+STAGE_PATIENCE = 1
+"""A search stage ends after this many trials in a row that gained nothing beyond noise over its incumbent."""
+
 STUDY_ATTR = "autotune.diagnosis"
 FREE = "all"
 
@@ -77,8 +91,9 @@ class Stage:
     buckets: dict[str, float] | None
     dominant: str | None
     kind: str = "search"
-    """``remedy``: one trial, the group's remedy values; ``search``: the sampler over the group;
-    ``free``: the sampler over every knob."""
+    """``remedies``: one trial, the remedy values of every group in ``groups`` at once; ``remedy``: one
+    trial, the group's remedy values; ``search``: the group's knobs varied; ``free``: the sampler over
+    every knob."""
     loader_bound: bool = False
     """The incumbent's measured rate was its loader's, below its steps' rate: ``share`` is then at least
     the part of its step spent waiting on the loader (see :func:`ranked_buckets`)."""
@@ -132,10 +147,12 @@ def ranked_buckets(trial: FrozenTrial) -> list[tuple[str, float]]:
 class Guide:
     """Chooses the fixed parameters of the next trial; keeps the stages."""
 
-    def __init__(self, space: SearchSpace, stage_trials: int, enabled: bool = True) -> None:
+    def __init__(self, space: SearchSpace, stage_trials: int, enabled: bool = True, together: bool = True) -> None:
         self.space = space
         self.stage_trials = max(1, stage_trials)
         self.enabled = enabled
+        self.together = together
+        """Try every pending remedy at once first (a ``remedies`` stage) before one group a trial."""
         self.stages: list[Stage] = []
 
     # ------------------------------------------------------------------ state in the study
@@ -165,7 +182,7 @@ class Guide:
             return None, None
         stage = self.stages[-1] if self.stages else None
         untried = self._untried(study, stage, incumbent) if stage is not None else None
-        if stage is None or (stage.kind != "free" and (len(stage.trials) >= self._length(stage) or untried == [])):
+        if stage is None or self._over(study, stage, incumbent, untried):
             stage = self._new_stage(study, incumbent)
             self.stages.append(stage)
             self.save(study)
@@ -174,17 +191,49 @@ class Guide:
             return None, stage
         fixed: dict[str, Any] = {}
         params = incumbent.params
-        remedies = {k.key for g in stage.groups for k in self._remedies(g, incumbent)} if stage.kind == "remedy" else set()
+        one_trial = stage.kind in ("remedy", "remedies")
+        remedies = {k.key for k in self._remedies_of(stage.groups, incumbent)} if one_trial else set()
+        values = self._values(incumbent)
         for knob in self.space.knobs:
             if knob.key in remedies:
                 fixed[knob.key] = knob.encode(knob.remedy)
-            elif (knob.group not in stage.groups or stage.kind == "remedy") and knob.key in params:
+            elif (knob.group not in stage.groups or one_trial) and knob.key in params:
                 fixed[knob.key] = params[knob.key]
+            elif knob.key in params and len(search_choices(knob, values[knob.key]) or (0, 1)) == 1:
+                fixed[knob.key] = params[knob.key]  # a search keeps what it may not change (a held remedy)
         if untried and len(untried) <= self._length(stage) - len(stage.trials):
             # the stage can measure every combination left: do so, rather than let the sampler draw one twice;
             # a larger group is left to the sampler, which learns from what it has measured
             fixed.update(untried[0])
         return fixed, stage
+
+    def _over(self, study: optuna.Study, stage: Stage, incumbent: FrozenTrial, untried: list | None) -> bool:
+        """Whether ``stage`` has had its trials: its length, every candidate measured, its patience spent
+        (a search), or, for the free stage, a trial that beat its incumbent beyond noise."""
+        if stage.kind == "free":
+            if incumbent.number == stage.incumbent or stage.incumbent >= len(study.trials):
+                return False
+            old = study.trials[stage.incumbent]
+            return beats(float(incumbent.value), float(old.value or 0.0), margin(measurement_of(incumbent), measurement_of(old)))
+        if len(stage.trials) >= self._length(stage) or untried == []:
+            return True
+        return stage.kind == "search" and self._misses(study, stage) >= STAGE_PATIENCE
+
+    @staticmethod
+    def _misses(study: optuna.Study, stage: Stage) -> int:
+        """Trials at the end of the stage that gained nothing beyond noise over its incumbent."""
+        if stage.incumbent >= len(study.trials):
+            return 0
+        base = study.trials[stage.incumbent]
+        misses = 0
+        for number in reversed(stage.trials):
+            t = study.trials[number] if number < len(study.trials) else None
+            gained = t is not None and eligible(t) and beats(
+                float(t.value), stage.incumbent_samples_per_s, margin(measurement_of(t), measurement_of(base)))
+            if gained:
+                break
+            misses += 1
+        return misses
 
     def _untried(self, study: optuna.Study, stage: Stage, incumbent: FrozenTrial) -> list[dict[str, Any]] | None:
         """The combinations of a search stage's knobs not yet measured with every other knob at the
@@ -201,19 +250,24 @@ class Guide:
         held = [k for k in self.space.knobs if k.group not in stage.groups and k.key in incumbent.params]
         others = {k.key: incumbent.params[k.key] for k in held}
         values = {k.key: k.decode(others[k.key]) for k in held}
-        combos: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, values)]
-        for knob in mine:  # in sampling order: a condition's knob comes before the knobs it conditions
-            if knob.type not in ("categorical", "bool"):
-                return None
-            grown = []
-            for params, vals in combos:
-                if not knob.active(vals):
-                    grown.append((params, vals))
-                    continue
-                grown += [({**params, knob.key: knob.encode(c)}, {**vals, knob.key: c}) for c in knob.choices]
-            combos = grown
-            if len(combos) > MAX_ENUMERATED:
-                return None
+        current = self._values(incumbent)
+        if any(k.type not in ("categorical", "bool") for k in mine):
+            return None
+        if all(g in LOCAL for g in stage.groups):
+            combos = self._local_moves(mine, current)
+        else:
+            combos = [({}, values)]
+            for knob in mine:  # in sampling order: a condition's knob comes before the knobs it conditions
+                allowed = search_choices(knob, current[knob.key]) if knob.key in current else knob.choices
+                grown = []
+                for params, vals in combos:
+                    if not knob.active(vals):
+                        grown.append((params, vals))
+                        continue
+                    grown += [({**params, knob.key: knob.encode(c)}, {**vals, knob.key: c}) for c in allowed]
+                combos = grown
+                if len(combos) > MAX_ENUMERATED:
+                    return None
         keys = {k.key for k in mine}
         tried = [{k: v for k, v in t.params.items() if k in keys} for t in study.get_trials(deepcopy=False)
                  if t.state != TrialState.WAITING and all(t.params.get(k, v) == v for k, v in others.items())]
@@ -221,8 +275,19 @@ class Guide:
         # one knob changed from the incumbent before two (a local search), the space's order within
         return sorted(untried, key=lambda p: sum(incumbent.params.get(k) != v for k, v in p.items()))
 
+    @staticmethod
+    def _local_moves(mine: list[Knob], current: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """The incumbent's values of the group, and each of them changed alone to a value it may take."""
+        base = {k.key: k.encode(current[k.key]) for k in mine if k.key in current}
+        moves = [(base, current)]
+        for knob in mine:
+            if knob.key in current:
+                for c in (search_choices(knob, current[knob.key]) or ())[1:]:
+                    moves.append(({**base, knob.key: knob.encode(c)}, {**current, knob.key: c}))
+        return moves
+
     def _length(self, stage: Stage) -> int:
-        return 1 if stage.kind == "remedy" else self.stage_trials
+        return 1 if stage.kind in ("remedy", "remedies") else self.stage_trials
 
     def _values(self, incumbent: FrozenTrial) -> dict[str, Any]:
         """The incumbent's config values of the knobs it has (those that exist beside the others)."""
@@ -231,10 +296,14 @@ class Guide:
     def _remedies(self, group: str, incumbent: FrozenTrial) -> list[Knob]:
         """The group's knobs with a remedy that exist beside the incumbent's other values (with the
         group's remedies applied, in sampling order): DDP's own knobs do nothing in a whole-step graph."""
+        return self._remedies_of([group], incumbent)
+
+    def _remedies_of(self, groups: list[str], incumbent: FrozenTrial) -> list[Knob]:
+        """:meth:`_remedies` of several groups applied together."""
         values = self._values(incumbent)
         out = []
         for knob in self.space.knobs:
-            if knob.group == group and knob.remedy is not None and knob.active(values):
+            if knob.group in groups and knob.remedy is not None and knob.active(values):
                 values[knob.key] = knob.remedy
                 out.append(knob)
         return out
@@ -266,6 +335,12 @@ class Guide:
                   "dominant": profile.dominant if profile else None}
         ranked = ranked_buckets(incumbent)
         loader_first = loader_stall(incumbent) >= MIN_SHARE  # then data_stall leads `ranked`
+        together = self._together(ranked, have, incumbent)
+        if together is not None:
+            buckets, groups = together
+            return Stage(bottleneck="+".join(buckets), share=ranked[0][1], groups=groups,
+                         knobs=[k.key for k in self._remedies_of(groups, incumbent)], kind="remedies",
+                         loader_bound=loader_first, **common)
         for bucket, share in ranked:  # first the remedies of every bucket worth acting on, one trial each
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and self._remedy_pending(group, incumbent):
@@ -279,11 +354,34 @@ class Guide:
                     knobs = [k.key for k in self.space.knobs if k.group == group]
                     stage = Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs,
                                   loader_bound=loader_first and bucket == "data_stall", **common)
-                    if self._untried(study, stage, incumbent) != []:  # [] : every combination measured already
+                    if self._searchable(group, incumbent) and self._untried(study, stage, incumbent) != []:
+                        # [] : every combination measured already
                         searches.append(stage)
         if searches:  # a group the incumbent holds at its remedies throughout is searched after the others
             return next((st for st in searches if not self._settled(st.groups[0], incumbent)), searches[0])
         return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], kind="free", **common)
+
+    def _searchable(self, group: str, incumbent: FrozenTrial) -> bool:
+        """Some knob of the group may take another value than the incumbent's in a search."""
+        values = self._values(incumbent)
+        return any(k.key not in values or len(search_choices(k, values[k.key]) or (0, 1)) > 1
+                   for k in self.space.knobs if k.group == group and (k.key in values or k.active(values)))
+
+    def _together(self, ranked: list[tuple[str, float]], have: set[str],
+                  incumbent: FrozenTrial) -> tuple[list[str], list[str]] | None:
+        """The buckets and groups of a ``remedies`` stage: every pending remedy's, where there are two
+        groups or more and no such stage ran in the study."""
+        if not self.together or any(s.kind == "remedies" for s in self.stages):
+            return None
+        buckets: list[str] = []
+        groups: list[str] = []
+        for bucket, _ in ranked:
+            for group in BUCKET_GROUPS.get(bucket, ()):
+                if group in have and group not in groups and self._remedy_pending(group, incumbent):
+                    groups.append(group)
+                    if bucket not in buckets:
+                        buckets.append(bucket)
+        return (buckets, groups) if len(groups) >= 2 else None
 
     def _blocked(self, incumbent: int) -> set[str]:
         """Groups not to search now: those searched from this incumbent, the last stage's, and any
@@ -314,7 +412,7 @@ class Guide:
     @staticmethod
     def _update(study: optuna.Study, stage: Stage) -> None:
         trials = [study.trials[n] for n in stage.trials if n < len(study.trials)]
-        ok = [t for t in trials if feasible(t)]
+        ok = [t for t in trials if eligible(t)]
         if ok:
             best = max(ok, key=lambda t: t.value)
             stage.best_trial, stage.best_samples_per_s = best.number, float(best.value)

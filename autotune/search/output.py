@@ -1,9 +1,12 @@
 """What a study leaves in its run folder besides the study and the profiles.
 
 ``run.json`` (how the study was started, so that ``autotune report`` can find it), ``best.yaml``
-(the winner, with its provenance), ``parity.json`` (loss parity of the winner against the stock
+(the winner, with its provenance: the confirmed numbers where the winner was measured again,
+``autotune.search.confirm``), ``parity.json`` (loss parity of the winner against the stock
 trial: both trials train from the same seed on the same batches, so their losses are compared
-with :func:`autotune.train.verify.compare` at the winner's tolerance) and ``trials.csv``.
+with :func:`autotune.train.verify.compare` at the winner's tolerance) and ``trials.csv`` (every
+trial with its record's numbers: the step-time spread, the host's load at its start, where its
+wall time went).
 """
 
 from __future__ import annotations
@@ -19,17 +22,23 @@ import optuna
 from autotune.config import SCHEMA_VERSION, load_config, save_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, TrialError
+from autotune.search.confirm import Confirmation
+from autotune.search.converge import Convergence
+from autotune.search.noise import flags
 from autotune.search.study import StudyOptions, config_of
 from autotune.search.trials import (
+    NOISY,
     RECORD,
     best_trial,
     feasible,
     measured,
     measurement_of,
+    parity_passed,
     record_of,
     stock_trial,
 )
 from autotune.search.urls import redact
+from autotune.train.cost import PARTS
 
 
 def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
@@ -43,6 +52,7 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
         "steps": opts.steps, "warmup": opts.warmup, "batch_size": opts.base.batch_size,
         "memory_budget_bytes": opts.memory_budget, "sampler": opts.sampler, "seed": opts.seed,
         "guidance": opts.guidance, "stage_trials": opts.stage_trials, "prune": opts.prune,
+        "confirm_rounds": opts.confirm_rounds, "converge_after": opts.converge_after,
         "started_at": old.get("started_at", now) if not finished or old else now,
         "finished_at": now if finished else None,
     }
@@ -51,11 +61,19 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     return path
 
 
-def write_parity(opts: StudyOptions, study: optuna.Study) -> dict[str, Any] | None:
-    """Loss parity of the best trial against the stock trial, from the losses both recorded."""
+def winner_of(study: optuna.Study, confirmation: Confirmation | None) -> optuna.trial.FrozenTrial | None:
+    """The trial ``best.yaml`` holds: the confirmed winner, else the study's best."""
+    if confirmation is not None and confirmation.confirmed:
+        return study.trials[confirmation.trial]
+    return best_trial(study)
+
+
+def write_parity(opts: StudyOptions, study: optuna.Study,
+                 confirmation: Confirmation | None = None) -> dict[str, Any] | None:
+    """Loss parity of the winner against the stock trial, from the losses both recorded."""
     from autotune.train.verify import compare, tolerance_for
 
-    best, stock = best_trial(study), stock_trial(study)
+    best, stock = winner_of(study, confirmation), stock_trial(study)
     best_m = measurement_of(best) if best is not None else None
     stock_m = measurement_of(stock) if stock is not None else None
     if best_m is None or stock_m is None or not best_m.losses or not stock_m.losses:
@@ -77,21 +95,36 @@ def trials_to_fraction(study: optuna.Study, fraction: float = 0.95) -> int | Non
     return None
 
 
-def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    """Plain data describing how ``best`` was found and measured."""
+def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.FrozenTrial,
+               confirmation: Confirmation | None = None, converged: Convergence | None = None) -> dict[str, Any]:
+    """Plain data describing how ``best`` was found and measured: with a confirmation, its samples/s,
+    stock's and the speed-up are the confirmed ones (the study's own beside them)."""
     stock = stock_trial(study)
     stock_speed = stock.value if stock is not None and feasible(stock) else None
     a = measurement_of(best)
     assert a is not None, "the best trial is measured"
+    speed = float(best.value) if best.value is not None else a.samples_per_s
+    confirmed = confirmation is not None and confirmation.confirmed
     return {
         "tool": "autotune run",
         "study": opts.study_name,
         "space": opts.space.name,
         "trial": best.number,
+        "stock_trial": stock.number if stock is not None else None,
+        "study_best_trial": found.number if (found := best_trial(study)) is not None else None,
         "trials": len(study.trials),
-        "samples_per_s": a.samples_per_s,
-        "stock_samples_per_s": stock_speed,
-        "speedup_vs_stock": (a.samples_per_s / stock_speed) if stock_speed else None,
+        "samples_per_s": confirmation.samples_per_s if confirmed else speed,
+        "stock_samples_per_s": confirmation.stock_samples_per_s if confirmed else stock_speed,
+        "speedup_vs_stock": confirmation.speedup if confirmed else ((speed / stock_speed) if stock_speed else None),
+        "confirmed": confirmed,
+        "study_samples_per_s": speed,
+        "study_stock_samples_per_s": stock_speed,
+        # what the study's own trials said of its best, also where the confirmation kept stock
+        "study_speedup_vs_stock": confirmation.study_speedup if confirmation is not None
+        else ((speed / stock_speed) if stock_speed else None),
+        "step_time_spread": a.step_time.spread,
+        "confirmation": confirmation.to_dict() if confirmation is not None else None,
+        "converged": converged.reason if converged is not None else None,
         "step_time_ms": a.step_time.median_ms,
         "peak_memory_bytes": a.memory.allocated_bytes,
         "memory_budget_bytes": opts.memory_budget,
@@ -107,14 +140,15 @@ def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.Froze
     }
 
 
-def write_best(opts: StudyOptions, study: optuna.Study, parity: dict[str, Any] | None = None) -> Path:
+def write_best(opts: StudyOptions, study: optuna.Study, parity: dict[str, Any] | None = None,
+               confirmation: Confirmation | None = None, converged: Convergence | None = None) -> Path:
     """Write the winning configuration to ``out/best.yaml``; no feasible trial is an error."""
-    best = best_trial(study)
+    best = winner_of(study, confirmation)
     if best is None:
         raise TrialError(f"no trial of study {opts.study_name!r} {why_no_best(study, opts.memory_budget)}; see "
                          f"{opts.out / 'report.html'}, {opts.out / 'trials.csv'} and {opts.out / 'logs'}", "infeasible")
     cfg = config_of(opts, best)
-    cfg.provenance = provenance(opts, study, best)
+    cfg.provenance = provenance(opts, study, best, confirmation, converged)
     if parity is not None:
         cfg.provenance["parity"] = {k: parity[k] for k in ("passed", "tolerance", "loss_rel_diff", "grad_norm_rel_diff", "steps")}
     path = opts.out / "best.yaml"
@@ -151,7 +185,9 @@ def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
         prov = load_config(path).provenance
     except AutotuneError:  # unreadable: write it anew
         return False
-    return (prov.get("study"), prov.get("trial"), prov.get("trials")) == (opts.study_name, best.number, len(study.trials))
+    # a confirmation may have kept another trial (the runner-up, or stock) than the study's best
+    found = prov.get("study_best_trial", prov.get("trial"))
+    return (prov.get("study"), found, prov.get("trials")) == (opts.study_name, best.number, len(study.trials))
 
 
 def write_trials(opts: StudyOptions, study: optuna.Study) -> Path:
@@ -171,7 +207,10 @@ def record_columns(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     m = record.measurement if record is not None else None
     profile = record.profile if record is not None else None
     failure = record.failure if record is not None else None
-    return {
+    host = record.host if record is not None else None
+    again = record.remeasure.measurement if record is not None and record.remeasure is not None else None
+    spent = record.cost if record is not None else None
+    columns = {
         "samples_per_s": m.samples_per_s if m else None,
         "window_samples_per_s": m.loader.window_samples_per_s if m else None,
         "loader_bound": m.loader.bound if m else None,
@@ -185,4 +224,15 @@ def record_columns(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         "profile_overhead": profile.overhead if profile else None,
         "reason": failure.reason if failure else None,
         "error": failure.error if failure else None,
+        "step_time_spread": m.step_time.spread if m else None,
+        "host_others_busy": host.others_busy if host else None,
+        "host_load_average": host.load_average if host else None,
+        "noise": "; ".join(flags(record)) or None if record is not None else None,
+        "remeasured_samples_per_s": again.samples_per_s if again else None,
+        "noisy": bool(trial.user_attrs.get(NOISY)),
+        "parity_passed": parity_passed(trial),
+        "cost_wall_s": spent.wall_s if spent else None,
     }
+    for part in PARTS:
+        columns[f"cost_{part}_s"] = spent.parts.get(part, 0.0) if spent else None
+    return columns

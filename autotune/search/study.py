@@ -25,14 +25,25 @@ How a trial ends:
 * clearly worse: PRUNED. Each measured step's time reaches the study while the trial runs
   (``launch(on_step=...)``) as an intermediate value (samples/s of that step); Optuna's
   ``WilcoxonPruner`` stops the trial when its steps are significantly slower than the best
-  trial's same steps (one-sided signed-rank test, p < ``PRUNE_P``).
+  trial's same steps (one-sided signed-rank test, p < ``PRUNE_P``);
+* a configuration measured already (the sampler drew it again): FAIL with reason ``duplicate``,
+  not run.
 
-After its measured steps, every trial profiles ``profile_steps`` more steps into
+A measured search trial is vetted before it may lead (:mod:`autotune.search.vet`): loss parity
+with the stock trial, and a second run where its measurement was noisy; its value is then the
+lower of its two runs. Its record keeps the host's load at its start and where its wall time went
+(``record.cost``, the second run and the tuner's own work included), and every run of the study
+shares one compile cache in the run folder (:mod:`autotune.train.compile_cache`).
+
+After its measured steps, a trial that may become the incumbent (stock, references, and any
+trial at least as fast as the best so far) profiles ``profile_steps`` more steps into
 ``profiles/trial-NNNN`` of the run folder; the classification (buckets, dominant bucket, profiling
 overhead) goes into the trial's record, and :mod:`autotune.search.guide` uses the
 incumbent's to choose the knob group to search next. Traces are kept for the stock trial, the
 incumbents the stages started from and the best trial; the other trials keep their
-``classification.summary``.
+``classification.summary``. The study stops after ``trials`` trials, at the end of the time
+budget (leaving the caller's ``reserve`` for confirming the winner), or when it has converged
+(:mod:`autotune.search.converge`).
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +67,18 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
+from autotune.search.converge import FREE_TRIALS, Convergence, convergence
 from autotune.search.guide import Guide, Stage
+from autotune.search.noise import flags, trusted_value
 from autotune.search.recovery import counted, interruptible, more_to_run, recover_lost, requeue
 from autotune.search.space import SearchSpace, apply_values
 from autotune.search.storage import GRACE_PERIOD, heartbeat, open_storage
 from autotune.search.trials import (
     BUDGET,
+    CONVERGED,
+    DUPLICATE,
     GROUP,
+    NOISY,
     QUEUED_AGAIN,
     REFERENCE,
     STAGE,
@@ -70,11 +86,16 @@ from autotune.search.trials import (
     WORKER,
     best_trial,
     feasible,
+    parity_passed,
     reason_of,
     record_of,
     stock_trial,
     store,
 )
+from autotune.search.vet import needs_second_run, parity_with_stock, settled
+from autotune.train.compile_cache import FOLDER as CACHE_FOLDER
+from autotune.train.compile_cache import cache_env
+from autotune.train.cost import with_wall
 from autotune.train.launch import launch
 from autotune.train.record import TrialRecord
 
@@ -113,6 +134,25 @@ class StudyOptions:
     grace_period_s: int = GRACE_PERIOD
     """With a database: a running trial whose heartbeat is older than this is failed and queued
     again by any worker (its worker died); heartbeats go every quarter of it."""
+    confirm_rounds: int = 2
+    """Rounds of stock and the best measured again at the end (``autotune.search.confirm``; 0: none)."""
+    converge_after: int = FREE_TRIALS
+    """Free trials that found nothing within noise of the best before the study stops (0: never)."""
+
+
+@dataclass
+class StudyResult:
+    """How :func:`run_study` ended."""
+
+    study: optuna.Study
+    converged: Convergence | None = None
+    deadline: float | None = None
+    """``time.monotonic()`` at the end of the time budget (None: no budget)."""
+
+
+def run_env(opts: StudyOptions) -> dict[str, str]:
+    """The environment every run of the study gets beside the tuner's: the study's compile cache."""
+    return cache_env(opts.out / CACHE_FOLDER)
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -227,10 +267,12 @@ def config_of_params(opts: StudyOptions, params: dict[str, Any]) -> TrainConfig:
 
 
 def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions: tuple[str, ...],
-              timeout: float | None = None) -> tuple[TrialState, float | None]:
-    """Sample, check and measure one trial; its state and value for ``study.tell``. ``timeout``
+              timeout: float | None = None, queued: bool = False) -> tuple[TrialState, float | None]:
+    """Sample, check, measure and vet one trial; its state and value for ``study.tell``. ``timeout``
     shorter than ``opts.timeout_per_trial`` is the end of the time budget: a trial it stops fails
-    with ``reason: budget``, not ``timeout`` (the configuration did not hang)."""
+    with ``reason: budget``, not ``timeout`` (the configuration did not hang). ``queued``: the trial
+    was enqueued (its parameters chosen for it): it runs even where a trial had them already."""
+    began = time.monotonic()
     limit = opts.timeout_per_trial if timeout is None else min(timeout, opts.timeout_per_trial)
     trial.set_user_attr(WORKER, f"{socket.gethostname()}:{os.getpid()}")
     try:
@@ -239,10 +281,16 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
     except ConfigError as exc:
         store(trial, TrialRecord.failed("config", str(exc)))
         return TrialState.FAIL, None
+    search = not (trial.user_attrs.get(STOCK) or trial.user_attrs.get(REFERENCE))
+    same = duplicate_of(trial) if search and not queued else None
+    if same is not None:  # what it would measure is known: the sampler learns nothing from running it
+        store(trial, TrialRecord.failed(DUPLICATE, f"the same configuration as trial #{same}, not run again"))
+        return TrialState.FAIL, None
     log = opts.out / "logs" / f"trial-{trial.number:04d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     profile_dir = opts.out / "profiles" / f"trial-{trial.number:04d}"
     per_step = cfg.batch_size * opts.nproc
+    best = best_trial(trial.study) if search else None
 
     def on_step(step: int, seconds: float) -> bool:
         trial.report(per_step / seconds, step)
@@ -250,12 +298,43 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
 
     record = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=limit,
                     log_path=log, on_step=on_step, profile_after=profile_dir if opts.profile_steps else None,
-                    profile_steps=opts.profile_steps)
-    return tell_record(trial, record, opts, profile_dir, budget_s=limit if limit < opts.timeout_per_trial else None)
+                    profile_steps=opts.profile_steps, profile_if_above=float(best.value) if best else None,
+                    extra_env=run_env(opts))
+    parity, noisy = None, False
+    if search and record.measurement is not None:
+        record, parity, noisy = vet_trial(trial, record, cfg, opts, limit - (time.monotonic() - began))
+    remeasure = record.remeasure.cost if record.remeasure is not None else None
+    record = replace(record, cost=with_wall(record.cost, time.monotonic() - began, remeasure))
+    return tell_record(trial, record, opts, profile_dir, budget_s=limit if limit < opts.timeout_per_trial else None,
+                       parity=parity, noisy=noisy)
+
+
+def vet_trial(trial: optuna.Trial, record: TrialRecord, cfg: TrainConfig, opts: StudyOptions,
+              time_left: float) -> tuple[TrialRecord, dict[str, Any] | None, bool]:
+    """The trial's record with a second run where it was noisy and would lead, its parity with stock,
+    and whether it stays noisy (see :mod:`autotune.search.vet`)."""
+    study = trial.study
+    parity = parity_with_stock(study, record, cfg)
+    if needs_second_run(study, record) and (parity is None or parity["passed"]) and time_left > 0:
+        log = opts.out / "logs" / f"trial-{trial.number:04d}-again.log"
+        again = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=time_left, log_path=log,
+                       extra_env=run_env(opts))
+        record = replace(record, remeasure=again)
+    return record, parity, not settled(record)
+
+
+def duplicate_of(trial: optuna.Trial) -> int | None:
+    """The number of a trial that ran (measured or pruned) with exactly this trial's parameters."""
+    params = trial.params
+    for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if t.number != trial.number and t.params == params and reason_of(t) != BUDGET:
+            return t.number
+    return None
 
 
 def tell_record(trial: optuna.Trial, record: TrialRecord, opts: StudyOptions, profile_dir: Path, *,
-                budget_s: float | None = None) -> tuple[TrialState, float | None]:
+                budget_s: float | None = None, parity: dict[str, Any] | None = None,
+                noisy: bool = False) -> tuple[TrialState, float | None]:
     """Store the run's record in the trial; the trial's state and value (see the module docstring).
     ``budget_s``: the run's timeout was the time left of ``--time-budget``: a timeout is then ``budget``."""
     failure = record.failure
@@ -264,8 +343,9 @@ def tell_record(trial: optuna.Trial, record: TrialRecord, opts: StudyOptions, pr
         measured = record.measurement
         constraint = (measured.memory.allocated_bytes - opts.memory_budget) / opts.memory_budget
         profiled = record.profile is not None and record.profile.buckets is not None
-        store(trial, record, constraint=constraint, profile_dir=str(profile_dir.relative_to(opts.out)) if profiled else None)
-        return TrialState.COMPLETE, measured.samples_per_s
+        store(trial, record, constraint=constraint, profile_dir=str(profile_dir.relative_to(opts.out)) if profiled else None,
+              parity=parity, noisy=noisy)
+        return TrialState.COMPLETE, trusted_value(record)
     if failure.reason == "pruned":
         store(trial, record)
         shutil.rmtree(profile_dir, ignore_errors=True)
@@ -294,9 +374,11 @@ def keep_traces(study: optuna.Study, guide: Guide, out: Path) -> None:
             trace.unlink(missing_ok=True)
 
 
-def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], report: Callable[[str], None] = print) -> optuna.Study:
+def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], report: Callable[[str], None] = print,
+              reserve: Callable[[optuna.Study], float] | None = None) -> StudyResult:
     """Run trials until the study holds ``opts.trials`` finished ones (all workers together; those
-    queued again do not count)."""
+    queued again do not count), the time budget ends (less ``reserve(study)`` seconds kept for what
+    the caller does next), or it converges."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(opts)
     own_folder = opts.storage is None  # the run folder's journal, whose lock the caller holds
@@ -316,19 +398,27 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         report(f"continuing study {opts.study_name!r}: {done} trials done, {todo} to go")
     start, ran = time.monotonic(), 0
     deadline = None if opts.time_budget_s is None else start + opts.time_budget_s
+    converged = study_convergence(study, guide, opts)
+    if converged is not None:
+        report(f"converged already: {converged.reason} (--converge-after 0 searches on)")
+        return StudyResult(study, converged, deadline)
     while more_to_run(study, opts.trials, own_folder=own_folder, grace_period_s=opts.grace_period_s, report=report,
                       deadline=deadline):
         timeout = None
         if ran and deadline is not None:
-            left, typical = deadline - time.monotonic(), typical_trial_s(study)
+            kept = reserve(study) if reserve is not None else 0.0
+            left, typical = deadline - time.monotonic() - kept, typical_trial_s(study)
             if left <= 0 or (typical is not None and left < typical):
+                keeping = f" (keeping {kept:.0f} s to confirm the best)" if kept else ""
                 report(f"time budget of {opts.time_budget_s:.0f} s: {max(0.0, left):.0f} s left after {ran} trials of "
-                       f"this run, a trial takes ~{typical or 0:.0f} s; stopping (the same command continues the study)")
+                       f"this run{keeping}, a trial takes ~{typical or 0:.0f} s; stopping (the same command continues "
+                       "the study)")
                 break
             timeout = left
         guide.load(study)  # another worker may have moved the stages on
         fixed, stage = None, None
-        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):  # queued trials go first, unguided
+        queued = bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        if not queued:  # queued trials go first, unguided
             fixed, stage = guide.next_trial(study, best_trial(study))
         with warnings.catch_warnings():  # experimental since 2.4
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -341,7 +431,7 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
             stage = None
         try:
             with heartbeat(study, trial), interruptible(study, trial):
-                state, value = run_trial(trial, opts, machine, regions, timeout)
+                state, value = run_trial(trial, opts, machine, regions, timeout, queued)
             study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
         except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it: its heartbeats were late
             report(f"warning: trial #{trial.number} was failed by another worker while it ran (no heartbeat for "
@@ -352,18 +442,36 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
             requeue(study, frozen)
         guide.record(study, stage, frozen)
         keep_traces(study, guide, opts.out)
-        write_diagnosis(opts.out, guide)
+        converged = study_convergence(study, guide, opts)
+        write_diagnosis(opts.out, guide, converged)
         ran += 1
         report(progress_line(study, frozen, counted(study), opts.trials, start, ran, max(ran, opts.trials - done), stage,
                              opts.time_budget_s))
-    return study
+        if converged is not None:
+            study.set_user_attr(CONVERGED, json.dumps(converged.to_dict()))
+            report(f"converged: {converged.reason}")
+            break
+    return StudyResult(study, converged, deadline)
+
+
+def study_convergence(study: optuna.Study, guide: Guide, opts: StudyOptions) -> Convergence | None:
+    """Whether the study has converged (:mod:`autotune.search.converge`); without guidance every
+    search trial counts as a free one."""
+    stages = guide.stages
+    if not guide.enabled:
+        searched = [t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()
+                    and not (t.user_attrs.get(STOCK) or t.user_attrs.get(REFERENCE))]
+        stages = [Stage(stage=0, bottleneck=None, share=None, groups=["all"], knobs=[], incumbent=0,
+                        incumbent_samples_per_s=0.0, profile=None, buckets=None, dominant=None, kind="free",
+                        trials=searched)]
+    return convergence(study, stages, opts.converge_after)
 
 
 def typical_trial_s(study: optuna.Study) -> float | None:
     """The median wall time of the study's trials that ran (refused and budget-stopped ones aside)."""
     spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in study.get_trials(deepcopy=False)
              if t.state.is_finished() and t.datetime_start and t.datetime_complete
-             and reason_of(t) not in ("config", *QUEUED_AGAIN)]
+             and reason_of(t) not in ("config", DUPLICATE, *QUEUED_AGAIN)]
     return statistics.median(spans) if spans else None
 
 
@@ -387,10 +495,11 @@ def check_space_unchanged(study: optuna.Study, space: SearchSpace) -> None:
                                       "start a new study with another --out") from None
 
 
-def write_diagnosis(out: Path, guide: Guide) -> None:
+def write_diagnosis(out: Path, guide: Guide, converged: Convergence | None = None) -> None:
     from autotune.config.io import write_text_atomic
 
-    write_text_atomic(out / "diagnosis.json", json.dumps(guide.to_dict(), indent=1))
+    data = {**guide.to_dict(), "converged": converged.to_dict() if converged is not None else None}
+    write_text_atomic(out / "diagnosis.json", json.dumps(data, indent=1))
 
 
 def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int,
@@ -400,12 +509,14 @@ def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: in
     failure = record.failure if record is not None else None
     if trial.state == TrialState.PRUNED:
         what = f"pruned ({failure.error if failure else ''})"
+    elif failure is not None and failure.reason == DUPLICATE:
+        what = f"skipped: {failure.error}"
     elif failure is not None:
         what = f"failed ({failure.reason}): {failure.error[:80]}"
     elif trial.value is None:  # lost with its worker: no record
         what = "failed (interrupted)"
     else:
-        what = f"{trial.value:.2f} samples/s" + ("" if feasible(trial) else " (over the memory budget)")
+        what = f"{trial.value:.2f} samples/s" + _noise_note(trial) + ("" if feasible(trial) else " (over the memory budget)")
     if trial.user_attrs.get(STOCK):
         what += " [stock]"
     if trial.user_attrs.get(REFERENCE):
@@ -425,6 +536,26 @@ def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: in
     if stage is not None:
         where = f" [{stage.bottleneck or 'free'} -> {'+'.join(stage.groups)}]"
     return f"trial {index}/{total} #{trial.number}{where}: {what} | {inc} | {_clock(elapsed)} elapsed, ~{_clock(left)} left"
+
+
+def _noise_note(trial: FrozenTrial) -> str:
+    """`` ±3 %``, and what the study made of a noisy measurement or a failed parity."""
+    record = record_of(trial)
+    m = record.measurement if record is not None else None
+    if m is None:
+        return ""
+    note = f" ±{50 * m.step_time.spread:.0f} %"
+    again = record.remeasure
+    if again is not None:
+        second = f"{again.measurement.samples_per_s:.2f}" if again.measurement else f"failed ({again.failure.reason})"
+        note += f" (noisy, measured again: {m.samples_per_s:.2f} then {second})"
+    elif flags(record):
+        note += f" [noisy: {'; '.join(flags(record))}]"
+    if trial.user_attrs.get(NOISY):
+        note += " [not taken as the best on its word]"
+    if parity_passed(trial) is False:
+        note += " [loss parity with stock FAILED: never the best]"
+    return note
 
 
 def _clock(seconds: float) -> str:

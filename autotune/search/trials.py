@@ -9,8 +9,11 @@ another's attributes. A study written before the record existed keeps flat attri
 
 Attributes the study sets on a trial beside the record: ``STOCK`` and ``REFERENCE`` (queued
 with the trial), ``STAGE`` and ``GROUP`` (the guide's stage), ``WORKER`` (host:pid),
-``QUEUED_AGAIN_FROM``, ``CONSTRAINT`` (memory: (peak - budget) / budget, feasible when <= 0) and
-``PROFILE_DIR`` (the profiled window's folder, relative to the run folder).
+``QUEUED_AGAIN_FROM``, ``CONSTRAINT`` (memory: (peak - budget) / budget, feasible when <= 0),
+``PROFILE_DIR`` (the profiled window's folder, relative to the run folder), ``NOISY`` (a search
+trial whose measurement was flagged, :func:`autotune.search.noise.flags`, and not settled by a
+second run: never the best) and ``PARITY`` (its loss parity against the stock trial's losses, a
+mapping with ``passed``: a trial that fails it is never the best).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ STAGE = "stage"
 GROUP = "group"
 WORKER = "worker"
 QUEUED_AGAIN_FROM = "queued_again_from"
+NOISY = "noisy"
+PARITY = "parity"
 
 BUDGET = "budget"
 """Failure reason of a trial stopped by the end of ``--time-budget`` (queued again, not a verdict on it)."""
@@ -48,20 +53,25 @@ INTERRUPTED = "interrupted"
 """Failure reason of a trial whose tuner was stopped, or whose worker died, before it ended (queued again)."""
 QUEUED_AGAIN = (BUDGET, INTERRUPTED)
 """Reasons that say nothing of the configuration: :mod:`autotune.search.recovery` queues the trial again."""
+DUPLICATE = "duplicate"
+"""Failure reason of a trial the sampler drew with the parameters of one measured already (not run)."""
+CONVERGED = "autotune.converged"
+"""The study's user attribute: why it stopped by itself (``autotune.search.converge``), as JSON."""
 ERROR_CHARS = 2000
 """A failure's message kept in the study (a refused configuration can list many choices)."""
 
 
 def store(trial: optuna.Trial, record: TrialRecord, *, constraint: float | None = None,
-          profile_dir: str | None = None) -> None:
+          profile_dir: str | None = None, parity: dict[str, Any] | None = None, noisy: bool = False) -> None:
     """Write ``record`` into the running ``trial``; ``constraint`` also goes to the sampler."""
-    for key, value in attrs_of(record, constraint=constraint, profile_dir=profile_dir).items():
+    for key, value in attrs_of(record, constraint=constraint, profile_dir=profile_dir, parity=parity, noisy=noisy).items():
         trial.set_user_attr(key, value)
     if constraint is not None:
         trial.set_constraint("memory", constraint)
 
 
-def attrs_of(record: TrialRecord, *, constraint: float | None = None, profile_dir: str | None = None) -> dict[str, Any]:
+def attrs_of(record: TrialRecord, *, constraint: float | None = None, profile_dir: str | None = None,
+             parity: dict[str, Any] | None = None, noisy: bool = False) -> dict[str, Any]:
     """The user attributes :func:`store` writes for ``record`` (``optuna.trial.create_trial`` takes them too)."""
     if record.failure is not None and len(record.failure.error) > ERROR_CHARS:
         record = replace(record, failure=replace(record.failure, error=record.failure.error[:ERROR_CHARS]))
@@ -70,6 +80,10 @@ def attrs_of(record: TrialRecord, *, constraint: float | None = None, profile_di
         attrs[CONSTRAINT] = constraint
     if profile_dir is not None:
         attrs[PROFILE_DIR] = profile_dir
+    if parity is not None:
+        attrs[PARITY] = parity
+    if noisy:
+        attrs[NOISY] = True
     return attrs
 
 
@@ -118,13 +132,31 @@ def feasible(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.COMPLETE and reason_of(trial) is None and constraint_of(trial)[0] <= 0
 
 
+def eligible(trial: FrozenTrial) -> bool:
+    """Feasible, and neither a reference, nor noisy without a second run, nor failing loss parity."""
+    a = trial.user_attrs
+    return feasible(trial) and not a.get(REFERENCE) and not a.get(NOISY) and parity_passed(trial) is not False
+
+
+def parity_passed(trial: FrozenTrial) -> bool | None:
+    """Whether the trial's losses matched the stock trial's (None: not compared)."""
+    parity = trial.user_attrs.get(PARITY)
+    return bool(parity["passed"]) if isinstance(parity, dict) and "passed" in parity else None
+
+
+def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials that may be the best, fastest first."""
+    return sorted((t for t in study.get_trials(deepcopy=False) if eligible(t)), key=lambda t: -t.value)
+
+
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The fastest feasible trial of the search (chosen here, so that the random sampler obeys the
+    """The fastest eligible trial of the search (chosen here, so that the random sampler obeys the
     budget too). ``--reference`` trials are measured for comparison only: they are never the
     incumbent the guide builds on, nor ``best.yaml`` (on an H200 a faster reference became the
-    incumbent and every later trial inherited its whole-model compile)."""
-    ok = [t for t in study.get_trials(deepcopy=False) if feasible(t) and not t.user_attrs.get(REFERENCE)]
-    return max(ok, key=lambda t: t.value) if ok else None
+    incumbent and every later trial inherited its whole-model compile). A trial that trains a
+    different model (loss parity failed) or whose number is noise (``NOISY``) is not either."""
+    ranked = ranked_trials(study)
+    return ranked[0] if ranked else None
 
 
 def stock_trial(study: optuna.Study) -> FrozenTrial | None:

@@ -9,17 +9,21 @@ it dies; a run's exit without a result is explained by :mod:`autotune.train.exit
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from autotune.config import TrainConfig, save_config
 from autotune.config.compat import usable_cpus
+from autotune.train import cost
 from autotune.train.exitcause import exit_failure, oom_kills
+from autotune.train.hostload import read_host_load
 from autotune.train.procgroup import PREFIX, TrialProcess, reap_orphans, start_trial, stop_trial
 from autotune.train.record import TrialRecord
 
@@ -40,53 +44,75 @@ def command(config_path: str, out: str, steps: int, warmup: int, nproc: int, pro
 def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1, timeout: float | None = None,
            log_path: str | os.PathLike | None = None, extra_env: dict[str, str] | None = None,
            profile_out: str | os.PathLike | None = None, profile_after: str | os.PathLike | None = None,
-           profile_steps: int = 3, on_step: Callable[[int, float], bool] | None = None) -> TrialRecord:
+           profile_steps: int = 3, profile_if_above: float | None = None,
+           on_step: Callable[[int, float], bool] | None = None, read_host: bool = True) -> TrialRecord:
     """The run's record: its measurement, or its failure (reasons: timeout, crash, oom, nan, pruned, ...).
 
     With ``profile_out`` the processes profile a window into that folder instead of training
     (``autotune.train.profile_run``) and the record holds its ``profile`` alone. With
     ``profile_after`` they train and measure, then profile ``profile_steps`` steps into that folder
-    (``record.profile``). ``on_step(i, seconds)`` is called with each measured step's time while the
-    run goes on; when it returns True the run is stopped and the record's failure is ``pruned``.
+    (``record.profile``), only if the run reached ``profile_if_above`` samples/s where that is given.
+    ``on_step(i, seconds)`` is called with each measured step's time while the run goes on; when it
+    returns True the run is stopped and the record's failure is ``pruned``. ``extra_env`` is added to
+    this process's environment for the run.
+
+    Every record, a failure's too, carries the host's load just before the processes started
+    (``record.host``, unless ``read_host`` is False) and where the run's time went (``record.cost``).
     """
     for note in reap_orphans():
         print(f"note: {note}", file=sys.stderr)
+    host = read_host_load() if read_host else None
     with tempfile.TemporaryDirectory(prefix=PREFIX) as tmp:
-        config_path, out = str(Path(tmp) / "config.yaml"), str(Path(tmp) / "result.json")
-        progress = Path(tmp) / "progress"
-        save_config(cfg, config_path)
-        env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
-        if cfg.kernels.cuda_device_max_connections is not None:
-            env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
-        env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
-        extra = ["--progress", str(progress)] if on_step else []
-        if profile_after:
-            extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]
-        argv = command(config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra)
-        log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        oom_before = oom_kills()
+        costs = Path(tmp) / "costs"
+        begin = time.monotonic()
+        costs.write_text(json.dumps({"t": begin, "ev": "begin", "part": "start"}) + "\n")
+        record = _run(cfg, Path(tmp), costs, steps=steps, warmup=warmup, nproc=nproc, timeout=timeout,
+                      log_path=log_path, extra_env=extra_env, profile_out=profile_out, profile_after=profile_after,
+                      profile_steps=profile_steps, profile_if_above=profile_if_above, on_step=on_step)
+        spent = cost.cost_of(cost.read_events(costs), begin, time.monotonic())
+    return replace(record, host=host, cost=spent)
+
+
+def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, nproc: int, timeout: float | None,
+         log_path, extra_env, profile_out, profile_after, profile_steps: int, profile_if_above: float | None,
+         on_step) -> TrialRecord:
+    config_path, out = str(tmp / "config.yaml"), str(tmp / "result.json")
+    progress = tmp / "progress"
+    save_config(cfg, config_path)
+    env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
+    if cfg.kernels.cuda_device_max_connections is not None:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
+    extra = ["--costs", str(costs)] + (["--progress", str(progress)] if on_step else [])
+    if profile_after:
+        extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]
+        if profile_if_above is not None:
+            extra += ["--profile-if-above", repr(float(profile_if_above))]
+    argv = command(config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra)
+    log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    oom_before = oom_kills()
+    try:
+        proc = start_trial(argv, folder=str(tmp), env=env, log=log)
         try:
-            proc = start_trial(argv, folder=tmp, env=env, log=log)
-            try:
-                stopped = _wait(proc.popen, timeout, progress if on_step else None, on_step)
-            except subprocess.TimeoutExpired:
-                return TrialRecord.failed("timeout", f"the run did not finish within {timeout:.0f} s")
-            finally:
-                worker = proc.worker_pid()
-                stop_trial(proc)  # stray children (loader workers, ranks) never outlive the run
-            if stopped is not None:
-                return TrialRecord.failed("pruned", f"pruned after {stopped} measured steps", steps_run=stopped)
+            stopped = _wait(proc.popen, timeout, progress if on_step else None, on_step)
+        except subprocess.TimeoutExpired:
+            return TrialRecord.failed("timeout", f"the run did not finish within {timeout:.0f} s")
         finally:
-            if log is not subprocess.DEVNULL:
-                log.close()
-        if Path(out).exists():
-            record = TrialRecord.from_json(Path(out).read_text())
-            if record.ok and proc.popen.returncode != 0:
-                record = TrialRecord.failed("crash", f"exit code {proc.popen.returncode}")
-            return record
-        for rank_record in sorted(Path(tmp).glob("result.json.rank*")):  # a rank other than 0 failed alone
-            return TrialRecord.from_json(rank_record.read_text())
-        return _no_result(proc, worker, oom_before, log_path)
+            worker = proc.worker_pid()
+            stop_trial(proc)  # stray children (loader workers, ranks) never outlive the run
+        if stopped is not None:
+            return TrialRecord.failed("pruned", f"pruned after {stopped} measured steps", steps_run=stopped)
+    finally:
+        if log is not subprocess.DEVNULL:
+            log.close()
+    if Path(out).exists():
+        record = TrialRecord.from_json(Path(out).read_text())
+        if record.ok and proc.popen.returncode != 0:
+            record = TrialRecord.failed("crash", f"exit code {proc.popen.returncode}")
+        return record
+    for rank_record in sorted(tmp.glob("result.json.rank*")):  # a rank other than 0 failed alone
+        return TrialRecord.from_json(rank_record.read_text())
+    return _no_result(proc, worker, oom_before, log_path)
 
 
 def _no_result(proc: TrialProcess, worker: int | None, oom_before: int | None,

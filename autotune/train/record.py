@@ -10,6 +10,9 @@ errors, so that every layer may import it.
 
 A record holds a ``measurement`` (the measured window), a ``profile`` (the profiled window after
 it, or instead of it for ``autotune profile``) and a ``failure``; a failed run has no measurement.
+Beside them: the host's load when the run started (``host``), where its wall time went (``cost``)
+and, for a noisy measurement the tuner did not take on its word, the record of a second run
+(``remeasure``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ class StepTimes:
     min_ms: float
     max_ms: float
     mean_ms: float
+
+    @property
+    def spread(self) -> float:
+        """The p10-p90 width relative to the median (0.1: the middle 80 % of the steps lie within 10 % of
+        the median's length); 0 where there is no median."""
+        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,32 @@ class ProfileSummary:
 
 
 @dataclass(frozen=True)
+class HostLoad:
+    """How busy the host was when a run started: read by the tuner just before it started the run's
+    processes (:func:`autotune.train.hostload.read_host_load`), so none of the run's own work is in it."""
+
+    others_busy: float
+    """Share of the host's CPU time (all cores) that other processes used during the probe, 0..1."""
+    load_average: float
+    """The 1-minute load average per CPU (1.0: as many runnable processes as CPUs)."""
+    cpus: int
+    probe_s: float
+    """How long the probe sampled the CPU times."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Where a run's wall time went, seconds: disjoint ``parts`` (``autotune.train.cost.PARTS``) that add
+    up to ``wall_s``, the rest in ``other`` (the tuner's own work, process exit, what no part timed)."""
+
+    wall_s: float
+    parts: dict[str, float]
+    """Every part, ``other`` included: ``sum(parts.values()) == wall_s``."""
+    compile_cache: dict[str, int] = field(default_factory=dict)
+    """Inductor's and AOTAutograd's cache counters in the run (``fxgraph_cache_hit``, ...)."""
+
+
+@dataclass(frozen=True)
 class Failure:
     """Why a run gave no measurement."""
 
@@ -166,6 +201,13 @@ class TrialRecord:
     measurement: Measurement | None = None
     profile: ProfileSummary | None = None
     failure: Failure | None = None
+    host: HostLoad | None = None
+    """The host's load when the run started (None in records of studies that predate it)."""
+    cost: Cost | None = None
+    """Where the run's wall time went (None in records of studies that predate it)."""
+    remeasure: TrialRecord | None = None
+    """A second run of the same configuration, in fresh processes, where the first one's measurement was
+    too noisy to be taken on its word (``autotune.search.noise``)."""
     version: int = VERSION
 
     def __post_init__(self) -> None:

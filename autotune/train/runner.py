@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from autotune.config import TrainConfig, to_dict
 from autotune.errors import TrialError
+from autotune.train import cost
 from autotune.train.measure import Stats, StepTimer, matmul_rate, peak_memory, reset_peak_memory
 from autotune.train.profile_run import profile_session
 from autotune.train.record import (
@@ -134,20 +135,26 @@ def _sustained(seconds: float, load_times: list[float], cfg: TrainConfig) -> flo
 
 def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hook=None,
                  progress: Callable[[float], None] | None = None, profile_out: str | Path | None = None,
-                 profile_steps: int = 3) -> TrainResult:
+                 profile_steps: int = 3, profile_if_above: float | None = None) -> TrainResult:
     """Train ``warmup`` + ``steps`` steps; measure the last ``steps`` (rank 0's result is aggregated).
 
     ``step_hook(i)``, if given, is called after each step (the profiler's ``step()``).
     ``progress(seconds)`` receives each measured step's time as soon as the device has finished
     it (without synchronising; the tuner prunes from these). With ``profile_out``, a window of
     ``profile_steps`` steps is profiled after the measured ones (so that the measurement stays
-    unprofiled) into that folder and classified (``TrainResult.profile``).
+    unprofiled) into that folder and classified (``TrainResult.profile``); with ``profile_if_above``
+    only when the run's samples/s reached it (the tuner profiles the trials that may become its
+    incumbent: the others' profiles would cost their time and guide nothing).
     """
     with open_window(cfg, warmup, step_hook) as window:
-        measured = _measure(window, steps, step_hook, progress)
-        profile = None if profile_out is None else _profile_after(window, profile_out, profile_steps)
+        with cost.part("measure"):
+            measured = _measure(window, steps, step_hook, progress)
+        ranks = Throughput.across_ranks(measured, cfg, window.session.world)  # the same on every rank
+        profile = None
+        if profile_out is not None and (profile_if_above is None or ranks.samples_per_s >= profile_if_above):
+            with cost.part("profile"):
+                profile = _profile_after(window, profile_out, profile_steps)
         matmul = matmul_rate(window.session.device)
-        ranks = Throughput.across_ranks(measured, cfg, window.session.world)
         return _result(window, measured, ranks, profile, matmul)
 
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
-from autotune.train import distributed, graphs, knobs, optim, precision
+from autotune.train import cost, distributed, graphs, knobs, optim, precision
 from autotune.workloads import Batch, Workload, contract, get_workload
 
 
@@ -74,7 +74,8 @@ class Session:
         self.scaler = torch.amp.GradScaler(self.device.type) if precision.needs_scaler(cfg.precision) else None
         step_graph = cfg.graphs.mode == "step"
         if cfg.graphs.mode == "regions":
-            self._capture_regions()
+            with cost.part("capture"):
+                self._capture_regions()
         self.ddp = None
         self.reducer = None
         if step_graph and world_size > 1:
@@ -187,7 +188,8 @@ class Session:
             torch.cuda.current_stream().wait_stream(stream)
             return out
         if self._graph is None:
-            self._capture_step(batch)
+            with cost.part("capture"):
+                self._capture_step(batch)
         loss, norm = self._graph(batch)
         self.schedule.step()
         return loss.clone(), norm.clone()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autotune.config import TrainConfig
-from autotune.train import distributed
+from autotune.train import cost, distributed
 from autotune.train.session import Session
 from autotune.workloads import Batch
 
@@ -56,16 +56,24 @@ class Window:
 
     def step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One training step on the next batch; (loss, grad norm) stay on the device."""
-        loss, norm = self.session.step(next(self.batches))
+        return self._run(next(self.batches))
+
+    def _run(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, norm = self.session.step(batch)
         self.losses.append(loss)
         self.grad_norms.append(norm)
         return loss, norm
 
     def warm_up(self, steps: int, step_hook: Callable[[int], None] | None = None) -> None:
-        for i in range(steps):
-            self.step()
-            if step_hook:
-                step_hook(i)
+        """``steps`` steps; the time spent waiting for their batches is the loader's warm-up (its
+        workers start and fill their queue), the compile and capture inside them are timed as such."""
+        with cost.part("warmup"):
+            for i in range(steps):
+                with cost.part("loader"):
+                    batch = next(self.batches)
+                self._run(batch)
+                if step_hook:
+                    step_hook(i)
         self.warmup += steps
 
 
@@ -73,11 +81,13 @@ class Window:
 def open_window(cfg: TrainConfig, warmup: int, step_hook: Callable[[int], None] | None = None) -> Iterator[Window]:
     """The session of ``cfg`` on this rank (``torchrun``'s environment), warmed up for
     ``warmup_steps(cfg, warmup)`` steps (``step_hook(i)`` after each); closed on exit."""
-    rank, world, local = distributed.init_from_env()
-    session = Session(cfg, rank, world, local)
+    with cost.part("build"):
+        rank, world, local = distributed.init_from_env()
+        session = Session(cfg, rank, world, local)
     try:
-        loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank,
-                                              world_size=world)
+        with cost.part("loader"):
+            loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank,
+                                                  world_size=world)
         window = Window(session, session.batches(loader))
         window.warm_up(warmup_steps(cfg, warmup), step_hook)
         yield window

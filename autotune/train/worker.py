@@ -15,6 +15,7 @@ import traceback
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, TrialError
+from autotune.train import cost
 from autotune.train.record import ProfileSummary, TrialRecord
 
 TRACEBACK_CHARS = 4000
@@ -57,26 +58,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-out", default=None, help="profile a window into this folder instead of training")
     ap.add_argument("--profile-after", default=None, help="after the measured steps, profile a window into this folder")
     ap.add_argument("--profile-steps", type=int, default=3, help="profiled steps of --profile-after")
+    ap.add_argument("--profile-if-above", type=float, default=None, metavar="SAMPLES_PER_S",
+                    help="with --profile-after: profile only a run whose samples/s is at least this")
     ap.add_argument("--progress", default=None, help="append each measured step's seconds to this file (rank 0)")
+    ap.add_argument("--costs", default=None, help="append where the run's time goes to this file (rank 0)")
     args = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
+    cost.install(args.costs if rank == 0 else None)
     try:
         if args.profile_out:
             from autotune.train.profile_run import profile_config
 
+            cost.event("end", "start")
             summary = profile_config(load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps)
             record = TrialRecord(profile=ProfileSummary.of_summary(summary))
         else:
             from autotune.train.runner import run_training
 
+            cost.event("end", "start")  # the launcher began it: interpreter and imports are done
             progress = _progress_writer(args.progress) if args.progress and rank == 0 else None
             record = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup, progress=progress,
-                                  profile_out=args.profile_after, profile_steps=args.profile_steps).record()
+                                  profile_out=args.profile_after, profile_steps=args.profile_steps,
+                                  profile_if_above=args.profile_if_above).record()
         code = 0
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)
         record = TrialRecord.failed(reason, message, traceback=traceback.format_exc()[-TRACEBACK_CHARS:])
         code = 1
+    cost.write_counters()
     if rank == 0 or code:
         out = args.out if rank == 0 else f"{args.out}.rank{rank}"
         write_text_atomic(out, record.to_json())

@@ -32,7 +32,7 @@ def test_summary_uses_one_reference_across_studies_and_counts_misses_as_trials_p
 @pytest.mark.slow
 def test_values_of_a_real_study_in_trial_order(tmp_path):
     out = tmp_path / "run"
-    assert main(["run", "--space", "quick", "--trials", "2", "--synthetic", "--steps", "2", "--warmup", "1",
+    assert main(["run", "--space", "quick", "--trials", "2", "--synthetic", "--confirm-rounds", "0", "--steps", "2", "--warmup", "1",
                  "--batch-size", "2", "--profile-steps", "0", "--no-prune", "--out", str(out)]) == 0
     values, stages = study_values(out)
     assert len(values) == 2 and all(v is not None and v > 0 for v in values)

@@ -14,7 +14,7 @@ from autotune.cli import main
 from .browser import CHROMIUM
 
 REFERENCE = "optimizer.impl=fused"
-QUICK = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--steps", "2", "--warmup", "1",
+QUICK = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "2", "--warmup", "1",
          "--batch-size", "2", "--seed", "1", "--reference", REFERENCE]
 QUICK_DIR = Path("runs/gr00t_n16-tiny-quick")  # the default run folder of QUICK, relative
 CRASHY = "tests.search.crashy:Workload"
@@ -56,7 +56,7 @@ def failed_run(tmp_path_factory) -> Path:
     study.enqueue_trial({"batch_size": 3, "precision.regions.dit": "bf16"})
     study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "fp8"})
     study.enqueue_trial({"batch_size": 4, "precision.regions.dit": "bf16"})
-    argv = ["run", "--workload", CRASHY, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic",
+    argv = ["run", "--workload", CRASHY, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0",
             "--steps", "4", "--warmup", "1", "--timeout-per-trial", "60", "--profile-steps", "0", "--out", str(out)]
     assert main(argv) == 0
     return out

@@ -29,7 +29,7 @@ from autotune.search.trials import reason_of, record_of
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ["run", "--space", "quick", "--synthetic", "--steps", "1", "--warmup", "1", "--batch-size", "2",
+RUN = ["run", "--space", "quick", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1", "--batch-size", "2",
        "--profile-steps", "0", "--seed", "1"]
 NAME = "gr00t_n16-tiny-quick"
 HANG = "tests.search.crashy.Workload-tiny-hang"
@@ -68,7 +68,7 @@ def hang_space(tmp_path: Path) -> Path:
 def hang_argv(tmp_path: Path, batch_size: int, trials: int = 1) -> list[str]:
     return ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(hang_space(tmp_path)),
             "--trials", str(trials), "--synthetic", "--batch-size", str(batch_size), "--steps", "1", "--warmup", "1",
-            "--profile-steps", "0", "--out", str(tmp_path / "run")]
+            "--profile-steps", "0", "--confirm-rounds", "0", "--converge-after", "0", "--out", str(tmp_path / "run")]
 
 
 def start_tuner(tmp_path: Path, argv: list[str], **env: str) -> subprocess.Popen:

@@ -46,7 +46,7 @@ def test_remedies_first_then_the_largest_actionable_bucket(tmp_path):
     study = optuna.create_study(direction="maximize")
     stock = incumbent(study, {"data_stall": 0.6, "launch_overhead": 0.3, "compute_serial": 0.08, "comm_wait": 0.0,
                               "other": 0.02}, {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"})
-    guide = Guide(space, stage_trials=2)
+    guide = Guide(space, stage_trials=2, together=False)
     # one remedy trial per actionable bucket, largest first; every other knob at the incumbent's value
     fixed, stage = guide.next_trial(study, stock)
     assert (stage.kind, stage.bottleneck, stage.groups, stage.knobs) == ("remedy", "data_stall", ["data"], ["data.num_workers"])
@@ -61,38 +61,35 @@ def test_remedies_first_then_the_largest_actionable_bucket(tmp_path):
     fixed, stage3 = guide.next_trial(study, stock)
     assert (stage3.kind, stage3.bottleneck, stage3.groups) == ("search", "data_stall", ["data"])
     assert fixed == {"optimizer.impl": "foreach", "checkpointing.regions": "none"}
-    stage3.trials.append(3)
-    assert guide.next_trial(study, stock)[1] is stage3
-    stage3.trials.append(4)
+    stage3.trials.append(3)  # not measured (no such trial): a search ends at its first trial that gains nothing
     _, stage4 = guide.next_trial(study, stock)
     assert (stage4.bottleneck, stage4.groups) == ("launch_overhead", ["optimizer"])
     stage4.trials += [5, 6]
-    _, stage5 = guide.next_trial(study, stock)
-    assert (stage5.bottleneck, stage5.groups) == ("launch_overhead", ["compile"])
-    stage5.trials += [7, 8]
-    fixed, stage6 = guide.next_trial(study, stock)  # every group searched from this incumbent: the free search
+    # compile's only knob here is checkpointing, which the incumbent does not use: a search may only
+    # checkpoint fewer regions, so there is nothing to search; every group searched: the free search
+    fixed, stage6 = guide.next_trial(study, stock)
     assert fixed is None and stage6.kind == "free" and stage6.bottleneck is None and stage6.groups == [FREE]
     # the stages are in the study, for a resumed or shared run
-    again = Guide(space, stage_trials=2)
+    again = Guide(space, stage_trials=2, together=False)
     again.load(study)
     assert [(s.kind, s.groups) for s in again.stages] == [("remedy", ["data"]), ("remedy", ["optimizer"]),
                                                           ("search", ["data"]), ("search", ["optimizer"]),
-                                                          ("search", ["compile"]), ("free", [FREE])]
+                                                          ("free", [FREE])]
 
 
 def test_a_remedy_the_incumbent_already_holds_is_not_tried(tmp_path):
     space = parse_space(SPACE, tmp_path / "s.yaml")
     study = optuna.create_study(direction="maximize")
     fused = incumbent(study, {"data_stall": 0.0, "launch_overhead": 0.7, "compute_serial": 0.3, "comm_wait": 0.0, "other": 0.0},
-                      {"data.num_workers": 0, "optimizer.impl": "fused", "checkpointing.regions": "none"})
+                      {"data.num_workers": 0, "optimizer.impl": "fused", "checkpointing.regions": "dit"})
     guide = Guide(space, 2)
     _, stage = guide.next_trial(study, fused)
     # launch_overhead's groups are the optimizer's, then compile's: the incumbent holds the optimizer
-    # group at its remedy throughout (fused), so searching away from it comes after compile's search
+    # group at its remedy throughout (fused), and a search keeps a held remedy: compile's search only
     assert (stage.kind, stage.groups) == ("search", ["compile"])
     stage.trials += [1, 2]
     _, stage = guide.next_trial(study, fused)
-    assert (stage.kind, stage.groups) == ("search", ["optimizer"])
+    assert (stage.kind, stage.groups) == ("free", [FREE])
 
 
 def test_small_buckets_and_missing_profiles_lead_to_the_free_search(tmp_path):
@@ -109,7 +106,7 @@ def test_small_buckets_and_missing_profiles_lead_to_the_free_search(tmp_path):
 def test_guided_study_records_the_chain(tmp_path, capsys):
     """A real tiny study: every stage's trials vary only its group; the chain is in diagnosis.json."""
     out = tmp_path / "run"
-    argv = ["run", "--space", "quick", "--trials", "5", "--synthetic", "--steps", "3", "--warmup", "1",
+    argv = ["run", "--space", "quick", "--trials", "5", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "3", "--warmup", "1",
             "--batch-size", "2", "--stage-trials", "2", "--no-prune", "--out", str(out)]
     assert main(argv) == 0
     assert " -> " in capsys.readouterr().out
@@ -156,7 +153,7 @@ def test_clearly_slower_trials_are_pruned(tmp_path, capsys):
     study.enqueue_trial({"batch_size": 2}, user_attrs={"stock": True})
     study.enqueue_trial({"batch_size": 4})
     argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "2",
-            "--synthetic", "--steps", "8", "--warmup", "1", "--profile-steps", "0", "--out", str(out)]
+            "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "8", "--warmup", "1", "--profile-steps", "0", "--out", str(out)]
     assert main(argv) == 0
     assert "pruned (pruned after" in capsys.readouterr().out
     trials = optuna.load_study(study_name=name, storage=storage).trials
@@ -197,51 +194,52 @@ def test_fp8_is_dropped_where_it_cannot_run(tmp_path):
 
 
 def test_a_small_discrete_group_is_enumerated_not_sampled_again(tmp_path):
-    """A search of the optimizer (two values here) from an incumbent that has one of them measures
+    """A search of checkpointing (two values here) from an incumbent that has one of them measures
     the other, then ends: no trial repeats a measured combination."""
     space = parse_space(SPACE, tmp_path / "s.yaml")
     study = optuna.create_study(direction="maximize")
-    params = {"data.num_workers": 2, "optimizer.impl": "fused", "checkpointing.regions": "none"}
+    params = {"data.num_workers": 2, "optimizer.impl": "fused", "checkpointing.regions": "dit"}
     best = incumbent(study, {"compute_serial": 0.9, "launch_overhead": 0.1, "data_stall": 0.0, "comm_wait": 0.0,
                              "other": 0.0}, params)
     guide = Guide(space, stage_trials=3)
     # remedies held already: the searches; compile's first (the optimizer is held at its remedy)
     fixed, first = guide.next_trial(study, best)
-    assert (first.kind, first.groups) == ("search", ["compile"]) and fixed == {**params, "checkpointing.regions": "dit"}
+    assert (first.kind, first.groups) == ("search", ["compile"]) and fixed == {**params, "checkpointing.regions": "none"}
     incumbent(study, {"compute_serial": 0.9, "other": 0.1}, fixed, value=8.0)
     first.trials.append(1)
-    fixed, stage = guide.next_trial(study, best)  # both values measured: the stage ends after 1 of its 3 trials
-    assert stage is not first and (stage.kind, stage.groups) == ("search", ["optimizer"])
-    assert fixed == {**params, "optimizer.impl": "foreach"}
-    incumbent(study, {"compute_serial": 0.9, "other": 0.1}, fixed, value=8.0)
-    stage.trials.append(2)
-    fixed, nxt = guide.next_trial(study, best)  # the same for the optimizer: every group searched, the free search
-    assert nxt is not stage and nxt.kind == "free" and fixed is None
+    # both values measured: the stage ends after 1 of its 3 trials; the optimizer is held at its remedy,
+    # which a search keeps: nothing left to search, the free search
+    fixed, nxt = guide.next_trial(study, best)
+    assert nxt is not first and nxt.kind == "free" and fixed is None
+    stage = first
     # a group with an int knob is left to the sampler
     data = guide._untried(study, replace(stage, groups=["data"]), best)
     assert data is None
 
 
 def test_enumeration_changes_one_knob_before_two(tmp_path):
-    spec = {"knobs": {"precision.default": {"type": "categorical", "choices": ["bf16", "fp32"], "group": "precision"},
-                      "precision.frozen_dtype": {"type": "categorical", "choices": ["bf16", "fp32"], "group": "precision"}}}
+    spec = {"knobs": {"ddp.comm_hook": {"type": "categorical", "choices": ["none", "bf16", "fp16"], "group": "comm"},
+                      "ddp.static_graph": {"type": "bool", "group": "comm"}}}
     space = parse_space(spec, tmp_path / "s.yaml")
-    dists = {k: CategoricalDistribution(["bf16", "fp32"]) for k in spec["knobs"]}
+    dists = {"ddp.comm_hook": CategoricalDistribution(["none", "bf16", "fp16"]),
+             "ddp.static_graph": CategoricalDistribution([False, True])}
     study = optuna.create_study(direction="maximize")
-    study.add_trial(create_trial(params={"precision.default": "bf16", "precision.frozen_dtype": "fp32"}, distributions=dists,
-                                 value=1.0, user_attrs=attrs_of(measured(1.0, buckets={"compute_serial": 1.0}))))
-    guide = Guide(space, stage_trials=3)
+    study.add_trial(create_trial(params={"ddp.comm_hook": "none", "ddp.static_graph": False}, distributions=dists,
+                                 value=1.0, user_attrs=attrs_of(measured(1.0, buckets={"comm_wait": 1.0}))))
+    guide = Guide(space, stage_trials=5)
     fixed, stage = guide.next_trial(study, study.trials[0])
-    assert stage.groups == ["precision"] and fixed == {"precision.default": "bf16", "precision.frozen_dtype": "bf16"}
+    assert stage.groups == ["comm"] and fixed == {"ddp.comm_hook": "none", "ddp.static_graph": True}
     assert guide._untried(study, stage, study.trials[0]) == [
-        {"precision.default": "bf16", "precision.frozen_dtype": "bf16"},  # one change, in the space's order of values
-        {"precision.default": "fp32", "precision.frozen_dtype": "fp32"},
-        {"precision.default": "fp32", "precision.frozen_dtype": "bf16"},  # two changes last
+        {"ddp.comm_hook": "none", "ddp.static_graph": True},  # one change, in the space's order of knobs and values
+        {"ddp.comm_hook": "bf16", "ddp.static_graph": False},
+        {"ddp.comm_hook": "fp16", "ddp.static_graph": False},
+        {"ddp.comm_hook": "bf16", "ddp.static_graph": True},  # two changes last
+        {"ddp.comm_hook": "fp16", "ddp.static_graph": True},
     ]
     # with fewer trials in the stage than combinations left, the sampler chooses
     small = Guide(space, stage_trials=2)
     fixed, stage = small.next_trial(study, study.trials[0])
-    assert stage.groups == ["precision"] and fixed == {}
+    assert stage.groups == ["comm"] and fixed == {}
 
 
 def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
@@ -256,7 +254,7 @@ def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
     stock = study.trials[-1]
     assert loader_stall(stock) == pytest.approx(0.1, abs=0.001)
     assert [b for b, _ in ranked_buckets(stock)] == ["data_stall", "compute_serial", "comm_wait", "launch_overhead", "other"]
-    fixed, stage = Guide(space, 2).next_trial(study, stock)
+    fixed, stage = Guide(space, 2, together=False).next_trial(study, stock)
     assert (stage.kind, stage.bottleneck, stage.groups, stage.loader_bound) == ("remedy", "data_stall", ["data"], True)
     assert stage.share == pytest.approx(0.1, abs=0.001) and fixed["data.num_workers"] == 2
     # a loader that held the step back by less than MIN_SHARE changes nothing; nor does one that kept up

@@ -40,7 +40,7 @@ def run(tmp_path, monkeypatch, outcomes, budget="10GiB"):
     for mb in (200, 300, 400):
         study.enqueue_trial({"ddp.bucket_cap_mb": mb})
     code = main(["run", "--preset", "tiny", "--space", str(space), "--trials", "4", "--memory-budget", budget,
-                 "--out", str(out)])
+                 "--confirm-rounds", "0", "--converge-after", "0", "--out", str(out)])
     return code, optuna.load_study(study_name="gr00t_n16-tiny-b", storage=study._storage).trials, out
 
 

@@ -169,7 +169,7 @@ def test_trial_of_a_killed_worker_is_failed_by_the_next(pg_url, tmp_path):
 @pytest.mark.slow
 def test_two_workers_share_one_study(pg_url, tmp_path):
     """Two ``autotune run`` processes, one study: 4 finished trials in all, one stock trial, both worked."""
-    run = [sys.executable, "-m", "autotune", "run", "--storage", pg_url, "--space", "quick", "--synthetic",
+    run = [sys.executable, "-m", "autotune", "run", "--storage", pg_url, "--space", "quick", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0",
            "--steps", "2", "--warmup", "1", "--batch-size", "2", "--trials", "4",
            "--profile-steps", "0", "--no-guidance"]  # the sharing, not the guidance, is under test here
     workers = [subprocess.Popen([*run, "--out", str(tmp_path / f"worker{i}")], stdout=subprocess.PIPE,
@@ -196,7 +196,7 @@ def test_a_password_in_the_query_or_the_environment_is_shown_nowhere(pg_url, tmp
     out = tmp_path / "run"
     env = {**ENV, "AUTOTUNE_STORAGE": query_url}
     run = [sys.executable, "-m", "autotune", "run", "--space", "quick", "--synthetic", "--trials", "1", "--steps", "1",
-           "--warmup", "1", "--batch-size", "2", "--profile-steps", "0", "--out", str(out)]
+           "--warmup", "1", "--batch-size", "2", "--profile-steps", "0", "--confirm-rounds", "0", "--out", str(out)]
     done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     report = subprocess.run([sys.executable, "-m", "autotune", "report", str(out)], capture_output=True, text=True,

@@ -14,7 +14,7 @@ from autotune.search.trials import measurement_of, reason_of, record_of
 
 pytestmark = pytest.mark.slow
 
-RUN = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--steps", "2", "--warmup", "1", "--batch-size", "2",
+RUN = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "2", "--warmup", "1", "--batch-size", "2",
        "--seed", "1"]
 
 
@@ -61,7 +61,7 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
     study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True})
     for bs, prec in ((3, "bf16"), (5, "bf16"), (2, "fp8")):
         study.enqueue_trial({"batch_size": bs, "precision.regions.dit": prec})
-    argv = ["run", "--workload", workload, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic",
+    argv = ["run", "--workload", workload, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0",
             "--steps", "1", "--warmup", "1", "--timeout-per-trial", "30", "--profile-steps", "0", "--out", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -125,7 +125,7 @@ def test_the_time_budget_stops_a_running_trial_and_queues_it_again(tmp_path, cap
     out = tmp_path / "run"
     name = "tests.search.crashy.Workload-tiny-hang"
     argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
-            "--synthetic", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--timeout-per-trial", "600",
+            "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--timeout-per-trial", "600",
             "--out", str(out)]
     assert main(argv) == 0  # the stock trial (batch size 2)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
@@ -167,7 +167,7 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
     space = tmp_path / "hang.yaml"
     space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n")
     argv = [sys.executable, "-m", "autotune", "run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny",
-            "--space", str(space), "--trials", "1", "--synthetic", "--batch-size", "5", "--out", str(tmp_path / "run")]
+            "--space", str(space), "--trials", "1", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--batch-size", "5", "--out", str(tmp_path / "run")]
     run = subprocess.Popen(argv, env=env, cwd=Path(__file__).parents[2])
     deadline = time.monotonic() + 120
     while not list(tmp.glob("autotune-run-*/config.yaml")) and time.monotonic() < deadline:
@@ -196,7 +196,7 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
     # the same command again measures it (the hang is over): the study has its stock baseline
     monkeypatch.setenv("CRASHY_HANG_S", "0")
     again = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
-             "--synthetic", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--out", str(tmp_path / "run")]
+             "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--out", str(tmp_path / "run")]
     assert main(again) == 0
     trials = optuna.load_study(study_name=name, storage=storage).trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
@@ -206,7 +206,7 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
 def test_a_changed_space_does_not_continue_the_study(tmp_path, capsys):
     space = tmp_path / "s.yaml"
     space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n")
-    argv = ["run", "--space", str(space), "--trials", "1", "--synthetic", "--steps", "1", "--warmup", "1",
+    argv = ["run", "--space", str(space), "--trials", "1", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1",
             "--profile-steps", "0", "--out", str(tmp_path / "run")]
     assert main(argv) == 0
     space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused, loop], group: optimizer}\n")
@@ -220,7 +220,7 @@ def test_base_configuration_is_trial_0(tmp_path):
     base = tmp_path / "mine.yaml"
     base.write_text("preset: tiny\nbatch_size: 3\noptimizer: {impl: fused}\n")
     out = tmp_path / "run"
-    argv = ["run", "--base", str(base), "--space", "quick", "--trials", "1", "--synthetic", "--steps", "1",
+    argv = ["run", "--base", str(base), "--space", "quick", "--trials", "1", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1",
             "--warmup", "1", "--profile-steps", "0", "--out", str(out)]
     assert main(argv) == 0
     best = load_config(out / "best.yaml")

@@ -144,7 +144,7 @@ def test_autotune_run_tunes_it_with_no_space_and_no_preset(workload, tmp_path, m
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    assert main(["run", "--workload", workload, "--trials", "2", "--steps", "2", "--warmup", "1", "--profile-steps", "1",
+    assert main(["run", "--workload", workload, "--trials", "2", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "2", "--warmup", "1", "--profile-steps", "1",
                  "--stage-trials", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"study '{workload}-tiny-auto'" in printed

@@ -51,7 +51,7 @@ def test_it_is_listed_by_path_and_by_module(workload_file, tmp_path):
 
 def test_it_is_tuned_and_its_best_yaml_trains_from_another_folder(workload_file, tmp_path):
     rel = os.path.relpath(workload_file, tmp_path)  # a relative path: the trial processes resolve it alike
-    out = run([*AUTOTUNE, "run", "--workload", f"{rel}:MyWorkload", "--trials", "2", "--steps", "2", "--warmup", "1",
+    out = run([*AUTOTUNE, "run", "--workload", f"{rel}:MyWorkload", "--trials", "2", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "2", "--warmup", "1",
                "--profile-steps", "1", "--stage-trials", "1"], cwd=tmp_path)
     assert "failed" not in out, out
     (best,) = (tmp_path / "runs").glob("*my_workload.py.MyWorkload-small-auto/best.yaml")

@@ -1,0 +1,268 @@
+"""The winner measured again: stock and the best, interleaved, in fresh processes, at the study's end.
+
+A study's speed-up divides two numbers measured minutes apart, each from a few steps of one run;
+on a shared machine either can be off by more than the speed-up (the README's CPU study reported
+4.03x for a ``best.yaml`` that trains ~18 % slower than stock on a quiet machine). So at the end
+of every run (after the last trial, after ``--time-budget``'s stop, after convergence) the stock
+configuration and the best are run again in the order stock, best, stock, best (a runner-up
+within noise of the best after each best: the faster of the two is kept), ``rounds`` rounds or up
+to ``MAX_ROUNDS`` while the rounds of one configuration differ by more than ``WIDE`` (or a run's
+own steps varied by more than ``noise.WIDE_SPREAD``). The
+confirmed samples/s of each is the median of its rounds, the confirmed speed-up their ratio;
+that is the speed-up ``autotune run`` prints and writes (``best.yaml``'s ``provenance``:
+``confirmation``). A candidate whose run fails is dropped; where no candidate is faster than stock
+when measured again, ``best.yaml`` is the stock configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.config.io import write_text_atomic
+from autotune.search.noise import WIDE_SPREAD, margin, within
+from autotune.search.study import StudyOptions, config_of, run_env
+from autotune.search.trials import measurement_of, ranked_trials, record_of, stock_trial
+from autotune.train.launch import launch
+
+MAX_ROUNDS = 4
+WIDE = 0.1
+"""Rounds of one configuration that differ by more than this share of their median call for another."""
+FILE = "confirmation.json"
+
+
+@dataclass
+class Run:
+    """One confirmation run."""
+
+    round: int
+    trial: int
+    samples_per_s: float | None
+    step_time_spread: float | None = None
+    host_busy: float | None = None
+    wall_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class Confirmation:
+    """What measuring stock and the best again gave."""
+
+    stock_trial: int
+    trial: int
+    """The winner: the study's best, its runner-up, or the stock trial where neither was faster."""
+    samples_per_s: float | None
+    """The winner's median over its rounds (None: not confirmed)."""
+    stock_samples_per_s: float | None
+    speedup: float | None
+    """The confirmed speed-up of the winner over stock."""
+    study_speedup: float | None
+    """What the study's own trials said (best over stock)."""
+    rounds: int
+    spread: dict[str, float] = field(default_factory=dict)
+    """Per trial number: (max - min) / median of its rounds' samples/s."""
+    medians: dict[str, float] = field(default_factory=dict)
+    """Per trial number: the median of its rounds' samples/s."""
+    runs: list[Run] = field(default_factory=list)
+    note: str = ""
+    """What the confirmation changed or could not do, for a person."""
+
+    @property
+    def confirmed(self) -> bool:
+        return self.speedup is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Confirmation:
+        runs = [Run(**r) for r in data.get("runs", [])]
+        return cls(**{**data, "runs": runs})
+
+    def line(self) -> str:
+        if not self.confirmed:
+            return f"not confirmed: {self.note}"
+        text = (f"confirmed in {self.rounds} rounds: #{self.trial} {self.samples_per_s:.2f} samples/s "
+                f"(±{50 * self.spread.get(str(self.trial), 0):.0f} %), stock {self.stock_samples_per_s:.2f} "
+                f"(±{50 * self.spread.get(str(self.stock_trial), 0):.0f} %): {self.speedup:.2f}x stock")
+        if self.study_speedup is not None:
+            text += f" (the study's trials said {self.study_speedup:.2f}x)"
+        return text + (f"; {self.note}" if self.note else "")
+
+
+def candidates(study: optuna.Study) -> list[FrozenTrial]:
+    """The best and, where it is within noise of the best, the runner-up; none where the best is the
+    stock trial (nothing to confirm: ``best.yaml`` is stock)."""
+    stock = stock_trial(study)
+    ranked = ranked_trials(study)
+    if stock is None or not ranked or ranked[0].number == stock.number:
+        return []
+    best = ranked[0]
+    out = [best]
+    for t in ranked[1:2]:
+        if t.number != stock.number and within(float(t.value), float(best.value),
+                                                margin(measurement_of(t), measurement_of(best))):
+            out.append(t)
+    return out
+
+
+CACHED_COMPILE = 0.1
+"""Share of a trial's compile time a run of the same configuration still spends, its graphs in the
+study's compile cache (tiny on a CPU: 245 s compiling cold, 24 s warm; BENCHMARKS.md)."""
+
+
+def run_cost_s(trial: FrozenTrial) -> float:
+    """What one unprofiled run of the trial's configuration costs again: its measured cost without the
+    profile and a second run, its compile mostly served by the study's cache; else its duration."""
+    record = record_of(trial)
+    if record is not None and record.cost is not None:
+        parts = record.cost.parts
+        again = (record.cost.wall_s - parts.get("profile", 0.0) - parts.get("remeasure", 0.0)
+                 - (1.0 - CACHED_COMPILE) * parts.get("compile", 0.0))
+        return max(1.0, again)
+    if trial.datetime_start and trial.datetime_complete:
+        return (trial.datetime_complete - trial.datetime_start).total_seconds()
+    return 0.0
+
+
+def reserve_s(study: optuna.Study, rounds: int) -> float:
+    """Time to keep for confirming the current best: ``rounds`` runs of stock and of the best."""
+    stock, found = stock_trial(study), candidates(study)
+    if rounds <= 0 or stock is None or not found:
+        return 0.0
+    return rounds * (run_cost_s(stock) + run_cost_s(found[0]))
+
+
+def previous(out: Path, study: optuna.Study, rounds: int) -> Confirmation | None:
+    """The confirmation a former run of the study wrote, if it confirmed the same trials."""
+    path = out / FILE
+    if not path.exists():
+        return None
+    try:
+        old = Confirmation.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError):
+        return None
+    stock, found = stock_trial(study), candidates(study)
+    same = stock is not None and old.stock_trial == stock.number and {str(t.number) for t in found} <= set(old.medians)
+    return old if same and old.rounds >= rounds and old.confirmed else None
+
+
+def confirm(opts: StudyOptions, study: optuna.Study, rounds: int, *, deadline: float | None = None,
+            report: Callable[[str], None] = print) -> Confirmation | None:
+    """Measure stock and the best (and a runner-up within noise) again; None where there is nothing to
+    confirm (no stock measurement, or stock is the best). ``deadline`` (``time.monotonic()``): no run
+    starts that would not end before it, by the trial's own cost."""
+    stock = stock_trial(study)
+    found = candidates(study)
+    if stock is None or measurement_of(stock) is None or not found:
+        return None
+    study_speedup = float(found[0].value) / float(stock.value) if stock.value else None
+    kept = previous(opts.out, study, rounds)
+    if kept is not None:
+        report(f"confirmation of #{kept.trial} against stock kept from the last run of the study")
+        return kept
+    order = [stock, *found]
+    runs: list[Run] = []
+    note = ""
+    for r in range(1, MAX_ROUNDS + 1):
+        for t in order:
+            if deadline is not None and deadline - time.monotonic() < run_cost_s(t):
+                note = "the time budget ended before the confirmation did"
+                break
+            runs.append(_run(opts, t, r, deadline))
+            report(_progress(runs[-1], t is stock))
+        else:
+            order = [t for t in order if t is stock or not _failed(runs, t.number)]
+            if _failed(runs, stock.number) or r >= rounds and not _wide(runs, order):
+                break
+            continue
+        break
+    return _summary(stock, found, runs, study_speedup, note)
+
+
+def _run(opts: StudyOptions, trial: FrozenTrial, round_: int, deadline: float | None) -> Run:
+    log = opts.out / "logs" / f"confirm-{round_}-trial-{trial.number:04d}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    timeout = opts.timeout_per_trial if deadline is None else max(1.0, min(opts.timeout_per_trial, deadline - time.monotonic()))
+    record = launch(config_of(opts, trial), steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=timeout,
+                    log_path=log, extra_env=run_env(opts))
+    m = record.measurement
+    return Run(round=round_, trial=trial.number, samples_per_s=m.samples_per_s if m else None,
+               step_time_spread=m.step_time.spread if m else None,
+               host_busy=record.host.others_busy if record.host else None,
+               wall_s=record.cost.wall_s if record.cost else None,
+               error=f"{record.failure.reason}: {record.failure.error}" if record.failure else None)
+
+
+def _progress(run: Run, stock: bool) -> str:
+    what = f"{run.samples_per_s:.2f} samples/s" if run.samples_per_s is not None else f"failed ({run.error})"
+    return f"confirming, round {run.round}: {'stock' if stock else 'trial'} #{run.trial} {what}"
+
+
+def _rates(runs: list[Run], number: int) -> list[float]:
+    return [r.samples_per_s for r in runs if r.trial == number and r.samples_per_s is not None]
+
+
+def _failed(runs: list[Run], number: int) -> bool:
+    return any(r.trial == number and r.samples_per_s is None for r in runs)
+
+
+def _range(rates: list[float]) -> float:
+    return (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
+
+
+def _wide(runs: list[Run], order: list[FrozenTrial]) -> bool:
+    """The rounds of a configuration differ by more than ``WIDE``, or the last round's run of one had
+    steps that varied widely (a single round has no range of its own to judge by)."""
+    numbers = {t.number for t in order}
+    last = max((r.round for r in runs), default=0)
+    steps_wide = any(r.round == last and r.trial in numbers and (r.step_time_spread or 0.0) > WIDE_SPREAD for r in runs)
+    return steps_wide or any(_range(_rates(runs, t.number)) > WIDE for t in order)
+
+
+def _summary(stock: FrozenTrial, found: list[FrozenTrial], runs: list[Run], study_speedup: float | None,
+             note: str) -> Confirmation:
+    rounds = max((r.round for r in runs if r.samples_per_s is not None), default=0)
+    medians = {str(n): statistics.median(rs) for n in {stock.number, *(t.number for t in found)}
+               if (rs := _rates(runs, n)) and not _failed(runs, n)}
+    spread = {str(n): _range(_rates(runs, n)) for n in map(int, medians)}
+    base = Confirmation(stock.number, found[0].number, None, None, None, study_speedup, rounds, spread, medians, runs, note)
+    stock_rate = medians.get(str(stock.number))
+    if stock_rate is None:
+        base.note = note or "the stock configuration failed when run again"
+        return base
+    ran = [t for t in found if _rates(runs, t.number) or _failed(runs, t.number)]
+    if not ran:  # the time budget ended first
+        base.note = note or "no candidate was run again"
+        return base
+    alive = [t for t in ran if str(t.number) in medians]
+    if not alive:
+        base.note = "every candidate failed when run again: best.yaml is the stock configuration"
+        base.trial, base.samples_per_s, base.stock_samples_per_s, base.speedup = stock.number, stock_rate, stock_rate, 1.0
+        return base
+    winner = max(alive, key=lambda t: medians[str(t.number)])
+    rate = medians[str(winner.number)]
+    base.stock_samples_per_s = stock_rate
+    if rate <= stock_rate:
+        base.trial, base.samples_per_s, base.speedup = stock.number, stock_rate, 1.0
+        base.note = (f"measured again, #{winner.number} ran at {rate:.2f} samples/s against stock's {stock_rate:.2f}: "
+                     "no configuration beat stock, best.yaml is the stock configuration")
+        return base
+    base.trial, base.samples_per_s, base.speedup = winner.number, rate, rate / stock_rate
+    if winner.number != found[0].number:
+        base.note = f"the runner-up #{winner.number} was faster than the study's best #{found[0].number} when measured again"
+    return base
+
+
+def write_confirmation(out: Path, confirmation: Confirmation) -> Path:
+    path = out / FILE
+    write_text_atomic(path, json.dumps(confirmation.to_dict(), indent=1))
+    return path

@@ -1,0 +1,83 @@
+"""A study made noisy by a real competing process: the winner is confirmed, the study ends by itself.
+
+The stock trial runs while CPU-burning processes compete for the host, the search trials after
+them on a quieter one: the study's own numbers say the search found a large speed-up. Stock and
+the best measured again, interleaved, say what is true, and that is what ``best.yaml`` and the
+output carry. With no ``--trials`` the study stops by itself ("converged"), and every trial's
+cost breakdown adds up to its wall time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from autotune.cli import main
+from autotune.config import load_config
+from autotune.search.trials import record_of
+
+pytestmark = pytest.mark.slow
+
+SPACE = "knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused, loop], group: optimizer, remedy: fused}\n"
+BURNERS = 4
+"""On 2 cores, 4 busy loops leave a run about a third of the CPU time it has on a quiet host."""
+
+
+def burn(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp_path, capsys):
+    space = tmp_path / "opt.yaml"
+    space.write_text(SPACE)
+    out = tmp_path / "run"
+    argv = ["run", "--space", str(space), "--synthetic", "--steps", "3", "--warmup", "1", "--batch-size", "2",
+            "--profile-steps", "2", "--confirm-rounds", "1", "--out", str(out)]
+    burners = burn(BURNERS)
+    try:  # the stock trial alone, on a host the burners share
+        assert main([*argv, "--trials", "1"]) == 0
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    capsys.readouterr()
+    assert main(argv) == 0  # no --trials: it ends by itself
+    printed = capsys.readouterr().out
+    assert "converged:" in printed and "confirming, round 1" in printed
+
+    prov = load_config(out / "best.yaml").provenance
+    conf = prov["confirmation"]
+    study_speedup = prov["study_speedup_vs_stock"]
+    assert prov["confirmed"] and conf["rounds"] >= 1 and prov["converged"]
+    # the study's numbers crowned the noise; the confirmed speed-up is what best.yaml and the output say
+    assert study_speedup > 1.4
+    assert prov["speedup_vs_stock"] == pytest.approx(conf["speedup"])
+    assert conf["speedup"] < study_speedup / 1.25 and conf["study_speedup"] == pytest.approx(study_speedup)
+    assert f"{prov['speedup_vs_stock']:.2f}x stock" in printed or "the stock configuration" in printed
+    diagnosis = json.loads((out / "diagnosis.json").read_text())
+    assert diagnosis["converged"]["reason"]
+
+    # the stock trial was measured on a busy host, and its record says so
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    study = optuna.load_study(study_name=prov["study"], storage=storage)
+    stock = record_of(study.trials[0])
+    assert stock.host is not None and stock.host.others_busy > 0.5
+
+    # every trial that ran says where its wall time went, and the parts add up to it
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    ran = [r for r in rows if r["cost_wall_s"]]
+    assert ran and all(r["step_time_spread"] for r in rows if r["samples_per_s"])
+    for trial, row in ((study.trials[int(r["number"])], r) for r in ran):
+        cost = record_of(trial).cost
+        assert sum(cost.parts.values()) == pytest.approx(cost.wall_s, rel=1e-6)
+        assert float(row["cost_wall_s"]) == pytest.approx(cost.wall_s)
+        span = (trial.datetime_complete - trial.datetime_start).total_seconds()
+        assert cost.wall_s == pytest.approx(span, rel=0.1, abs=1.0)
+        if record_of(trial).measurement is not None:  # the named parts, not "other", hold most of it
+            assert cost.parts["start"] > 0 and cost.parts["build"] > 0 and cost.parts["measure"] > 0
+            assert cost.parts["other"] < 0.5 * cost.wall_s

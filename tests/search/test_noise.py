@@ -1,0 +1,168 @@
+"""Noise, directions, convergence, confirmation and cost, unit by unit (no runs: trials built by hand)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import create_trial
+
+from autotune.search.confirm import Run, _summary, candidates
+from autotune.search.converge import convergence
+from autotune.search.directions import PRECISION_RANK, raises_precision, search_choices
+from autotune.search.guide import Guide, Stage
+from autotune.search.noise import flags, margin, trusted_value
+from autotune.search.space import load_space, parse_space
+from autotune.search.trials import attrs_of, best_trial
+from autotune.train.cost import PARTS, cost_of, with_wall
+from autotune.train.record import HostLoad, StepTimes
+from tests.records import measured, measurement
+
+PRECISION = {"precision.regions.dit": ["bf16", "fp32", "fp8"], "precision.regions.vision": ["bf16", "fp32"],
+             "precision.frozen_dtype": ["bf16", "fp32"]}
+
+
+def add(study, params, value, dists, buckets=None, **attrs):
+    record = measured(value, buckets=buckets)
+    study.add_trial(create_trial(params=params, distributions=dists, value=value,
+                                 user_attrs={**attrs_of(record), **attrs}))
+    return study.trials[-1]
+
+
+def test_no_search_choice_raises_a_precision():
+    for knob in load_space("gr00t_n16").knobs:
+        if not knob.key.startswith("precision."):
+            continue
+        for current in knob.choices:
+            allowed = search_choices(knob, current)
+            assert allowed[0] == current
+            assert all(PRECISION_RANK[v] <= PRECISION_RANK[current] for v in allowed), (knob.key, current, allowed)
+            assert not any(raises_precision(knob, current, v) for v in allowed)
+    dit = next(k for k in load_space("gr00t_n16").knobs if k.key == "precision.regions.dit")
+    assert search_choices(dit, "fp32") == ("fp32", "bf16", "fp8") and search_choices(dit, "fp8") == ("fp8",)
+
+
+def test_the_precision_stage_never_proposes_raising_a_region(tmp_path):
+    """From an incumbent with fp32 and bf16 regions, every trial the guide proposes lowers one region alone."""
+    spec = {"knobs": {k: {"type": "categorical", "choices": c, "group": "precision"} for k, c in PRECISION.items()}}
+    space = parse_space(spec, tmp_path / "s.yaml")
+    dists = {k: CategoricalDistribution(c) for k, c in PRECISION.items()}
+    study = optuna.create_study(direction="maximize")
+    start = {"precision.regions.dit": "bf16", "precision.regions.vision": "fp32", "precision.frozen_dtype": "bf16"}
+    inc = add(study, start, 10.0, dists, buckets={"compute_serial": 1.0}, stock=True)
+    guide = Guide(space, stage_trials=6)
+    proposed = []
+    for _ in range(6):
+        fixed, stage = guide.next_trial(study, inc)
+        if stage.kind != "search":
+            break
+        assert stage.groups == ["precision"] and set(fixed) == set(PRECISION)  # enumerated, nothing left to the sampler
+        proposed.append(fixed)
+        stage.trials.append(add(study, fixed, 12.0, dists).number)  # each pays: the stage goes on to the next move
+    assert proposed == [{**start, "precision.regions.dit": "fp8"}, {**start, "precision.regions.vision": "bf16"}]
+    for p in proposed:
+        assert all(PRECISION_RANK[p[k]] <= PRECISION_RANK[start[k]] for k in PRECISION)
+        assert sum(p[k] != start[k] for k in PRECISION) == 1
+
+
+def test_a_search_stage_ends_at_its_first_trial_within_noise(tmp_path):
+    spec = {"knobs": {"ddp.comm_hook": {"type": "categorical", "choices": ["none", "bf16", "fp16"], "group": "comm"}}}
+    space = parse_space(spec, tmp_path / "s.yaml")
+    dists = {"ddp.comm_hook": CategoricalDistribution(["none", "bf16", "fp16"])}
+    study = optuna.create_study(direction="maximize")
+    inc = add(study, {"ddp.comm_hook": "none"}, 10.0, dists, buckets={"comm_wait": 1.0})
+    guide = Guide(space, stage_trials=4)
+    _, stage = guide.next_trial(study, inc)
+    stage.trials.append(add(study, {"ddp.comm_hook": "bf16"}, 10.1, dists).number)  # 1 %: within the 3 % floor
+    _, nxt = guide.next_trial(study, inc)
+    assert nxt is not stage and nxt.kind == "free"
+
+
+def test_noise_flags_a_wide_spread_and_a_busy_host():
+    steady = StepTimes(median_ms=200, p10_ms=190, p90_ms=210, min_ms=185, max_ms=215, mean_ms=200)
+    quiet = measured(10.0, step_time=steady)
+    assert flags(quiet) == [] and margin(quiet.measurement, None) == pytest.approx(0.05)  # half the 10 % spread
+    wide = measurement(10.0, step_time=StepTimes(median_ms=200, p10_ms=100, p90_ms=900, min_ms=90, max_ms=950, mean_ms=300))
+    noisy = measured(10.0)
+    noisy = type(noisy)(measurement=wide, host=HostLoad(others_busy=0.9, load_average=3.0, cpus=2, probe_s=0.3))
+    assert [f.split(" ")[0] for f in flags(noisy)] == ["step-time", "other"]
+    assert margin(wide, quiet.measurement) == pytest.approx(2.0)
+    again = type(noisy)(measurement=wide, remeasure=measured(6.0))
+    assert trusted_value(again) == 6.0  # the lower of the two runs
+
+
+def free_stage(trials, incumbent=1):
+    return Stage(stage=3, bottleneck=None, share=None, groups=["all"], knobs=[], incumbent=incumbent,
+                 incumbent_samples_per_s=20.0, profile=None, buckets=None, dominant=None, kind="free", trials=trials)
+
+
+def test_a_study_converges_when_free_trials_find_nothing_within_noise():
+    dists = {"x": CategoricalDistribution(["a", "b", "c", "d", "e", "f"])}
+    study = optuna.create_study(direction="maximize")
+    add(study, {"x": "a"}, 10.0, dists, stock=True)
+    add(study, {"x": "b"}, 20.0, dists)
+    add(study, {"x": "c"}, 15.0, dists)
+    assert convergence(study, [free_stage([2])]) is None  # one miss: not yet
+    add(study, {"x": "d"}, 16.0, dists)
+    done = convergence(study, [free_stage([2, 3])])
+    assert done is not None and done.best_trial == 1 and "the last 2 free trials found nothing" in done.reason
+    assert convergence(study, [free_stage([2, 3])], after=0) is None  # --converge-after 0: never
+    # ties within noise keep the study going, up to twice as many free trials
+    add(study, {"x": "e"}, 19.9, dists)
+    assert convergence(study, [free_stage([2, 4])]) is None
+    add(study, {"x": "f"}, 19.8, dists)
+    done = convergence(study, [free_stage([2, 3, 4, 5])])
+    assert done is not None and "none beat the best" in done.reason
+
+
+def test_confirmation_keeps_the_faster_of_best_and_runner_up_and_falls_back_to_stock():
+    dists = {"x": CategoricalDistribution(["a", "b", "c"])}
+    study = optuna.create_study(direction="maximize")
+    stock = add(study, {"x": "a"}, 10.0, dists, stock=True)
+    best = add(study, {"x": "b"}, 20.0, dists)
+    runner = add(study, {"x": "c"}, 19.8, dists)  # within noise of the best: confirmed too
+    assert [t.number for t in candidates(study)] == [1, 2] and best_trial(study).number == 1
+
+    def runs(*rates):
+        return [Run(round=r, trial=n, samples_per_s=v) for r, per in enumerate(rates, 1) for n, v in per.items()]
+
+    c = _summary(stock, [best, runner], runs({0: 10.0, 1: 12.0, 2: 13.0}, {0: 10.4, 1: 12.2, 2: 13.1}), 2.0, "")
+    assert c.trial == 2 and c.speedup == pytest.approx(13.05 / 10.2) and c.rounds == 2 and "runner-up" in c.note
+    assert c.spread["0"] == pytest.approx(0.4 / 10.2)
+    # the study said 2x; measured again, neither beats stock: best.yaml is stock
+    c = _summary(stock, [best, runner], runs({0: 10.0, 1: 9.0, 2: 9.5}), 2.0, "")
+    assert c.trial == 0 and c.speedup == 1.0 and "no configuration beat stock" in c.note
+    c = _summary(stock, [best], [Run(1, 0, None, error="crash: x")], 2.0, "")
+    assert not c.confirmed and "stock configuration failed" in c.note
+
+
+def test_cost_parts_are_exclusive_and_add_up_to_the_wall_time():
+    ev = [(0, "begin", "start"), (1, "end", "start"), (1, "begin", "build"), (2, "end", "build"),
+          (2, "begin", "warmup"), (2, "begin", "loader"), (2.5, "end", "loader"), (2.5, "begin", "compile"),
+          (4, "end", "compile"), (6, "end", "warmup"), (6, "begin", "measure"), (8, "end", "measure"),
+          (8, "begin", "profile"), (9, "end", "profile")]
+    cost = cost_of([{"t": t, "ev": e, "part": p} for t, e, p in ev], 0.0, 10.0)
+    assert cost.parts == pytest.approx({"start": 1, "build": 1, "loader": 0.5, "compile": 1.5, "warmup": 2, "measure": 2,
+                                        "profile": 1, "other": 1})
+    assert sum(cost.parts.values()) == pytest.approx(cost.wall_s) == 10.0 and set(cost.parts) <= set(PARTS)
+    # killed in the middle of its compile: the minutes went to compiling
+    killed = cost_of([{"t": t, "ev": e, "part": p} for t, e, p in ev[:8]], 0.0, 100.0)
+    assert killed.parts["compile"] == pytest.approx(97.5) and sum(killed.parts.values()) == pytest.approx(100.0)
+    whole = with_wall(cost, 21.0, remeasure=cost)  # the trial's 21 s: its run, a second run, 1 s of the tuner's own
+    assert whole.parts["remeasure"] == 10.0 and whole.parts["other"] == pytest.approx(2.0)
+    assert whole.wall_s == pytest.approx(sum(whole.parts.values())) == pytest.approx(21.0)
+
+
+def test_the_report_marks_a_bad_overhead_and_shows_a_loader_bound_step_at_its_rate():
+    from autotune.report.parts import Profile, RankBuckets
+
+    rank = RankBuckets(0, 174.0, {"compute_serial": 0.74, "data_stall": 0.26})
+    stock = Profile(path="profiles/trial-0000", trial=0, traces=[], overhead=16.57, step_time_ms=174.0, ranks=[rank])
+    assert stock.bad_overhead and not Profile(path="p", trial=1, traces=[], overhead=0.04).bad_overhead
+    assert Profile(path="p", trial=1, traces=[], overhead=-0.54).bad_overhead
+    assert stock.scaled(rank) == (174.0, rank.buckets)  # not loader-bound: the profiled step as it is
+    stock.measured_step_ms = 276.0  # its 2 workers held it to this
+    ms, shares = stock.scaled(rank)
+    assert ms == 276.0 and shares["data_stall"] == pytest.approx((0.26 * 174 + 102) / 276)
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["compute_serial"] * ms == pytest.approx(0.74 * 174)  # the compute the profile saw, unchanged
