@@ -349,7 +349,9 @@ def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimiz
                                                "comm_wait": 0.0, "other": 0.006}))
     study.tell(trial, 202.0)
     best = study.trials[-1]
-    guide = Guide(space, stage_trials=3)
+    together = Guide(space, stage_trials=3).next_trial(study, best)[1]  # first, every pending remedy in one trial
+    assert (together.kind, together.groups) == ("remedies", ["model", "optimizer"])
+    guide = Guide(space, stage_trials=3, together=False)
     fixed, stage = guide.next_trial(study, best)
     assert (stage.kind, stage.bottleneck, stage.groups, stage.knobs) == (
         "remedy", "compute_serial", ["model"], ["model.skip_dead_work"])
