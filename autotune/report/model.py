@@ -22,6 +22,7 @@ from autotune.report import folder
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
 from autotune.search.guide import STUDY_ATTR
 from autotune.search.trials import (
+    DUPLICATE,
     PROFILE_DIR,
     REFERENCE,
     best_trial,
@@ -63,6 +64,8 @@ class Summary:
     parity: Parity | None
     references: dict[str, float | None] = field(default_factory=dict)
     """Samples/s of each ``--reference`` configuration over stock's (None: it gave no measurement)."""
+    skipped: int = 0
+    """Trials not run: the sampler drew a configuration measured already (``duplicate``)."""
     confirmation: dict[str, Any] | None = None
     """best.yaml's ``confirmation`` (stock and the winner measured again, interleaved): where it
     confirmed, ``speedup`` and the samples/s above are the confirmed ones."""
@@ -196,6 +199,7 @@ def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenT
     best_speed = best.value if best is not None else None
     states = [t.state for t in trials]
     oom = sum(t.state == TrialState.COMPLETE and reason_of(t) is not None for t in trials)
+    skipped = sum(t.state == TrialState.FAIL and reason_of(t) == DUPLICATE for t in trials)
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     return Summary(
@@ -206,7 +210,7 @@ def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenT
         best_peak_memory_bytes=best_m.memory.allocated_bytes if best_m else None,
         memory_budget_bytes=budget, stock_mfu=stock_m.mfu if stock_m else None, best_mfu=best_m.mfu if best_m else None,
         trials=len(trials), finished=sum(s.is_finished() for s in states), complete=states.count(TrialState.COMPLETE) - oom,
-        pruned=states.count(TrialState.PRUNED), failed=states.count(TrialState.FAIL) + oom,
+        pruned=states.count(TrialState.PRUNED), failed=states.count(TrialState.FAIL) + oom - skipped, skipped=skipped,
         running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),
         tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None, parity=parity,
         stock_spread=stock_m.step_time.spread if stock_m else None, best_spread=best_m.step_time.spread if best_m else None,

@@ -255,6 +255,8 @@ class TrialRow:
 
     @property
     def failed(self) -> bool:
+        if self.outcome == "duplicate":  # not run: a configuration measured already
+            return False
         return self.state == "FAIL" or self.outcome not in ("ok", "over budget", "pruned", "running", "waiting")
 
 

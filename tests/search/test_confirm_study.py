@@ -24,8 +24,8 @@ from autotune.search.trials import record_of
 pytestmark = pytest.mark.slow
 
 SPACE = "knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused, loop], group: optimizer, remedy: fused}\n"
-BURNERS = 4
-"""On 2 cores, 4 busy loops leave a run about a third of the CPU time it has on a quiet host."""
+BURNERS = 6
+"""On 2 cores, 6 busy loops leave a run about a quarter of the CPU time it has on a quiet host."""
 
 
 def burn(n: int) -> list[subprocess.Popen]:
@@ -48,7 +48,8 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
     capsys.readouterr()
     assert main(argv) == 0  # no --trials: it ends by itself
     printed = capsys.readouterr().out
-    assert "converged:" in printed and "confirming, round 1" in printed
+    assert "converged:" in printed
+    assert "confirming, round 1" in printed, "the burners did not make stock slower than a search trial"
 
     prov = load_config(out / "best.yaml").provenance
     conf = prov["confirmation"]
