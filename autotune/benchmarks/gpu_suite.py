@@ -247,13 +247,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _prepare_dataset(args: argparse.Namespace) -> None:
     # Made here, once, so that no training process encodes video (and then forks loader
     # workers while the encoder's threads exist) and the dataset is outside every timing.
-    from autotune.config import TrainConfig
-    from autotune.data.cache import cached_dataset, spec_for
+    from autotune.config import DataConfig
+    from autotune.data.loader import dataset_root
     from autotune.workloads.gr00t_n16.data import read_spec
     from autotune.workloads.gr00t_n16.presets import get_preset
 
     t0 = time.time()
-    path = cached_dataset(spec_for(read_spec(get_preset(args.preset)), TrainConfig().data.episodes))
+    path = dataset_root(DataConfig(), read_spec(get_preset(args.preset)))  # the cached dataset stock reads
     print(f"dataset: {path} ({time.time() - t0:.1f} s)", flush=True)
 
 
