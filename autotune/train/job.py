@@ -88,6 +88,8 @@ class JobResult:
     init_from: str | None
     warnings: list[str] = field(default_factory=list)
     profile: dict[str, Any] | None = None
+    host_buffers_s: float | None = None
+    """Seconds taken after the first step to allocate (and page-lock) the checkpoints' host buffers."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,6 +137,8 @@ class Job:
         self.losses: list[float] = []
         self.norms: list[float] = []
         self.times: list[float] = []
+        self.buffers_s: float | None = None
+        """Seconds rank 0 took to allocate its checkpoints' host buffers (``reserve``)."""
 
     # -- setup --------------------------------------------------------------------------------------
     def warn(self, line: str) -> None:
@@ -225,6 +229,13 @@ class Job:
         return self._result(loaded, preempted, loop)
 
     # -- checkpoints -------------------------------------------------------------------------------
+    def reserve(self) -> None:
+        """Rank 0 of a job that will checkpoint allocates its host buffers after its first step (a
+        warm-up step: compilation, capture), so that no checkpoint stalls for the allocation."""
+        if self.rank != 0 or not (self.opts.save_steps or self.opts.stop_at):
+            return
+        self.buffers_s = state.reserve(self.session, self.buffers)
+
     def save(self, step: int) -> None:
         """A checkpoint of ``step`` (collective): the stall is the host copy; the write runs behind."""
         begin = time.perf_counter()
@@ -265,7 +276,7 @@ class Job:
             step_time_ms=median * 1e3 if median else None, steady_steps=len(steady), steady_s=sum(steady),
             world_size=self.world, batch_size=self.cfg.batch_size,
             output_dir=str(self.out), init_from=str(self.opts.init_from) if self.opts.init_from else None,
-            warnings=self.warnings, profile=loop.profile,
+            warnings=self.warnings, profile=loop.profile, host_buffers_s=self.buffers_s,
         )
 
 

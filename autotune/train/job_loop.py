@@ -92,6 +92,8 @@ class Loop:
         loss, norm = self.job.session.step(self._next_batch(profiling))
         self.log.push(loss, norm)
         self.step += 1
+        if self.step == self.job.start + 1:  # the optimizer has its state now: its host copies' buffers
+            self.job.reserve()
         self._consume(self.log.poll())
 
     def _consume(self, done: list[tuple[float, float, float]]) -> None:
