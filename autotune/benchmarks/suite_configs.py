@@ -41,8 +41,11 @@ CONFIGS["step_graph_tuned_overlap"] = {**CONFIGS["step_graph_tuned"], "ddp": {"g
 # Knobs added on top of a configuration (``FILE+NAME``): each of issue 23's knobs alone, the exact ones
 # together (with the streamed or the compiled AdamW: they exclude each other), and the exact ones with fp8
 # in one region (not exact: the parity check decides).
-EXACT = {"model": {"skip_dead_work": True, "category_matmul": "grouped"}, "optimizer": {"streams": 2}}
+MODEL = {"model": {"skip_dead_work": True, "category_matmul": "grouped"}}
+"""The ``model`` group's knobs on (both exact): no dead work, the projectors' grouped GEMM."""
+EXACT = {**MODEL, "optimizer": {"streams": 2}}
 VARIANTS: dict[str, dict] = {
+    "model": MODEL,
     "skip_dead": {"model": {"skip_dead_work": True}},
     "grouped": {"model": {"category_matmul": "grouped"}},
     "streams2": {"optimizer": {"streams": 2}},

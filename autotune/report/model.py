@@ -49,6 +49,9 @@ class Summary:
     memory_budget_bytes: int | None
     stock_mfu: float | None
     best_mfu: float | None
+    stock_useful_mfu: float | None
+    """MFU counting only the FLOPs that reach the loss or a gradient (``Measurement.useful_mfu``)."""
+    best_useful_mfu: float | None
     trials: int
     """Every trial in the study, running ones included."""
     finished: int
@@ -209,6 +212,7 @@ def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenT
         stock_peak_memory_bytes=stock_m.memory.allocated_bytes if stock_m else None,
         best_peak_memory_bytes=best_m.memory.allocated_bytes if best_m else None,
         memory_budget_bytes=budget, stock_mfu=stock_m.mfu if stock_m else None, best_mfu=best_m.mfu if best_m else None,
+        stock_useful_mfu=stock_m.useful_mfu if stock_m else None, best_useful_mfu=best_m.useful_mfu if best_m else None,
         trials=len(trials), finished=sum(s.is_finished() for s in states), complete=states.count(TrialState.COMPLETE) - oom,
         pruned=states.count(TrialState.PRUNED), failed=states.count(TrialState.FAIL) + oom - skipped, skipped=skipped,
         running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),

@@ -223,6 +223,8 @@ class TrialRow:
     """Measured samples/s; for a pruned trial, its last reported value."""
     peak_memory_bytes: int | None
     mfu: float | None
+    useful_mfu: float | None
+    """``mfu`` counting only the FLOPs that reach the loss or a gradient."""
     params: dict[str, Any]
     stage: int | None
     group: str | None
@@ -283,7 +285,8 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
     duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
     return TrialRow(
         number=t.number, state=t.state.name, outcome=outcome_of(t), samples_per_s=speed,
-        peak_memory_bytes=m.memory.allocated_bytes if m else None, mfu=m.mfu if m else None, params=dict(t.params),
+        peak_memory_bytes=m.memory.allocated_bytes if m else None, mfu=m.mfu if m else None,
+        useful_mfu=m.useful_mfu if m else None, params=dict(t.params),
         stage=a.get(STAGE), group=a.get(GROUP), dominant=profile.dominant if profile else None,
         error=record.failure.error if record is not None and record.failure is not None else None,
         duration_s=duration, log=in_run(log, run_dir) if log.is_file() else None,

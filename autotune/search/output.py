@@ -129,6 +129,8 @@ def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.Froze
         "peak_memory_bytes": a.memory.allocated_bytes,
         "memory_budget_bytes": opts.memory_budget,
         "mfu": a.mfu,
+        # the same counting only the FLOPs that reach the loss or a gradient (no dead work)
+        "useful_mfu": a.useful_mfu,
         "world_size": a.world_size,
         "steps": opts.steps,
         "warmup": opts.warmup,
@@ -219,6 +221,7 @@ def record_columns(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         "step_time_p90_ms": m.step_time.p90_ms if m else None,
         "peak_memory_bytes": m.memory.allocated_bytes if m else None,
         "mfu": m.mfu if m else None,
+        "useful_mfu": m.useful_mfu if m else None,
         "dominant": profile.dominant if profile else None,
         "buckets": json.dumps(profile.buckets) if profile and profile.buckets else None,
         "profile_overhead": profile.overhead if profile else None,

@@ -135,6 +135,9 @@ def test_variants_on_the_best_file_and_rows_fitted_to_a_cpu():
     assert (exact.config.optimizer.impl, exact.config.optimizer.streams) == ("fused", 2)  # the file's, and the variant's
     assert exact.config.graphs.mode == "step" and exact.describe()["variant"]["optimizer"] == {"streams": 2}
     assert fp8.config.precision.regions == {"dit": "fp8"}
+    (model,) = resolve(["best-1gpu+model"], TINY)  # the model group alone: the optimizer stays the file's
+    assert model.config.model.skip_dead_work and model.config.model.category_matmul == "grouped"
+    assert (model.config.optimizer.impl, model.config.optimizer.streams) == ("fused", 1)
     regions = ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]
     cpu = Machine(cuda=False)
     for entry in (exact, fp8):

@@ -39,6 +39,7 @@ def test_report_of_a_cpu_study_holds_the_study(quick_run):
     assert s.speedup == pytest.approx(prov["speedup_vs_stock"])
     assert s.best_peak_memory_bytes == prov["peak_memory_bytes"] and s.memory_budget_bytes == prov["memory_budget_bytes"]
     assert s.best_mfu == prov["mfu"] and 0 < s.tuning_time_s < 900
+    assert s.best_useful_mfu == prov["useful_mfu"] and 0 < s.stock_useful_mfu < s.stock_mfu
 
     assert [t.number for t in report.trials] == [0, 1, 2]
     for row, t in zip(report.trials, study.trials):

@@ -83,6 +83,11 @@ def test_page_is_self_contained_and_its_links_resolve(quick_run, tmp_path):
             assert url == "https://ui.perfetto.dev"  # a link for the reader, nothing is loaded from it
         elif not url.startswith("#"):
             assert (out.parent / url).exists(), url
+    # both MFU counts, the best's and each trial's: "upstream / useful"
+    report = build_report(quick_run)
+    s, best = report.summary, next(t for t in report.trials if t.number == report.summary.best_trial)
+    assert f"{100 * s.best_mfu:.1f} % / {100 * s.best_useful_mfu:.1f} %" in html.replace("&nbsp;", " ")
+    assert f"{100 * best.mfu:.1f} % / {100 * best.useful_mfu:.1f} %" in html.replace("&nbsp;", " ")
     logs = [url for _, url in parsed.refs if url.endswith(".log")]
     ran = [t for t in build_report(quick_run).trials if t.outcome != "duplicate"]  # a duplicate is not run: no log
     assert len(logs) == len(ran) and all(not Path(url).is_absolute() for url in logs)

@@ -36,6 +36,8 @@ def test_study_writes_a_trainable_best_yaml_and_resumes(tmp_path, capsys):
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert len(rows) == 3 and rows[0]["user_attrs_stock"] == "True"
     assert float(rows[0]["samples_per_s"]) == pytest.approx(prov["stock_samples_per_s"]) and "user_attrs_record" not in rows[0]
+    # both MFU counts: the upstream step's FLOPs and the useful ones (no LM-head logits), in trials.csv and best.yaml
+    assert 0 < float(rows[0]["useful_mfu"]) < float(rows[0]["mfu"]) and 0 < prov["useful_mfu"] < prov["mfu"]
     assert main(["train", "--config", str(out / "best.yaml"), "--steps", "1", "--warmup", "0"]) == 0
 
     # the same command with more trials continues the study; the stock trial is not enqueued twice
