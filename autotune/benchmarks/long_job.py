@@ -113,6 +113,14 @@ def summarize(runs: dict[str, dict], tolerance: float, resume_at: int) -> dict[s
             if inside:  # the timed steps' extra seconds against plain's mean step, per checkpoint among them
                 extra = seconds - steps * plain["steady_s"] / plain["steady_steps"]
                 out["seconds_per_checkpoint"] = extra / len(inside)
+        # The same cost measured inside the checkpointing runs, against their own median step: the extra
+        # time of their timed steps over steps x median (independent of the machine plain ran on; plain's
+        # own figure is the jitter of steps without checkpoints)
+        median_s = sum(r["steady_steps"] * r["batch_size"] * r["world_size"] / r["samples_per_s"]
+                       for r in (saved, resumed) if r["samples_per_s"])
+        out["checkpoint_cost_in_run"] = 1 - median_s / seconds if seconds else None
+        if plain in ok and plain["samples_per_s"] and plain["steady_s"]:
+            out["plain_cost_in_run"] = 1 - plain["samples_per_s_overall"] / plain["samples_per_s"]
         out["checkpoints"] = records
         if records:
             out["checkpoint_gib"] = statistics.median(r["bytes"] for r in records) / 2**30
@@ -162,6 +170,9 @@ def markdown(s: dict[str, Any]) -> str:
              f"| checkpoint cost | {f(100 * cost if cost is not None else None, '.2f')} % "
              f"({f(s.get('seconds_per_checkpoint'), '.2f')} s a checkpoint, from those at steps "
              f"{s.get('checkpoints_inside_timed_steps', '-')}) |",
+             f"| checkpoint cost inside the checkpointing runs (their extra time over steps x median step) | "
+             f"{f(100 * s['checkpoint_cost_in_run'] if s.get('checkpoint_cost_in_run') is not None else None, '.2f')} % "
+             f"(plain's, no checkpoints: {f(100 * s['plain_cost_in_run'] if 'plain_cost_in_run' in s else None, '.2f')} %) |",
              f"| one checkpoint | {f(s.get('checkpoint_gib'), '.2f')} GiB, stall {f(s.get('snapshot_s_median'), '.2f')} s "
              f"(a process's first {f(s.get('snapshot_s_first'), '.2f')} s, later {f(s.get('snapshot_s_later'), '.2f')} s), "
              f"written in {f(s.get('write_s_median'), '.1f')} s in the background; its host buffers allocated once "

@@ -10,10 +10,13 @@ import pytest
 from autotune.benchmarks.long_job import main, markdown, summarize
 
 
-def _run(losses, final, checkpoints, start=1, steady_s=1.0):
+def _run(losses, final, checkpoints, start=1, steady_s=1.0, median_step_s=None):
+    """A phase's result: steps after the first timed, ``steady_s`` in all, each of them ``median_step_s`` but stalls."""
+    steps = len(losses) - 1
     return {"losses": losses, "grad_norms": [1.0] * len(losses), "start_step": start, "final_step": final,
-            "checkpoints": checkpoints, "samples_per_s_overall": 2 * (len(losses) - 1) / steady_s,
-            "steady_steps": len(losses) - 1, "steady_s": steady_s, "batch_size": 2, "world_size": 1}
+            "checkpoints": checkpoints, "samples_per_s_overall": 2 * steps / steady_s,
+            "samples_per_s": 2 / (median_step_s or steady_s / steps),
+            "steady_steps": steps, "steady_s": steady_s, "batch_size": 2, "world_size": 1}
 
 
 def _ckpt(step, snapshot_s):
@@ -22,8 +25,8 @@ def _ckpt(step, snapshot_s):
 
 def test_the_summary_compares_with_plain_and_counts_the_checkpoints_inside_the_timed_steps():
     plain = _run([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], 8, [], steady_s=7.0)
-    saved = _run([1.0, 0.9, 0.8, 0.7], 4, [_ckpt(2, 5.0), _ckpt(4, 1.0)], steady_s=4.0)
-    resumed = _run([0.6, 0.5, 0.4, 0.35], 8, [_ckpt(6, 4.0), _ckpt(8, 1.0)], start=5, steady_s=4.0)
+    saved = _run([1.0, 0.9, 0.8, 0.7], 4, [_ckpt(2, 5.0), _ckpt(4, 1.0)], steady_s=4.0, median_step_s=1.0)
+    resumed = _run([0.6, 0.5, 0.4, 0.35], 8, [_ckpt(6, 4.0), _ckpt(8, 1.0)], start=5, steady_s=4.0, median_step_s=1.0)
     s = summarize({"plain": plain, "saved": saved, "resumed": resumed}, 0.05, 4)
     assert s["plain_samples_per_s"] == pytest.approx(2.0)
     assert s["checkpointed_samples_per_s"] == pytest.approx(2 * 6 / 8.0)
@@ -31,6 +34,8 @@ def test_the_summary_compares_with_plain_and_counts_the_checkpoints_inside_the_t
     # checkpoints 4 and 8 end their phase: their stalls are outside the timed steps
     assert s["checkpoints_inside_timed_steps"] == [2, 6]
     assert s["seconds_per_checkpoint"] == pytest.approx((8.0 - 6 * 1.0) / 2)
+    # the same cost against the checkpointing runs' own median step (no other machine's run needed)
+    assert s["checkpoint_cost_in_run"] == pytest.approx(0.25) and s["plain_cost_in_run"] == pytest.approx(0.0)
     assert s["checkpoint_gib"] == 1.0 and s["snapshot_s_first"] == 4.5 and s["snapshot_s_later"] == 1.0
     assert s["saved_vs_plain"]["identical"] and s["saved_vs_plain"]["steps"] == 4
     r = s["resume"]

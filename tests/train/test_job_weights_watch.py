@@ -14,7 +14,7 @@ from autotune.cli import main
 from autotune.config import config_from_dict
 from autotune.train import knobs, precision
 from autotune.train.job import JobOptions, run_job
-from autotune.train.watch import ThroughputWatch, likely_cause
+from autotune.train.watch import MetricsLog, ThroughputWatch, likely_cause
 from autotune.weights import load_name_map, load_upstream, read_layout, upstream_tensors
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_n16 import get_preset
@@ -93,3 +93,24 @@ def test_the_watch_compares_per_gpu_rates_and_warns_once():
     assert ThroughputWatch(None, 1).observe(1, 1.0) is None
     line = likely_cause({"dominant": "data_stall", "buckets": {"data_stall": 0.6, "compute_serial": 0.4}})
     assert line.startswith("likely cause: data_stall (60 % of the step): the data loader")
+
+
+@pytest.mark.parametrize("start", [0, 2])
+def test_a_restarted_job_drops_what_it_logged_past_its_start(tmp_path, start):
+    """Resumed from checkpoint ``start`` (0: a job killed before its first checkpoint, started again
+    from nothing): the steps logged after it leave metrics.jsonl and TensorBoard purges them."""
+    first = MetricsLog(tmp_path, 0)
+    for step in (1, 2, 3):
+        first.scalars(step, {"loss": float(step)})
+    first.close()
+    again = MetricsLog(tmp_path, start)
+    again.scalars(start + 1, {"loss": 9.0})
+    again.close()
+    want = [*((s, float(s)) for s in range(1, start + 1)), (start + 1, 9.0)]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in rows] == want
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()  # as TensorBoard reads the folder: the purge event hides the old run's later steps
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == want
