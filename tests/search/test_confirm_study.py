@@ -29,14 +29,25 @@ BURNERS = 6
 """On 2 cores, 6 busy loops leave a run about a quarter of the CPU time it has on a quiet host."""
 
 
-def burn(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+BURNING = """
+import subprocess, sys
+burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(sys.argv[1]))]
+try:
+    sys.exit(subprocess.run([sys.executable, "-m", "autotune", *sys.argv[2:]]).returncode)
+finally:
+    for p in burners:
+        p.kill()
+        p.wait()
+"""
+"""``autotune ARGV`` beside ``N`` busy loops, all started by a small driver process: forking the suite's
+own large process while the loops held both cores stalled that fork for minutes on the 2-core VM."""
 
 
-def autotune(argv: list[str]) -> str:
-    """``autotune ARGV`` in its own interpreter, as a user runs it (in the suite's process, after
-    other tests, the tuner once stalled before its first trial); its output, asserting exit 0."""
-    done = subprocess.run([sys.executable, "-m", "autotune", *argv], capture_output=True, text=True, timeout=900)
+def autotune(argv: list[str], burners: int = 0) -> str:
+    """``autotune ARGV`` in its own interpreter (beside ``burners`` busy loops), as a user runs it;
+    its output, asserting exit 0."""
+    done = subprocess.run([sys.executable, "-c", BURNING, str(burners), *argv], capture_output=True, text=True,
+                          timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -47,13 +58,7 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
     out = tmp_path / "run"
     argv = ["run", "--space", str(space), "--synthetic", "--steps", "3", "--warmup", "1", "--batch-size", "2",
             "--profile-steps", "2", "--confirm-rounds", "1", "--out", str(out)]
-    burners = burn(BURNERS)
-    try:  # the stock trial alone, on a host the burners share
-        autotune([*argv, "--trials", "1"])
-    finally:
-        for p in burners:
-            p.kill()
-            p.wait()
+    autotune([*argv, "--trials", "1"], burners=BURNERS)  # the stock trial alone, on a host the burners share
     printed = autotune(argv)  # no --trials: it ends by itself
     assert "converged:" in printed
     assert "confirming, round 1" in printed, "the burners did not make stock slower than a search trial"
