@@ -18,7 +18,7 @@ from autotune.config import load_config
 from autotune.config.io import write_text_atomic
 from autotune.train.job import run_job
 from autotune.train.job_launch import options_from_json
-from autotune.train.worker import classify_exception
+from autotune.train.worker import classify_exception, leave
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,16 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     if rank == 0:
         write_text_atomic(args.result, json.dumps(result))
-    try:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            if code == 0:
-                dist.barrier()
-            dist.destroy_process_group()
-    except Exception:  # noqa: BLE001
-        pass
-    return code
+    return leave(code)
 
 
 if __name__ == "__main__":

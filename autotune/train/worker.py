@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0 or code:
         out = args.out if rank == 0 else f"{args.out}.rank{rank}"
         write_text_atomic(out, record.to_json())
+    return leave(code)
+
+
+def leave(code: int) -> int:
+    """Close the process group (after a barrier when this rank succeeded) and return ``code``."""
     try:
         import torch.distributed as dist
 
