@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -31,25 +34,37 @@ BURNERS = 6
 
 BURNING = """
 import subprocess, sys
-burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(sys.argv[1]))]
+loop = "import time\\nend = time.monotonic() + 600\\nwhile time.monotonic() < end: pass"
+burners = [subprocess.Popen([sys.executable, "-c", loop], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL) for _ in range(int(sys.argv[1]))]
 try:
-    sys.exit(subprocess.run([sys.executable, "-m", "autotune", *sys.argv[2:]]).returncode)
+    sys.exit(subprocess.run([sys.executable, "-m", "autotune", *sys.argv[2:]], timeout=600).returncode)
 finally:
     for p in burners:
         p.kill()
         p.wait()
 """
 """``autotune ARGV`` beside ``N`` busy loops, all started by a small driver process: forking the suite's
-own large process while the loops held both cores stalled that fork for minutes on the 2-core VM."""
+own large process while the loops held both cores stalled that fork for minutes on the 2-core VM. The
+loops end by themselves and hold none of the driver's pipes, so a stuck run cannot hold the suite."""
 
 
-def autotune(argv: list[str], burners: int = 0) -> str:
+def autotune(argv: list[str], logs: Path, burners: int = 0) -> str:
     """``autotune ARGV`` in its own interpreter (beside ``burners`` busy loops), as a user runs it;
-    its output, asserting exit 0."""
-    done = subprocess.run([sys.executable, "-c", BURNING, str(burners), *argv], capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    its output, asserting exit 0. Output goes to files under ``logs`` (no pipe a left-over process could
+    hold open), and on a timeout the driver's whole process group is killed."""
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "stdout").open("w") as out, (logs / "stderr").open("w") as err:
+        driver = subprocess.Popen([sys.executable, "-c", BURNING, str(burners), *argv], stdout=out, stderr=err,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            driver.wait(timeout=720)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    stderr = (logs / "stderr").read_text()
+    assert driver.returncode == 0, f"autotune {' '.join(argv)} exited {driver.returncode}: {stderr[-2000:]}"
+    return (logs / "stdout").read_text()
 
 
 def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp_path):
@@ -58,8 +73,8 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
     out = tmp_path / "run"
     argv = ["run", "--space", str(space), "--synthetic", "--steps", "3", "--warmup", "1", "--batch-size", "2",
             "--profile-steps", "2", "--confirm-rounds", "1", "--out", str(out)]
-    autotune([*argv, "--trials", "1"], burners=BURNERS)  # the stock trial alone, on a host the burners share
-    printed = autotune(argv)  # no --trials: it ends by itself
+    autotune([*argv, "--trials", "1"], tmp_path / "busy", burners=BURNERS)  # the stock trial alone, on a host the burners share
+    printed = autotune(argv, tmp_path / "quiet")  # no --trials: it ends by itself
     assert "converged:" in printed
     assert "confirming, round 1" in printed, "the burners did not make stock slower than a search trial"
 
