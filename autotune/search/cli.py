@@ -74,7 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: none, --trials decides)")
     p.add_argument("--converge-after", type=int, default=FREE_TRIALS, metavar="K",
                    help="stop when no bucket is left to act on and the last K free (TPE) trials found nothing within "
-                        f"noise of the best (0: run to --trials or --time-budget; default: {FREE_TRIALS})")
+                        "noise of the best; with neither --trials nor --time-budget, also when one more trial would "
+                        "search longer without finding anything than finding the best took "
+                        f"(0: run to --trials or --time-budget; default: {FREE_TRIALS})")
     p.add_argument("--confirm-rounds", type=int, default=2, metavar="N",
                    help="at the end, measure stock and the best again in fresh processes, interleaved, N rounds (more "
                         "while they vary); the printed and written speed-up is the confirmed one (0: none; default: 2)")
@@ -126,7 +128,8 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
         grace_period_s=_at_least(args.grace_period, 1, "--grace-period", GRACE_PERIOD),
         confirm_rounds=_at_least(args.confirm_rounds, 0, "--confirm-rounds", 2),
-        converge_after=_at_least(args.converge_after, 0, "--converge-after", FREE_TRIALS))
+        converge_after=_at_least(args.converge_after, 0, "--converge-after", FREE_TRIALS),
+        plateau=args.trials is None and args.time_budget is None)
 
 
 def _positive(value: float, flag: str) -> float:

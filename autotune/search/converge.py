@@ -12,6 +12,13 @@ the study has converged when
 A free trial that beats its stage's incumbent beyond noise ends the free stage instead (the guide
 starts again from the new incumbent's profile), so the counts restart there. Noise is
 :func:`autotune.search.noise.margin` of the trial and the best.
+
+A study left to end by itself (``autotune run`` with neither ``--trials`` nor ``--time-budget``)
+also stops on a **plateau** (:func:`plateau`): once the search has found something better than
+stock, it does not go on for longer without finding anything than it took to find the best. When
+one more trial, as long as those since the best, would make the time spent since then longer than
+the time spent up to it, the study has converged. Times are the trials' own spans added up, so a
+pause between two runs of the command does not count, and several workers' trials add up.
 """
 
 from __future__ import annotations
@@ -20,13 +27,26 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.search.guide import Stage
 from autotune.search.noise import margin, within
-from autotune.search.trials import best_trial, eligible, measurement_of
+from autotune.search.trials import (
+    DUPLICATE,
+    REFERENCE,
+    STOCK,
+    best_trial,
+    eligible,
+    measurement_of,
+    reason_of,
+)
 
 FREE_TRIALS = 2
 """Free trials that found nothing within noise of the best before a study stops (``--converge-after``)."""
+
+
+PLATEAU_RATIO = 1.0
+"""The time a study may go on without finding anything, as a multiple of the time it took to find the best."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +61,8 @@ class Convergence:
     margin: float
     """The relative noise margin the free trials were judged with (of the best)."""
     reason: str
+    kind: str = "free"
+    """``free``: the free trials found nothing; ``plateau``: nothing found for as long as the best took."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,3 +93,39 @@ def convergence(study: optuna.Study, stages: list[Stage], after: int = FREE_TRIA
         return Convergence(**common, reason=f"{len(trials)} free trials, none beat the best (#{best.number}, "
                                             f"{best.value:.2f} samples/s) beyond noise")
     return None
+
+
+def _span_s(trial: FrozenTrial) -> float:
+    if trial.datetime_start is None or trial.datetime_complete is None:
+        return 0.0
+    return (trial.datetime_complete - trial.datetime_start).total_seconds()
+
+
+def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Convergence | None:
+    """Convergence by time: the trials since the best reached its level (the first trial within noise of
+    it) and one more of their typical length would outlast the trials up to it, ``ratio`` times over.
+
+    None while stock (or a reference) is the best or within noise of it, while no trial ran after it,
+    or ``ratio`` <= 0: a search that has found nothing yet is left to its stages.
+    """
+    best = best_trial(study)
+    if ratio <= 0 or best is None or best.user_attrs.get(STOCK) or best.user_attrs.get(REFERENCE):
+        return None
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and reason_of(t) != DUPLICATE]
+    best_m = measurement_of(best)
+    noise = margin(best_m, None)
+    reached = next(t for t in done if t.number == best.number or (
+        eligible(t) and within(float(t.value), float(best.value), margin(measurement_of(t), best_m))))
+    before = [t for t in done if t.number <= reached.number]
+    after = [t for t in done if t.number > reached.number and t.number != best.number]
+    if not after or reached.user_attrs.get(STOCK) or reached.user_attrs.get(REFERENCE):
+        return None  # nothing found beyond noise of stock yet
+    to_best, since = sum(map(_span_s, before)), sum(map(_span_s, after))
+    typical = sorted(map(_span_s, after))[len(after) // 2]
+    if since + typical < ratio * to_best:
+        return None
+    return Convergence(stage=stage, trials=[t.number for t in after], best_trial=best.number,
+                       best_samples_per_s=float(best.value), margin=noise, kind="plateau",
+                       reason=f"{len(after)} trials in {since:.0f} s found nothing beyond noise of the best "
+                              f"(#{best.number}, {best.value:.2f} samples/s, reached after {to_best:.0f} s of "
+                              f"trials); one more (~{typical:.0f} s) would search longer than finding it took")

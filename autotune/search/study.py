@@ -67,7 +67,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
-from autotune.search.converge import FREE_TRIALS, Convergence, convergence
+from autotune.search.converge import FREE_TRIALS, Convergence, convergence, plateau
 from autotune.search.guide import Guide, Stage
 from autotune.search.noise import flags, trusted_value
 from autotune.search.recovery import counted, interruptible, more_to_run, recover_lost, requeue
@@ -138,6 +138,9 @@ class StudyOptions:
     """Rounds of stock and the best measured again at the end (``autotune.search.confirm``; 0: none)."""
     converge_after: int = FREE_TRIALS
     """Free trials that found nothing within noise of the best before the study stops (0: never)."""
+    plateau: bool = False
+    """Also stop on a plateau (:func:`autotune.search.converge.plateau`): for a study left to end by
+    itself (no ``--trials``, no ``--time-budget``); off with ``converge_after`` 0."""
 
 
 @dataclass
@@ -464,7 +467,10 @@ def study_convergence(study: optuna.Study, guide: Guide, opts: StudyOptions) -> 
         stages = [Stage(stage=0, bottleneck=None, share=None, groups=["all"], knobs=[], incumbent=0,
                         incumbent_samples_per_s=0.0, profile=None, buckets=None, dominant=None, kind="free",
                         trials=searched)]
-    return convergence(study, stages, opts.converge_after)
+    found = convergence(study, stages, opts.converge_after)
+    if found is None and opts.plateau and opts.converge_after > 0:
+        found = plateau(study, stages[-1].stage if stages else 0)
+    return found
 
 
 def typical_trial_s(study: optuna.Study) -> float | None:

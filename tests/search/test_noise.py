@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
+
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
 
 from autotune.search.confirm import Run, _summary, candidates
-from autotune.search.converge import convergence
+from autotune.search.converge import convergence, plateau
 from autotune.search.directions import PRECISION_RANK, raises_precision, search_choices
 from autotune.search.guide import Guide, Stage
 from autotune.search.noise import flags, margin, trusted_value
@@ -113,6 +115,45 @@ def test_a_study_converges_when_free_trials_find_nothing_within_noise():
     add(study, {"x": "f"}, 19.8, dists)
     done = convergence(study, [free_stage([2, 3, 4, 5])])
     assert done is not None and "none beat the best" in done.reason
+
+
+def timed(study, params, value, dists, start_s, span_s, **attrs):
+    """A measured trial that ran from ``start_s`` for ``span_s`` seconds."""
+    trial = create_trial(params=params, distributions=dists, value=value, user_attrs={**attrs_of(measured(value)), **attrs})
+    zero = datetime.datetime(2026, 12, 1, 12, 0, 0)
+    trial.datetime_start = zero + datetime.timedelta(seconds=start_s)
+    trial.datetime_complete = trial.datetime_start + datetime.timedelta(seconds=span_s)
+    study.add_trial(trial)
+
+
+def test_a_study_left_to_itself_stops_when_a_trial_more_would_search_longer_than_finding_the_best_took():
+    """The H200 study of commit 4d67cff: stock 29 s, the best in a 219-s trial, then trials of ~217 s."""
+    dists = {"x": CategoricalDistribution(["a", "b", "c", "d", "e"])}
+    study = optuna.create_study(direction="maximize")
+    timed(study, {"x": "a"}, 48.5, dists, 0, 29, stock=True)
+    assert plateau(study, 0) is None  # stock is the best: nothing found yet
+    timed(study, {"x": "b"}, 205.8, dists, 29, 219)
+    assert plateau(study, 1) is None  # nothing ran after the best
+    timed(study, {"x": "c"}, 120.0, dists, 248, 60)
+    assert plateau(study, 2) is None  # 60 s since, and another such trial: 120 s < 248 s
+    timed(study, {"x": "d"}, 150.0, dists, 308, 217)
+    done = plateau(study, 2)
+    assert done is not None and done.kind == "plateau" and done.best_trial == 1 and done.trials == [2, 3]
+    assert "found nothing beyond noise" in done.reason and "248 s" in done.reason
+    assert plateau(study, 2, ratio=3.0) is None and plateau(study, 2, ratio=0) is None
+    # a tie within noise of the best does not move where the best was reached
+    timed(study, {"x": "e"}, 206.0, dists, 525, 200)
+    again = plateau(study, 2)
+    assert again is not None and again.best_trial == 4 and again.trials == [2, 3]
+
+
+def test_no_plateau_while_the_best_is_within_noise_of_stock():
+    dists = {"x": CategoricalDistribution(["a", "b", "c"])}
+    study = optuna.create_study(direction="maximize")
+    timed(study, {"x": "a"}, 100.0, dists, 0, 10, stock=True)
+    timed(study, {"x": "b"}, 100.5, dists, 10, 200)
+    timed(study, {"x": "c"}, 90.0, dists, 210, 200)
+    assert plateau(study, 1) is None
 
 
 def test_confirmation_keeps_the_faster_of_best_and_runner_up_and_falls_back_to_stock():
