@@ -10,7 +10,9 @@ per-episode files do.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,16 +85,39 @@ class VideoWriter:
             frame.pts = self.frames + n
             if n == 0:
                 frame.pict_type = PictureType.I
-            self.container.mux(self.stream.encode(frame))
+            with same_scheduling():
+                self.container.mux(self.stream.encode(frame))
             n += 1
         self.frames += n
         return n
 
     def close(self) -> None:
-        try:
-            self.container.mux(self.stream.encode(None))
-        finally:
-            self.container.close()
+        with same_scheduling():
+            try:
+                self.container.mux(self.stream.encode(None))
+            finally:
+                self.container.close()
+
+
+@contextlib.contextmanager
+def same_scheduling() -> Iterator[None]:
+    """Keep the calling thread's scheduling policy through a call into an encoder.
+
+    SVT-AV1, when the process runs as root, moves the thread that starts it to real-time scheduling
+    (SCHED_FIFO, priority 99). Every process started from that thread afterwards inherits it, and a
+    busy one then holds its core against everything of normal priority: after ``autotune data make
+    --codec av1`` in a process run as root (a container, CI), busy child processes stalled the
+    machine for minutes.
+    """
+    if not hasattr(os, "sched_getscheduler"):  # not Linux
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if os.sched_getscheduler(0) != policy or os.sched_getparam(0) != param:
+            os.sched_setscheduler(0, policy, param)
 
 
 def rgb_to_yuv420p(rgb: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import av
 import numpy as np
@@ -97,3 +98,19 @@ def test_refuses_bad_arguments_and_existing_folders(tiny_dataset):
         MakeSpec(episodes=1, embodiment="dog")
     with pytest.raises(DataError, match="exists and is not empty; pass --force"):
         make_dataset(tiny_dataset, MakeSpec(episodes=1, size=32, frames=10))
+
+
+def test_encoding_av1_leaves_the_callers_scheduling_as_it_was(tmp_path):
+    """SVT-AV1 run as root moves the thread that starts it to SCHED_FIFO 99 (CI runs as root: a busy
+    process started after it held both cores for minutes); each call into the encoder puts it back."""
+    from autotune.data.encode import VideoWriter, encoder_for
+
+    if "libsvtav1" not in av.codecs_available:
+        pytest.skip("this PyAV has no libsvtav1")
+    before = (os.sched_getscheduler(0), os.sched_getparam(0))
+    writer = VideoWriter(tmp_path / "a.mp4", encoder_for("av1"), 10, 48, 64)
+    writer.add_episode([np.full((48, 64, 3), 40 * i, np.uint8) for i in range(4)])
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
+    writer.close()
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
+    assert len(decoded(tmp_path / "a.mp4")) == 4

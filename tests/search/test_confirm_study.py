@@ -33,7 +33,9 @@ BURNERS = 6
 
 
 BURNING = """
-import subprocess, sys
+import os, subprocess, sys
+if hasattr(os, "sched_setscheduler"):  # busy loops under a real-time policy would hold their cores outright
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 loop = "import time\\nend = time.monotonic() + 600\\nwhile time.monotonic() < end: pass"
 burners = [subprocess.Popen([sys.executable, "-c", loop], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL) for _ in range(int(sys.argv[1]))]
@@ -46,7 +48,9 @@ finally:
 """
 """``autotune ARGV`` beside ``N`` busy loops, all started by a small driver process: forking the suite's
 own large process while the loops held both cores stalled that fork for minutes on the 2-core VM. The
-loops end by themselves and hold none of the driver's pipes, so a stuck run cannot hold the suite."""
+driver runs at normal priority whatever the suite's process has: under SCHED_FIFO (which SVT-AV1 gives a
+process run as root, as CI runs) the loops held both cores and nothing else ran. They end by themselves
+and hold none of the driver's pipes, so a stuck run cannot hold the suite."""
 
 
 def autotune(argv: list[str], logs: Path, burners: int = 0) -> str:
