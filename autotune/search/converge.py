@@ -126,6 +126,6 @@ def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Co
         return None
     return Convergence(stage=stage, trials=[t.number for t in after], best_trial=best.number,
                        best_samples_per_s=float(best.value), margin=noise, kind="plateau",
-                       reason=f"{len(after)} trials in {since:.0f} s found nothing beyond noise of the best "
+                       reason=f"{len(after)} trial{'s' if len(after) > 1 else ''} in {since:.0f} s found nothing beyond noise of the best "
                               f"(#{best.number}, {best.value:.2f} samples/s, reached after {to_best:.0f} s of "
                               f"trials); one more (~{typical:.0f} s) would search longer than finding it took")
