@@ -20,9 +20,10 @@ from autotune.config.compat import Machine, check_data
 from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.converge import FREE_TRIALS
+from autotune.search.sampling import SAMPLERS
 from autotune.search.space import load_space
 from autotune.search.storage import GRACE_PERIOD
-from autotune.search.study import SAMPLERS, StudyOptions
+from autotune.search.study import StudyOptions
 from autotune.search.urls import STORAGE_ENV, storage_url
 from autotune.workloads.stock import stock_config
 

@@ -69,8 +69,10 @@ from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
 from autotune.search.converge import FREE_TRIALS, Convergence, convergence, plateau
 from autotune.search.guide import Guide, Stage
-from autotune.search.noise import flags, trusted_value
+from autotune.search.noise import trusted_value
+from autotune.search.progress import progress_line
 from autotune.search.recovery import counted, interruptible, more_to_run, recover_lost, requeue
+from autotune.search.sampling import make_pruner, make_sampler
 from autotune.search.space import SearchSpace, apply_values
 from autotune.search.storage import GRACE_PERIOD, heartbeat, open_storage
 from autotune.search.trials import (
@@ -78,18 +80,13 @@ from autotune.search.trials import (
     CONVERGED,
     DUPLICATE,
     GROUP,
-    NOISY,
     QUEUED_AGAIN,
     REFERENCE,
     STAGE,
     STOCK,
     WORKER,
     best_trial,
-    feasible,
-    parity_passed,
     reason_of,
-    record_of,
-    stock_trial,
     store,
 )
 from autotune.search.vet import needs_second_run, parity_with_stock, settled
@@ -98,9 +95,6 @@ from autotune.train.compile_cache import cache_env
 from autotune.train.cost import with_wall
 from autotune.train.launch import launch
 from autotune.train.record import TrialRecord
-
-SAMPLERS = ("tpe", "gp", "random")
-PRUNE_P = 0.1
 
 
 @dataclass
@@ -158,19 +152,6 @@ def run_env(opts: StudyOptions) -> dict[str, str]:
     return cache_env(opts.out / CACHE_FOLDER)
 
 
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """TPE (joint over the knobs, conditional knobs grouped), GP or random; all read ``set_constraint``."""
-    if name == "tpe":
-        with warnings.catch_warnings():  # multivariate and group are "experimental" since 2.2
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ConfigError(f"--sampler: {name!r} is not one of {list(SAMPLERS)}")
-
-
 def open_study(opts: StudyOptions) -> optuna.Study:
     """Create the study with the stock configuration queued first, or load it to continue."""
     storage = open_storage(opts.storage, opts.out, heartbeat_interval=max(1, opts.grace_period_s // 4),
@@ -183,51 +164,6 @@ def open_study(opts: StudyOptions) -> optuna.Study:
         return optuna.load_study(**kwargs)
     study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
     return study
-
-
-def make_pruner(prune: bool) -> optuna.pruners.BasePruner:
-    """Wilcoxon's signed-rank test of a trial's step times against the best trial's, or none."""
-    if not prune:
-        return optuna.pruners.NopPruner()
-    with warnings.catch_warnings():  # experimental since 3.6
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return ClearlyWorsePruner(optuna.pruners.WilcoxonPruner(p_threshold=PRUNE_P, n_startup_steps=2))
-
-
-class ClearlyWorsePruner(optuna.pruners.BasePruner):
-    """``inner``'s verdict, or: after ``min_steps`` steps, even the trial's fastest step is slower
-    than ``ratio`` times the best trial's median step (a test needs more steps than a short
-    window gives to call a 10x slower trial significant)."""
-
-    def __init__(self, inner: optuna.pruners.BasePruner, ratio: float = 0.5, min_steps: int = 2) -> None:
-        self.inner, self.ratio, self.min_steps = inner, ratio, min_steps
-
-    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if trial.user_attrs.get(STOCK) or trial.user_attrs.get(REFERENCE):
-            # measured for comparison: pruned, they compare with nothing (on two H200s a pruned
-            # compile reference left the report without the rate a user would get instead)
-            return False
-        best = best_trial(study)
-        if best is None:  # no measured search trial yet
-            return False
-        if self.inner.prune(_BestIs(study, best), trial):
-            return True
-        values = list(trial.intermediate_values.values())
-        if len(values) < self.min_steps:
-            return False
-        reference = list(best.intermediate_values.values())
-        return bool(reference) and max(values) < self.ratio * statistics.median(reference)
-
-
-class _BestIs:
-    """The study as a pruner sees it, with ``best_trial`` the search's best (:func:`best_trial`):
-    a faster reference, which is never the incumbent, does not prune the trials that beat the incumbent."""
-
-    def __init__(self, study: optuna.Study, best: FrozenTrial) -> None:
-        self._study, self.best_trial = study, best
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
 
 
 def sample(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
@@ -506,64 +442,3 @@ def write_diagnosis(out: Path, guide: Guide, converged: Convergence | None = Non
 
     data = {**guide.to_dict(), "converged": converged.to_dict() if converged is not None else None}
     write_text_atomic(out / "diagnosis.json", json.dumps(data, indent=1))
-
-
-def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int,
-                  stage: Stage | None = None, budget_s: float | None = None) -> str:
-    """``trial 3/8 #2 [data_stall -> data]: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``."""
-    record = record_of(trial)
-    failure = record.failure if record is not None else None
-    if trial.state == TrialState.PRUNED:
-        what = f"pruned ({failure.error if failure else ''})"
-    elif failure is not None and failure.reason == DUPLICATE:
-        what = f"skipped: {failure.error}"
-    elif failure is not None:
-        what = f"failed ({failure.reason}): {failure.error[:80]}"
-    elif trial.value is None:  # lost with its worker: no record
-        what = "failed (interrupted)"
-    else:
-        what = f"{trial.value:.2f} samples/s" + _noise_note(trial) + ("" if feasible(trial) else " (over the memory budget)")
-    if trial.user_attrs.get(STOCK):
-        what += " [stock]"
-    if trial.user_attrs.get(REFERENCE):
-        what += f" [reference: {trial.user_attrs[REFERENCE]}]"
-    best, stock = best_trial(study), stock_trial(study)
-    inc = "no feasible trial yet"
-    if best is not None:
-        inc = f"best {best.value:.2f} (#{best.number}"
-        if stock is not None and feasible(stock) and stock.value:
-            inc += f", {best.value / stock.value:.2f}x stock"
-        inc += ")"
-    elapsed = time.monotonic() - start
-    left = elapsed / ran * (todo - ran)
-    if budget_s is not None:  # no trial starts after the budget; the last one may run past it
-        left = min(left, max(0.0, budget_s - elapsed))
-    where = ""
-    if stage is not None:
-        where = f" [{stage.bottleneck or 'free'} -> {'+'.join(stage.groups)}]"
-    return f"trial {index}/{total} #{trial.number}{where}: {what} | {inc} | {_clock(elapsed)} elapsed, ~{_clock(left)} left"
-
-
-def _noise_note(trial: FrozenTrial) -> str:
-    """`` ±3 %``, and what the study made of a noisy measurement or a failed parity."""
-    record = record_of(trial)
-    m = record.measurement if record is not None else None
-    if m is None:
-        return ""
-    note = f" ±{50 * m.step_time.spread:.0f} %"
-    again = record.remeasure
-    if again is not None:
-        second = f"{again.measurement.samples_per_s:.2f}" if again.measurement else f"failed ({again.failure.reason})"
-        note += f" (noisy, measured again: {m.samples_per_s:.2f} then {second})"
-    elif flags(record):
-        note += f" [noisy: {'; '.join(flags(record))}]"
-    if trial.user_attrs.get(NOISY):
-        note += " [not taken as the best on its word]"
-    if parity_passed(trial) is False:
-        note += " [loss parity with stock FAILED: never the best]"
-    return note
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"

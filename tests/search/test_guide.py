@@ -266,7 +266,7 @@ def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
 
 
 def test_stock_and_reference_trials_are_never_pruned_and_a_faster_reference_prunes_nothing():
-    from autotune.search.study import make_pruner
+    from autotune.search.sampling import make_pruner
 
     study = optuna.create_study(direction="maximize")
     dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
