@@ -88,7 +88,7 @@ def test_slot_groups_have_static_shapes_whatever_the_ids():
 def test_stock_computes_the_lm_head_logits_and_the_knob_drops_exactly_them():
     """The dead work is real in the replica: the stock forward counts 2 L D V FLOPs a sample for the
     logits (upstream's cost), which the useful count leaves out (with the decoder on the state token)."""
-    p = get_preset("tiny")
+    p = W.resolve("tiny")  # what build_model builds (fitted where an earlier test fitted the shared workload)
     model = W.build_model("tiny", "meta")
     hidden = torch.empty(1, p.seq_len, p.llm_hidden, device="meta")
     _, logits = model.llm_trainable(hidden)
