@@ -8,6 +8,8 @@ the same batch and the same random draws (noise, flow times, dropout), in fp32 t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -135,3 +137,22 @@ def test_a_workload_without_category_layers_refuses_grouped():
     Plain().apply_model_options(None, ModelConfig(skip_dead_work=True))  # nothing dead to skip: accepted
     with pytest.raises(IncompatibleConfigError, match=r"model.category_matmul: 'grouped' is refused: workload 'plain'"):
         Plain().apply_model_options(None, ModelConfig(category_matmul="grouped"))
+
+
+def test_flop_counts_are_kept_on_disk_and_a_bad_file_is_counted_again(tmp_path, monkeypatch):
+    """Every run needs the counts for its MFU: they are counted once a preset and read after."""
+    from autotune.workloads.gr00t_n16.flops import cached_total, count_flops
+    from autotune.workloads.gr00t_n16.workload import Gr00tN16
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    counted = count_flops(W, "tiny")["total"]
+    assert cached_total(Gr00tN16(), "tiny", skip_dead_work=False) == counted
+    files = list((tmp_path / "flops").glob("*.json"))
+    assert len(files) == 1
+    files[0].write_text(files[0].read_text().replace(str(counted), str(counted + 1)))
+    assert cached_total(Gr00tN16(), "tiny", skip_dead_work=False) == counted + 1  # read, not counted
+    useful = cached_total(Gr00tN16(), "tiny", skip_dead_work=True)
+    assert useful < counted and len(list((tmp_path / "flops").glob("*.json"))) == 2  # its own key
+    files[0].write_text("{not json")
+    assert cached_total(Gr00tN16(), "tiny", skip_dead_work=False) == counted  # counted again, and kept
+    assert json.loads(files[0].read_text())["total"] == counted

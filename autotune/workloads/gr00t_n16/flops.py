@@ -3,10 +3,20 @@
 FLOPs come from running one sample's forward and backward on the meta device under
 ``torch.utils.flop_counter.FlopCounterMode``: the count follows the model as written (matmuls,
 batched matmuls and attention), nothing is estimated by hand, and no memory is allocated.
+
+Every measured run needs the counts for its MFU, and counting costs a second or more a run, so
+:func:`cached_total` keeps them in ``$AUTOTUNE_CACHE/flops`` keyed by the preset as resolved, the
+dead-work switch, torch's version and a digest of this package's source: a change to the model's
+code is a new key, never a stale count.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -54,6 +64,33 @@ def count_flops(workload: Gr00tN16, preset: str, *, skip_dead_work: bool = False
         loss.backward()
     f, b = float(fwd.get_total_flops()), float(bwd.get_total_flops())
     return {"forward": f, "backward": b, "total": f + b}
+
+
+def cached_total(workload: Gr00tN16, preset: str, *, skip_dead_work: bool) -> float:
+    """``count_flops(...)["total"]``, read from the cache where counted before (an unreadable or
+    unwritable cache only costs the count)."""
+    from autotune.config.io import write_text_atomic
+    from autotune.data.cache import cache_root
+
+    key = repr((workload.resolve(preset), skip_dead_work, torch.__version__, _source_digest()))
+    path = cache_root() / "flops" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        kept = json.loads(path.read_text())
+        if kept["key"] == key:
+            return float(kept["total"])
+    total = count_flops(workload, preset, skip_dead_work=skip_dead_work)["total"]
+    with contextlib.suppress(OSError):
+        write_text_atomic(path, json.dumps({"key": key, "total": total}))
+    return total
+
+
+@functools.cache
+def _source_digest() -> str:
+    """A digest of the replica's source files (the model the counts are of)."""
+    digest = hashlib.sha256()
+    for file in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(file.name.encode() + file.read_bytes())
+    return digest.hexdigest()
 
 
 def describe(workload: Gr00tN16, preset: str) -> dict[str, Any]:

@@ -116,9 +116,9 @@ class Gr00tN16(Workload):
     def _count(self, preset: str, *, skip_dead_work: bool) -> float:
         key = (self.resolve(preset), skip_dead_work)
         if key not in self._flops:
-            from autotune.workloads.gr00t_n16.flops import count_flops
+            from autotune.workloads.gr00t_n16.flops import cached_total
 
-            self._flops[key] = count_flops(self, preset, skip_dead_work=skip_dead_work)["total"]
+            self._flops[key] = cached_total(self, preset, skip_dead_work=skip_dead_work)
         return self._flops[key]
 
     def describe(self, preset: str) -> dict[str, Any]:
