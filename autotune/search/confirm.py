@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial
 from autotune.config.io import write_text_atomic
 from autotune.search.noise import WIDE_SPREAD, margin, within
 from autotune.search.study import StudyOptions, config_of, run_env
-from autotune.search.trials import measurement_of, ranked_trials, record_of, stock_trial
+from autotune.search.trials import measurement_of, ranked_trials, record_of, span_s, stock_trial
 from autotune.train.launch import launch
 
 MAX_ROUNDS = 4
@@ -130,9 +130,7 @@ def run_cost_s(trial: FrozenTrial) -> float:
         again = (record.cost.wall_s - parts.get("profile", 0.0) - parts.get("remeasure", 0.0)
                  - (1.0 - CACHED_COMPILE) * parts.get("compile", 0.0))
         return max(1.0, again)
-    if trial.datetime_start and trial.datetime_complete:
-        return (trial.datetime_complete - trial.datetime_start).total_seconds()
-    return 0.0
+    return span_s(trial)
 
 
 def reserve_s(study: optuna.Study, rounds: int) -> float:

@@ -23,11 +23,11 @@ pause between two runs of the command does not count, and several workers' trial
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.search.guide import Stage
 from autotune.search.noise import margin, within
@@ -39,6 +39,7 @@ from autotune.search.trials import (
     eligible,
     measurement_of,
     reason_of,
+    span_s,
 )
 
 FREE_TRIALS = 2
@@ -95,21 +96,15 @@ def convergence(study: optuna.Study, stages: list[Stage], after: int = FREE_TRIA
     return None
 
 
-def _span_s(trial: FrozenTrial) -> float:
-    if trial.datetime_start is None or trial.datetime_complete is None:
-        return 0.0
-    return (trial.datetime_complete - trial.datetime_start).total_seconds()
-
-
 def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Convergence | None:
     """Convergence by time: the trials since the best reached its level (the first trial within noise of
     it) and one more of their typical length would outlast the trials up to it, ``ratio`` times over.
 
-    None while stock (or a reference) is the best or within noise of it, while no trial ran after it,
+    None while stock is the best or within noise of it (references are never the best), while no trial ran after it,
     or ``ratio`` <= 0: a search that has found nothing yet is left to its stages.
     """
     best = best_trial(study)
-    if ratio <= 0 or best is None or best.user_attrs.get(STOCK) or best.user_attrs.get(REFERENCE):
+    if ratio <= 0 or best is None:
         return None
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and reason_of(t) != DUPLICATE]
     best_m = measurement_of(best)
@@ -120,8 +115,8 @@ def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Co
     after = [t for t in done if t.number > reached.number and t.number != best.number]
     if not after or reached.user_attrs.get(STOCK) or reached.user_attrs.get(REFERENCE):
         return None  # nothing found beyond noise of stock yet
-    to_best, since = sum(map(_span_s, before)), sum(map(_span_s, after))
-    typical = sorted(map(_span_s, after))[len(after) // 2]
+    to_best, since = sum(map(span_s, before)), sum(map(span_s, after))
+    typical = statistics.median(map(span_s, after))
     if since + typical < ratio * to_best:
         return None
     return Convergence(stage=stage, trials=[t.number for t in after], best_trial=best.number,

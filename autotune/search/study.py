@@ -87,6 +87,7 @@ from autotune.search.trials import (
     WORKER,
     best_trial,
     reason_of,
+    span_s,
     store,
 )
 from autotune.search.vet import needs_second_run, parity_with_stock, settled
@@ -411,7 +412,7 @@ def study_convergence(study: optuna.Study, guide: Guide, opts: StudyOptions) -> 
 
 def typical_trial_s(study: optuna.Study) -> float | None:
     """The median wall time of the study's trials that ran (refused and budget-stopped ones aside)."""
-    spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in study.get_trials(deepcopy=False)
+    spans = [span_s(t) for t in study.get_trials(deepcopy=False)
              if t.state.is_finished() and t.datetime_start and t.datetime_complete
              and reason_of(t) not in ("config", DUPLICATE, *QUEUED_AGAIN)]
     return statistics.median(spans) if spans else None

@@ -122,6 +122,13 @@ def constraint_of(trial: FrozenTrial) -> list[float]:
     return [float(trial.user_attrs.get(CONSTRAINT, 0.0))]
 
 
+def span_s(trial: FrozenTrial) -> float:
+    """How long the trial ran, start to end, seconds (0 while it has no end)."""
+    if trial.datetime_start is None or trial.datetime_complete is None:
+        return 0.0
+    return (trial.datetime_complete - trial.datetime_start).total_seconds()
+
+
 def measured(trial: FrozenTrial) -> bool:
     """Complete with a measurement (within the memory budget or not)."""
     return trial.state == TrialState.COMPLETE and measurement_of(trial) is not None
