@@ -54,8 +54,15 @@ def beats(value: float, other: float, rel_margin: float) -> bool:
 
 
 def within(value: float, best: float, rel_margin: float) -> bool:
-    """``value`` is no lower than ``best`` by more than ``rel_margin`` of it (a tie within noise, or better)."""
-    return value >= best * (1.0 - rel_margin)
+    """``value`` is no lower than ``best`` by more than noise: ``best / (1 + rel_margin)`` or higher (a tie
+    within noise, or better).
+
+    The margin is the relative uncertainty of a step time; samples/s is its inverse, so the lowest rate
+    the noise explains is ``best / (1 + m)``. ``best * (1 - m)`` would agree for narrow spreads but
+    reach zero at ``m`` = 1, where a loader-bound stock whose steps vary 2x would count as a tie with
+    anything.
+    """
+    return value * (1.0 + rel_margin) >= best
 
 
 def trusted_value(record: TrialRecord) -> float | None:

@@ -13,9 +13,9 @@ from autotune.search.confirm import Run, _summary, candidates
 from autotune.search.converge import convergence, plateau
 from autotune.search.directions import PRECISION_RANK, raises_precision, search_choices
 from autotune.search.guide import Guide, Stage
-from autotune.search.noise import flags, margin, trusted_value
+from autotune.search.noise import flags, margin, trusted_value, within
 from autotune.search.space import load_space, parse_space
-from autotune.search.trials import attrs_of, best_trial
+from autotune.search.trials import attrs_of, best_trial, measurement_of
 from autotune.train.cost import PARTS, cost_of, with_wall
 from autotune.train.record import HostLoad, StepTimes
 from tests.records import measured, measurement
@@ -117,9 +117,11 @@ def test_a_study_converges_when_free_trials_find_nothing_within_noise():
     assert done is not None and "none beat the best" in done.reason
 
 
-def timed(study, params, value, dists, start_s, span_s, **attrs):
+def timed(study, params, value, dists, start_s, span_s, step_time=None, state=None, **attrs):
     """A measured trial that ran from ``start_s`` for ``span_s`` seconds."""
-    trial = create_trial(params=params, distributions=dists, value=value, user_attrs={**attrs_of(measured(value)), **attrs})
+    record = measured(value) if step_time is None else measured(value, step_time=step_time)
+    trial = create_trial(params=params, distributions=dists, value=value, user_attrs={**attrs_of(record), **attrs},
+                         **({} if state is None else {"state": state}))
     zero = datetime.datetime(2026, 12, 1, 12, 0, 0)
     trial.datetime_start = zero + datetime.timedelta(seconds=start_s)
     trial.datetime_complete = trial.datetime_start + datetime.timedelta(seconds=span_s)
@@ -145,6 +147,23 @@ def test_a_study_left_to_itself_stops_when_a_trial_more_would_search_longer_than
     timed(study, {"x": "e"}, 206.0, dists, 525, 200)
     again = plateau(study, 2)
     assert again is not None and again.best_trial == 4 and again.trials == [2, 3]
+
+
+def test_a_noisy_loader_bound_stock_does_not_hide_a_best_five_times_faster():
+    """The H200 study of commit 2873af4: stock loader-bound at 39.3 samples/s with steps of 188-662 ms
+    (a margin of 108 %), the best 208.2 at 4:32, then a 194-s trial pruned at 207.1. Read as
+    ``best * (1 - margin)``, stock counted as a tie with the best and the study searched on for 12 min."""
+    dists = {"x": CategoricalDistribution(["a", "b", "c"])}
+    study = optuna.create_study(direction="maximize")
+    wide = StepTimes(median_ms=218.5, p10_ms=187.9, p90_ms=662.4, min_ms=167.1, max_ms=743.4, mean_ms=383.3)
+    timed(study, {"x": "a"}, 39.27, dists, 0, 35, step_time=wide, stock=True)
+    assert margin(measurement_of(study.trials[0]), None) > 1.0
+    assert not within(39.27, 208.19, margin(measurement_of(study.trials[0]), None))
+    assert within(208.19 / 2.0, 208.19, 1.0) and not within(208.19 / 2.1, 208.19, 1.0)
+    timed(study, {"x": "b"}, 208.19, dists, 35, 237)
+    timed(study, {"x": "c"}, 207.11, dists, 272, 194, state=optuna.trial.TrialState.PRUNED)
+    done = plateau(study, 2)
+    assert done is not None and done.best_trial == 1 and done.trials == [2] and "272 s" in done.reason
 
 
 def test_no_plateau_while_the_best_is_within_noise_of_stock():
