@@ -85,7 +85,7 @@ def part(name: str) -> Iterator[None]:
 
 
 def write_counters() -> None:
-    """Record the compile caches' hit and miss counts of this process (at its end)."""
+    """Record the compile caches' hit and miss counts of this process so far (the last record counts)."""
     if _log is not None:
         from autotune.train.compile_cache import cache_counters
 

@@ -147,6 +147,7 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
     incumbent: the others' profiles would cost their time and guide nothing).
     """
     with open_window(cfg, warmup, step_hook) as window:
+        cost.write_counters()  # compiles are done: a run the pruner kills mid-measure keeps these
         with cost.part("measure"):
             measured = _measure(window, steps, step_hook, progress)
         ranks = Throughput.across_ranks(measured, cfg, window.session.world)  # the same on every rank

@@ -253,3 +253,23 @@ def test_fused_adamw_clips_inside_its_kernel_with_the_same_update(max_norm):
     assert fused_norms == pytest.approx(plain_norms, rel=1e-6)
     assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused, plain))
     assert max_norm > 10 or plain_norms[0] > max_norm  # the clipping case does clip
+
+
+def test_compile_cache_counts_are_recorded_before_the_measured_steps(tmp_path, monkeypatch):
+    """A pruned run is killed during its measured steps: its cache hits and misses must be on file by then."""
+    from autotune.train import cost
+    from autotune.train.compile_cache import cache_env
+    from autotune.train.runner import run_training
+
+    for key, value in cache_env(tmp_path / "cache", keep_user=False).items():
+        monkeypatch.setenv(key, value)
+    events = tmp_path / "costs.jsonl"
+    cost.install(events)
+    try:
+        run_training(tiny(compile__regions=["vlln"]), steps=2, warmup=1)
+    finally:
+        cost.install(None)
+    log = cost.read_events(events)
+    measure = next(e["t"] for e in log if e.get("part") == "measure" and e["ev"] == "begin")
+    before = [e["counters"] for e in log if e["ev"] == "counters" and e["t"] < measure]
+    assert before and sum(before[-1].values()) > 0, log
