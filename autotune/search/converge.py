@@ -96,6 +96,33 @@ def convergence(study: optuna.Study, stages: list[Stage], after: int = FREE_TRIA
     return None
 
 
+@dataclass(frozen=True)
+class _Spans:
+    """Where a study stands against the plateau rule: the trials up to the one that reached the best's
+    level, and the trials since, with the seconds each side spent."""
+
+    best: optuna.trial.FrozenTrial
+    after: list[optuna.trial.FrozenTrial]
+    to_best_s: float
+    since_s: float
+
+
+def _spans(study: optuna.Study) -> _Spans | None:
+    """None while stock (or a reference) is the best's level, or nothing is measured."""
+    best = best_trial(study)
+    if best is None:
+        return None
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and reason_of(t) != DUPLICATE]
+    best_m = measurement_of(best)
+    reached = next(t for t in done if t.number == best.number or (
+        eligible(t) and within(float(t.value), float(best.value), margin(measurement_of(t), best_m))))
+    if reached.user_attrs.get(STOCK) or reached.user_attrs.get(REFERENCE):
+        return None  # nothing found beyond noise of stock yet
+    before = [t for t in done if t.number <= reached.number]
+    after = [t for t in done if t.number > reached.number and t.number != best.number]
+    return _Spans(best=best, after=after, to_best_s=sum(map(span_s, before)), since_s=sum(map(span_s, after)))
+
+
 def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Convergence | None:
     """Convergence by time: the trials since the best reached its level (the first trial within noise of
     it) and one more of their typical length would outlast the trials up to it, ``ratio`` times over.
@@ -103,24 +130,22 @@ def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Co
     None while stock is the best or within noise of it (references are never the best), while no trial ran after it,
     or ``ratio`` <= 0: a search that has found nothing yet is left to its stages.
     """
-    best = best_trial(study)
-    if ratio <= 0 or best is None:
+    spans = _spans(study) if ratio > 0 else None
+    if spans is None or not spans.after:
         return None
-    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and reason_of(t) != DUPLICATE]
-    best_m = measurement_of(best)
-    noise = margin(best_m, None)
-    reached = next(t for t in done if t.number == best.number or (
-        eligible(t) and within(float(t.value), float(best.value), margin(measurement_of(t), best_m))))
-    before = [t for t in done if t.number <= reached.number]
-    after = [t for t in done if t.number > reached.number and t.number != best.number]
-    if not after or reached.user_attrs.get(STOCK) or reached.user_attrs.get(REFERENCE):
-        return None  # nothing found beyond noise of stock yet
-    to_best, since = sum(map(span_s, before)), sum(map(span_s, after))
+    best, after, to_best, since = spans.best, spans.after, spans.to_best_s, spans.since_s
     typical = statistics.median(map(span_s, after))
     if since + typical < ratio * to_best:
         return None
     return Convergence(stage=stage, trials=[t.number for t in after], best_trial=best.number,
-                       best_samples_per_s=float(best.value), margin=noise, kind="plateau",
+                       best_samples_per_s=float(best.value), margin=margin(measurement_of(best), None), kind="plateau",
                        reason=f"{len(after)} trial{'s' if len(after) > 1 else ''} in {since:.0f} s found nothing beyond noise of the best "
                               f"(#{best.number}, {best.value:.2f} samples/s, reached after {to_best:.0f} s of "
                               f"trials); one more (~{typical:.0f} s) would search longer than finding it took")
+
+
+def plateau_left_s(study: optuna.Study, ratio: float = PLATEAU_RATIO) -> float | None:
+    """The most search time the plateau rule leaves the study unless a trial beats the best (the trial
+    that crosses the line may run past it); None while the rule is not armed (see :func:`plateau`)."""
+    spans = _spans(study) if ratio > 0 else None
+    return None if spans is None else max(0.0, ratio * spans.to_best_s - spans.since_s)

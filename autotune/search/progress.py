@@ -7,6 +7,7 @@ import time
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.search.converge import plateau_left_s
 from autotune.search.guide import Stage
 from autotune.search.noise import flags
 from autotune.search.trials import (
@@ -23,8 +24,13 @@ from autotune.search.trials import (
 
 
 def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int,
-                  stage: Stage | None = None, budget_s: float | None = None) -> str:
-    """``trial 3/8 #2 [data_stall -> data]: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``."""
+                  stage: Stage | None = None, budget_s: float | None = None, plateau: bool = False) -> str:
+    """``trial 3/8 #2 [data_stall -> data]: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``.
+
+    The time left is the trials still to run at the pace so far, no more than the budget leaves, and
+    with ``plateau`` (a study left to end by itself) no more than the plateau rule leaves
+    (:func:`autotune.search.converge.plateau_left_s`): then it says "unless a trial beats the best".
+    """
     record = record_of(trial)
     failure = record.failure if record is not None else None
     if trial.state == TrialState.PRUNED:
@@ -52,10 +58,14 @@ def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: in
     left = elapsed / ran * (todo - ran)
     if budget_s is not None:  # no trial starts after the budget; the last one may run past it
         left = min(left, max(0.0, budget_s - elapsed))
+    bound = plateau_left_s(study) if plateau else None
+    unless = ""
+    if bound is not None and bound < left:
+        left, unless = bound, " unless a trial beats the best"
     where = ""
     if stage is not None:
         where = f" [{stage.bottleneck or 'free'} -> {'+'.join(stage.groups)}]"
-    return f"trial {index}/{total} #{trial.number}{where}: {what} | {inc} | {_clock(elapsed)} elapsed, ~{_clock(left)} left"
+    return f"trial {index}/{total} #{trial.number}{where}: {what} | {inc} | {_clock(elapsed)} elapsed, ~{_clock(left)} left{unless}"
 
 
 def _noise_note(trial: FrozenTrial) -> str:

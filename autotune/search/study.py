@@ -386,7 +386,7 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         write_diagnosis(opts.out, guide, converged)
         ran += 1
         report(progress_line(study, frozen, counted(study), opts.trials, start, ran, max(ran, opts.trials - done), stage,
-                             opts.time_budget_s))
+                             opts.time_budget_s, plateau=opts.plateau and opts.converge_after > 0))
         if converged is not None:
             study.set_user_attr(CONVERGED, json.dumps(converged.to_dict()))
             report(f"converged: {converged.reason}")

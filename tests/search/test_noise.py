@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import time
 
 import optuna
 import pytest
@@ -10,10 +11,11 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
 
 from autotune.search.confirm import Run, _summary, candidates
-from autotune.search.converge import convergence, plateau
+from autotune.search.converge import convergence, plateau, plateau_left_s
 from autotune.search.directions import PRECISION_RANK, raises_precision, search_choices
 from autotune.search.guide import Guide, Stage
 from autotune.search.noise import flags, margin, trusted_value, within
+from autotune.search.progress import progress_line
 from autotune.search.space import load_space, parse_space
 from autotune.search.trials import attrs_of, best_trial, measurement_of
 from autotune.train.cost import PARTS, cost_of, with_wall
@@ -160,10 +162,17 @@ def test_a_noisy_loader_bound_stock_does_not_hide_a_best_five_times_faster():
     assert margin(measurement_of(study.trials[0]), None) > 1.0
     assert not within(39.27, 208.19, margin(measurement_of(study.trials[0]), None))
     assert within(208.19 / 2.0, 208.19, 1.0) and not within(208.19 / 2.1, 208.19, 1.0)
+    assert plateau_left_s(study) is None  # stock is the best: the rule is not armed
     timed(study, {"x": "b"}, 208.19, dists, 35, 237)
+    assert plateau_left_s(study) == pytest.approx(272.0)  # #0 and #1 took 272 s: as long again at most
+    # the progress line's time left says so, rather than 29 more trials at this pace
+    line = progress_line(study, study.trials[1], 2, 30, time.monotonic() - 272, 2, 30, plateau=True)
+    assert line.endswith("~4:32 left unless a trial beats the best"), line
+    assert "unless" not in progress_line(study, study.trials[1], 2, 30, time.monotonic() - 272, 2, 30)
     timed(study, {"x": "c"}, 207.11, dists, 272, 194, state=optuna.trial.TrialState.PRUNED)
     done = plateau(study, 2)
     assert done is not None and done.best_trial == 1 and done.trials == [2] and "272 s" in done.reason
+    assert plateau_left_s(study) == pytest.approx(78.0)
 
 
 def test_no_plateau_while_the_best_is_within_noise_of_stock():
