@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from dataclasses import asdict, replace
@@ -123,6 +124,13 @@ def test_interrupted_study_is_reported_as_such(quick_run, tmp_path):
     assert report.trials[3].state == "RUNNING" and report.trials[3].samples_per_s is None
     assert report.best_yaml is None and report.best_params == report.trial(report.summary.best_trial).params
     assert any("best.yaml is not written yet" in n for n in report.notes)
+    # the page says the study has not ended, not that it ran to --trials
+    from autotune.report import write_report
+
+    html = write_report(run).read_text()
+    ended = re.search(r'how the study ended</div><div class="v">(.*?)</div><div class="d">(.*?)</div>', html).groups()
+    assert ended == ("not ended", "still running, or stopped before it ended (no best.yaml)"), ended
+    assert "1 running or queued" in html
 
 
 def test_oom_and_over_budget_trials(tmp_path, monkeypatch):
