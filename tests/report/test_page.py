@@ -129,6 +129,9 @@ def test_failed_trials_show_in_the_page(failed_run):
     assert len(rows) == 2
     assert "this batch size always crashes" in rows[0] and "not one of this machine&#39;s choices" in rows[1]
     assert ">config</b>" in rows[1]
+    # a row lists the parameters that are not stock's, and all of them folded away
+    changed, folded = re.search(r'<td class="params"><code>(.*?)<details><summary>all 2</summary>(.*?)</details>', rows[0]).groups()
+    assert changed == "batch_size=3</code><br>" and "precision.regions.dit=bf16" in folded
     pruned = re.search(r"<td>PRUNED</td>\s*<td>pruned.*?</tr>", html, re.S).group(0)
     assert "(last step)" in pruned and "pruned after" in pruned
     assert "4 / 1 / 2" in html  # trials run / pruned / failed
