@@ -244,3 +244,20 @@ def test_a_loader_first_stage_says_why_in_the_chain(quick_run, tmp_path):
     html = write_report(run).read_text()
     assert "bottleneck <b>data_stall</b> (10.0 % of the step, waiting on a loader that set the measured rate)" in html
     assert html.count("waiting on a loader") == 1  # the other stages: the profile's share alone
+
+
+def test_a_stage_without_a_measured_trial_says_what_became_of_its_trials(quick_run, tmp_path):
+    """A stage whose trials were all pruned or failed names each one's outcome, not "no feasible trial"."""
+    from autotune.report.render import write_report
+
+    run = tmp_path / "run"
+    shutil.copytree(quick_run, run)
+    diagnosis = json.loads((run / "diagnosis.json").read_text())
+    last = diagnosis["stages"][-1]
+    last.update(best_trial=None, best_samples_per_s=None, gain=None, trials=[0, 1])
+    diagnosis["stages"].append({**last, "stage": last["stage"] + 1, "trials": []})
+    (run / "diagnosis.json").write_text(json.dumps(diagnosis))
+    report = build_report(run)
+    html = write_report(run).read_text()
+    outcomes = ", ".join(f"#{n} {report.trial(n).outcome}" for n in (0, 1))
+    assert f"no trial measured to its end: {outcomes}" in html and "no trial yet" in html
