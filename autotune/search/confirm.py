@@ -7,8 +7,9 @@ of every run (after the last trial, after ``--time-budget``'s stop, after conver
 configuration and the best are run again in the order stock, best, stock, best (a runner-up
 within noise of the best after each best: the faster of the two is kept), ``rounds`` rounds or up
 to ``MAX_ROUNDS`` while the rounds of one configuration differ by more than ``WIDE`` (or a run's
-own steps varied by more than ``noise.WIDE_SPREAD``). Where some rounds are clean (every run's steps
-within ``noise.WIDE_SPREAD``), only those count. The
+own steps varied by ``noise.WIDE_SPREAD`` more than its configuration's do by nature: a loader-bound
+stock's vary 2x in every run). Where some rounds are clean (no run's steps varied that much), only
+those count. The
 confirmed samples/s of each is the median of its rounds, the confirmed speed-up the median over
 rounds of its samples/s over stock's in the same round;
 that is the speed-up ``autotune run`` prints and writes (``best.yaml``'s ``provenance``:
@@ -51,6 +52,10 @@ class Run:
     step_time_spread: float | None = None
     host_busy: float | None = None
     wall_s: float | None = None
+    compile_s: float | None = None
+    """Compiling in this run: against the trial's own compile, what the study's compile cache saved."""
+    compile_cache: dict[str, int] = field(default_factory=dict)
+    """The compile caches' hit and miss counters in this run."""
     error: str | None = None
 
 
@@ -199,6 +204,8 @@ def _run(opts: StudyOptions, trial: FrozenTrial, round_: int, deadline: float | 
                step_time_spread=m.step_time.spread if m else None,
                host_busy=record.host.others_busy if record.host else None,
                wall_s=record.cost.wall_s if record.cost else None,
+               compile_s=record.cost.parts.get("compile", 0.0) if record.cost else None,
+               compile_cache=dict(record.cost.compile_cache) if record.cost else {},
                error=f"{record.failure.reason}: {record.failure.error}" if record.failure else None)
 
 
@@ -219,24 +226,49 @@ def _range(rates: list[float]) -> float:
     return (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
 
 
+def natural_spread(trials: list[FrozenTrial], runs: list[Run]) -> dict[int, float]:
+    """Per trial number: the narrowest step-time spread its configuration showed (its trial, a re-measure,
+    its confirmation runs). A loader-bound stock's steps vary 2x by nature (a batch waits for a worker
+    or it does not), and more rounds do not narrow that; a spread wider than this by ``WIDE_SPREAD``
+    is the host's doing."""
+    out: dict[int, float] = {}
+    for t in trials:
+        record = record_of(t)
+        seen = [r.step_time_spread for r in runs if r.trial == t.number and r.step_time_spread is not None]
+        for m in (record.measurement, record.remeasure.measurement if record.remeasure else None) if record else ():
+            if m is not None:
+                seen.append(m.step_time.spread)
+        if seen:
+            out[t.number] = min(seen)
+    return out
+
+
+def _disturbed(run: Run, natural: dict[int, float]) -> bool:
+    return (run.step_time_spread or 0.0) > natural.get(run.trial, 0.0) + WIDE_SPREAD
+
+
 def _wide(runs: list[Run], order: list[FrozenTrial]) -> bool:
     """The rounds of a configuration differ by more than ``WIDE``, or the last round's run of one had
-    steps that varied widely (a single round has no range of its own to judge by)."""
+    steps that varied more widely than its configuration does by nature (a single round has no range
+    of its own to judge by)."""
     numbers = {t.number for t in order}
+    natural = natural_spread(order, runs)
     last = max((r.round for r in runs), default=0)
-    steps_wide = any(r.round == last and r.trial in numbers and (r.step_time_spread or 0.0) > WIDE_SPREAD for r in runs)
+    steps_wide = any(r.round == last and r.trial in numbers and _disturbed(r, natural) for r in runs)
     return steps_wide or any(_range(_rates(runs, t.number)) > WIDE for t in order)
 
 
-def clean_rounds(runs: list[Run]) -> set[int]:
-    """Rounds whose every run measured steps that varied by at most ``noise.WIDE_SPREAD``: on a host
+def clean_rounds(runs: list[Run], natural: dict[int, float] | None = None) -> set[int]:
+    """Rounds whose every run measured steps that varied by at most ``noise.WIDE_SPREAD`` more than its
+    configuration does by nature (``natural``, :func:`natural_spread`): on a host
     whose load swings between runs, a round with a disturbed run says more of the load than of the
     configurations (on the shared CPU machine stock ran at 2.2, 0.43, 0.97 and 17.5 samples/s in four
     rounds, the rounds' steps varying by 37 %, 50 %, 4 % and 3 %)."""
+    natural = natural or {}
     out = set()
     for number in {r.round for r in runs}:
         mine = [r for r in runs if r.round == number and r.samples_per_s is not None]
-        if mine and all((r.step_time_spread or 0.0) <= WIDE_SPREAD for r in mine):
+        if mine and not any(_disturbed(r, natural) for r in mine):
             out.add(number)
     return out
 
@@ -251,11 +283,11 @@ def _ratio(runs: list[Run], trial: int, stock: int) -> float | None:
 
 def _summary(stock: FrozenTrial, found: list[FrozenTrial], runs: list[Run], study_speedup: float | None,
              note: str) -> Confirmation:
-    all_runs, clean = runs, clean_rounds(runs)
+    all_runs, clean = runs, clean_rounds(runs, natural_spread([stock, *found], runs))
     if clean and len(clean) < len({r.round for r in runs}):
         kept = ", ".join(map(str, sorted(clean)))
-        note = "; ".join(filter(None, [note, f"round(s) {kept} kept: the others had a run whose steps varied by over "
-                                              f"{100 * WIDE_SPREAD:.0f} %"]))
+        note = "; ".join(filter(None, [note, f"round(s) {kept} kept: the others had a run whose steps varied by "
+                                              f"over {100 * WIDE_SPREAD:.0f} % more than its configuration's do"]))
         runs = [r for r in runs if r.round in clean or r.samples_per_s is None]
     rounds = max((r.round for r in runs if r.samples_per_s is not None), default=0)
     medians = {str(n): statistics.median(rs) for n in {stock.number, *(t.number for t in found)}

@@ -91,6 +91,7 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
     assert prov["speedup_vs_stock"] == pytest.approx(conf["speedup"])
     assert conf["speedup"] < study_speedup / 1.25 and conf["study_speedup"] == pytest.approx(study_speedup)
     assert f"{prov['speedup_vs_stock']:.2f}x stock" in printed or "the stock configuration" in printed
+    assert all(r["wall_s"] > 0 and r["compile_s"] is not None for r in conf["runs"] if r["samples_per_s"])
     diagnosis = json.loads((out / "diagnosis.json").read_text())
     assert diagnosis["converged"]["reason"]
 
