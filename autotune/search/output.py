@@ -179,7 +179,9 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
 
 
 def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
-    """True when ``best.yaml`` is of the study's best trial and the study has no trial since it was written."""
+    """True when ``best.yaml`` is of the study's best trial, the study has no trial since it was written,
+    and it is confirmed where confirmation is asked for (a time budget that ended before the
+    confirmation did, or a run with ``--confirm-rounds 0``, leaves one to finish)."""
     path, best = opts.out / "best.yaml", best_trial(study)
     if best is None or not path.is_file():
         return False
@@ -189,7 +191,8 @@ def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
         return False
     # a confirmation may have kept another trial (the runner-up, or stock) than the study's best
     found = prov.get("study_best_trial", prov.get("trial"))
-    return (prov.get("study"), found, prov.get("trials")) == (opts.study_name, best.number, len(study.trials))
+    unconfirmed = opts.confirm_rounds > 0 and not prov.get("confirmed") and best.number != getattr(stock_trial(study), "number", None)
+    return (prov.get("study"), found, prov.get("trials")) == (opts.study_name, best.number, len(study.trials)) and not unconfirmed
 
 
 def write_trials(opts: StudyOptions, study: optuna.Study) -> Path:

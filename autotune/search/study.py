@@ -329,7 +329,7 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         if name not in have:
             study.enqueue_trial(opts.space.stock_params(cfg), user_attrs={REFERENCE: name})
     check_space_unchanged(study, opts.space)
-    guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance)
+    guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance, stock=opts.base)
     guide.load(study)
     base_sampler = study.sampler
     done = counted(study)

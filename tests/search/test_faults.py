@@ -23,6 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.cli import main
+from autotune.config import load_config
 from autotune.search.journal import SafeJournalFile, open_journal
 from autotune.search.trials import reason_of, record_of
 
@@ -317,6 +318,25 @@ def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, c
     assert main([*RUN, "--trials", "2", "--memory-budget", "1GiB", "--out", str(out)]) == 0
     assert "nothing new in study" in capsys.readouterr().out
     assert best.read_bytes() == text and best.stat().st_mtime_ns == stamp
+
+
+def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path, capsys):
+    """best.yaml written without a confirmation (``--confirm-rounds 0`` here; a time budget that ended first
+    on a GPU): the same study run again with nothing new to try confirms it, and a third run leaves it."""
+    out = copy_of(finished_study, tmp_path)
+    study = journal_study(out)
+    first = study.trials[1]  # a trial that beats stock by far: the study's third, its measured record the second's
+    study.add_trial(optuna.trial.create_trial(params=first.params, distributions=first.distributions,
+                                              value=100 * study.trials[0].value, user_attrs=first.user_attrs))
+    assert main([*RUN, "--trials", "3", "--out", str(out)]) == 0
+    assert not load_config(out / "best.yaml").provenance["confirmed"] and "confirming" not in capsys.readouterr().out
+    again = [*RUN[:RUN.index("--confirm-rounds")], "--confirm-rounds", "1", *RUN[RUN.index("--confirm-rounds") + 2:]]
+    assert main([*again, "--trials", "3", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "nothing new" not in printed and "confirming, round 1: trial #2" in printed
+    assert load_config(out / "best.yaml").provenance["confirmation"]["rounds"] == 1
+    assert main([*again, "--trials", "3", "--out", str(out)]) == 0
+    assert "nothing new in study" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("trials", ["0", "-1"])

@@ -362,3 +362,29 @@ def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimiz
     fixed, stage = guide.next_trial(study, best)
     assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["optimizer"], ["optimizer.impl", "optimizer.streams"])
     assert (fixed["optimizer.impl"], fixed["optimizer.streams"]) == ("fused", 2)
+
+
+def test_a_knob_that_comes_to_exist_beside_a_remedy_takes_its_stock_value(tmp_path):
+    """The whole model compiled (compile's remedy) brings ``compile.mode`` into existence: the remedy trial
+    compiles in stock's mode, not in a mode the sampler drew (max-autotune costs minutes of GEMM benchmarks)."""
+    from autotune.config import TrainConfig
+
+    spec = {"knobs": {
+        "compile.regions": {"type": "categorical", "choices": [[], ["all"]], "group": "compile", "remedy": ["all"]},
+        "compile.mode": {"type": "categorical", "choices": ["default", "max-autotune-no-cudagraphs"], "group": "compile",
+                         "when": {"compile.regions": [["all"]]}},
+    }}
+    space = parse_space(spec, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(create_trial(params={"compile.regions": "none"}, value=10.0,
+                                 distributions={"compile.regions": CategoricalDistribution(["none", "all"])},
+                                 user_attrs=attrs_of(measured(10.0, buckets={"compute_serial": 0.9, "other": 0.1}))))
+    stock = study.trials[-1]
+    cfg = TrainConfig()
+    fixed, stage = Guide(space, stage_trials=2, stock=cfg).next_trial(study, stock)
+    assert stage.kind in ("remedy", "remedies") and fixed == {"compile.regions": "all", "compile.mode": "default"}
+    fixed, _ = Guide(space, stage_trials=2, stock=replace(cfg, compile=replace(cfg.compile, mode="max-autotune-no-cudagraphs"))
+                     ).next_trial(study, stock)
+    assert fixed["compile.mode"] == "max-autotune-no-cudagraphs"
+    fixed, _ = Guide(space, stage_trials=2).next_trial(study, stock)  # no stock given: left to the sampler
+    assert fixed == {"compile.regions": "all"}
