@@ -12,6 +12,7 @@ from torch import nn
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
 from autotune.train import cost, distributed, graphs, knobs, optim, precision
+from autotune.train.capture_path import capture_path
 from autotune.workloads import Batch, Workload, contract, get_workload
 
 
@@ -183,12 +184,12 @@ class Session:
             self._eager_steps += 1
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream), capture_path():
                 out = self._eager_step(batch)
             torch.cuda.current_stream().wait_stream(stream)
             return out
         if self._graph is None:
-            with cost.part("capture"):
+            with cost.part("capture"), capture_path():
                 self._capture_step(batch)
         loss, norm = self._graph(batch)
         self.schedule.step()
