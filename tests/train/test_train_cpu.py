@@ -197,8 +197,8 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     result, loader = record.measurement, record.measurement.loader
     sustained = 2 * 1e3 / result.step_time.mean_ms
     # the same order: on 2 cores the worker and the training process share the CPU, and a loaded
-    # machine moves the two apart (2.2x seen with other tests running beside)
-    assert 0.25 * sustained < loader.loader_samples_per_s < 4 * sustained, (sustained, result)
+    # machine moves the two apart (2.2x seen with other tests running beside, 6x with two suites)
+    assert 0.1 * sustained < loader.loader_samples_per_s < 10 * sustained, (sustained, result)
     assert result.samples_per_s == min(loader.window_samples_per_s, loader.loader_samples_per_s)
     assert loader.bound == (loader.window_samples_per_s > loader.loader_samples_per_s)
     # the step times streamed to the pruner follow the same rule, step by step
