@@ -156,7 +156,12 @@ def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str |
         notes.append("best.yaml is not written yet (the study is running or was interrupted); "
                      "the best trial's parameters are shown instead")
     elif best is not None and provenance.get("trial") not in (None, best.number):
-        notes.append(f"best.yaml is of trial #{provenance['trial']}, the study's best is now #{best.number}")
+        if provenance.get("study_best_trial") == best.number:  # measured again, another trial won
+            why = (provenance.get("confirmation") or {}).get("note")
+            notes.append(f"best.yaml is of trial #{provenance['trial']}, not the study's best #{best.number}: the "
+                         f"confirmation kept it{f' ({why})' if why else ''}")
+        else:
+            notes.append(f"best.yaml is of trial #{provenance['trial']}, the study's best is now #{best.number}")
     if not profiles:
         notes.append("the run folder holds no profiles (profiles/trial-NNNN): no time buckets, kernels or traces")
     importances = _importances(study, notes)
@@ -164,7 +169,7 @@ def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str |
         run_dir=str(run_dir), study_name=study.study_name, status=_status(run, trials, best_yaml),
         generated_at=dt.datetime.now().isoformat(timespec="seconds"), run=run,
         summary=_confirmed(_summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)), provenance,
-                           diagnosis),
+                           diagnosis, trials),
         trials=rows, param_names=sorted({p for t in trials for p in t.params}), importances=importances,
         stages=stages, stock_profile=stock_profile, best_profile=best_profile, profiles=profiles,
         best_yaml=best_yaml, best_params=dict(best.params) if best else {},
@@ -222,8 +227,10 @@ def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenT
                     for t in trials if t.user_attrs.get(REFERENCE)})
 
 
-def _confirmed(summary: Summary, provenance: dict[str, Any], diagnosis: dict[str, Any]) -> Summary:
-    """The summary with best.yaml's confirmed numbers, where the winner was measured again."""
+def _confirmed(summary: Summary, provenance: dict[str, Any], diagnosis: dict[str, Any],
+               trials: list[FrozenTrial]) -> Summary:
+    """The summary with best.yaml's confirmed numbers, where the winner was measured again: a winner
+    other than the study's best (the runner-up, or stock) brings its own MFU and memory."""
     converged = diagnosis.get("converged") or {}
     summary.converged = provenance.get("converged") or (converged.get("reason") if isinstance(converged, dict) else None)
     conf = provenance.get("confirmation")
@@ -235,6 +242,11 @@ def _confirmed(summary: Summary, provenance: dict[str, Any], diagnosis: dict[str
             summary.stock_samples_per_s = conf.get("stock_samples_per_s")
             summary.best_samples_per_s = conf.get("samples_per_s")
             summary.best_trial = conf.get("trial", summary.best_trial)
+            won = trials[summary.best_trial] if isinstance(summary.best_trial, int) and summary.best_trial < len(trials) else None
+            m = measurement_of(won) if won is not None else None
+            if m is not None:
+                summary.best_mfu, summary.best_useful_mfu = m.mfu, m.useful_mfu
+                summary.best_peak_memory_bytes = m.memory.allocated_bytes
     return summary
 
 

@@ -261,3 +261,24 @@ def test_a_stage_without_a_measured_trial_says_what_became_of_its_trials(quick_r
     html = write_report(run).read_text()
     outcomes = ", ".join(f"#{n} {report.trial(n).outcome}" for n in (0, 1))
     assert f"no trial measured to its end: {outcomes}" in html and "no trial yet" in html
+
+
+def test_a_confirmation_that_kept_another_trial_is_what_the_summary_shows(quick_run, tmp_path):
+    """Measured again, the study's best lost (to stock, or to a runner-up): the summary's MFU and memory are
+    the kept trial's, with a note saying the confirmation kept it (not that the study moved on since)."""
+    run = tmp_path / "run"
+    shutil.copytree(quick_run, run)
+    data = yaml.safe_load((run / "best.yaml").read_text())
+    prov = data["provenance"]
+    best = build_report(run).summary.best_trial
+    kept = next(t for t in build_report(run).trials if t.number != best and t.mfu is not None)
+    note = "measured again, the study's best ran slower"
+    prov.update(trial=kept.number, study_best_trial=best, confirmed=True,
+                confirmation={"trial": kept.number, "stock_trial": 0, "speedup": 1.0, "samples_per_s": 5.0,
+                              "stock_samples_per_s": 5.0, "rounds": 2, "note": note})
+    (run / "best.yaml").write_text(yaml.safe_dump(data))
+    report = build_report(run)
+    assert report.summary.best_trial == kept.number and report.summary.speedup == 1.0
+    assert report.summary.best_mfu == kept.mfu and report.summary.best_peak_memory_bytes == kept.peak_memory_bytes
+    assert any(f"not the study's best #{best}: the confirmation kept it ({note})" in n for n in report.notes), report.notes
+    assert not any("is now" in n for n in report.notes)
