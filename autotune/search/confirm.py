@@ -166,7 +166,8 @@ def confirm(opts: StudyOptions, study: optuna.Study, rounds: int, *, deadline: f
             report: Callable[[str], None] = print) -> Confirmation | None:
     """Measure stock and the best (and a runner-up within noise) again; None where there is nothing to
     confirm (no stock measurement, or stock is the best). ``deadline`` (``time.monotonic()``): no run
-    starts that would not end before it, by the trial's own cost."""
+    starts that would not end before it, by the trial's own cost, and no round that could not run both
+    stock and the best."""
     stock = stock_trial(study)
     found = candidates(study)
     if stock is None or measurement_of(stock) is None or not found:
@@ -180,6 +181,11 @@ def confirm(opts: StudyOptions, study: optuna.Study, rounds: int, *, deadline: f
     runs: list[Run] = []
     note = ""
     for r in range(1, MAX_ROUNDS + 1):
+        need = sum(run_cost_s(t) for t in order[:2])  # a round without the best's run says nothing
+        if deadline is not None and deadline - time.monotonic() < need:
+            note = (f"the time budget ended before the confirmation did (a round of stock and #{order[1].number} takes "
+                    f"~{need:.0f} s, {max(0.0, deadline - time.monotonic()):.0f} s were left)")
+            break
         for t in order:
             if deadline is not None and deadline - time.monotonic() < run_cost_s(t):
                 note = "the time budget ended before the confirmation did"

@@ -267,3 +267,24 @@ def test_the_report_marks_a_bad_overhead_and_shows_a_loader_bound_step_at_its_ra
     assert ms == 276.0 and shares["data_stall"] == pytest.approx((0.26 * 174 + 102) / 276)
     assert sum(shares.values()) == pytest.approx(1.0)
     assert shares["compute_serial"] * ms == pytest.approx(0.74 * 174)  # the compute the profile saw, unchanged
+
+
+def test_no_confirmation_round_starts_that_cannot_run_the_best_before_the_deadline(tmp_path):
+    """A 10-minute budget with 73 s left: stock's run (23 s) fits, the best's (~140 s, its compile
+    from the cache) does not. No run starts (stock alone confirms nothing) and the note says why."""
+    from dataclasses import replace as with_
+
+    from autotune.search.confirm import confirm
+    from autotune.train.record import Cost
+
+    dists = {"x": CategoricalDistribution(["a", "b"])}
+    study = optuna.create_study(direction="maximize")
+    for params, value, wall, compile_s in (({"x": "a"}, 79.5, 23.0, 0.0), ({"x": "b"}, 129.8, 504.0, 426.6)):
+        record = with_(measured(value), cost=Cost(wall_s=wall, parts={"compile": compile_s, "other": wall - compile_s}))
+        study.add_trial(create_trial(params=params, distributions=dists, value=value,
+                                     user_attrs={**attrs_of(record), **({"stock": True} if value < 100 else {})}))
+    opts = type("Opts", (), {"out": tmp_path})()  # nothing is launched: only the folder of an earlier confirmation
+    lines = []
+    c = confirm(opts, study, 2, deadline=time.monotonic() + 73.0, report=lines.append)
+    assert c is not None and not c.confirmed and c.runs == [] and lines == []
+    assert "the time budget ended before the confirmation did (a round of stock and #1 takes ~143 s" in c.note
