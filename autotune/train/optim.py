@@ -104,7 +104,9 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], 
         optimizer.step()
         return norm
     norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=True)
-    optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)  # clip_grad_norm_'s coefficient, inverted
+    # clip_grad_norm_'s coefficient, inverted; in fp32 whatever the gradients' dtype (the fused kernels
+    # take no bf16 scale: "expected scalar type Float but found BFloat16" with bf16 trainable weights)
+    optimizer.grad_scale = torch.clamp((norm.float() + 1e-6) / max_norm, min=1.0)
     try:
         optimizer.step()
     finally:

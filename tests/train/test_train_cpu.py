@@ -231,28 +231,45 @@ def test_an_attention_backend_holds_for_every_step():
         assert torch.isfinite(loss)
 
 
-@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipping and not
-def test_fused_adamw_clips_inside_its_kernel_with_the_same_update(max_norm):
+def _clipped_adamw_run(fused: bool, dtype: torch.dtype, max_norm: float) -> tuple[list[torch.Tensor], list[float]]:
+    """Four clipped AdamW steps over weights and gradients that bf16 holds exactly, stored in ``dtype``."""
     from autotune.train.optim import clip_and_step
 
-    def run(fused: bool) -> tuple[list[torch.Tensor], list[float]]:
-        torch.manual_seed(0)
-        params = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(17))]
-        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, **({"fused": True} if fused else {"foreach": True}))
-        norms = []
-        for step in range(4):
-            gen = torch.Generator().manual_seed(step)
-            for p in params:
-                p.grad = (1 + 5 * step) * torch.randn(p.shape, generator=gen)  # norms that differ step to step
-            norms.append(float(clip_and_step(opt, params, max_norm)))
-            opt.zero_grad(set_to_none=True)
-        assert getattr(opt, "grad_scale", None) is None  # nothing left for a later step
-        return [p.detach() for p in params], norms
+    def exact(t: torch.Tensor) -> torch.Tensor:
+        return t.to(torch.bfloat16).to(dtype)
 
-    (fused, fused_norms), (plain, plain_norms) = run(True), run(False)
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(exact(torch.randn(64, 32))), torch.nn.Parameter(exact(torch.randn(17)))]
+    opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, **({"fused": True} if fused else {"foreach": True}))
+    norms = []
+    for step in range(4):
+        gen = torch.Generator().manual_seed(step)
+        for p in params:
+            p.grad = exact((1 + 5 * step) * torch.randn(p.shape, generator=gen))  # norms that differ step to step
+        norms.append(float(clip_and_step(opt, params, max_norm)))
+        opt.zero_grad(set_to_none=True)
+    assert getattr(opt, "grad_scale", None) is None  # nothing left for a later step
+    return [p.detach().float() for p in params], norms
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipping and not
+def test_fused_adamw_clips_inside_its_kernel_with_the_same_update(max_norm):
+    (fused, fused_norms), (plain, plain_norms) = (_clipped_adamw_run(f, torch.float32, max_norm) for f in (True, False))
     assert fused_norms == pytest.approx(plain_norms, rel=1e-6)
     assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused, plain))
     assert max_norm > 10 or plain_norms[0] > max_norm  # the clipping case does clip
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_fused_adamw_clips_bf16_weights(max_norm):
+    """bf16 trainable weights (precision.trainable_dtype) under the fused kernel's clipping: the update
+    is fp32's to bf16 rounding (a few bf16 steps: the weights round after every step)."""
+    fused, norms = _clipped_adamw_run(True, torch.bfloat16, max_norm)
+    ref, ref_norms = _clipped_adamw_run(True, torch.float32, max_norm)
+    assert norms == pytest.approx(ref_norms, rel=2e-2)
+    eps = torch.finfo(torch.bfloat16).eps
+    for a, b in zip(fused, ref):
+        assert ((a - b).abs() <= 4 * eps * b.abs().clamp(min=2**-6)).all()
 
 
 def test_compile_cache_counts_are_recorded_before_the_measured_steps(tmp_path, monkeypatch):
