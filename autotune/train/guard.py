@@ -9,7 +9,8 @@ and ranks that opened sessions of their own) and removes ``FOLDER``, the trial's
 
 It exits as its child did, with the same code or killed by the same signal, so that the tuner
 reads the run's own status. It imports only the standard library and :mod:`procgroup` (psutil),
-so it starts in tens of milliseconds.
+so it starts in tens of milliseconds. :mod:`autotune.train.zygote` forks the same guard
+(:func:`guard`) with a forked worker as its child.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 from autotune.train.procgroup import PID_FILE, kill_trial
 
@@ -31,16 +33,27 @@ _STOPPING = threading.Event()
 def main(argv: list[str]) -> int:
     fd, folder, sep, *command = argv
     assert sep == "--" and command, "usage: guard FD FOLDER -- ARGV..."
-    child = subprocess.Popen(command)
+    children: list[subprocess.Popen] = []  # held: a collected Popen may reap the child behind our waitpid
+    return guard(int(fd), folder, lambda: children.append(subprocess.Popen(command)) or children[0].pid)
+
+
+def guard(fd: int, folder: str, start: Callable[[], int]) -> int:
+    """Start the trial's child (``start`` returns its pid), watch the tuner's pipe ``fd``, and end as
+    the child did: the same exit code, or killed by the same signal (so that the tuner tells SIGKILL
+    from a crash by it). Shared by the executed guard and the one a zygote forks."""
+    child = start()
     with open(os.path.join(folder, PID_FILE), "w") as f:  # for the kernel log's OOM lines
-        f.write(str(child.pid))
-    threading.Thread(target=_watch_tuner, args=(int(fd), folder), daemon=True).start()
-    code = child.wait()
+        f.write(str(child))
+    threading.Thread(target=_watch_tuner, args=(fd, folder), daemon=True).start()
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
     if _STOPPING.is_set():  # the tuner is gone and the watcher is cleaning up: it ends this process
         threading.Event().wait()
-    if code < 0:  # die of the same signal: the tuner tells SIGKILL from a crash by it
+    if code < 0:
         with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
             signal.signal(-code, signal.SIG_DFL)
+        sys.stdout.flush()
+        sys.stderr.flush()
         os.kill(os.getpid(), -code)
     return code
 

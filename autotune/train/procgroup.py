@@ -6,8 +6,10 @@
 
 Every process of a trial carries ``AUTOTUNE_TRIAL=<its temporary folder's name>`` in its
 environment (loader workers and ranks inherit it, whether forked or spawned) and starts in the
-session that the guard (:mod:`autotune.train.guard`) leads. :func:`stop_trial` kills the
-session's process group and every process with the marker; the guard does the same, and removes
+session that the guard (:mod:`autotune.train.guard`) leads. A trial forked from a zygote
+(:mod:`autotune.train.zygote`) shows the zygote's environment in ``/proc`` instead: its processes
+are those of the zygote's family in the session its folder names. :func:`stop_trial` kills the
+session's process group and every process of the trial; the guard does the same, and removes
 the folder, when the tuner dies. A tuner killed together with its guard (``kill -9`` of both, a
 frozen machine) leaves the folder with its ``owner.json``: :func:`reap_orphans` kills what is left
 of such trials and removes their folders, and ``launch`` calls it before every run.
@@ -30,6 +32,9 @@ from typing import IO
 
 import psutil
 
+from autotune.train import zygote_client
+from autotune.train.zygote import FAMILY, SESSION_FILE
+
 MARKER = "AUTOTUNE_TRIAL"
 """Environment variable naming the trial (its temporary folder's name) in each of its processes."""
 PREFIX = "autotune-run-"
@@ -44,7 +49,7 @@ PID_FILE = "worker.pid"
 class TrialProcess:
     """A running trial: the guard's ``Popen`` and the pipe end whose closing tells the guard to stop it."""
 
-    popen: subprocess.Popen
+    popen: subprocess.Popen | zygote_client.ForkedGuard
     folder: str
     tuner_end: int
 
@@ -56,14 +61,17 @@ class TrialProcess:
 
 
 def start_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | int) -> TrialProcess:
-    """Start ``argv`` under a guard, in a session of its own, with its output to ``log``."""
+    """Start ``argv`` under a guard, in a session of its own, with its output to ``log``: forked from a
+    warm zygote where it can be (:mod:`autotune.train.zygote_client`), else executed."""
     _write_owner(folder)
     guard_end, tuner_end = os.pipe()  # neither end is inherited by other children (O_CLOEXEC)
+    env = {**env, MARKER: Path(folder).name}
     try:
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "autotune.train.guard", str(guard_end), folder, "--", *argv],
-            stdout=log, stderr=subprocess.STDOUT, env={**env, MARKER: Path(folder).name},
-            start_new_session=True, pass_fds=(guard_end,))
+        popen = zygote_client.fork_trial(argv, folder=folder, env=env, log=log, guard_end=guard_end)
+        if popen is None:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "autotune.train.guard", str(guard_end), folder, "--", *argv],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, pass_fds=(guard_end,))
     except BaseException:
         os.close(tuner_end)
         raise
@@ -74,9 +82,12 @@ def start_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | 
 
 def stop_trial(proc: TrialProcess) -> None:
     """Kill every process of the trial (also after it exited: its loader workers may not have)."""
-    # The group id is the guard's pid, which stays ours until the wait below reaps it.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.popen.pid, signal.SIGKILL)
+    if isinstance(proc.popen, zygote_client.ForkedGuard):
+        proc.popen.kill()  # its session's other processes are found by kill_trial
+    else:
+        # The group id is the guard's pid, which stays ours until the wait below reaps it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.popen.pid, signal.SIGKILL)
     kill_trial(proc.folder)
     proc.popen.wait()
     with contextlib.suppress(OSError):
@@ -84,8 +95,8 @@ def stop_trial(proc: TrialProcess) -> None:
 
 
 def kill_trial(folder: str, *, spare: int | None = None) -> list[int]:
-    """SIGKILL every process whose marker names ``folder`` (but ``spare``); their pids."""
-    procs = [p for p in _marked().get(Path(folder).name, []) if p.pid != spare]
+    """SIGKILL every process of the trial in ``folder`` (but ``spare``); their pids."""
+    procs = [p for p in _processes_of(Path(folder)) if p.pid != spare]
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.kill()
@@ -93,14 +104,33 @@ def kill_trial(folder: str, *, spare: int | None = None) -> list[int]:
     return [p.pid for p in procs]
 
 
-def _marked() -> dict[str, list[psutil.Process]]:
-    """This user's processes that carry a trial marker, by marker."""
-    me, found = os.getpid(), {}
+def _processes_of(folder: Path) -> list[psutil.Process]:
+    """The trial's processes: those whose environment carries its marker (executed ones), and those a
+    zygote forked (the zygote's mark in their environment, ``/proc`` showing the zygote's) that are in
+    the trial's session."""
+    session = _session_of(folder)
+    me, found = os.getpid(), []
     for p in psutil.process_iter(["environ"], ad_value=None):
         env = p.info["environ"]
-        if p.pid != me and env and env.get(MARKER, "").startswith(PREFIX):
-            found.setdefault(env[MARKER], []).append(p)
+        if p.pid == me or not env:
+            continue
+        if env.get(MARKER) == folder.name or (session is not None and FAMILY in env and _sid(p.pid) == session):
+            found.append(p)
     return found
+
+
+def _session_of(folder: Path) -> int | None:
+    try:
+        return int((folder / SESSION_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def _write_owner(folder: str) -> None:
@@ -119,9 +149,9 @@ def reap_orphans(root: str | os.PathLike | None = None) -> list[str]:
     orphans = [(folder, owner) for folder in root.glob(f"{PREFIX}*") if (owner := _dead_owner(folder)) is not None]
     if not orphans:
         return []
-    marked, notes = _marked(), []
+    notes = []
     for folder, owner in orphans:
-        procs = marked.get(folder.name, [])
+        procs = _processes_of(folder)
         for p in procs:
             with contextlib.suppress(psutil.Error):
                 p.kill()

@@ -106,7 +106,7 @@ def leave(code: int) -> int:
     return code
 
 
-def _exit_now(code: int) -> None:
+def exit_now(code: int) -> None:
     """End the process without Python's finalisation: the record and the costs are written, and
     tearing down torch, Dynamo and their threads took 0.9 s of a 6-s CPU trial (the launcher kills
     whatever of the trial is left: loader workers, compile workers)."""
@@ -119,4 +119,4 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _exit_now(main())
+    exit_now(main())

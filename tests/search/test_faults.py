@@ -26,6 +26,7 @@ from autotune.cli import main
 from autotune.config import load_config
 from autotune.search.journal import SafeJournalFile, open_journal
 from autotune.search.trials import reason_of, record_of
+from tests.trialprocs import guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
 
@@ -79,12 +80,6 @@ def start_tuner(tmp_path: Path, argv: list[str], **env: str) -> subprocess.Popen
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def trial_processes(folder: Path) -> list[int]:
-    """Processes whose command line names the trial's folder (guard, worker, and the worker's loader workers)."""
-    found = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in found]
-
-
 def wait_for_trial(tmp_path: Path, processes: int, seconds: float = 240.0) -> Path:
     """The running trial's temporary folder, once at least ``processes`` of its processes run."""
     deadline = time.monotonic() + seconds
@@ -136,7 +131,7 @@ def test_a_killed_tuner_takes_its_trial_processes_and_folder_along(tmp_path):
     the journal still reads: its trial is RUNNING, for the next tuner to fail and measure again."""
     tuner = start_tuner(tmp_path, hang_argv(tmp_path, 6))
     folder = wait_for_trial(tmp_path, 4)  # the guard, the worker, two loader workers
-    pids = trial_processes(folder)
+    pids = trial_processes(folder) + [p.pid for p in psutil.Process(tuner.pid).children()]  # and a zygote
     before = files_of(tmp_path / "run")
     tuner.kill()
     tuner.wait()
@@ -154,7 +149,8 @@ def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
     argv = hang_argv(tmp_path, 6)
     tuner = start_tuner(tmp_path, argv)
     folder = wait_for_trial(tmp_path, 4)
-    (guard,) = psutil.Process(tuner.pid).children()
+    forked = guard_of(folder)  # the zygote's child, not the tuner's, when the trial was forked
+    guard = psutil.Process(forked) if forked else psutil.Process(tuner.pid).children()[0]
     guard.suspend()
     tuner.kill()
     tuner.wait()

@@ -20,6 +20,7 @@ from autotune.config.stock import stock_config
 from autotune.train.exitcause import oom_kills
 from autotune.train.launch import launch
 from autotune.train.procgroup import PID_FILE
+from tests.trialprocs import guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +43,6 @@ def wait_for(predicate, seconds: float = 180.0):
     raise AssertionError("timed out waiting")
 
 
-def processes_of(folder: Path) -> list[str]:
-    """The trial's processes, found by their command line (the guard's, the worker's and its children's)."""
-    return subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True).stdout.split()
-
-
 def test_a_worker_killed_by_sigkill_is_not_called_out_of_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     got = {}
@@ -55,6 +51,7 @@ def test_a_worker_killed_by_sigkill_is_not_called_out_of_memory(tmp_path, monkey
     pid_file = wait_for(lambda: next(tmp_path.glob(f"autotune-run-*/{PID_FILE}"), None))
     folder = pid_file.parent
     worker = int(wait_for(pid_file.read_text))
+    session = guard_of(folder)
     time.sleep(1)
     os.kill(worker, signal.SIGKILL)  # as a user or a scheduler would
     run.join(timeout=60)
@@ -63,7 +60,7 @@ def test_a_worker_killed_by_sigkill_is_not_called_out_of_memory(tmp_path, monkey
     assert failure.error.startswith("killed by SIGKILL")
     if oom_kills() is not None:  # the kernel lets this machine tell: it says so
         assert failure.error == "killed by SIGKILL, not by the OOM killer"
-    assert not folder.exists() and not processes_of(folder)
+    assert not folder.exists() and not trial_processes(folder, session)
 
 
 DRIVER = """

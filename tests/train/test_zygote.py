@@ -1,0 +1,68 @@
+"""Trials forked from a warm zygote: the same runs as executed ones, started without the imports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+
+import psutil
+import pytest
+
+from autotune.config.stock import stock_config
+from autotune.train import zygote_client
+from autotune.train.launch import launch
+from autotune.train.procgroup import MARKER
+
+pytestmark = pytest.mark.slow
+
+CRASHY = "tests.search.crashy:Workload"
+
+
+def tiny(workload: str = "gr00t_n16", batch_size: int = 2):
+    cfg = stock_config(workload, "tiny")
+    cfg.device, cfg.batch_size, cfg.data.source = "cpu", batch_size, "synthetic"
+    return cfg
+
+
+def zygotes() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children() if "autotune.train.zygote" in " ".join(p.cmdline())]
+
+
+def test_a_forked_trial_trains_as_an_executed_one_and_starts_without_the_imports(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv(zygote_client.ENABLE_ENV, "0")
+    executed = launch(tiny(), steps=3, warmup=1, timeout=300)
+    monkeypatch.setenv(zygote_client.ENABLE_ENV, "1")
+    first, forked = (launch(tiny(), steps=3, warmup=1, timeout=300) for _ in range(2))
+    assert executed.ok and first.ok and forked.ok, (executed.failure, first.failure, forked.failure)
+    assert forked.measurement.losses == executed.measurement.losses  # the same seeds, the same model
+    assert len(zygotes()) == 1
+    # the second start is a fork: no torch import (seconds) before the run's first line
+    assert forked.cost.parts["start"] < executed.cost.parts["start"] / 3, (forked.cost, executed.cost)
+
+
+def test_a_trial_with_another_environment_gets_a_zygote_of_its_own(monkeypatch, tmp_path):
+    """The crashy workload's hang lasts ``$CRASHY_HANG_S``: the variable must reach the forked worker."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert launch(tiny(), steps=1, warmup=0, timeout=300).ok
+    before = {p.pid for p in zygotes()}
+    record = launch(tiny(CRASHY, batch_size=5), steps=1, warmup=0, timeout=300, extra_env={"CRASHY_HANG_S": "0"})
+    assert record.ok, record.failure
+    after = {p.pid for p in zygotes()}
+    assert len(after) == 1 and not after & before  # the idle one retired, a new one for the new environment
+
+
+def test_a_zygote_that_died_is_replaced_and_the_trial_still_runs(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert launch(tiny(), steps=1, warmup=0, timeout=300).ok
+    (zygote,) = zygotes()
+    os.kill(zygote.pid, signal.SIGKILL)
+    zygote.wait(10)
+    record = launch(tiny(), steps=1, warmup=0, timeout=300)
+    assert record.ok, record.failure
+    assert [p.pid for p in zygotes()] != [zygote.pid]
+
+
+def test_the_zygote_never_carries_a_trial_marker():
+    assert MARKER in zygote_client.LATE_READ
