@@ -21,7 +21,7 @@ from pathlib import Path
 
 from autotune.config import TrainConfig, save_config
 from autotune.config.compat import usable_cpus
-from autotune.train import cost
+from autotune.train import cost, zygote_client
 from autotune.train.exitcause import exit_failure, oom_kills
 from autotune.train.hostload import read_host_load
 from autotune.train.procgroup import PREFIX, TrialProcess, reap_orphans, start_trial, stop_trial
@@ -92,7 +92,7 @@ def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, n
     log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
     oom_before = oom_kills()
     try:
-        proc = start_trial(argv, folder=str(tmp), env=env, log=log)
+        proc = start_trial(argv, folder=str(tmp), env=env, log=log, fork=zygote_client.fork_trial)
         try:
             stopped = _wait(proc.popen, timeout, progress if on_step else None, on_step)
         except subprocess.TimeoutExpired:

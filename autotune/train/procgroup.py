@@ -26,14 +26,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import psutil
-
-from autotune.train import zygote_client
-from autotune.train.zygote import FAMILY, SESSION_FILE
 
 MARKER = "AUTOTUNE_TRIAL"
 """Environment variable naming the trial (its temporary folder's name) in each of its processes."""
@@ -43,13 +41,17 @@ OWNER_FILE = "owner.json"
 """In the temporary folder: the tuner that started the trial (host, pid, process start time)."""
 PID_FILE = "worker.pid"
 """In the temporary folder: the pid of the guard's child (the worker, or torchrun)."""
+FAMILY = "AUTOTUNE_ZYGOTE"
+"""In a zygote's environment: what the trials it forks show in ``/proc/PID/environ``."""
+SESSION_FILE = "session"
+"""In a forked trial's temporary folder: its session id (its guard's pid)."""
 
 
 @dataclass
 class TrialProcess:
     """A running trial: the guard's ``Popen`` and the pipe end whose closing tells the guard to stop it."""
 
-    popen: subprocess.Popen | zygote_client.ForkedGuard
+    popen: subprocess.Popen  # or a zygote's ForkedGuard, which answers like one
     folder: str
     tuner_end: int
 
@@ -60,14 +62,15 @@ class TrialProcess:
             return None
 
 
-def start_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | int) -> TrialProcess:
-    """Start ``argv`` under a guard, in a session of its own, with its output to ``log``: forked from a
-    warm zygote where it can be (:mod:`autotune.train.zygote_client`), else executed."""
+def start_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | int,
+                fork: Callable[..., subprocess.Popen | None] | None = None) -> TrialProcess:
+    """Start ``argv`` under a guard, in a session of its own, with its output to ``log``: forked by
+    ``fork`` (``zygote_client.fork_trial``) where it returns a guard, else executed."""
     _write_owner(folder)
     guard_end, tuner_end = os.pipe()  # neither end is inherited by other children (O_CLOEXEC)
     env = {**env, MARKER: Path(folder).name}
     try:
-        popen = zygote_client.fork_trial(argv, folder=folder, env=env, log=log, guard_end=guard_end)
+        popen = fork(argv, folder=folder, env=env, log=log, guard_end=guard_end) if fork else None
         if popen is None:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "autotune.train.guard", str(guard_end), folder, "--", *argv],
@@ -82,8 +85,8 @@ def start_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | 
 
 def stop_trial(proc: TrialProcess) -> None:
     """Kill every process of the trial (also after it exited: its loader workers may not have)."""
-    if isinstance(proc.popen, zygote_client.ForkedGuard):
-        proc.popen.kill()  # its session's other processes are found by kill_trial
+    if getattr(proc.popen, "forked", False):
+        proc.popen.kill()  # through its pidfd; its session's other processes are found by kill_trial
     else:
         # The group id is the guard's pid, which stays ours until the wait below reaps it.
         with contextlib.suppress(ProcessLookupError, PermissionError):

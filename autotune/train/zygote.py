@@ -17,7 +17,7 @@ however it died); the trials it started keep their own guards.
 
 A forked worker's ``/proc/PID/environ`` is this process's environment, not the trial's: the
 trial's processes are found by their session instead (``procgroup``), and every process forked
-from here carries :data:`FAMILY` in that view.
+from here carries ``procgroup.FAMILY`` in that view.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import selectors
 import signal
 import socket
 import sys
+import tempfile
 
-FAMILY = "AUTOTUNE_ZYGOTE"
-"""In a zygote's environment: what its forked trials show in ``/proc/PID/environ``."""
-SESSION_FILE = "session"
-"""In a forked trial's folder: its session id (the guard's pid)."""
+from autotune.train.guard import guard
+from autotune.train.procgroup import SESSION_FILE
+
 MAX_REQUEST = 1 << 20
 
 
@@ -46,9 +46,22 @@ def preload() -> None:
     import autotune.train.worker  # noqa: F401
 
 
+def cuda_loaded() -> bool:
+    """Whether this process mapped the CUDA driver: a child forked after CUDA's initialisation
+    cannot use CUDA, so such a zygote forks nothing."""
+    try:
+        with open("/proc/self/maps") as f:
+            return any("libcuda.so" in line for line in f)
+    except OSError:
+        return True
+
+
 def main(argv: list[str]) -> int:
     lifeline, path = int(argv[0]), argv[1]
     preload()
+    if cuda_loaded():
+        sys.stdout.write("refused: the CUDA driver was loaded by the imports\n")
+        return 1
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
@@ -158,10 +171,9 @@ def _become_guard(request: dict, log: int, guard_end: int) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # the imports may have asked for it: the trial's TMPDIR decides
         with open(os.path.join(request["folder"], SESSION_FILE), "w") as f:
             f.write(str(os.getpid()))
-        from autotune.train.guard import guard
-
         code = guard(guard_end, request["folder"], lambda: _fork_worker(request["args"]))
     except BaseException:  # noqa: BLE001  the guard's own failure: say it in the trial's log
         import traceback

@@ -26,13 +26,17 @@ import threading
 import time
 from typing import IO
 
-from autotune.train.zygote import FAMILY
+from autotune.train.procgroup import FAMILY, MARKER
 
 ENABLE_ENV = "AUTOTUNE_WARM_START"
 WORKER = "autotune.train.worker"
-LATE_READ = frozenset({"AUTOTUNE_TRIAL", "CUDA_DEVICE_MAX_CONNECTIONS"})
-"""Variables read after the worker starts (the trial's marker, ``procgroup.MARKER``, which the zygote
-itself must not carry; CUDA's, read when its context is made)."""
+LATE_READ = frozenset({
+    MARKER, "CUDA_DEVICE_MAX_CONNECTIONS",  # the trial's marker (never the zygote's); CUDA's, at its context
+    "TMPDIR", "AUTOTUNE_CACHE",  # read when used (the forked guard forgets tempfile's cached folder)
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",  # read when Inductor first writes its caches
+    "PYTEST_CURRENT_TEST",  # pytest's, new for every test; no part of a trial reads it
+})
+"""Variables a zygote need not share with its trials: read after the worker starts, or never."""
 READY_S = 120.0
 """How long a new zygote may take to import torch before its trial is executed instead."""
 
@@ -41,6 +45,8 @@ class ForkedGuard:
     """A trial's guard forked by a zygote, with :class:`subprocess.Popen`'s ``pid``, ``args``,
     ``returncode``, ``wait`` and ``poll``; ``kill`` signals it through a pidfd (its pid is the
     zygote's child and may be reused once the zygote reaps it)."""
+
+    forked = True
 
     def __init__(self, conn: socket.socket, pid: int, pidfd: int, args: list[str], done) -> None:
         self.pid, self.args, self.returncode = pid, args, None

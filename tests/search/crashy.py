@@ -3,7 +3,8 @@
 Batch size 3 raises in the loader (a crash), batch size 5 hangs (killed at the trial timeout),
 batch size 6 hangs in two loader worker processes (a trial with a process tree), batch size 7
 fills host memory (for the OOM killer of a memory-limited cgroup), batch size 4 waits 3 s for
-every batch (clearly slower: pruned); any other batch size trains like gr00t_n16. The hangs last
+every batch (clearly slower: pruned), batch size 9 raises naming the process's temporary folder;
+any other batch size trains like gr00t_n16. The hangs last
 ``$CRASHY_HANG_S`` seconds (default an hour), after which the batch size trains like any other:
 the same queued trial hangs in one run and completes in the next.
 """
@@ -11,13 +12,14 @@ the same queued trial hangs in one run and completes in the next.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import torch
 
 from autotune.workloads.gr00t_n16.workload import Gr00tN16
 
-CRASH, HANG, SLOW, HANG_IN_WORKERS, HOG = 3, 5, 4, 6, 7
+CRASH, HANG, SLOW, HANG_IN_WORKERS, HOG, TEMPDIR = 3, 5, 4, 6, 7, 9
 
 
 def hang_s() -> float:
@@ -32,6 +34,8 @@ class Workload(Gr00tN16):
             raise RuntimeError("crashy: this batch size always crashes")
         if batch_size == HANG:
             time.sleep(hang_s())
+        if batch_size == TEMPDIR:
+            raise RuntimeError(f"crashy: tempdir={tempfile.gettempdir()}")
         if batch_size == HANG_IN_WORKERS and hang_s() > 0:
             next(iter(torch.utils.data.DataLoader(_Hang(), batch_size=1, num_workers=2)))
         if batch_size == HOG:

@@ -162,6 +162,10 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
     import time
     from pathlib import Path
 
+    import psutil
+
+    from tests.trialprocs import guard_of, trial_processes
+
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
@@ -175,16 +179,29 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
     while not list(tmp.glob("autotune-run-*/config.yaml")) and time.monotonic() < deadline:
         time.sleep(0.2)
     folder = next(tmp.glob("autotune-run-*"))
+    while not (workers := trial_processes(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # a zygote's first trial waits for its imports
     time.sleep(2)  # the worker process is up
-    workers = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
+    session = guard_of(folder)  # forked from a zygote: its processes are the guard's session
+    workers = trial_processes(folder, session)
     assert workers, "the trial's worker is running"
+    helpers = [p.pid for p in psutil.Process(run.pid).children()]  # a zygote, which must not outlive its tuner
     journal = tmp_path / "run" / "study.journal"
     before = journal.read_bytes()
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 128 + signal.SIGTERM
     assert journal.read_bytes().startswith(before)  # appended to (the trial's end), nothing before it changed
     assert not folder.exists()
-    left = subprocess.run(["pgrep", "-f", f"{folder}/config.yaml"], capture_output=True, text=True).stdout.split()
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 10  # the zygote ends when it reads its tuner's end, a moment after
+    while any(map(running, helpers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = trial_processes(folder, session) + [p for p in helpers if running(p)]
     assert not left, f"trial processes left behind: {left}"
 
     # the trial in flight failed as interrupted, with the signal, and was queued again (row 7 of issue 18)

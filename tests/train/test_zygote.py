@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 
 import psutil
@@ -12,7 +14,6 @@ import pytest
 from autotune.config.stock import stock_config
 from autotune.train import zygote_client
 from autotune.train.launch import launch
-from autotune.train.procgroup import MARKER
 
 pytestmark = pytest.mark.slow
 
@@ -64,5 +65,30 @@ def test_a_zygote_that_died_is_replaced_and_the_trial_still_runs(monkeypatch, tm
     assert [p.pid for p in zygotes()] != [zygote.pid]
 
 
-def test_the_zygote_never_carries_a_trial_marker():
-    assert MARKER in zygote_client.LATE_READ
+def test_the_zygotes_imports_load_no_cuda_driver():
+    """A child forked after CUDA's initialisation cannot use CUDA. Meaningful on a GPU machine too."""
+    code = "from autotune.train.zygote import preload, cuda_loaded; preload(); print(cuda_loaded())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split()[-1] == "False", out.stderr
+
+
+def test_a_mapped_cuda_driver_is_seen(monkeypatch, tmp_path):
+    from autotune.train import zygote
+
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(maps if f == "/proc/self/maps" else f, *a, **k))
+    assert zygote.cuda_loaded()
+
+
+def test_a_forked_worker_uses_the_trials_tmpdir(monkeypatch, tmp_path):
+    """The zygote's imports cached tempfile's folder; its trials' TMPDIR (a variable the zygote does
+    not share with them) must still decide where a worker's temporary files go."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert launch(tiny(), steps=1, warmup=0, timeout=300).ok  # a zygote started with this TMPDIR
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.setenv("TMPDIR", str(other))
+    record = launch(tiny(CRASHY, batch_size=9), steps=1, warmup=0, timeout=300)  # fails naming its tempdir
+    assert not record.ok and f"tempdir={other}" in record.failure.error, record.failure
