@@ -87,7 +87,7 @@ def _serve(listener: socket.socket, lifeline: int, wake: int) -> None:
                 os._exit(0)  # the tuner is gone; each trial's guard sees it too and cleans up
             elif key.data == "accept":
                 conn, _ = listener.accept()
-                pid = _start(conn, listener, lifeline, wake)
+                pid = _start(conn, [listener.fileno(), lifeline, wake, *(c.fileno() for c in waiting.values())])
                 if pid is None:
                     conn.close()
                 else:
@@ -111,7 +111,9 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _start(conn: socket.socket, listener: socket.socket, lifeline: int, wake: int) -> int | None:
+def _start(conn: socket.socket, inherited: list[int]) -> int | None:
+    """Fork the guard ``conn`` asks for; ``inherited``: this process's descriptors, closed in the child
+    (another trial's connection held open there would hide this process's end from that trial)."""
     try:
         request, fds = _receive(conn)
     except (OSError, ValueError) as exc:
@@ -119,7 +121,7 @@ def _start(conn: socket.socket, listener: socket.socket, lifeline: int, wake: in
         return None
     pid = os.fork()
     if pid == 0:
-        for fd in (listener.fileno(), lifeline, wake, conn.fileno()):
+        for fd in (*inherited, conn.fileno()):
             os.close(fd)
         _become_guard(request, *fds)  # never returns
     for fd in fds:

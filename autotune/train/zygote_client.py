@@ -59,7 +59,7 @@ class ForkedGuard:
             self._conn.settimeout(left)
             try:
                 data = self._conn.recv(4096)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):  # the latter for a timeout of 0
                 raise subprocess.TimeoutExpired(self.args, timeout) from None
             if b"\n" in self._buffer + data or not data:
                 self._finish(self._buffer + data)
@@ -91,7 +91,10 @@ class Zygote:
     """One zygote process: started with an environment and a working folder, ended with :meth:`close`."""
 
     def __init__(self, env: dict[str, str], cwd: str) -> None:
-        self._dir = tempfile.mkdtemp(prefix="autotune-zygote-")
+        self._dir = tempfile.mkdtemp(prefix="autotune-zygote-")  # 0700: only this user may ask for forks
+        if len(self._dir) > 90:  # a Unix socket's path has room for 107 bytes
+            os.rmdir(self._dir)
+            self._dir = tempfile.mkdtemp(prefix="autotune-zygote-", dir="/tmp")
         self.path = os.path.join(self._dir, "socket")
         life_r, self._life_w = os.pipe()
         try:
@@ -113,8 +116,11 @@ class Zygote:
         if self._ready is None:
             sel = selectors.DefaultSelector()
             sel.register(self.proc.stdout, selectors.EVENT_READ)
-            self._ready = bool(sel.select(READY_S)) and self.proc.stdout.readline() == b"ready\n"
+            line = self.proc.stdout.readline() if sel.select(READY_S) else b""
             sel.close()
+            self._ready = line == b"ready\n"
+            if not self._ready:  # it refused (CUDA), or cannot start here: each trial would pay for another
+                _refused.append(line.decode(errors="replace").strip() or "the zygote did not start")
         return self._ready
 
     def fork(self, args: list[str], *, folder: str, env: dict[str, str], cwd: str, log: int, guard_end: int,
@@ -136,7 +142,8 @@ class Zygote:
         except BaseException:
             conn.close()
             raise
-        self.running += 1
+        with _lock:
+            self.running += 1
         return ForkedGuard(conn, int(answer["pid"]), fds[0], [WORKER, *args], done)
 
     def close(self) -> None:
@@ -154,10 +161,12 @@ class Zygote:
 
 _lock = threading.Lock()
 _zygotes: dict[tuple, Zygote] = {}
+_refused: list[str] = []  # why a zygote did not start (its imports loaded CUDA, ...): no more are tried
 
 
 def enabled() -> bool:
-    return os.environ.get(ENABLE_ENV, "1") != "0" and hasattr(os, "pidfd_open") and sys.platform == "linux"
+    return (os.environ.get(ENABLE_ENV, "1") != "0" and hasattr(os, "pidfd_open") and sys.platform == "linux"
+            and not _refused)
 
 
 def fork_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | int,
