@@ -45,8 +45,11 @@ def guard(fd: int, folder: str, start: Callable[[], int]) -> int:
     with open(os.path.join(folder, PID_FILE), "w") as f:  # for the kernel log's OOM lines
         f.write(str(child))
     threading.Thread(target=_watch_tuner, args=(fd, folder), daemon=True).start()
-    _, status = os.waitpid(child, 0)
-    code = os.waitstatus_to_exitcode(status)
+    try:
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status)
+    except ChildProcessError:  # the watcher killed it and reaped it first (psutil waits on what it kills)
+        code = -signal.SIGKILL
     if _STOPPING.is_set():  # the tuner is gone and the watcher is cleaning up: it ends this process
         threading.Event().wait()
     if code < 0:
