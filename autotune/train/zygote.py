@@ -1,7 +1,7 @@
 """A warm parent for trials: ``python -m autotune.train.zygote LIFELINE_FD SOCKET``.
 
 A fresh ``python -m autotune.train.worker`` spends seconds importing torch and Dynamo before the
-run's first line (4 s of a 6-s CPU trial). This process imports them once, never runs a tensor
+run's first line. This process imports them once, never runs a tensor
 operation or touches CUDA, and forks each trial from that state: per request on its Unix socket
 it forks the trial's guard, which opens a session of its own, takes the trial's environment,
 working folder and log, and forks the worker (:mod:`autotune.train.guard` does the rest, as for
@@ -11,8 +11,8 @@ Requests (one JSON line, the log's and the guard pipe's descriptors passed with 
 
     {"folder": ..., "env": {...}, "cwd": ..., "args": [worker arguments]}
 
-Answers: ``{"pid": guard}`` at once (with a pidfd of the guard), ``{"exit": code}`` when the guard ended (Popen's code:
-negative for a signal). The process ends when ``LIFELINE_FD`` reads end-of-file (its tuner is gone,
+Answers: ``{"pid": guard}`` at once (with a pidfd of the guard), ``{"exit": code}`` when the
+guard ended (Popen's code: negative for a signal). The process ends when ``LIFELINE_FD`` reads end-of-file (its tuner is gone,
 however it died); the trials it started keep their own guards.
 
 A forked worker's ``/proc/PID/environ`` is this process's environment, not the trial's: the
@@ -39,7 +39,8 @@ MAX_REQUEST = 1 << 20
 
 
 def preload() -> None:
-    """What every worker imports first; nothing here may initialise CUDA or start a thread pool."""
+    """What every worker imports first. Nothing here may initialise CUDA (:func:`cuda_loaded` checks);
+    the one thread the imports start, OpenBLAS's pool, is made again in a forked child by OpenBLAS."""
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401  (AdamW's constructor and the meta ops import it)
 
