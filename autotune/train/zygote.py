@@ -40,7 +40,7 @@ MAX_REQUEST = 1 << 20
 
 def preload() -> None:
     """What every worker imports first. Nothing here may initialise CUDA (:func:`cuda_loaded` checks);
-    the one thread the imports start, OpenBLAS's pool, is made again in a forked child by OpenBLAS."""
+    the threads the imports start (OpenBLAS's pool) OpenBLAS stops before a fork and starts again when used."""
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401  (AdamW's constructor and the meta ops import it)
 
