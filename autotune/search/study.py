@@ -363,6 +363,8 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         with warnings.catch_warnings():  # experimental since 2.4
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.sampler = base_sampler if fixed is None else PartialFixedSampler(fixed, base_sampler)
+        if counted(study) >= opts.trials:  # another worker took the last trial while this one chose
+            continue
         trial = study.ask()
         if stage is not None and not trial.user_attrs.get(STOCK):
             trial.set_user_attr(STAGE, stage.stage)
