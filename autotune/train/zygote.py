@@ -22,7 +22,6 @@ from here carries ``procgroup.FAMILY`` in that view.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import json
 import os
@@ -129,8 +128,7 @@ def _start(conn: socket.socket, inherited: list[int]) -> int | None:
         os.close(fd)
     pidfd = os.pidfd_open(pid)  # the tuner signals the guard through it, safe from pid reuse
     try:
-        conn.sendmsg([json.dumps({"pid": pid}).encode() + b"\n"],
-                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]))])
+        socket.send_fds(conn, [json.dumps({"pid": pid}).encode() + b"\n"], [pidfd])
     except OSError:
         pass  # the tuner stopped waiting; the guard's exit is reaped all the same
     finally:
@@ -139,11 +137,7 @@ def _start(conn: socket.socket, inherited: list[int]) -> int | None:
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
-    fds = array.array("i")
-    data, ancillary, _, _ = conn.recvmsg(MAX_REQUEST, socket.CMSG_SPACE(2 * fds.itemsize))
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
     if len(fds) != 2:
         for fd in fds:
             os.close(fd)

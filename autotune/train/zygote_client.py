@@ -12,7 +12,6 @@ forking off. Whatever goes wrong with a zygote, the trial is executed instead.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import json
 import os
@@ -129,13 +128,9 @@ class Zygote:
         try:
             conn.connect(self.path)
             request = json.dumps({"folder": folder, "env": env, "cwd": cwd, "args": args}).encode() + b"\n"
-            conn.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [log, guard_end]))])
+            socket.send_fds(conn, [request], [log, guard_end])
             conn.settimeout(30)
-            fds = array.array("i")
-            data, ancillary, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(fds.itemsize))
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            data, fds, _, _ = socket.recv_fds(conn, 4096, 1)
             answer = json.loads(data.split(b"\n", 1)[0])
             if "pid" not in answer or len(fds) != 1:
                 raise OSError(answer.get("error", "no pid in the zygote's answer"))
