@@ -71,6 +71,10 @@ RULES: tuple[Rule, ...] = (
      "compiling the whole model cannot be combined with per-region graph capture"),
     ("ddp.comm_hook", lambda c, m: c.ddp.comm_hook == "bf16" and m.world_size > 1 and not _on_cuda(c, m),
      "the bf16 compression hook needs NCCL (CUDA); gloo supports 'fp16' or 'none'"),
+    ("optimizer.impl", lambda c, m: c.optimizer.impl == "master" and m.world_size > 1,
+     "'master' trains on one process: several would all-reduce the bf16 weights' gradients in bf16"),
+    ("optimizer.impl", lambda c, m: c.optimizer.impl == "master" and c.precision.trainable_dtype != "fp32",
+     "'master' keeps fp32 masters of fp32 trainable weights; it needs precision.trainable_dtype 'fp32'"),
     ("data.device_prefetch", lambda c, m: c.data.device_prefetch > 0 and not _on_cuda(c, m),
      "the device prefetcher copies on a CUDA stream; set it to 0 on CPU"),
 )

@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 DTYPES = ("fp32", "bf16", "fp16")
-OPTIMIZER_IMPLS = ("foreach", "fused", "loop", "compiled")
+OPTIMIZER_IMPLS = ("foreach", "fused", "loop", "compiled", "master")
 CATEGORY_MATMULS = ("gather", "grouped")
 
 
@@ -155,7 +155,10 @@ class OptimizerConfig:
     """``foreach`` (torch's default), ``fused`` (one kernel per group), ``loop`` (per parameter) or
     ``compiled`` (the same AdamW update written as for-each ops and compiled by ``torch.compile``:
     one pass over parameters, gradients and moments with the clip coefficient folded in, after one
-    pass that computes the gradient norm; see :mod:`autotune.train.optim_compiled`)."""
+    pass that computes the gradient norm; see :mod:`autotune.train.optim_compiled`) or ``master``
+    (trainable weights that the forward reads only through bf16 autocast stored in bf16, their fp32
+    masters in the optimizer, the update one pass over every tensor; one process only; see
+    :mod:`autotune.train.optim_master`)."""
     lr: float = 1e-4
     """Peak learning rate."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -188,8 +191,8 @@ class OptimizerConfig:
         check(self.total_steps >= 1, "total_steps", self.total_steps, "an integer >= 1")
         check(self.grad_clip >= 0, "grad_clip", self.grad_clip, "a number >= 0")
         check(1 <= self.streams <= 8, "streams", self.streams, "an integer in [1, 8]")
-        check(self.streams == 1 or self.impl != "compiled", "streams", self.streams, "1 with impl 'compiled'",
-              "is not supported")
+        check(self.streams == 1 or self.impl not in ("compiled", "master"), "streams", self.streams,
+              f"1 with impl {self.impl!r}", "is not supported")
 
 
 @dataclass

@@ -162,16 +162,21 @@ class StepGraph:
     clipping and the optimizer step. With several ranks the gradients are all-reduced between
     the two replays, outside the graphs (``reduce_grads``), or, with ``ddp.graph_overlap``, inside
     ``fwd_bwd`` by the reducer's hooks as the backward produces them (``reduce_grads`` is then None).
+    ``before_update()`` runs once between the two captures, outside both: the gradients that the
+    update will read exist then, at the addresses every replay writes them to.
     """
 
     def __init__(self, forward_backward: Callable[[dict], torch.Tensor], update: Callable[[], torch.Tensor],
-                 static_batch: dict[str, torch.Tensor], reduce_grads: Callable[[], None] | None) -> None:
+                 static_batch: dict[str, torch.Tensor], reduce_grads: Callable[[], None] | None,
+                 before_update: Callable[[], None] | None = None) -> None:
         self.static_batch = static_batch
         self.reduce_grads = reduce_grads
         self.fwd_bwd, self.update = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(self.fwd_bwd, pool=pool, capture_error_mode="thread_local"):
             self.loss = forward_backward(static_batch)
+        if before_update is not None:  # uncaptured, between the two captures
+            before_update()
         with torch.cuda.graph(self.update, pool=pool, capture_error_mode="thread_local"):
             self.grad_norm = update()
 

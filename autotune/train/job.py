@@ -171,7 +171,7 @@ class Job:
         record = {"path": str(opts.init_from), "fingerprint": fingerprint(opts.init_from)}
         if before and before.get("fingerprint") != record["fingerprint"]:
             self.warn(f"{loaded.path} was trained from {before['path']}; --init-from {opts.init_from} holds other weights")
-        load_upstream(self.session.model, opts.init_from, cfg.workload, cfg.preset)
+        load_upstream(self.session.model, opts.init_from, cfg.workload, cfg.preset, masters=state.masters(self.session))
         return record
 
     def _restore(self, loaded: checkpoint.Loaded) -> int:

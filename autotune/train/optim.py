@@ -14,15 +14,20 @@ import torch
 
 from autotune.config import OptimizerConfig
 from autotune.train.optim_compiled import CompiledAdamW
+from autotune.train.optim_master import MasterAdamW
 from autotune.train.optim_streams import StreamedAdamW
 
 
-def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturable: bool) -> torch.optim.Optimizer:
+def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturable: bool,
+                    masters: dict[int, torch.Tensor] | None = None) -> torch.optim.Optimizer:
     """``capturable``: the step runs inside a CUDA graph (learning rate and step count on device).
-    ``compiled`` is capturable whatever the graphs: its learning rate is a device tensor, so that
-    the schedule's changes recompile nothing."""
+    ``compiled`` and ``master`` are capturable whatever the graphs: their learning rates are device
+    tensors. ``masters``: with ``master``, the fp32 masters of the parameters stored in bf16
+    (``optim_master.bf16_with_masters``)."""
     if cfg.impl == "compiled":
         return CompiledAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    if cfg.impl == "master":
+        return MasterAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, masters=masters or {})
     kwargs = dict(betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.impl == "fused":
         kwargs["fused"] = True
@@ -41,13 +46,24 @@ def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturabl
     return torch.optim.AdamW(param_groups, lr=lr, **kwargs)
 
 
-def rebuild_optimizer(optimizer: torch.optim.Optimizer, impl: str, *, capturable: bool) -> torch.optim.Optimizer:
+def rebuild_optimizer(optimizer: torch.optim.Optimizer, impl: str, *, capturable: bool,
+                      masters: dict[int, torch.Tensor] | None = None) -> torch.optim.Optimizer:
     """``optimizer`` (a fresh one, of a class with torch's ``fused``/``foreach`` options: Adam, AdamW,
-    SGD, ...) made again over its own groups and hyper-parameters, with ``impl``'s kernels."""
+    SGD, ...) made again over its own groups and hyper-parameters, with ``impl``'s kernels
+    (``master``: a torch AdamW made again as :class:`MasterAdamW`)."""
     from autotune.errors import ConfigError
 
     cls = type(optimizer)
     defaults = dict(optimizer.defaults)
+    if impl == "master":
+        if cls is not torch.optim.AdamW:
+            raise ConfigError(f"optimizer.impl: 'master' is refused: it replaces torch's AdamW, not a {cls.__name__}")
+        if defaults.get("amsgrad") or defaults.get("maximize"):
+            raise ConfigError("optimizer.impl: 'master' is refused: it has no amsgrad or maximize variant")
+        groups = [{k: v for k, v in g.items() if k in ("params", "lr", "weight_decay", "betas", "eps")}
+                  for g in optimizer.param_groups]
+        return MasterAdamW(groups, lr=float(defaults["lr"]), betas=tuple(defaults["betas"]), eps=defaults["eps"],
+                           masters=masters or {})
     if "foreach" not in defaults:
         raise ConfigError(f"optimizer.impl: a {cls.__name__} has no foreach/fused kernels to choose; use a torch.optim "
                           "optimizer such as AdamW")
@@ -94,7 +110,7 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], 
     write of every gradient fewer than clipping first, the same update to rounding. On an H200
     the optimizer and clipping were 13.6 ms of the tuned 87 ms ``full`` step.
     """
-    if isinstance(optimizer, CompiledAdamW):  # clips inside its own update
+    if isinstance(optimizer, CompiledAdamW | MasterAdamW):  # clip inside their own update
         return optimizer.clip_and_step(max_norm)
     if isinstance(optimizer, StreamedAdamW):  # clips shard by shard
         return optimizer.clip_and_step(params, max_norm)

@@ -73,6 +73,26 @@ def set_param_dtypes(regions: dict[str, list[nn.Module]], cfg: PrecisionConfig) 
         p.data = p.data.to(dtype)
 
 
+def autocast_only_params(regions: dict[str, list[nn.Module]], cfg: PrecisionConfig) -> list[nn.Parameter]:
+    """The trainable fp32 parameters whose every use is a plain ``nn.Linear`` in a bf16 region.
+
+    Autocast casts such a weight (and bias) to bf16 before the GEMM and its bf16 gradient back to
+    fp32 after: stored in bf16 with an fp32 master in the optimizer, the forward and the gradient
+    are the same numbers (``optimizer.impl: master``). Parameters of other modules stay out: an
+    embedding or a norm computes with the fp32 value, and a weight gathered per sample
+    (the projectors' slots) sums several samples' gradients, which in bf16 would round each sum.
+    """
+    uses: dict[int, tuple[nn.Parameter, list[bool]]] = {}
+    for name, modules in regions.items():
+        plain_bf16 = cfg.of(name) == "bf16"
+        for module in modules:
+            for sub in module.modules():
+                linear = type(sub).forward is nn.Linear.forward
+                for p in sub.parameters(recurse=False):
+                    uses.setdefault(id(p), (p, []))[1].append(plain_bf16 and linear)
+    return [p for p, ok in uses.values() if all(ok) and p.requires_grad and p.dtype == torch.float32]
+
+
 def apply_precision(
     regions: dict[str, list[nn.Module]], cfg: PrecisionConfig, device: torch.device, *, graphs: bool
 ) -> None:

@@ -11,7 +11,7 @@ from torch import nn
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
-from autotune.train import cost, distributed, graphs, knobs, optim, precision
+from autotune.train import cost, distributed, graphs, knobs, optim, optim_master, precision
 from autotune.train.capture_path import capture_path
 from autotune.workloads import Batch, Workload, contract, get_workload
 
@@ -65,6 +65,9 @@ class Session:
         knobs.apply_trainability(self.regions, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         precision.apply_precision(self.regions, cfg.precision, self.device, graphs=cfg.graphs.enabled)
+        # before anything captures or traces the weights: their dtype is part of what is captured
+        self.masters = (optim_master.bf16_with_masters(precision.autocast_only_params(self.regions, cfg.precision))
+                        if cfg.optimizer.impl == "master" else {})
         knobs.apply_checkpointing(blocks, cfg.checkpointing.regions)
         knobs.apply_compile(self.model, blocks, cfg.compile)
         # a context manager per use: torch's sdpa_kernel is a generator context manager, good for one entry
@@ -94,10 +97,10 @@ class Session:
         optimizer (``Workload.optimizer``: the user's, through ``autotune.api``) rebuilt with the knob's kernels."""
         own = getattr(self.workload, "optimizer", None)
         if own is not None:
-            opt = optim.rebuild_optimizer(own, self.cfg.optimizer.impl, capturable=capturable)
+            opt = optim.rebuild_optimizer(own, self.cfg.optimizer.impl, capturable=capturable, masters=self.masters)
             return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)  # its rates, as the user set them
         groups = self.workload.param_groups(self.model, self.cfg.optimizer.weight_decay)
-        opt = optim.build_optimizer(groups, self.cfg.optimizer, capturable=capturable)
+        opt = optim.build_optimizer(groups, self.cfg.optimizer, capturable=capturable, masters=self.masters)
         return opt, optim.build_schedule(opt, self.cfg.optimizer)
 
     # -- eager and region-graph steps -------------------------------------------------------
@@ -172,7 +175,10 @@ class Session:
             return optim.clip_and_step(self.optimizer, self.params, clip).detach()
 
         reduce = self.reducer if self.world > 1 and not inside else None
-        self._graph = graphs.StepGraph(forward_backward, update, static, reduce)
+        # an optimizer that reads the gradients through tables of their addresses (MasterAdamW) builds
+        # them once the captured backward has placed the gradients
+        prepare = getattr(self.optimizer, "prepare", None)
+        self._graph = graphs.StepGraph(forward_backward, update, static, reduce, prepare)
 
     def step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """One training step on a device batch; returns (loss, grad norm) as device tensors."""

@@ -95,8 +95,22 @@ class HostBuffers:
         self._flats = {}
 
 
-def trainable(session: Session) -> dict[str, torch.nn.Parameter]:
-    return {n: p for n, p in session.model.named_parameters() if p.requires_grad}
+def trainable(session: Session) -> dict[str, torch.Tensor]:
+    """The trainable weights by name, each at its full precision: the optimizer's fp32 master where
+    it keeps one (``optimizer.impl: master`` stores the parameter itself in bf16)."""
+    master = getattr(session.optimizer, "master", None)
+    out = {}
+    for n, p in session.model.named_parameters():
+        if p.requires_grad:
+            m = master(p) if master is not None else None
+            out[n] = p if m is None else m
+    return out
+
+
+def masters(session: Session) -> dict[str, torch.Tensor]:
+    """The fp32 masters of the parameters stored in bf16 (``optimizer.impl: master``), by name."""
+    params = dict(session.model.named_parameters())
+    return {n: t for n, t in trainable(session).items() if t is not params[n]}
 
 
 def _tensors(value: Any, path: str, out: dict[str, torch.Tensor]) -> None:
@@ -180,8 +194,11 @@ def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str)
         raise ConfigError(f"{where}: its trainable weights do not fit this configuration (missing {missing[:3]}, "
                           f"unexpected {extra[:3]}, misshapen {shapes[:3]}); was it trained with another preset or "
                           f"model.freeze / model.unfreeze?")
-    for n, p in params.items():
-        p.copy_(weights[n])
+    for n, p in session.model.named_parameters():
+        if n in params:
+            p.copy_(weights[n])  # a bf16 parameter takes its master's value rounded, as the optimizer writes it
+            if params[n] is not p:
+                params[n].copy_(weights[n])
 
 
 def load_optimizer(session: Session, state: dict[str, Any]) -> None:

@@ -68,14 +68,21 @@ def check_fit(model: nn.Module, folder: str | os.PathLike, workload: str, preset
 
 
 @torch.no_grad()
-def load_upstream(model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None) -> LoadReport:
-    """Set every parameter of ``model`` from the upstream checkpoint in ``folder`` (see the module)."""
+def load_upstream(model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None, *,
+                  masters: dict[str, torch.Tensor] | None = None) -> LoadReport:
+    """Set every parameter of ``model`` from the upstream checkpoint in ``folder`` (see the module);
+    ``masters``: fp32 copies of some parameters by name (a training session's ``optimizer.impl:
+    master`` stores those parameters in bf16), set from the checkpoint at its precision too."""
     bound, infos, ignored = check_fit(model, folder, workload, preset)
     params = dict(model.named_parameters())
+    masters = masters or {}
     keys = [key for key, _ in bound.to_upstream.values()]
     for key, tensor in read_tensors(infos, keys):
         name = bound.to_replica[key]
-        params[name].copy_(bound.to_upstream[name][1].to_replica(tensor))
+        value = bound.to_upstream[name][1].to_replica(tensor)
+        params[name].copy_(value)
+        if name in masters:
+            masters[name].copy_(value)
     return LoadReport(str(Path(folder)), len(keys), ignored)
 
 

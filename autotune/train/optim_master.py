@@ -1,0 +1,253 @@
+"""AdamW over fp32 master weights in one pass: ``optimizer.impl: master``.
+
+Under bf16 autocast a linear layer's fp32 weight is cast to bf16 at every forward (read 4 bytes,
+write 2 a weight) and its bf16 gradient cast back to fp32 in the backward (read 2, write 4), and
+AdamW then reads that fp32 gradient. Here such a weight is stored in bf16 (the value autocast's
+cast would give), its fp32 value lives in the optimizer as a master, and the update reads the bf16
+gradient, the master and both moments once and writes the master, the moments and the bf16 weight
+once. The forward and backward compute what they computed (the same bf16 operands, the same bf16
+gradient) and the update is AdamW's on the same fp32 values: exact to float rounding
+(``tests/train/test_optim_master.py``). Which weights qualify is the precision map's call
+(:func:`autotune.train.precision.autocast_only_params`); every other trainable tensor is updated
+in fp32 as before, by the same pass.
+
+On CUDA the gradient norm and the update are Triton kernels over tables of every tensor
+(:mod:`autotune.train.optim_master_kernels`): two launches each, however many tensors. Elsewhere,
+and for a gradient the kernels cannot take, the same arithmetic runs as torch ops. Nothing syncs
+the host, so the step can be captured in a CUDA graph; the tables hold the gradients' addresses, so
+a captured step needs :meth:`MasterAdamW.prepare` once its gradients exist (``StepGraph`` calls it).
+
+Checkpoints see the fp32 master as the weight (``autotune.train.state``), so they are the same
+files as with the other implementations; the masters are not repeated in the optimizer's state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from autotune.errors import ConfigError
+
+
+def bf16_with_masters(params: list[nn.Parameter]) -> dict[int, torch.Tensor]:
+    """Store each of ``params`` in bf16 (rounded to nearest, as autocast casts); returns their fp32
+    values by ``id`` of the parameter, the masters the optimizer updates."""
+    masters = {}
+    for p in params:
+        masters[id(p)] = p.detach().clone(memory_format=torch.contiguous_format)
+        p.data = p.data.to(torch.bfloat16)
+    return masters
+
+
+@dataclass
+class Table:
+    """The device tables of one kind of tensor (see ``optim_master_kernels``)."""
+
+    grad_dtype: torch.dtype
+    has_weight: bool
+    blocks: int
+    offset: int
+    """Where this table's blocks start in the optimizer's buffer of per-block norms."""
+    blk_tensor: torch.Tensor
+    blk_start: torch.Tensor
+    g: torch.Tensor
+    p: torch.Tensor
+    m: torch.Tensor
+    v: torch.Tensor
+    w: torch.Tensor
+    numel: torch.Tensor
+    index: torch.Tensor
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    return t.is_contiguous() and t.data_ptr() % 16 == 0
+
+
+class MasterAdamW(torch.optim.Optimizer):
+    """AdamW (decoupled weight decay, torch's bias corrections) over ``param_groups``; the
+    parameters whose ``id`` is in ``masters`` are bf16 and updated through their fp32 master.
+
+    ``step(max_norm=...)`` clips the gradients to ``max_norm`` (0: no clipping) as it reads them;
+    ``clip_and_step(max_norm)`` does the same and returns the norm before clipping.
+    """
+
+    def __init__(self, param_groups: list[dict], *, lr: float, betas: tuple[float, float], eps: float,
+                 masters: dict[int, torch.Tensor]) -> None:
+        device = param_groups[0]["params"][0].device
+        super().__init__(param_groups, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=0.0))
+        if len({(tuple(g["betas"]), g["eps"]) for g in self.param_groups}) > 1:
+            raise ConfigError("optimizer.impl: 'master' takes one betas and eps for every parameter group")
+        for group in self.param_groups:  # device learning rates: the schedule fills them, a captured step reads them
+            if not isinstance(group["lr"], torch.Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+        self.device = device
+        self._params = [p for g in self.param_groups for p in g["params"]]
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        self._group_of = torch.tensor([i for i, g in enumerate(self.param_groups) for _ in g["params"]], device=device)
+        self._decay = torch.tensor([float(g["weight_decay"]) for g in self.param_groups for _ in g["params"]],
+                                   dtype=torch.float32, device=device)
+        self._steps = torch.zeros(len(self._params), dtype=torch.float32, device=device)
+        self._masters = {i: masters[id(p)] for i, p in enumerate(self._params) if id(p) in masters}
+        for i, p in enumerate(self._params):
+            value = self._masters.get(i, p)
+            self.state[p] = {"step": self._steps[i], "exp_avg": torch.zeros_like(value, dtype=torch.float32),
+                             "exp_avg_sq": torch.zeros_like(value, dtype=torch.float32)}
+        self._one = torch.ones((), dtype=torch.float32, device=device)
+        self._signature: tuple | None = None
+        self._tables: list[Table] = []
+        self._partials: torch.Tensor | None = None
+        self.last_norm: torch.Tensor | None = None
+
+    # -- masters --------------------------------------------------------------------------------
+    def master(self, p: torch.Tensor) -> torch.Tensor | None:
+        """The fp32 master of ``p`` (None where ``p`` is its own fp32 value)."""
+        i = self._index.get(id(p))
+        return None if i is None else self._masters.get(i)
+
+    # -- state ----------------------------------------------------------------------------------
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Torch's, except that the moments stay fp32 (torch casts them to the parameter's dtype,
+        bf16 here) and are copied into the tensors the tables and any captured step point at."""
+        kept = {p: self.state[p] for p in self._params}
+        super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
+        for group in self.param_groups:
+            if not isinstance(group["lr"], torch.Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
+        for i, p in enumerate(self._params):
+            self.state[p] = kept[p]
+            saved = state_dict["state"].get(i)
+            if saved is None:
+                continue
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                kept[p][key].copy_(torch.as_tensor(saved[key]))
+
+    # -- tables ---------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Build the tables for the gradients as they are now (before a step is captured)."""
+        self._tables_for(self._active())
+
+    def _active(self) -> list[int]:
+        return [i for i, p in enumerate(self._params) if p.grad is not None]
+
+    def _tables_for(self, active: list[int]) -> list[Table] | None:
+        """The Triton tables of the ``active`` tensors (None: not on CUDA, or a gradient the kernels
+        cannot read; the torch path then runs)."""
+        if self.device.type != "cuda":
+            return None
+        grads = [self._params[i].grad for i in active]
+        signature = (tuple(active), tuple(g.data_ptr() for g in grads), tuple(g.dtype for g in grads))
+        if signature == self._signature:
+            return self._tables
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("MasterAdamW: the gradients moved since prepare(); call it before capturing the step")
+        self._signature = signature
+        kinds: dict[tuple[torch.dtype, bool], list[int]] = {}
+        for i in active:
+            g, p = self._params[i].grad, self._params[i]
+            tensors = [g, p, self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"], self._masters.get(i, p)]
+            if not all(_aligned(t) for t in tensors) or g.dtype not in (torch.bfloat16, torch.float32):
+                self._tables = None
+                return None
+            kinds.setdefault((g.dtype, i in self._masters), []).append(i)
+        self._tables, offset = [], 0
+        for (dtype, has_master), idx in sorted(kinds.items(), key=lambda kv: str(kv[0])):
+            table = self._table(dtype, has_master, idx, offset)
+            offset += table.blocks
+            self._tables.append(table)
+        self._partials = torch.empty(max(offset, 1), dtype=torch.float32, device=self.device)
+        return self._tables
+
+    def _table(self, dtype: torch.dtype, has_master: bool, idx: list[int], offset: int) -> Table:
+        from autotune.train.optim_master_kernels import BLOCK
+
+        params = [self._params[i] for i in idx]
+        numel = torch.tensor([p.numel() for p in params], dtype=torch.int64)
+        nblocks = (numel + BLOCK - 1) // BLOCK
+        blk_tensor = torch.repeat_interleave(torch.arange(len(idx), dtype=torch.int32), nblocks)
+        first = torch.cumsum(nblocks, 0) - nblocks
+        blk_start = (torch.arange(int(nblocks.sum()), dtype=torch.int64) - torch.repeat_interleave(first, nblocks)) * BLOCK
+
+        def ptrs(ts: list[torch.Tensor]) -> torch.Tensor:
+            return torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64)
+
+        values = [self._masters[i] if has_master else self._params[i] for i in idx]
+        host = dict(blk_tensor=blk_tensor, blk_start=blk_start, g=ptrs([p.grad for p in params]), p=ptrs(values),
+                    m=ptrs([self.state[p]["exp_avg"] for p in params]), v=ptrs([self.state[p]["exp_avg_sq"] for p in params]),
+                    w=ptrs(params) if has_master else torch.zeros(len(idx), dtype=torch.int64), numel=numel,
+                    index=torch.tensor(idx, dtype=torch.int64))
+        dev = {k: v.to(self.device) for k, v in host.items()}
+        return Table(grad_dtype=dtype, has_weight=has_master, blocks=int(nblocks.sum()), offset=offset, **dev)
+
+    # -- the step -------------------------------------------------------------------------------
+    def clip_and_step(self, max_norm: float) -> torch.Tensor:
+        """Through ``step`` so that its hooks (the schedule's counter, the profiler's label) see it."""
+        self.step(max_norm=max_norm)
+        return self.last_norm
+
+    @torch.no_grad()
+    def step(self, closure=None, *, max_norm: float = 0.0):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        active = self._active()
+        if not active:
+            self.last_norm = torch.zeros((), device=self.device)
+            return loss
+        tables = self._tables_for(active)
+        norm = self._norm(active, tables)
+        clip = torch.clamp(max_norm / (norm + 1e-6), max=1.0) if max_norm > 0 else self._one  # clip_grad_norm_'s
+        coefs = self._coefs(active)
+        beta1, beta2 = self.param_groups[0]["betas"]
+        eps = self.param_groups[0]["eps"]
+        if tables is None:
+            self._torch_update(active, coefs, clip, beta1, beta2, eps)
+        else:
+            from autotune.train import optim_master_kernels as kernels
+
+            for table in tables:
+                kernels.adamw(table, coefs, clip.reshape(1), beta1, beta2, eps)
+        self.last_norm = norm
+        return loss
+
+    def _norm(self, active: list[int], tables: list[Table] | None) -> torch.Tensor:
+        """The global 2-norm of the active gradients, each squared in fp32."""
+        if tables is None:
+            grads = [self._params[i].grad.float() for i in active]
+            return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        from autotune.train import optim_master_kernels as kernels
+
+        for table in tables:
+            kernels.sumsq(table, self._partials[table.offset : table.offset + table.blocks])
+        return self._partials.sum().sqrt()
+
+    def _coefs(self, active: list[int]) -> torch.Tensor:
+        """[3, n]: each tensor's step size (lr over the first bias correction), the square root of
+        the second bias correction and its decay factor (1 - lr * weight decay), after counting
+        this step for the active tensors."""
+        if len(active) == len(self._params):
+            self._steps.add_(1)
+        else:
+            self._steps.index_add_(0, torch.tensor(active, device=self.device), torch.ones(len(active), device=self.device))
+        beta1, beta2 = self.param_groups[0]["betas"]
+        lr = torch.stack([g["lr"] for g in self.param_groups]).float()[self._group_of]
+        step_size = lr / (1 - torch.pow(beta1, self._steps))
+        bc2_sqrt = torch.sqrt(1 - torch.pow(beta2, self._steps))
+        return torch.stack([step_size, bc2_sqrt, 1 - lr * self._decay])
+
+    def _torch_update(self, active: list[int], coefs: torch.Tensor, clip: torch.Tensor,
+                      beta1: float, beta2: float, eps: float) -> None:
+        """The kernels' arithmetic as torch ops, tensor by tensor."""
+        for i in active:
+            p = self._params[i]
+            st, value = self.state[p], self._masters.get(i, p)
+            g = p.grad.float() * clip
+            value.mul_(coefs[2, i])
+            st["exp_avg"].lerp_(g, 1 - beta1)
+            st["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (st["exp_avg_sq"].sqrt() / coefs[1, i]).add_(eps)
+            value.sub_(coefs[0, i] * (st["exp_avg"] / denom))
+            if i in self._masters:
+                p.copy_(value)

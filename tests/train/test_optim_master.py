@@ -1,0 +1,151 @@
+"""``optimizer.impl: master`` trains what torch's AdamW trains under bf16 autocast: the weights that
+autocast only ever casts to bf16 are stored so, the forward and gradients are the same numbers, and
+the update of their fp32 masters matches torch's to float rounding. (CPU: the torch path; the
+Triton kernels are compared with it in ``tests/train/test_gpu_knobs.py``.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from autotune.config import OptimizerConfig, PrecisionConfig, config_from_dict
+from autotune.config.compat import Machine, check_machine
+from autotune.errors import ConfigError, IncompatibleConfigError
+from autotune.train import optim, precision, state
+from autotune.train.optim_master import MasterAdamW, bf16_with_masters
+from autotune.train.session import Session
+from tests.train.test_train_cpu import tiny
+
+
+class Net(nn.Module):
+    """Linear layers (eligible), a LayerNorm (not: it computes with its fp32 weight) and an embedding
+    whose weight is also a linear layer's (tied: not eligible either)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(16, 32)
+        self.fc1, self.norm, self.fc2 = nn.Linear(32, 64), nn.LayerNorm(64), nn.Linear(64, 32)
+        self.head = nn.Linear(32, 16, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(self.emb(ids)))))
+            return self.head(h).float().square().mean()
+
+
+def _train(impl: str, steps: int = 6) -> tuple[list[float], list[float], dict[str, torch.Tensor], torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = Net()
+    cfg = OptimizerConfig(impl=impl, lr=1e-2, total_steps=10)
+    masters = {}
+    if impl == "master":
+        masters = bf16_with_masters(precision.autocast_only_params({"all": [model]}, PrecisionConfig()))
+    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.1},
+              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
+    opt = optim.build_optimizer(groups, cfg, capturable=False, masters=masters)
+    schedule = optim.build_schedule(opt, cfg)
+    gen = torch.Generator().manual_seed(1)
+    losses, norms = [], []
+    for i in range(steps):
+        loss = model(torch.randint(0, 16, (8, 12), generator=gen)) * (30.0 if i % 2 else 0.01)
+        loss.backward()
+        norms.append(float(optim.clip_and_step(opt, list(model.parameters()), 1.0)))
+        losses.append(float(loss.detach()))
+        opt.zero_grad(set_to_none=True)
+        schedule.step()
+    master = getattr(opt, "master", lambda p: None)
+    weights = {n: (master(p) if master(p) is not None else p).detach().clone() for n, p in model.named_parameters()}
+    return losses, norms, weights, opt
+
+
+def test_only_linear_weights_that_autocast_casts_are_stored_in_bf16():
+    model = Net()
+    chosen = {id(p) for p in precision.autocast_only_params({"all": [model]}, PrecisionConfig())}
+    names = {n for n, p in model.named_parameters() if id(p) in chosen}
+    assert names == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}  # not the norm, not the tied embedding
+    fp32 = precision.autocast_only_params({"all": [model]}, PrecisionConfig(default="fp32"))
+    assert fp32 == []  # a region without autocast computes with the fp32 weights
+
+
+def test_master_adamw_trains_the_same_weights_as_torch_adamw_under_autocast():
+    want_losses, want_norms, want, _ = _train("foreach")
+    losses, norms, got, opt = _train("master")
+    assert isinstance(opt, MasterAdamW)
+    assert losses[0] == want_losses[0] and norms[0] == pytest.approx(want_norms[0], rel=1e-6)  # the same first step
+    assert max(norms) > 1.0 > min(norms)  # clipped on some steps, not on others
+    assert losses == pytest.approx(want_losses, rel=1e-3) and norms == pytest.approx(want_norms, rel=1e-3)
+    # The weights after two steps (one clipped) to float rounding; later, a bf16 weight one rounding
+    # apart changes a gradient, and Adam's normalised step makes that difference grow.
+    _, _, want, _ = _train("foreach", steps=2)
+    _, _, got, _ = _train("master", steps=2)
+    for name in want:
+        assert got[name].dtype == torch.float32
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_the_bf16_weight_is_its_master_rounded_after_every_step():
+    _, _, _, opt = _train("master", steps=3)
+    bf16 = [p for g in opt.param_groups for p in g["params"] if p.dtype == torch.bfloat16]
+    assert len(bf16) == 4
+    for p in bf16:
+        assert torch.equal(p, opt.master(p).to(torch.bfloat16))
+
+
+def test_the_state_dict_round_trips_in_fp32():
+    _, _, _, opt = _train("master", steps=2)
+    saved = {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()}
+    assert all(s["exp_avg"].dtype == torch.float32 and "master" not in s for s in saved.values())
+    assert float(saved[0]["step"]) == 2.0
+    _, _, _, fresh = _train("master", steps=1)
+    fresh.load_state_dict({"state": saved, "param_groups": opt.state_dict()["param_groups"]})
+    for i, s in fresh.state_dict()["state"].items():
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert s[key].dtype == torch.float32 and torch.equal(s[key], saved[i][key]), key
+    assert isinstance(fresh.param_groups[0]["lr"], torch.Tensor)
+
+
+def test_a_session_trains_the_replica_as_the_foreach_optimizer_does():
+    """tiny, bf16: the DiT's and the trained LLM layers' linear weights in bf16, everything else as before."""
+    ref, s = Session(tiny()), Session(tiny(optimizer__impl="master"))
+    dtypes = {n: p.dtype for n, p in s.model.named_parameters() if p.requires_grad}
+    assert dtypes["dit.blocks.0.ff_in.weight"] == torch.bfloat16
+    assert dtypes["llm_trainable.blocks.0.self_attn.q_proj.weight"] == torch.bfloat16
+    assert dtypes["llm_trainable.blocks.0.input_layernorm.weight"] == torch.float32
+    assert dtypes["projectors.state_encoder.layer1.W"] == torch.float32  # gathered per sample: summed in fp32
+    assert dtypes["position_embedding.weight"] == torch.float32
+    assert {p.dtype for p in s.model.vision.parameters()} == {torch.bfloat16}  # frozen, as before
+    batches = [ref.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(i)) for i in range(4)]
+    got, want = [], []
+    for b in batches:
+        torch.manual_seed(7)
+        want += [float(x) for x in ref.step(b)]
+        torch.manual_seed(7)
+        got += [float(x) for x in s.step(b)]
+    assert got[:2] == pytest.approx(want[:2], rel=1e-6)  # the first loss and gradient norm
+    assert got == pytest.approx(want, rel=1e-3)
+    weights, ref_weights = state.trainable(s), state.trainable(ref)
+    assert {t.dtype for t in weights.values()} == {torch.float32}  # the checkpoint sees the fp32 masters
+    for name, t in ref_weights.items():
+        torch.testing.assert_close(weights[name], t, rtol=1e-3, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_a_checkpoint_s_weights_set_both_the_weight_and_its_master():
+    s = Session(tiny(optimizer__impl="master"))
+    name = "dit.blocks.0.ff_in.weight"
+    new = {n: torch.randn_like(t) for n, t in state.trainable(s).items()}
+    state.load_weights(s, new, "test")
+    param = dict(s.model.named_parameters())[name]
+    assert torch.equal(state.trainable(s)[name], new[name])
+    assert torch.equal(param, new[name].to(torch.bfloat16))
+
+
+def test_master_is_refused_where_it_cannot_be_exact():
+    with pytest.raises(ConfigError, match=r"optimizer.streams: 2 is not supported; allowed: 1 with impl 'master'"):
+        config_from_dict({"optimizer": {"impl": "master", "streams": 2}})
+    cfg = tiny(optimizer__impl="master")
+    with pytest.raises(IncompatibleConfigError, match=r"optimizer.impl: refused: 'master' trains on one process"):
+        check_machine(cfg, Machine(False, None, 2, 2))
+    with pytest.raises(IncompatibleConfigError, match=r"precision.trainable_dtype 'fp32'"):
+        check_machine(tiny(optimizer__impl="master", precision__trainable_dtype="bf16"), Machine(False, None, 1, 2))
