@@ -51,6 +51,7 @@ VARIANTS: dict[str, dict] = {
     "streams2": {"optimizer": {"streams": 2}},
     "streams4": {"optimizer": {"streams": 4}},
     "compiled_adamw": {"optimizer": {"impl": "compiled"}},
+    "master": {"optimizer": {"impl": "master", "streams": 1}},
     "exact": EXACT,
     "exact_compiled": {**EXACT, "optimizer": {"impl": "compiled", "streams": 1}},
     **{f"exact_fp8_{region}": {**EXACT, "precision": {"regions": {region: "fp8"}}}
@@ -60,7 +61,10 @@ VARIANTS: dict[str, dict] = {
 BEST_1GPU = Path(__file__).resolve().parents[2] / "reports" / "examples" / "full-1gpu-h200-v4" / "best.yaml"
 """The 1-GPU best so far (fourth campaign's study; 202 samples/s in the fifth campaign's suites):
 the whole model compiled in a whole-step graph, fused AdamW, 14 workers x prefetch 4, device prefetch 2."""
-ALIASES = {"best-1gpu": BEST_1GPU}
+BEST_V9 = BEST_1GPU.parents[1] / "full-1gpu-h200-v9" / "best.yaml"
+"""The default ``run``'s confirmed best of 2026-12-02 (206.5 samples/s): that of ``best-1gpu`` with
+the dead work skipped and the fused AdamW on 2 streams."""
+ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9}
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
