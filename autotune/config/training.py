@@ -273,6 +273,10 @@ class ModelConfig:
     ``gather`` copies each sample's slot and runs a batched matmul (upstream); ``grouped`` sorts the
     samples by slot and runs one grouped GEMM (a plain matmul per used slot, no copy of the weights),
     the same result and the same dense gradients for every slot. Applied by the workload."""
+    bias_in_activation: bool = False
+    """Linear layers that feed an activation add their bias in the activation's kernel instead of
+    the GEMM's (gr00t_n16: the vision tower's MLP, whose compiled GEMM otherwise starts from a copy
+    of the bias broadcast over its output). The same sums, rounded once less. Applied by the workload."""
 
     def __post_init__(self) -> None:
         check_choice("category_matmul", self.category_matmul, CATEGORY_MATMULS)

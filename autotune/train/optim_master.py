@@ -52,13 +52,13 @@ class Table:
     """Where this table's blocks start in the optimizer's buffer of per-block norms."""
     blk_tensor: torch.Tensor
     blk_start: torch.Tensor
-    g: torch.Tensor
-    p: torch.Tensor
-    m: torch.Tensor
-    v: torch.Tensor
-    w: torch.Tensor
     numel: torch.Tensor
     index: torch.Tensor
+    base: dict[str, torch.Tensor]
+    """Per column (``g`` gradient, ``p`` value, ``m`` and ``v`` moments, ``w`` bf16 weight): the
+    tensor that the column's offsets count from."""
+    off: dict[str, torch.Tensor]
+    """Per column: each tensor's start, in elements from the column's base."""
 
 
 def _aligned(t: torch.Tensor) -> bool:
@@ -83,6 +83,8 @@ class MasterAdamW(torch.optim.Optimizer):
             if not isinstance(group["lr"], torch.Tensor):
                 group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
         self.device = device
+        self.use_kernels = device.type == "cuda"
+        """Run the Triton kernels (on CUDA; the CPU runs them only in Triton's interpreter, for tests)."""
         self._params = [p for g in self.param_groups for p in g["params"]]
         self._index = {id(p): i for i, p in enumerate(self._params)}
         self._group_of = torch.tensor([i for i, g in enumerate(self.param_groups) for _ in g["params"]], device=device)
@@ -134,13 +136,13 @@ class MasterAdamW(torch.optim.Optimizer):
     def _tables_for(self, active: list[int]) -> list[Table] | None:
         """The Triton tables of the ``active`` tensors (None: not on CUDA, or a gradient the kernels
         cannot read; the torch path then runs)."""
-        if self.device.type != "cuda":
+        if not self.use_kernels:
             return None
         grads = [self._params[i].grad for i in active]
         signature = (tuple(active), tuple(g.data_ptr() for g in grads), tuple(g.dtype for g in grads))
         if signature == self._signature:
             return self._tables
-        if torch.cuda.is_current_stream_capturing():
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("MasterAdamW: the gradients moved since prepare(); call it before capturing the step")
         self._signature = signature
         kinds: dict[tuple[torch.dtype, bool], list[int]] = {}
@@ -168,17 +170,17 @@ class MasterAdamW(torch.optim.Optimizer):
         blk_tensor = torch.repeat_interleave(torch.arange(len(idx), dtype=torch.int32), nblocks)
         first = torch.cumsum(nblocks, 0) - nblocks
         blk_start = (torch.arange(int(nblocks.sum()), dtype=torch.int64) - torch.repeat_interleave(first, nblocks)) * BLOCK
-
-        def ptrs(ts: list[torch.Tensor]) -> torch.Tensor:
-            return torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64)
-
-        values = [self._masters[i] if has_master else self._params[i] for i in idx]
-        host = dict(blk_tensor=blk_tensor, blk_start=blk_start, g=ptrs([p.grad for p in params]), p=ptrs(values),
-                    m=ptrs([self.state[p]["exp_avg"] for p in params]), v=ptrs([self.state[p]["exp_avg_sq"] for p in params]),
-                    w=ptrs(params) if has_master else torch.zeros(len(idx), dtype=torch.int64), numel=numel,
-                    index=torch.tensor(idx, dtype=torch.int64))
-        dev = {k: v.to(self.device) for k, v in host.items()}
-        return Table(grad_dtype=dtype, has_weight=has_master, blocks=int(nblocks.sum()), offset=offset, **dev)
+        columns = {"g": [p.grad for p in params], "p": [self._masters[i] if has_master else self._params[i] for i in idx],
+                   "m": [self.state[p]["exp_avg"] for p in params], "v": [self.state[p]["exp_avg_sq"] for p in params]}
+        columns["w"] = params if has_master else columns["p"]  # no weight to write: any fp32 column stands in
+        base = {k: ts[0] for k, ts in columns.items()}
+        off = {k: torch.tensor([(t.data_ptr() - base[k].data_ptr()) // t.element_size() for t in ts], dtype=torch.int64)
+               for k, ts in columns.items()}
+        dev = lambda t: t.to(self.device)  # noqa: E731
+        return Table(grad_dtype=dtype, has_weight=has_master, blocks=int(nblocks.sum()), offset=offset,
+                     blk_tensor=dev(blk_tensor), blk_start=dev(blk_start), numel=dev(numel),
+                     index=dev(torch.tensor(idx, dtype=torch.int64)), base=base,
+                     off={k: dev(v) for k, v in off.items()})
 
     # -- the step -------------------------------------------------------------------------------
     def clip_and_step(self, max_norm: float) -> torch.Tensor:

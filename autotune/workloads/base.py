@@ -105,16 +105,21 @@ class Workload(ABC):
         return self.flops_per_sample(preset)
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
-        """Apply ``options.skip_dead_work`` and ``options.category_matmul`` to a built model.
+        """Apply ``options.skip_dead_work``, ``options.category_matmul`` and ``options.bias_in_activation``
+        to a built model.
 
-        The default has no dead work (skipping it changes nothing) and no per-category layers: it
-        refuses ``category_matmul: grouped`` rather than ignore it.
+        The default has no dead work (skipping it changes nothing), no per-category layers and no
+        layers that place their bias: it refuses ``category_matmul: grouped`` and
+        ``bias_in_activation: true`` rather than ignore them.
         """
-        if options.category_matmul != "gather":
-            from autotune.errors import IncompatibleConfigError
+        from autotune.errors import IncompatibleConfigError
 
+        if options.category_matmul != "gather":
             raise IncompatibleConfigError(f"model.category_matmul: {options.category_matmul!r} is refused: workload "
                                           f"{self.name!r} has no per-category layers; allowed: 'gather'")
+        if options.bias_in_activation:
+            raise IncompatibleConfigError(f"model.bias_in_activation: true is refused: workload {self.name!r} does not "
+                                          "place its layers' biases; allowed: false")
 
     def dataset(self, preset: str, data: DataConfig, *, seed: int, rank: int = 0,
                 world_size: int = 1) -> torch.utils.data.Dataset | None:

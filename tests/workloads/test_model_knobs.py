@@ -54,6 +54,20 @@ def test_skip_dead_work_gives_the_same_loss_and_gradients():
     _assert_same(ModelConfig(skip_dead_work=True), _batch())
 
 
+def test_bias_in_activation_gives_the_same_loss_and_gradients():
+    _assert_same(ModelConfig(bias_in_activation=True), _batch())
+    torch.manual_seed(0)
+    model = W.build_model("tiny", "cpu")
+    W.apply_model_options(model, ModelConfig(bias_in_activation=True))
+    assert all(layer.bias_in_activation for layer in model.vision.blocks)
+
+
+def test_bias_in_activation_is_refused_by_a_workload_without_such_layers():
+    with pytest.raises(IncompatibleConfigError, match=r"model.bias_in_activation: true is refused: workload "
+                                                      r"'image_classifier'"):
+        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(bias_in_activation=True))
+
+
 @pytest.mark.parametrize("ids", [[5, 5, 5, 5], [7, 2, 7, 30]], ids=["one embodiment", "mixed"])
 def test_grouped_projectors_give_the_same_loss_and_dense_gradients(ids):
     _assert_same(ModelConfig(category_matmul="grouped"), _batch(ids))

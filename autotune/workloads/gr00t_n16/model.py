@@ -57,12 +57,16 @@ class Gr00tN16Model(nn.Module):
             module.requires_grad_(False)
         self.skip_dead_work = False
 
-    def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather") -> None:
+    def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather",
+                  bias_in_activation: bool = False) -> None:
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs
         the loss never reads (knob ``model.skip_dead_work``). ``category_matmul``: how the
         projectors apply each sample's embodiment weights (``gather`` or ``grouped``, see
-        :class:`CategorySpecificLinear`). Neither changes the loss or a gradient."""
+        :class:`CategorySpecificLinear`). ``bias_in_activation``: the vision MLP's ``fc1`` bias added
+        in its GELU (see :class:`SiglipLayer`). None changes the loss or a gradient beyond rounding."""
         self.skip_dead_work = skip_dead_work
+        for layer in self.vision.blocks:
+            layer.bias_in_activation = bias_in_activation
         self.llm_trainable.compute_logits = not skip_dead_work
         for module in self.projectors.modules():
             if isinstance(module, CategorySpecificLinear):

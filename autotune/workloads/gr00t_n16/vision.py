@@ -24,16 +24,27 @@ class SiglipAttention(nn.Module):
 
 
 class SiglipLayer(nn.Module):
+    """Pre-LN attention and GELU MLP. ``bias_in_activation`` (knob ``model.bias_in_activation``):
+    ``fc1``'s bias is added in the GELU's kernel instead of the GEMM's. Compiled, the GEMM with a
+    bias and a GELU after it starts from a copy of the bias over its whole output (a 10,368 x 4,304
+    bf16 copy per layer for ``full``); without the bias the GEMM writes its output directly."""
+
     def __init__(self, dim: int, mlp: int, heads: int) -> None:
         super().__init__()
         self.layer_norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.self_attn = SiglipAttention(dim, heads)
         self.layer_norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.fc1, self.fc2 = nn.Linear(dim, mlp), nn.Linear(mlp, dim)
+        self.bias_in_activation = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.layer_norm1(x))
-        return x + self.fc2(F.gelu(self.fc1(self.layer_norm2(x)), approximate="tanh"))
+        h = self.layer_norm2(x)
+        if self.bias_in_activation:
+            h = F.gelu(F.linear(h, self.fc1.weight) + self.fc1.bias.to(h.dtype), approximate="tanh")
+        else:
+            h = F.gelu(self.fc1(h), approximate="tanh")
+        return x + self.fc2(h)
 
 
 class VisionTower(BlockStack):

@@ -103,7 +103,8 @@ class Gr00tN16(Workload):
         return self.resolve(preset).seq_len
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
-        model.configure(skip_dead_work=options.skip_dead_work, category_matmul=options.category_matmul)
+        model.configure(skip_dead_work=options.skip_dead_work, category_matmul=options.category_matmul,
+                        bias_in_activation=options.bias_in_activation)
 
     def flops_per_sample(self, preset: str) -> float:
         """The upstream step's FLOPs, the discarded LM-head logits included."""
