@@ -52,6 +52,8 @@ VARIANTS: dict[str, dict] = {
     "streams4": {"optimizer": {"streams": 4}},
     "compiled_adamw": {"optimizer": {"impl": "compiled"}},
     "master": {"optimizer": {"impl": "master", "streams": 1}},
+    "bias_gelu": {"model": {"bias_in_activation": True}},
+    "issue23": {"model": {"bias_in_activation": True}, "optimizer": {"impl": "master", "streams": 1, "overlap": True}},
     "exact": EXACT,
     "exact_compiled": {**EXACT, "optimizer": {"impl": "compiled", "streams": 1}},
     **{f"exact_fp8_{region}": {**EXACT, "precision": {"regions": {region: "fp8"}}}

@@ -75,6 +75,10 @@ RULES: tuple[Rule, ...] = (
      "'master' trains on one process: several would all-reduce the bf16 weights' gradients in bf16"),
     ("optimizer.impl", lambda c, m: c.optimizer.impl == "master" and c.precision.trainable_dtype != "fp32",
      "'master' keeps fp32 masters of fp32 trainable weights; it needs precision.trainable_dtype 'fp32'"),
+    ("optimizer.overlap", lambda c, m: c.optimizer.overlap and c.graphs.mode != "step",
+     "the update runs beside the next step's prefix inside the captured step; it needs graphs.mode 'step'"),
+    ("optimizer.overlap", lambda c, m: c.optimizer.overlap and m.world_size > 1,
+     "the update beside the next step's prefix is for one process"),
     ("data.device_prefetch", lambda c, m: c.data.device_prefetch > 0 and not _on_cuda(c, m),
      "the device prefetcher copies on a CUDA stream; set it to 0 on CPU"),
 )

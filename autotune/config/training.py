@@ -180,8 +180,17 @@ class OptimizerConfig:
     one multi-tensor launch does not fill a large GPU. The same parameters bit for bit; 1: one
     stream. Not with ``impl: compiled`` (see :mod:`autotune.train.optim_streams`)."""
 
+    overlap: bool = False
+    """Run each step's AdamW update beside the next step's frozen prefix (the workload's
+    ``split_loss``: for gr00t_n16 the vision tower, connector and frozen LLM layers, which read none
+    of the weights it writes) instead of after the step's backward. The same updates in the same
+    order: step k's update (with step k's learning rate and clipping) is done before step k+1's
+    first trained layer. With ``impl: master`` and ``graphs.mode: step``, on one process."""
+
     def __post_init__(self) -> None:
         check_choice("impl", self.impl, OPTIMIZER_IMPLS)
+        check(not self.overlap or self.impl == "master", "overlap", self.overlap, "false unless impl is 'master'",
+              "is not supported")
         check(self.lr > 0, "lr", self.lr, "a number > 0")
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", self.betas, "two numbers in [0, 1)")
         check(self.eps > 0, "eps", self.eps, "a number > 0")

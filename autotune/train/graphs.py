@@ -188,3 +188,61 @@ class StepGraph:
             self.reduce_grads()
         self.update.replay()
         return self.loss, self.grad_norm
+
+
+class OverlapStepGraph:
+    """The step captured as three graphs, the optimizer's update beside the next step's prefix.
+
+    ``prefix(batch)`` is the forward's frozen first part (no backward; it reads none of the weights
+    the update writes), ``rest(carry, batch)`` the rest of the forward, the backward and the
+    gradient norm (returns ``(loss, norm)``), ``update()`` the optimizer's update of the weights
+    from those gradients. A replay of step k runs step k-1's update on a side stream while a
+    high-priority stream runs step k's prefix, then ``rest`` once both are done: the update is
+    still applied before the first weight it writes is read, and its gradients are not overwritten
+    before it has read them. The prefix's graph has a memory pool of its own, so that nothing it
+    allocates is what the concurrent update reads or writes. The last step's update waits for the
+    next replay, or for :meth:`flush` (before the weights are read: a checkpoint, the end of training).
+    """
+
+    def __init__(self, prefix: Callable[[dict], object], rest: Callable[[object, dict], tuple[torch.Tensor, torch.Tensor]],
+                 update: Callable[[], None], static_batch: dict[str, torch.Tensor],
+                 before_replay: Callable[[], None] | None = None) -> None:
+        self.static_batch = static_batch
+        self.g_prefix, self.g_rest, self.g_update = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(self.g_prefix, pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local"):
+            self.carry = prefix(static_batch)
+        with torch.cuda.graph(self.g_rest, pool=pool, capture_error_mode="thread_local"):
+            self.loss, self.grad_norm = rest(self.carry, static_batch)
+        with torch.cuda.graph(self.g_update, pool=pool, capture_error_mode="thread_local"):
+            update()
+        if before_replay is not None:
+            before_replay()
+        # lower number, higher priority (out of range maps to the highest): the prefix's GEMMs take the SMs
+        # first, the update fills the gaps
+        self.first, self.side = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
+        self.pending = False
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        for k, v in batch.items():
+            self.static_batch[k].copy_(v, non_blocking=True)
+        main = torch.cuda.current_stream()
+        if self.pending:
+            self.side.wait_stream(main)
+            with torch.cuda.stream(self.side):
+                self.g_update.replay()
+        self.first.wait_stream(main)
+        with torch.cuda.stream(self.first):
+            self.g_prefix.replay()
+        main.wait_stream(self.first)
+        if self.pending:
+            main.wait_stream(self.side)
+        self.g_rest.replay()
+        self.pending = True
+        return self.loss, self.grad_norm
+
+    def flush(self) -> None:
+        """Apply the update still waiting for the next replay, if any (on the current stream)."""
+        if self.pending:
+            self.g_update.replay()
+            self.pending = False

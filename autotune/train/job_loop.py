@@ -193,6 +193,7 @@ class Loop:
                 if self._due(self.step):
                     self._save()
             preempted = self.step < self.end
+            job.session.flush()  # the last step's update, where optimizer.overlap holds it for a next step
             if preempted or job.opts.save_steps or job.opts.stop_at:
                 self._save()
             synchronize(job.device)

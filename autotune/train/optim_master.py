@@ -96,9 +96,13 @@ class MasterAdamW(torch.optim.Optimizer):
             value = self._masters.get(i, p)
             self.state[p] = {"step": self._steps[i], "exp_avg": torch.zeros_like(value, dtype=torch.float32),
                              "exp_avg_sq": torch.zeros_like(value, dtype=torch.float32)}
-        self._one = torch.ones((), dtype=torch.float32, device=device)
+        self._clip = torch.ones((), dtype=torch.float32, device=device)
+        """The clip coefficient of the next update (:meth:`prepare_update` sets it)."""
+        self._lrs = torch.zeros(len(self.param_groups), dtype=torch.float32, device=device)
+        """The groups' learning rates of the next update, taken when its gradients were."""
         self._signature: tuple | None = None
-        self._tables: list[Table] = []
+        self._tables: list[Table] | None = []
+        self._unfilled: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._partials: torch.Tensor | None = None
         self.last_norm: torch.Tensor | None = None
 
@@ -127,7 +131,14 @@ class MasterAdamW(torch.optim.Optimizer):
 
     # -- tables ---------------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Build the tables for the gradients as they are now (before a step is captured)."""
+        """Make the tables ready for the gradients as they are now, outside any capture: before a
+        captured update, or before the first replay of a capture that built them (their contents
+        are copied in then: a capture cannot copy from the host)."""
+        if self._unfilled:
+            for dev, host in self._unfilled:
+                dev.copy_(host)
+            self._unfilled = []
+            return
         self._tables_for(self._active())
 
     def _active(self) -> list[int]:
@@ -142,8 +153,6 @@ class MasterAdamW(torch.optim.Optimizer):
         signature = (tuple(active), tuple(g.data_ptr() for g in grads), tuple(g.dtype for g in grads))
         if signature == self._signature:
             return self._tables
-        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("MasterAdamW: the gradients moved since prepare(); call it before capturing the step")
         self._signature = signature
         kinds: dict[tuple[torch.dtype, bool], list[int]] = {}
         for i in active:
@@ -161,6 +170,14 @@ class MasterAdamW(torch.optim.Optimizer):
         self._partials = torch.empty(max(offset, 1), dtype=torch.float32, device=self.device)
         return self._tables
 
+    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """``host`` on the device; while a graph is captured, an empty tensor filled by :meth:`prepare`."""
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            dev = torch.empty_like(host, device=self.device)
+            self._unfilled.append((dev, host))
+            return dev
+        return host.to(self.device)
+
     def _table(self, dtype: torch.dtype, has_master: bool, idx: list[int], offset: int) -> Table:
         from autotune.train.optim_master_kernels import BLOCK
 
@@ -176,7 +193,7 @@ class MasterAdamW(torch.optim.Optimizer):
         base = {k: ts[0] for k, ts in columns.items()}
         off = {k: torch.tensor([(t.data_ptr() - base[k].data_ptr()) // t.element_size() for t in ts], dtype=torch.int64)
                for k, ts in columns.items()}
-        dev = lambda t: t.to(self.device)  # noqa: E731
+        dev = self._to_device
         return Table(grad_dtype=dtype, has_weight=has_master, blocks=int(nblocks.sum()), offset=offset,
                      blk_tensor=dev(blk_tensor), blk_start=dev(blk_start), numel=dev(numel),
                      index=dev(torch.tensor(idx, dtype=torch.int64)), base=base,
@@ -194,25 +211,43 @@ class MasterAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self.last_norm = self.prepare_update(max_norm)
+        self.apply_update()
+        return loss
+
+    @torch.no_grad()
+    def prepare_update(self, max_norm: float = 0.0) -> torch.Tensor:
+        """The first half of a step: the gradient norm (returned), the clip coefficient and the
+        learning rates that :meth:`apply_update` will use, taken now (the schedule may move on
+        before the update runs: ``optimizer.overlap``)."""
         active = self._active()
         if not active:
-            self.last_norm = torch.zeros((), device=self.device)
-            return loss
+            return torch.zeros((), device=self.device)
+        norm = self._norm(active, self._tables_for(active))
+        if max_norm > 0:
+            self._clip.copy_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))  # clip_grad_norm_'s coefficient
+        else:
+            self._clip.fill_(1.0)
+        self._lrs.copy_(torch.stack([torch.as_tensor(g["lr"], device=self.device) for g in self.param_groups]))
+        return norm
+
+    @torch.no_grad()
+    def apply_update(self) -> None:
+        """The second half: AdamW on every tensor with a gradient, clipped as :meth:`prepare_update` said."""
+        active = self._active()
+        if not active:
+            return
         tables = self._tables_for(active)
-        norm = self._norm(active, tables)
-        clip = torch.clamp(max_norm / (norm + 1e-6), max=1.0) if max_norm > 0 else self._one  # clip_grad_norm_'s
         coefs = self._coefs(active)
         beta1, beta2 = self.param_groups[0]["betas"]
         eps = self.param_groups[0]["eps"]
         if tables is None:
-            self._torch_update(active, coefs, clip, beta1, beta2, eps)
-        else:
-            from autotune.train import optim_master_kernels as kernels
+            self._torch_update(active, coefs, self._clip, beta1, beta2, eps)
+            return
+        from autotune.train import optim_master_kernels as kernels
 
-            for table in tables:
-                kernels.adamw(table, coefs, clip.reshape(1), beta1, beta2, eps)
-        self.last_norm = norm
-        return loss
+        for table in tables:
+            kernels.adamw(table, coefs, self._clip.reshape(1), beta1, beta2, eps)
 
     def _norm(self, active: list[int], tables: list[Table] | None) -> torch.Tensor:
         """The global 2-norm of the active gradients, each squared in fp32."""
@@ -227,14 +262,14 @@ class MasterAdamW(torch.optim.Optimizer):
 
     def _coefs(self, active: list[int]) -> torch.Tensor:
         """[3, n]: each tensor's step size (lr over the first bias correction), the square root of
-        the second bias correction and its decay factor (1 - lr * weight decay), after counting
-        this step for the active tensors."""
+        the second bias correction and its decay factor (1 - lr * weight decay), at the learning
+        rates :meth:`prepare_update` took, after counting this step for the active tensors."""
         if len(active) == len(self._params):
             self._steps.add_(1)
         else:
             self._steps.index_add_(0, torch.tensor(active, device=self.device), torch.ones(len(active), device=self.device))
         beta1, beta2 = self.param_groups[0]["betas"]
-        lr = torch.stack([g["lr"] for g in self.param_groups]).float()[self._group_of]
+        lr = self._lrs[self._group_of]
         step_size = lr / (1 - torch.pow(beta1, self._steps))
         bc2_sqrt = torch.sqrt(1 - torch.pow(beta2, self._steps))
         return torch.stack([step_size, bc2_sqrt, 1 - lr * self._decay])

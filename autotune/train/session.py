@@ -11,9 +11,10 @@ from torch import nn
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
+from autotune.errors import IncompatibleConfigError
 from autotune.train import cost, distributed, graphs, knobs, optim, optim_master, precision
 from autotune.train.capture_path import capture_path
-from autotune.workloads import Batch, Workload, contract, get_workload
+from autotune.workloads import Batch, LossSplit, Workload, contract, get_workload
 
 
 def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
@@ -70,6 +71,7 @@ class Session:
                         if cfg.optimizer.impl == "master" else {})
         knobs.apply_checkpointing(blocks, cfg.checkpointing.regions)
         knobs.apply_compile(self.model, blocks, cfg.compile)
+        self.split = self._loss_split() if cfg.optimizer.overlap else None
         # a context manager per use: torch's sdpa_kernel is a generator context manager, good for one entry
         self.attention = functools.partial(knobs.attention_context, cfg.kernels.attention)
         # Different randomness per rank (noise, times, dropout), as in data-parallel training.
@@ -89,7 +91,7 @@ class Session:
         elif world_size > 1:
             self.ddp = distributed.wrap_ddp(self.model, cfg.ddp, self.device)
         self.optimizer, self.schedule = self._optimizer(step_graph)
-        self._graph: graphs.StepGraph | None = None
+        self._graph: graphs.StepGraph | graphs.OverlapStepGraph | None = None
         self._eager_steps = 0
 
     def _optimizer(self, capturable: bool) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
@@ -103,8 +105,33 @@ class Session:
         opt = optim.build_optimizer(groups, self.cfg.optimizer, capturable=capturable, masters=self.masters)
         return opt, optim.build_schedule(opt, self.cfg.optimizer)
 
+    def _loss_split(self) -> LossSplit:
+        """The workload's loss as a frozen prefix and the rest (``optimizer.overlap``), each compiled
+        as a whole where the whole model is (they are what the steps call then)."""
+        split = self.workload.split_loss(self.model)
+        if split is None:
+            raise IncompatibleConfigError(f"optimizer.overlap: refused: workload {self.workload.name!r} does not split "
+                                          "its loss into a frozen prefix and the rest (Workload.split_loss)")
+        trained = [n for n in split.regions if any(p.requires_grad for m in self.regions[n] for p in m.parameters())]
+        if trained:
+            raise IncompatibleConfigError(f"optimizer.overlap: refused: the prefix's regions {trained} train "
+                                          "(model.unfreeze), and the update beside it would write the weights it reads")
+        if "all" in self.cfg.compile.regions:
+            c = self.cfg.compile
+            kwargs = dict(mode=c.mode, fullgraph=c.fullgraph, dynamic=c.dynamic)
+            split = LossSplit(torch.compile(split.prefix, **kwargs), torch.compile(split.rest, **kwargs), split.regions)
+        return split
+
     # -- eager and region-graph steps -------------------------------------------------------
+    def _prefix(self, batch: Batch):
+        with self.attention(), torch.no_grad():
+            return self.split.prefix(batch)
+
     def _forward(self, batch: Batch) -> torch.Tensor:
+        if self.split is not None:
+            carry = self._prefix(batch)
+            with self.attention():
+                return contract.checked_loss(self.workload, self.split.rest(carry, batch))
         with self.attention():
             loss = self.workload.loss(self.ddp if self.ddp is not None else self.model, batch)
         return contract.checked_loss(self.workload, loss)
@@ -174,11 +201,33 @@ class Session:
         def update() -> torch.Tensor:
             return optim.clip_and_step(self.optimizer, self.params, clip).detach()
 
+        if self.split is not None:
+            self._graph = self._overlap_graph(static, clip)
+            return
         reduce = self.reducer if self.world > 1 and not inside else None
         # an optimizer that reads the gradients through tables of their addresses (MasterAdamW) builds
         # them once the captured backward has placed the gradients
         prepare = getattr(self.optimizer, "prepare", None)
         self._graph = graphs.StepGraph(forward_backward, update, static, reduce, prepare)
+
+    def _overlap_graph(self, static: Batch, clip: float) -> graphs.OverlapStepGraph:
+        """``optimizer.overlap``: the prefix, the rest with its backward and gradient norm, and the
+        update, as three graphs (:class:`graphs.OverlapStepGraph`)."""
+        opt = self.optimizer
+
+        def rest(carry, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+            with self.attention():
+                loss = contract.checked_loss(self.workload, self.split.rest(carry, b))
+            loss.backward()
+            return loss.detach(), opt.prepare_update(clip).detach()
+
+        return graphs.OverlapStepGraph(self._prefix, rest, opt.apply_update, static, opt.prepare)
+
+    def flush(self) -> None:
+        """Apply an update that ``optimizer.overlap`` still holds for the next step (before the weights
+        or the optimizer's state are read: a checkpoint, the end of training)."""
+        if isinstance(self._graph, graphs.OverlapStepGraph):
+            self._graph.flush()
 
     def step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """One training step on a device batch; returns (loss, grad norm) as device tensors."""

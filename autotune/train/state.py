@@ -150,7 +150,9 @@ def reserve(session: Session, buffers: HostBuffers) -> float:
 
 
 def capture(session: Session, buffers: HostBuffers) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """(trainable weights, optimizer state dict) copied to host memory at this step boundary."""
+    """(trainable weights, optimizer state dict) copied to host memory at this step boundary (an
+    update that ``optimizer.overlap`` holds for the next step is applied first)."""
+    session.flush()
     groups, opt = _groups(session)
     copies = buffers.copy(groups)
     return copies["weights"], _rebuild(opt, "opt", copies["optimizer"])

@@ -1,6 +1,6 @@
 """Workloads: the training jobs the tuner measures, looked up by name."""
 
-from autotune.workloads.base import Batch, Workload
+from autotune.workloads.base import Batch, LossSplit, Workload
 from autotune.workloads.registry import get_workload, list_workloads, register_workload
 
 # Built-in workloads register themselves on import (the Hugging Face ones import transformers only
@@ -12,4 +12,4 @@ from autotune.workloads.image_classifier import ImageClassifier  # noqa: E402  i
 register_workload(HFCausalLM())
 register_workload(ImageClassifier())
 
-__all__ = ["Batch", "Workload", "get_workload", "list_workloads", "register_workload"]
+__all__ = ["Batch", "LossSplit", "Workload", "get_workload", "list_workloads", "register_workload"]

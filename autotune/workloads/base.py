@@ -42,6 +42,11 @@ Contract (a method that breaks it fails with one line naming the method and the 
 * ``apply_model_options(model, options)`` applies the ``model`` knobs that change how the model
   computes, never what (``skip_dead_work``, ``category_matmul``); the default has nothing to skip
   and no per-category layers.
+* ``split_loss(model)`` (optional) returns ``LossSplit(prefix, rest, regions)`` where
+  ``loss(model, batch) == rest(prefix(batch), batch)`` and ``prefix`` runs only the named regions
+  (the frozen towers of a model that trains its head): ``optimizer.overlap`` runs the optimizer's
+  update beside the next step's ``prefix``, which must read none of the weights it writes. The
+  default, None, refuses that knob.
 * ``stock_config(preset)`` is the configuration a user of the workload trains with before tuning
   (what every speed-up is measured against), and carries the optimizer's hyper-parameters, which
   tuning never changes. The default is plain PyTorch: fp32, AdamW (torch's for-each kernels) at
@@ -51,7 +56,8 @@ Contract (a method that breaks it fails with one line naming the method and the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -60,6 +66,17 @@ from torch import nn
 from autotune.config import DataConfig, ModelConfig, OptimizerConfig, PrecisionConfig, TrainConfig
 
 Batch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossSplit:
+    """A workload's loss in two parts (``Workload.split_loss``): ``rest(prefix(batch), batch)``."""
+
+    prefix: Callable[[Batch], Any]
+    """The forward's first part; runs only the modules of ``regions``, and has no backward."""
+    rest: Callable[[Any, Batch], torch.Tensor]
+    """The loss from the prefix's output and the batch."""
+    regions: tuple[str, ...]
 
 
 class Workload(ABC):
@@ -103,6 +120,10 @@ class Workload(ABC):
     def useful_flops_per_sample(self, preset: str) -> float:
         """FLOPs of one sample's step whose results reach the loss or a gradient (no dead work)."""
         return self.flops_per_sample(preset)
+
+    def split_loss(self, model: nn.Module) -> LossSplit | None:
+        """The loss as a frozen prefix and the rest (see the module docstring); None: no split."""
+        return None
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
         """Apply ``options.skip_dead_work``, ``options.category_matmul`` and ``options.bias_in_activation``

@@ -1,5 +1,6 @@
-"""GPU-only: issue 23's knobs on the device (grouped GEMM kernels, optimizer streams and the
-compiled update inside a captured step); run on the device machine."""
+"""GPU-only: issue 23's knobs on the device (grouped GEMM kernels, optimizer streams, the compiled
+update and the master-weight kernels inside a captured step, the update beside the next step's
+prefix); run on the device machine."""
 
 from __future__ import annotations
 
@@ -144,21 +145,41 @@ def test_the_master_kernels_update_as_the_torch_path_does(capture):
             assert torch.equal(w, m.to(torch.bfloat16))  # written as the master rounded to nearest
 
 
-def test_a_captured_step_with_master_weights_trains_as_the_foreach_one():
+def _session(over: dict, steps: int = 8) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Losses and gradient norms of ``steps`` captured steps of ``tiny`` (4 samples) with ``over``,
+    and the trainable weights after them (any update still held applied)."""
     from autotune.config import config_from_dict
+    from autotune.train import state
     from autotune.train.session import Session
 
-    def losses(impl: str) -> list[float]:
-        cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "device": "cuda", "data": {"source": "synthetic"},
-                                "graphs": {"mode": "step"}, "optimizer": {"impl": impl}})
-        s = Session(cfg)
-        batches = [s.workload.synthetic_batch("tiny", 4, s.device, torch.Generator(device="cuda").manual_seed(i))
-                   for i in range(8)]
-        torch.manual_seed(5)
-        out = [float(x) for b in batches for x in s.step(b)]
-        s.close()
-        return out
+    cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "device": "cuda", "data": {"source": "synthetic"},
+                            "graphs": {"mode": "step"}, **over})
+    s = Session(cfg)
+    batches = [s.workload.synthetic_batch("tiny", 4, s.device, torch.Generator().manual_seed(i)) for i in range(steps)]
+    out = [float(x) for b in batches for x in s.step(b)]
+    s.flush()
+    weights = {n: t.detach().float().clone() for n, t in state.trainable(s).items()}
+    s.close()
+    return out, weights
 
-    want, got = losses("foreach"), losses("master")
+
+def test_a_captured_step_with_master_weights_trains_as_the_foreach_one():
+    want, _ = _session({"optimizer": {"impl": "foreach"}})
+    got, _ = _session({"optimizer": {"impl": "master"}})
     assert got[:2] == pytest.approx(want[:2], rel=1e-5)
     assert got == pytest.approx(want, rel=2e-2)
+
+
+@pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
+def test_the_update_beside_the_next_prefix_trains_as_the_update_after_the_backward(compile_all):
+    """optimizer.overlap: the same losses, gradient norms and (once flushed) weights as the same
+    optimizer stepping after each backward; compiled, the prefix and the rest are two graphs."""
+    over = {"compile": {"regions": ["all"]}} if compile_all else {}
+    want, want_w = _session({"optimizer": {"impl": "master"}, **over})
+    got, got_w = _session({"optimizer": {"impl": "master", "overlap": True}, **over})
+    tol = 1e-2 if compile_all else 1e-5  # compiled as one graph or as two, Inductor fuses differently
+    assert got[:2] == pytest.approx(want[:2], rel=1e-3 if compile_all else 1e-6)
+    assert got == pytest.approx(want, rel=tol)
+    for name, w in want_w.items():
+        torch.testing.assert_close(got_w[name], w, rtol=tol, atol=1e-4 if compile_all else 1e-6,
+                                   msg=lambda m, n=name: f"{n}: {m}")

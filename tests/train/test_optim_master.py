@@ -149,3 +149,29 @@ def test_master_is_refused_where_it_cannot_be_exact():
         check_machine(cfg, Machine(False, None, 2, 2))
     with pytest.raises(IncompatibleConfigError, match=r"precision.trainable_dtype 'fp32'"):
         check_machine(tiny(optimizer__impl="master", precision__trainable_dtype="bf16"), Machine(False, None, 1, 2))
+
+
+def test_overlap_is_refused_where_the_update_could_not_run_beside_the_prefix():
+    with pytest.raises(ConfigError, match=r"optimizer.overlap: True is not supported; allowed: false unless impl is 'master'"):
+        config_from_dict({"optimizer": {"impl": "fused", "overlap": True}})
+    gpu = Machine(True, (9, 0), 1, 16)
+    with pytest.raises(IncompatibleConfigError, match=r"optimizer.overlap: refused: .* needs graphs.mode 'step'"):
+        check_machine(tiny(device="auto", optimizer__impl="master", optimizer__overlap=True), gpu)
+    with pytest.raises(IncompatibleConfigError, match=r"optimizer.impl: refused: 'master' trains on one process"):
+        check_machine(tiny(device="auto", optimizer__impl="master", optimizer__overlap=True, graphs__mode="step"),
+                      Machine(True, (9, 0), 2, 16))
+
+
+def test_the_split_loss_is_the_loss_and_its_prefix_must_be_frozen():
+    s = Session(tiny())
+    split = s._loss_split()
+    assert split.regions == ("vision", "connector", "llm_frozen")
+    batch = s.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(3))
+    torch.manual_seed(1)
+    want = s.model(batch)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        carry = split.prefix(batch)
+    assert torch.equal(split.rest(carry, batch), want)
+    with pytest.raises(IncompatibleConfigError, match=r"the prefix's regions \['vision'\] train"):
+        Session(tiny(model__unfreeze=["vision"]))._loss_split()

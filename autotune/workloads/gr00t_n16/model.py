@@ -85,18 +85,26 @@ class Gr00tN16Model(nn.Module):
             "projectors": [pr.state_encoder, pr.action_encoder, pr.action_decoder],
         }
 
-    def backbone(self, images: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-        """VL tokens [B, L, 2048] for the action head: vision -> connector -> LLM -> vlln."""
-        B, V = images.shape[:2]
+    PREFIX_REGIONS = ("vision", "connector", "llm_frozen")
+    """The regions :meth:`frozen_prefix` runs (frozen unless ``model.unfreeze`` names one)."""
+
+    def frozen_prefix(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The first part of the forward: vision -> connector -> the frozen LLM layers; their hidden
+        states [B, L, 2048]. It reads the batch's images and token ids and the prefix regions' weights."""
+        images = batch["images"]
         feats = self.vision(images.flatten(0, 1))
-        image_embeds = self.connector(feats).reshape(B, -1, self.preset.llm_hidden)
-        hidden = self.llm_frozen(input_ids, image_embeds)
-        hidden, _logits = self.llm_trainable(hidden)
-        return self.vlln(hidden)
+        image_embeds = self.connector(feats).reshape(images.shape[0], -1, self.preset.llm_hidden)
+        return self.llm_frozen(batch["input_ids"], image_embeds)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.forward_from(self.frozen_prefix(batch), batch)
+
+    def forward_from(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss from :meth:`frozen_prefix`'s hidden states: the trained LLM layers, ``vlln``, the
+        flow-matching step through the DiT and the projectors."""
         p = self.preset
-        vl = self.backbone(batch["images"], batch["input_ids"])
+        hidden, _logits = self.llm_trainable(hidden)
+        vl = self.vlln(hidden)
         ids, attn = batch["input_ids"], batch["attention_mask"]
         image_mask = (ids == IMG_CONTEXT_ID)[:, None, None, :]
         text_mask = (attn & (ids != IMG_CONTEXT_ID))[:, None, None, :]

@@ -11,7 +11,7 @@ from torch import nn
 
 from autotune.config import TrainConfig
 from autotune.config.stock import stock_config
-from autotune.workloads.base import Batch, Workload
+from autotune.workloads.base import Batch, LossSplit, Workload
 from autotune.workloads.gr00t_n16 import batch as batch_mod
 from autotune.workloads.gr00t_n16.presets import PRESETS, Gr00tPreset, get_preset
 
@@ -86,6 +86,10 @@ class Gr00tN16(Workload):
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch)
+
+    def split_loss(self, model: nn.Module) -> LossSplit:
+        """vision -> connector -> frozen LLM layers, then the rest (``Gr00tN16Model.forward_from``)."""
+        return LossSplit(model.frozen_prefix, model.forward_from, model.PREFIX_REGIONS)
 
     def synthetic_batch(self, preset, batch_size, device, generator=None) -> Batch:
         return batch_mod.synthetic_batch(self.resolve(preset), batch_size, device, generator)
