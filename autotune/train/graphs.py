@@ -202,11 +202,12 @@ class OverlapStepGraph:
     before it has read them. The prefix's graph has a memory pool of its own, so that nothing it
     allocates is what the concurrent update reads or writes. The last step's update waits for the
     next replay, or for :meth:`flush` (before the weights are read: a checkpoint, the end of training).
+    ``before_update()`` runs once between the captures of ``rest`` and ``update``, outside both.
     """
 
     def __init__(self, prefix: Callable[[dict], object], rest: Callable[[object, dict], tuple[torch.Tensor, torch.Tensor]],
                  update: Callable[[], None], static_batch: dict[str, torch.Tensor],
-                 before_replay: Callable[[], None] | None = None) -> None:
+                 before_update: Callable[[], None] | None = None) -> None:
         self.static_batch = static_batch
         self.g_prefix, self.g_rest, self.g_update = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         pool = torch.cuda.graph_pool_handle()
@@ -214,10 +215,10 @@ class OverlapStepGraph:
             self.carry = prefix(static_batch)
         with torch.cuda.graph(self.g_rest, pool=pool, capture_error_mode="thread_local"):
             self.loss, self.grad_norm = rest(self.carry, static_batch)
+        if before_update is not None:  # uncaptured, between the captures (as StepGraph's)
+            before_update()
         with torch.cuda.graph(self.g_update, pool=pool, capture_error_mode="thread_local"):
             update()
-        if before_replay is not None:
-            before_replay()
         # lower number, higher priority (out of range maps to the highest): the prefix's GEMMs take the SMs
         # first, the update fills the gaps
         self.first, self.side = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)

@@ -11,11 +11,13 @@ gradient) and the update is AdamW's on the same fp32 values: exact to float roun
 (:func:`autotune.train.precision.autocast_only_params`); every other trainable tensor is updated
 in fp32 as before, by the same pass.
 
-On CUDA the gradient norm and the update are Triton kernels over tables of every tensor
-(:mod:`autotune.train.optim_master_kernels`): two launches each, however many tensors. Elsewhere,
-and for a gradient the kernels cannot take, the same arithmetic runs as torch ops. Nothing syncs
-the host, so the step can be captured in a CUDA graph; the tables hold the gradients' addresses, so
-a captured step needs :meth:`MasterAdamW.prepare` once its gradients exist (``StepGraph`` calls it).
+The gradient norm is torch's multi-tensor norm, each tensor's in fp32. On CUDA the update is a
+Triton kernel over tables of every tensor (:mod:`autotune.train.optim_master_kernels`): one launch
+per kind of tensor, however many tensors. Elsewhere, and for a gradient the kernel cannot take, the
+same arithmetic runs as torch ops. Nothing syncs the host, so the step can be captured in a CUDA
+graph; the tables hold the gradients' addresses, so a captured update needs
+:meth:`MasterAdamW.prepare` once its gradients exist (``StepGraph`` and ``OverlapStepGraph`` call it
+between their captures).
 
 Checkpoints see the fp32 master as the weight (``autotune.train.state``), so they are the same
 files as with the other implementations; the masters are not repeated in the optimizer's state.
@@ -48,8 +50,6 @@ class Table:
     grad_dtype: torch.dtype
     has_weight: bool
     blocks: int
-    offset: int
-    """Where this table's blocks start in the optimizer's buffer of per-block norms."""
     blk_tensor: torch.Tensor
     blk_start: torch.Tensor
     numel: torch.Tensor
@@ -102,8 +102,6 @@ class MasterAdamW(torch.optim.Optimizer):
         """The groups' learning rates of the next update, taken when its gradients were."""
         self._signature: tuple | None = None
         self._tables: list[Table] | None = []
-        self._unfilled: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._partials: torch.Tensor | None = None
         self.last_norm: torch.Tensor | None = None
 
     # -- masters --------------------------------------------------------------------------------
@@ -131,14 +129,8 @@ class MasterAdamW(torch.optim.Optimizer):
 
     # -- tables ---------------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Make the tables ready for the gradients as they are now, outside any capture: before a
-        captured update, or before the first replay of a capture that built them (their contents
-        are copied in then: a capture cannot copy from the host)."""
-        if self._unfilled:
-            for dev, host in self._unfilled:
-                dev.copy_(host)
-            self._unfilled = []
-            return
+        """Build the tables for the gradients as they are now (outside a capture, before the update is
+        captured: a capture cannot copy the tables from the host)."""
         self._tables_for(self._active())
 
     def _active(self) -> list[int]:
@@ -153,6 +145,8 @@ class MasterAdamW(torch.optim.Optimizer):
         signature = (tuple(active), tuple(g.data_ptr() for g in grads), tuple(g.dtype for g in grads))
         if signature == self._signature:
             return self._tables
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("MasterAdamW: the gradients moved since prepare(); call it before capturing the update")
         self._signature = signature
         kinds: dict[tuple[torch.dtype, bool], list[int]] = {}
         for i in active:
@@ -162,23 +156,11 @@ class MasterAdamW(torch.optim.Optimizer):
                 self._tables = None
                 return None
             kinds.setdefault((g.dtype, i in self._masters), []).append(i)
-        self._tables, offset = [], 0
-        for (dtype, has_master), idx in sorted(kinds.items(), key=lambda kv: str(kv[0])):
-            table = self._table(dtype, has_master, idx, offset)
-            offset += table.blocks
-            self._tables.append(table)
-        self._partials = torch.empty(max(offset, 1), dtype=torch.float32, device=self.device)
+        self._tables = [self._table(dtype, has_master, idx)
+                        for (dtype, has_master), idx in sorted(kinds.items(), key=lambda kv: str(kv[0]))]
         return self._tables
 
-    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
-        """``host`` on the device; while a graph is captured, an empty tensor filled by :meth:`prepare`."""
-        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            dev = torch.empty_like(host, device=self.device)
-            self._unfilled.append((dev, host))
-            return dev
-        return host.to(self.device)
-
-    def _table(self, dtype: torch.dtype, has_master: bool, idx: list[int], offset: int) -> Table:
+    def _table(self, dtype: torch.dtype, has_master: bool, idx: list[int]) -> Table:
         from autotune.train.optim_master_kernels import BLOCK
 
         params = [self._params[i] for i in idx]
@@ -193,8 +175,10 @@ class MasterAdamW(torch.optim.Optimizer):
         base = {k: ts[0] for k, ts in columns.items()}
         off = {k: torch.tensor([(t.data_ptr() - base[k].data_ptr()) // t.element_size() for t in ts], dtype=torch.int64)
                for k, ts in columns.items()}
-        dev = self._to_device
-        return Table(grad_dtype=dtype, has_weight=has_master, blocks=int(nblocks.sum()), offset=offset,
+        def dev(t: torch.Tensor) -> torch.Tensor:
+            return t.to(self.device)
+
+        return Table(grad_dtype=dtype, has_weight=has_master, blocks=int(nblocks.sum()),
                      blk_tensor=dev(blk_tensor), blk_start=dev(blk_start), numel=dev(numel),
                      index=dev(torch.tensor(idx, dtype=torch.int64)), base=base,
                      off={k: dev(v) for k, v in off.items()})
@@ -223,7 +207,7 @@ class MasterAdamW(torch.optim.Optimizer):
         active = self._active()
         if not active:
             return torch.zeros((), device=self.device)
-        norm = self._norm(active, self._tables_for(active))
+        norm = self._norm(active)
         if max_norm > 0:
             self._clip.copy_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))  # clip_grad_norm_'s coefficient
         else:
@@ -249,16 +233,11 @@ class MasterAdamW(torch.optim.Optimizer):
         for table in tables:
             kernels.adamw(table, coefs, self._clip.reshape(1), beta1, beta2, eps)
 
-    def _norm(self, active: list[int], tables: list[Table] | None) -> torch.Tensor:
-        """The global 2-norm of the active gradients, each squared in fp32."""
-        if tables is None:
-            grads = [self._params[i].grad.float() for i in active]
-            return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        from autotune.train import optim_master_kernels as kernels
-
-        for table in tables:
-            kernels.sumsq(table, self._partials[table.offset : table.offset + table.blocks])
-        return self._partials.sum().sqrt()
+    def _norm(self, active: list[int]) -> torch.Tensor:
+        """The global 2-norm of the active gradients, each tensor's in fp32 (torch's multi-tensor
+        kernel): no table, so it can be captured with the backward that makes the gradients."""
+        norms = torch._foreach_norm([self._params[i].grad for i in active], 2, dtype=torch.float32)
+        return torch.linalg.vector_norm(torch.stack(norms))
 
     def _coefs(self, active: list[int]) -> torch.Tensor:
         """[3, n]: each tensor's step size (lr over the first bias correction), the square root of

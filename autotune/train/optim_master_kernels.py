@@ -1,4 +1,4 @@
-"""Triton kernels of :class:`autotune.train.optim_master.MasterAdamW`: every tensor in one launch.
+"""Triton kernel of :class:`autotune.train.optim_master.MasterAdamW`: every tensor in one launch.
 
 The tensors of one kind (bf16 gradient with an fp32 master and a bf16 weight, or fp32 gradient and
 fp32 parameter) are described by tables on the device: per tensor, where each of its gradient,
@@ -26,26 +26,11 @@ BLOCK = 4096
 
 
 @triton.jit
-def _sumsq_block(ptr, mask, MASKED: tl.constexpr):
-    if MASKED:  # noqa: SIM108 (an if on a constexpr compiles one branch)
-        g = tl.load(ptr, mask=mask, other=0.0).to(tl.float32)
-    else:
-        g = tl.load(ptr).to(tl.float32)
-    return tl.sum(g * g, axis=0)
-
-
-@triton.jit
-def _sumsq_kernel(blk_tensor, blk_start, g_base, g_off, numel_tab, out, G_ALIGN: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    t = tl.load(blk_tensor + pid)
-    start = tl.multiple_of(tl.load(blk_start + pid), BLOCK)
-    n = tl.load(numel_tab + t)
-    offs = start + tl.arange(0, BLOCK)
-    ptr = g_base + tl.multiple_of(tl.load(g_off + t), G_ALIGN) + offs
-    if start + BLOCK <= n:
-        tl.store(out + pid, _sumsq_block(ptr, None, False))
-    else:
-        tl.store(out + pid, _sumsq_block(ptr, offs < n, True))
+def _index(off_tab, t, offs, ALIGN: tl.constexpr, BLOCK: tl.constexpr):
+    """Element indices of a block from its column's base: runs of ``BLOCK`` that start at a multiple
+    of ``ALIGN`` (16 bytes), as the hints say, so that the loads and stores are 16 bytes wide."""
+    start = tl.multiple_of(tl.load(off_tab + t), ALIGN)
+    return tl.max_contiguous(tl.multiple_of(start + offs, ALIGN), BLOCK)
 
 
 @triton.jit
@@ -95,11 +80,11 @@ def _adamw_kernel(blk_tensor, blk_start, g_base, p_base, m_base, v_base, w_base,
     decay = tl.load(coefs + 2 * n_all + i)
     c = tl.load(clip)
     offs = start + tl.arange(0, BLOCK)
-    g_ptr = g_base + tl.multiple_of(tl.load(g_off + t), G_ALIGN) + offs
-    p_ptr = p_base + tl.multiple_of(tl.load(p_off + t), 4) + offs
-    m_ptr = m_base + tl.multiple_of(tl.load(m_off + t), 4) + offs
-    v_ptr = v_base + tl.multiple_of(tl.load(v_off + t), 4) + offs
-    w_ptr = w_base + tl.multiple_of(tl.load(w_off + t), 8) + offs
+    g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, BLOCK)
+    p_ptr = p_base + _index(p_off, t, offs, 4, BLOCK)
+    m_ptr = m_base + _index(m_off, t, offs, 4, BLOCK)
+    v_ptr = v_base + _index(v_off, t, offs, 4, BLOCK)
+    w_ptr = w_base + _index(w_off, t, offs, 8, BLOCK)
     if start + BLOCK <= n:
         _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, None, c, step_size, bc2_sqrt, decay, beta1, beta2, eps,
                      HAS_W, False)
@@ -111,12 +96,6 @@ def _adamw_kernel(blk_tensor, blk_start, g_base, p_base, m_base, v_base, w_base,
 def _align(t: torch.Tensor) -> int:
     """Elements in 16 bytes of ``t``'s dtype: every offset of that column is a multiple of it."""
     return 16 // t.element_size()
-
-
-def sumsq(table, out: torch.Tensor) -> None:
-    """Each block's sum of squared gradients into ``out`` (one float per block of ``table``)."""
-    _sumsq_kernel[(table.blocks,)](table.blk_tensor, table.blk_start, table.base["g"], table.off["g"], table.numel,
-                                   out, G_ALIGN=_align(table.base["g"]), BLOCK=BLOCK, num_warps=8)
 
 
 def adamw(table, coefs: torch.Tensor, clip: torch.Tensor, beta1: float, beta2: float, eps: float) -> None:
