@@ -234,9 +234,15 @@ class MasterAdamW(torch.optim.Optimizer):
             kernels.adamw(table, coefs, self._clip.reshape(1), beta1, beta2, eps)
 
     def _norm(self, active: list[int]) -> torch.Tensor:
-        """The global 2-norm of the active gradients, each tensor's in fp32 (torch's multi-tensor
-        kernel): no table, so it can be captured with the backward that makes the gradients."""
-        norms = torch._foreach_norm([self._params[i].grad for i in active], 2, dtype=torch.float32)
+        """The global 2-norm of the active gradients, each tensor's in fp32, by torch's multi-tensor
+        kernel: no table, so it can be captured with the backward that makes the gradients. One call
+        per gradient dtype: torch's multi-tensor path takes lists of one dtype, and a mixed list
+        falls back to a kernel per tensor."""
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for i in active:
+            g = self._params[i].grad
+            by_dtype.setdefault(g.dtype, []).append(g)
+        norms = [n for grads in by_dtype.values() for n in torch._foreach_norm(grads, 2, dtype=torch.float32)]
         return torch.linalg.vector_norm(torch.stack(norms))
 
     def _coefs(self, active: list[int]) -> torch.Tensor:

@@ -9,8 +9,8 @@ launch) and small tensors cost a block, not a launch.
 
 Offsets from base pointers, both 16-byte aligned (checked on the host), let the compiler use 16-byte
 loads and stores; so does the block's bound: a block that ends inside its tensor runs unmasked, and
-only a tensor's last block is masked (a mask against a bound read from memory would make every
-access a scalar one: 1.7 TB/s on an H200 instead of the 4+ a stream reaches).
+only a tensor's last block is masked (a mask against a bound read from memory is one the compiler
+cannot prove constant over 16 bytes, so every masked access is a scalar one).
 
 Imported only where a CUDA device runs the optimizer: CPU builds of torch come without Triton.
 """
@@ -21,8 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 4096
-"""Elements per program: 16 per thread of 8 warps."""
+BLOCK = 1024
+"""Elements per program: 8 per thread of ``WARPS`` warps, 16 bytes of a bf16 gradient; the fastest
+of the block sizes and warp counts measured on an H200 (BENCHMARKS.md, "the optimizer's pass")."""
+WARPS = 4
 
 
 @triton.jit
@@ -105,4 +107,4 @@ def adamw(table, coefs: torch.Tensor, clip: torch.Tensor, beta1: float, beta2: f
     _adamw_kernel[(table.blocks,)](table.blk_tensor, table.blk_start, b["g"], b["p"], b["m"], b["v"], b["w"],
                                    o["g"], o["p"], o["m"], o["v"], o["w"], table.numel, table.index, coefs, clip,
                                    coefs.shape[1], beta1, beta2, eps, G_ALIGN=_align(b["g"]), HAS_W=table.has_weight,
-                                   BLOCK=BLOCK, num_warps=8)
+                                   BLOCK=BLOCK, num_warps=WARPS)
