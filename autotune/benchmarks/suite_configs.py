@@ -66,7 +66,10 @@ the whole model compiled in a whole-step graph, fused AdamW, 14 workers x prefet
 BEST_V9 = BEST_1GPU.parents[1] / "full-1gpu-h200-v9" / "best.yaml"
 """The default ``run``'s confirmed best of 2026-12-02 (206.5 samples/s): that of ``best-1gpu`` with
 the dead work skipped and the fused AdamW on 2 streams."""
-ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9}
+BEST_V10 = BEST_1GPU.parents[1] / "full-1gpu-h200-v10" / "best.yaml"
+"""The default space's run of 2026-12-02, session 8 (214.8 samples/s confirmed): ``best-v9`` with the
+vision MLP's bias added in its GELU (``model.bias_in_activation``)."""
+ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9, "best-v10": BEST_V10}
 
 YAML_SUFFIXES = (".yaml", ".yml")
 

@@ -151,3 +151,10 @@ def test_variants_on_the_best_file_and_rows_fitted_to_a_cpu():
         resolve(["best-1gpu+fast"], TINY)
     with pytest.raises(ConfigError, match=r"--reset: 'optimizer.speed' is not a key of the training configuration"):
         reset(best, ["optimizer.speed"])
+
+
+def test_the_v10_best_takes_the_master_and_overlap_variants():
+    best, master, overlap = resolve(["best-v10", "best-v10+master", "best-v10+issue23"], TINY)
+    assert best.config.model.bias_in_activation and (best.config.optimizer.impl, best.config.optimizer.streams) == ("fused", 2)
+    assert (master.config.optimizer.impl, master.config.optimizer.streams, master.config.optimizer.overlap) == ("master", 1, False)
+    assert (overlap.config.optimizer.impl, overlap.config.optimizer.overlap) == ("master", True)
