@@ -152,3 +152,23 @@ def test_mixing_the_measuring_run_and_the_job_is_refused(capsys):
     assert "--save-steps belongs to a training job: give --max-steps N" in capsys.readouterr().err
     assert main(["train", "--max-steps", "2"]) == 2
     assert "--max-steps needs --output-dir" in capsys.readouterr().err
+
+
+def test_a_master_weight_job_resumes_step_for_step_and_checkpoints_fp32_weights(tmp_path, capsys):
+    """optimizer.impl: master: the checkpoint holds the fp32 masters (the files of any other impl), and a
+    job stopped at a checkpoint continues exactly as the uninterrupted one."""
+    from safetensors import safe_open
+
+    cfg = tmp_path / "master.yaml"
+    cfg.write_text("optimizer: {impl: master}\n")
+    args = ["--config", str(cfg), "--max-steps", "4"]
+    code, whole, _ = train(capsys, tmp_path / "whole", *args)
+    assert code == 0 and len(whole["losses"]) == 4
+    code, first, _ = train(capsys, tmp_path / "cut", *args, "--stop-at", "2")
+    assert code == 0 and first["losses"] == whole["losses"][:2]
+    with safe_open(str(tmp_path / "cut" / "checkpoint-2" / "model.safetensors"), "pt") as f:
+        dtypes = {f.get_tensor(k).dtype for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
+        dit = f.get_tensor("dit.blocks.0.ff_in.weight")
+    assert dtypes == {torch.float32} and dit.to(torch.bfloat16).float().ne(dit).any()  # the master, not its bf16 copy
+    code, rest, _ = train(capsys, tmp_path / "cut", *args)
+    assert code == 0 and rest["start_step"] == 3 and rest["losses"] == whole["losses"][2:]
