@@ -102,6 +102,7 @@ class MasterAdamW(torch.optim.Optimizer):
         """The groups' learning rates of the next update, taken when its gradients were."""
         self._signature: tuple | None = None
         self._tables: list[Table] | None = []
+        self._mask: tuple[list[int], torch.Tensor] | None = None
         self.last_norm: torch.Tensor | None = None
 
     # -- masters --------------------------------------------------------------------------------
@@ -131,7 +132,21 @@ class MasterAdamW(torch.optim.Optimizer):
     def prepare(self) -> None:
         """Build the tables for the gradients as they are now (outside a capture, before the update is
         captured: a capture cannot copy the tables from the host)."""
-        self._tables_for(self._active())
+        active = self._active()
+        self._tables_for(active)
+        if len(active) < len(self._params):
+            self._mask_for(active)
+
+    def _mask_for(self, active: list[int]) -> torch.Tensor:
+        """1.0 for the ``active`` tensors, 0.0 for the others, on the device; made outside a capture
+        (:meth:`prepare`) when some tensors have no gradient."""
+        if self._mask is None or self._mask[0] != active:
+            if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("MasterAdamW: the tensors with gradients changed since prepare()")
+            mask = torch.zeros(len(self._params), dtype=torch.float32)
+            mask[active] = 1.0
+            self._mask = (list(active), mask.to(self.device))
+        return self._mask[1]
 
     def _active(self) -> list[int]:
         return [i for i, p in enumerate(self._params) if p.grad is not None]
@@ -252,7 +267,7 @@ class MasterAdamW(torch.optim.Optimizer):
         if len(active) == len(self._params):
             self._steps.add_(1)
         else:
-            self._steps.index_add_(0, torch.tensor(active, device=self.device), torch.ones(len(active), device=self.device))
+            self._steps.add_(self._mask_for(active))
         beta1, beta2 = self.param_groups[0]["betas"]
         lr = self._lrs[self._group_of]
         step_size = lr / (1 - torch.pow(beta1, self._steps))

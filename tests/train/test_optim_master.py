@@ -175,3 +175,18 @@ def test_the_split_loss_is_the_loss_and_its_prefix_must_be_frozen():
     assert torch.equal(split.rest(carry, batch), want)
     with pytest.raises(IncompatibleConfigError, match=r"the prefix's regions \['vision'\] train"):
         Session(tiny(model__unfreeze=["vision"]))._loss_split()
+
+
+def test_a_tensor_without_a_gradient_is_left_alone_and_its_step_not_counted():
+    torch.manual_seed(0)
+    a, b = torch.nn.Parameter(torch.randn(8)), torch.nn.Parameter(torch.randn(8))
+    opt = MasterAdamW([{"params": [a, b], "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, masters={})
+    ref = torch.optim.AdamW([a.detach().clone().requires_grad_()], lr=1e-2, weight_decay=0.1)
+    before = b.detach().clone()
+    for _ in range(2):
+        a.grad = torch.ones(8)
+        ref.param_groups[0]["params"][0].grad = torch.ones(8)
+        opt.step()
+        ref.step()
+    assert torch.equal(b, before) and float(opt.state[b]["step"]) == 0.0 and float(opt.state[a]["step"]) == 2.0
+    torch.testing.assert_close(a.detach(), ref.param_groups[0]["params"][0].detach(), rtol=1e-6, atol=1e-7)
