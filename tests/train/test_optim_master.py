@@ -190,3 +190,15 @@ def test_a_tensor_without_a_gradient_is_left_alone_and_its_step_not_counted():
         ref.step()
     assert torch.equal(b, before) and float(opt.state[b]["step"]) == 0.0 and float(opt.state[a]["step"]) == 2.0
     torch.testing.assert_close(a.detach(), ref.param_groups[0]["params"][0].detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_a_users_adamw_is_made_again_as_master_and_another_optimizer_is_refused():
+    model = Net()
+    own = torch.optim.AdamW([{"params": [model.fc1.weight], "weight_decay": 0.2},
+                             {"params": [model.fc2.weight], "lr": 3e-4}], lr=1e-3, betas=(0.8, 0.99), eps=1e-6)
+    opt = optim.rebuild_optimizer(own, "master", capturable=False, masters={})
+    assert isinstance(opt, MasterAdamW)
+    assert [float(g["lr"]) for g in opt.param_groups] == pytest.approx([1e-3, 3e-4])
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.01] and opt.param_groups[0]["betas"] == (0.8, 0.99)
+    with pytest.raises(ConfigError, match=r"'master' is refused: it replaces torch's AdamW, not a SGD"):
+        optim.rebuild_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), "master", capturable=False)
