@@ -86,8 +86,16 @@ def _precision(cfg: TrainConfig, args: dict[str, Any], lost: dict[str, str]) -> 
 
 def _optimizer_and_ddp(cfg: TrainConfig, args: dict[str, Any], lost: dict[str, str]) -> None:
     args["optim"] = "adamw_torch_fused" if cfg.optimizer.impl == "fused" else "adamw_torch"
-    if cfg.optimizer.impl == "loop":
+    impl = cfg.optimizer.impl
+    if impl == "loop":
         lost["optimizer.impl"] = "the Trainer's torch AdamW picks its for-each kernels; it has no per-parameter loop"
+    elif impl in ("compiled", "master"):
+        lost["optimizer.impl"] = (f"{impl!r} is autotune's own AdamW; the Trainer steps torch's over fp32 weights"
+                                  + (" (no bf16 weights with fp32 masters)" if impl == "master" else ""))
+    if cfg.optimizer.streams > 1:
+        lost["optimizer.streams"] = "the Trainer steps its AdamW on one stream"
+    if cfg.optimizer.overlap:
+        lost["optimizer.overlap"] = "the update beside the next step's frozen prefix runs in autotune's captured step"
     ddp = cfg.ddp
     args.update(ddp_bucket_cap_mb=max(1, round(ddp.bucket_cap_mb)), ddp_broadcast_buffers=ddp.broadcast_buffers)
     if ddp.static_graph:

@@ -202,3 +202,12 @@ def test_a_users_adamw_is_made_again_as_master_and_another_optimizer_is_refused(
     assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.01] and opt.param_groups[0]["betas"] == (0.8, 0.99)
     with pytest.raises(ConfigError, match=r"'master' is refused: it replaces torch's AdamW, not a SGD"):
         optim.rebuild_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), "master", capturable=False)
+
+
+def test_trainer_args_say_that_master_and_overlap_do_not_carry_over():
+    from autotune.export import trainer_arguments
+
+    cfg = config_from_dict({"optimizer": {"impl": "master", "overlap": True}, "graphs": {"mode": "step"}})
+    export = trainer_arguments(cfg)
+    assert export.training_arguments["optim"] == "adamw_torch"
+    assert "fp32 masters" in export.not_carried["optimizer.impl"] and "optimizer.overlap" in export.not_carried
