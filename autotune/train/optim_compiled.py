@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental import _config as fx_config
 
+from autotune.train.optim_clip import ClipsInStep, run_closure
+
 CHUNK = 8
 """Tensors per compiled call. One graph over all of ``full``'s 517 trainable tensors did not
 finish compiling in 15 minutes on a CPU, and compile time grows with the tensors of a graph (on a
@@ -79,7 +81,7 @@ def _cut(rows: list[tuple], lr: torch.Tensor) -> list[tuple]:
     return out
 
 
-class CompiledAdamW(torch.optim.AdamW):
+class CompiledAdamW(ClipsInStep, torch.optim.AdamW):
     """``torch.optim.AdamW`` (capturable, for-each state) whose step runs :func:`clipped_adamw` compiled.
 
     ``step(max_norm=...)`` clips to ``max_norm`` (0, the default: no clipping) and steps;
@@ -134,17 +136,9 @@ class CompiledAdamW(torch.optim.AdamW):
         super().load_state_dict(state_dict)
         self._flat.clear()  # the aliases were of the replaced moments
 
-    def clip_and_step(self, max_norm: float) -> torch.Tensor:
-        """Through ``step`` so that its hooks (the schedule's counter, the profiler's label) see it."""
-        self.step(max_norm=max_norm)
-        return self.last_norm
-
     @torch.no_grad()
     def step(self, closure=None, *, max_norm: float = 0.0):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         chunks = self._chunks()
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g for c in chunks for g in c[1]])))
         coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0) if max_norm > 0 else None  # clip_grad_norm_'s

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from autotune.errors import ConfigError
+from autotune.train.optim_clip import ClipsInStep, run_closure
 
 
 def bf16_with_masters(params: list[nn.Parameter]) -> dict[int, torch.Tensor]:
@@ -65,7 +66,7 @@ def _aligned(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.data_ptr() % 16 == 0
 
 
-class MasterAdamW(torch.optim.Optimizer):
+class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
     """AdamW (decoupled weight decay, torch's bias corrections) over ``param_groups``; the
     parameters whose ``id`` is in ``masters`` are bf16 and updated through their fp32 master.
 
@@ -199,17 +200,9 @@ class MasterAdamW(torch.optim.Optimizer):
                      off={k: dev(v) for k, v in off.items()})
 
     # -- the step -------------------------------------------------------------------------------
-    def clip_and_step(self, max_norm: float) -> torch.Tensor:
-        """Through ``step`` so that its hooks (the schedule's counter, the profiler's label) see it."""
-        self.step(max_norm=max_norm)
-        return self.last_norm
-
     @torch.no_grad()
     def step(self, closure=None, *, max_norm: float = 0.0):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         self.last_norm = self.prepare_update(max_norm)
         self.apply_update()
         return loss
