@@ -58,11 +58,16 @@ def apply_checkpointing(blocks: dict[str, list[nn.Module]], names: list[str]) ->
             checkpoint_module(block)
 
 
+def compile_kwargs(cfg: CompileConfig) -> dict:
+    """``torch.compile``'s arguments for the ``compile`` knobs."""
+    return dict(mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+
+
 def apply_compile(model: nn.Module, blocks: dict[str, list[nn.Module]], cfg: CompileConfig) -> None:
     """``all``: the whole model, as a user would try first. A named region is compiled block by block
     (``Workload.blocks``; regional compilation: blocks that share their code are compiled once for all
     instead of tracing the unrolled stack)."""
-    kwargs = dict(mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+    kwargs = compile_kwargs(cfg)
     if "all" in cfg.regions:
         model.compile(**kwargs)
         return

@@ -48,7 +48,6 @@ def bf16_with_masters(params: list[nn.Parameter]) -> dict[int, torch.Tensor]:
 class Table:
     """The device tables of one kind of tensor (see ``optim_master_kernels``)."""
 
-    grad_dtype: torch.dtype
     has_weight: bool
     blocks: int
     blk_tensor: torch.Tensor
@@ -80,10 +79,8 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         super().__init__(param_groups, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=0.0))
         if len({(tuple(g["betas"]), g["eps"]) for g in self.param_groups}) > 1:
             raise ConfigError("optimizer.impl: 'master' takes one betas and eps for every parameter group")
-        for group in self.param_groups:  # device learning rates: the schedule fills them, a captured step reads them
-            if not isinstance(group["lr"], torch.Tensor):
-                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
         self.device = device
+        self._device_lrs()
         self.use_kernels = device.type == "cuda"
         """Run the Triton kernels (on CUDA; the CPU runs them only in Triton's interpreter, for tests)."""
         self._params = [p for g in self.param_groups for p in g["params"]]
@@ -106,6 +103,12 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         self._mask: tuple[list[int], torch.Tensor] | None = None
         self.last_norm: torch.Tensor | None = None
 
+    def _device_lrs(self) -> None:
+        """Each group's learning rate as a device tensor: the schedule fills it, a captured step reads it."""
+        for group in self.param_groups:
+            if not isinstance(group["lr"], torch.Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
+
     # -- masters --------------------------------------------------------------------------------
     def master(self, p: torch.Tensor) -> torch.Tensor | None:
         """The fp32 master of ``p`` (None where ``p`` is its own fp32 value)."""
@@ -118,9 +121,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         bf16 here) and are copied into the tensors the tables and any captured step point at."""
         kept = {p: self.state[p] for p in self._params}
         super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
-        for group in self.param_groups:
-            if not isinstance(group["lr"], torch.Tensor):
-                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
+        self._device_lrs()
         for i, p in enumerate(self._params):
             self.state[p] = kept[p]
             saved = state_dict["state"].get(i)
@@ -194,7 +195,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         def dev(t: torch.Tensor) -> torch.Tensor:
             return t.to(self.device)
 
-        return Table(grad_dtype=dtype, has_weight=has_master, blocks=int(nblocks.sum()),
+        return Table(has_weight=has_master, blocks=int(nblocks.sum()),
                      blk_tensor=dev(blk_tensor), blk_start=dev(blk_start), numel=dev(numel),
                      index=dev(torch.tensor(idx, dtype=torch.int64)), base=base,
                      off={k: dev(v) for k, v in off.items()})

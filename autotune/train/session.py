@@ -117,8 +117,7 @@ class Session:
             raise IncompatibleConfigError(f"optimizer.overlap: refused: the prefix's regions {trained} train "
                                           "(model.unfreeze), and the update beside it would write the weights it reads")
         if "all" in self.cfg.compile.regions:
-            c = self.cfg.compile
-            kwargs = dict(mode=c.mode, fullgraph=c.fullgraph, dynamic=c.dynamic)
+            kwargs = knobs.compile_kwargs(self.cfg.compile)
             split = LossSplit(torch.compile(split.prefix, **kwargs), torch.compile(split.rest, **kwargs), split.regions)
         return split
 
