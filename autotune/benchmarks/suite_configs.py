@@ -44,6 +44,8 @@ CONFIGS["step_graph_tuned_overlap"] = {**CONFIGS["step_graph_tuned"], "ddp": {"g
 MODEL = {"model": {"skip_dead_work": True, "category_matmul": "grouped"}}
 """The ``model`` group's knobs on (both exact): no dead work, the projectors' grouped GEMM."""
 EXACT = {**MODEL, "optimizer": {"streams": 2}}
+ISSUE23 = {"model": {"bias_in_activation": True}, "optimizer": {"impl": "master", "streams": 1, "overlap": True}}
+"""Session 8's knobs on: the vision MLP's bias in its GELU, master weights, the update beside the next prefix."""
 VARIANTS: dict[str, dict] = {
     "model": MODEL,
     "skip_dead": {"model": {"skip_dead_work": True}},
@@ -53,7 +55,9 @@ VARIANTS: dict[str, dict] = {
     "compiled_adamw": {"optimizer": {"impl": "compiled"}},
     "master": {"optimizer": {"impl": "master", "streams": 1}},
     "bias_gelu": {"model": {"bias_in_activation": True}},
-    "issue23": {"model": {"bias_in_activation": True}, "optimizer": {"impl": "master", "streams": 1, "overlap": True}},
+    "issue23": ISSUE23,
+    # the same with the frozen vision tower's GEMMs in fp8 (not exact: the parity check decides)
+    "issue23_fp8_vision": {**ISSUE23, "precision": {"regions": {"vision": "fp8"}}},
     "exact": EXACT,
     "exact_compiled": {**EXACT, "optimizer": {"impl": "compiled", "streams": 1}},
     **{f"exact_fp8_{region}": {**EXACT, "precision": {"regions": {region: "fp8"}}}

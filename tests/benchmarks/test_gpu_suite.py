@@ -158,3 +158,6 @@ def test_the_v10_best_takes_the_master_and_overlap_variants():
     assert best.config.model.bias_in_activation and (best.config.optimizer.impl, best.config.optimizer.streams) == ("fused", 2)
     assert (master.config.optimizer.impl, master.config.optimizer.streams, master.config.optimizer.overlap) == ("master", 1, False)
     assert (overlap.config.optimizer.impl, overlap.config.optimizer.overlap) == ("master", True)
+    fp8 = resolve(["best-v10+issue23_fp8_vision"], TINY)[0]
+    assert fp8.config.precision.regions["vision"] == "fp8" and fp8.config.optimizer.overlap
+    assert fp8.config.precision.regions.get("dit") == overlap.config.precision.regions.get("dit")  # only the vision tower changes

@@ -37,3 +37,21 @@ def test_fp8_takes_the_dit_gemms_but_not_the_per_sample_timestep_layers():
 
 def test_misaligned_layers_stay_in_bf16():
     assert fp8_eligible(nn.Linear(32, 64)) and not fp8_eligible(nn.Linear(30, 64)) and not fp8_eligible(nn.LayerNorm(32))
+
+
+def test_an_fp8_vision_mlp_with_its_bias_in_the_activation_still_runs_its_fc1_in_fp8():
+    """model.bias_in_activation computes a plain fc1 without its bias; converted to fp8 the layer's own
+    forward runs (it adds the bias after its GEMM), so the tower's largest GEMM is not left in bf16."""
+    from autotune.config import ModelConfig
+
+    model = W.build_model("tiny", "cpu")
+    W.apply_model_options(model, ModelConfig(bias_in_activation=True))
+    _convert_fp8(model.region_map()["vision"])
+    layer = model.vision.blocks[0]
+    assert type(layer.fc1) is Float8Linear
+    calls = []
+    layer.fc1.register_forward_hook(lambda *_: calls.append(1))
+    x = torch.randn(2, 8, layer.fc1.in_features)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+    assert calls == [1] and torch.isfinite(out).all()

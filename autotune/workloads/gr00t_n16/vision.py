@@ -40,7 +40,9 @@ class SiglipLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.layer_norm1(x))
         h = self.layer_norm2(x)
-        if self.bias_in_activation:
+        # a layer converted by precision (torchao's fp8 linear) keeps its own forward, which adds the
+        # bias after its GEMM already
+        if self.bias_in_activation and type(self.fc1) is nn.Linear:
             h = F.gelu(F.linear(h, self.fc1.weight) + self.fc1.bias.to(h.dtype), approximate="tanh")
         else:
             h = F.gelu(self.fc1(h), approximate="tanh")
