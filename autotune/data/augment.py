@@ -98,36 +98,52 @@ def _blend(x: torch.Tensor, other: torch.Tensor, factor: float) -> torch.Tensor:
 
 def adjust_hue(x: torch.Tensor, shift: float) -> torch.Tensor:
     """Rotate the hue of RGB ``x`` (float in [0, 1]) by ``shift`` turns, through HSV."""
-    h, s, v = rgb_to_hsv(x).unbind(-3)
-    return hsv_to_rgb(torch.stack(((h + shift) % 1.0, s, v), dim=-3))
+    h, s, v = _hsv(x)
+    return _rgb(h.add_(shift).remainder_(1.0), s, v)
 
 
 def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
-    r, g, b = x.unbind(-3)
-    maxc, _ = x.max(dim=-3)
-    minc, _ = x.min(dim=-3)
-    delta = maxc - minc
-    s = torch.where(maxc > 0, delta / maxc.clamp_min(1e-12), torch.zeros_like(maxc))
-    d = delta.clamp_min(1e-12)
-    rc, gc, bc = (maxc - r) / d, (maxc - g) / d, (maxc - b) / d
-    h = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
-    h = torch.where(delta > 0, (h / 6.0) % 1.0, torch.zeros_like(h))
-    return torch.stack((h, s, maxc), dim=-3)
+    """RGB [..., 3, H, W] in [0, 1] -> HSV, each in [0, 1] (hue in turns; 0 for grays)."""
+    return torch.stack(_hsv(x), dim=-3)
 
 
 def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
-    h, s, v = x.unbind(-3)
-    i = torch.floor(h * 6.0)
-    f = h * 6.0 - i
-    i = i.to(torch.int64) % 6
-    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
-    table = torch.stack(
-        (
-            torch.stack((v, q, p, p, t, v), -3),
-            torch.stack((t, v, v, q, p, p), -3),
-            torch.stack((p, p, t, v, v, q), -3),
-        ),
-        dim=-4,
-    )  # [..., 3 (rgb), 6 (sector), H, W]
-    idx = i.unsqueeze(-3).unsqueeze(-3).expand(*table.shape[:-3], 1, *i.shape[-2:])
-    return table.gather(-3, idx).squeeze(-3)
+    return _rgb(*x.unbind(-3))
+
+
+# The loader's workers spend most of a sample's augmentation here, one thread each: the channels are
+# kept apart (no stacking), maxima come from elementwise maximum (no reduction over a strided dim),
+# temporaries are reused in place, and the sector's value is picked from the four distinct candidates.
+# Every element goes through the same float operations in the same order as the textbook formulas,
+# so the result is bit for bit the same (tests/data/test_transforms.py keeps those formulas).
+def _hsv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r, g, b = x.unbind(-3)
+    maxc = torch.maximum(torch.maximum(r, g), b)
+    delta = maxc - torch.minimum(torch.minimum(r, g), b)
+    # In [0, 1] a black pixel has delta = +0, so delta / 1e-12 is the +0 the formula's "s = 0 where
+    # max = 0" gives; and a gray one (delta = 0) has rc = gc = bc = 0 and max == r, so the hue below is
+    # already the formula's 0 there: neither case needs its own pass.
+    s = delta / maxc.clamp_min(1e-12)
+    d = delta.clamp_min(1e-12)
+    rc, gc, bc = (maxc - r).div_(d), (maxc - g).div_(d), (maxc - b).div_(d)
+    # the three sectors' formulas ((2 + rc) - bc, as written left to right), chosen as max matches r, g, b
+    h = torch.where(maxc == g, rc.add(2.0).sub_(bc), gc.add(4.0).sub_(rc))
+    h = torch.where(maxc == r, bc.sub_(gc), h)
+    return h.div_(6.0).remainder_(1.0), s, maxc
+
+
+# sector (0..5) -> which of (v, q, p, t) each of r, g, b takes
+_SECTOR_PICK = torch.tensor([[0, 1, 2, 2, 3, 0], [3, 0, 0, 1, 2, 2], [2, 2, 3, 0, 0, 1]])
+
+
+def _rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    h6 = h * 6.0
+    i = torch.floor(h6)
+    f = h6.sub_(i)
+    sector = i.to(torch.int64).remainder_(6)
+    p = v * (1 - s)
+    q = v * s.mul(f).neg_().add_(1)  # 1 - s f: a - b is a + (-b) exactly in IEEE arithmetic
+    t = v * s.mul(f.neg_().add_(1)).neg_().add_(1)
+    picks = _SECTOR_PICK[:, sector]  # [3, *h.shape]
+    rgb = torch.stack((v, q, p, t)).gather(0, picks)
+    return rgb.movedim(0, -3).contiguous()

@@ -77,3 +77,47 @@ def test_hsv_matches_colorsys_and_round_trips():
     shifted = adjust_hue(x, 0.1)[0, :, 2, 3].tolist()
     h, s, v = colorsys.rgb_to_hsv(*x[0, :, 2, 3].tolist())
     assert shifted == pytest.approx(colorsys.hsv_to_rgb((h + 0.1) % 1, s, v), abs=1e-5)
+
+
+# The textbook formulas, one tensor expression each: the loader's hue rotation is a faster
+# arrangement of the same float operations, so it must give these bits exactly.
+def _reference_rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
+    r, g, b = x.unbind(-3)
+    maxc, minc = x.max(dim=-3).values, x.min(dim=-3).values
+    delta = maxc - minc
+    s = torch.where(maxc > 0, delta / maxc.clamp_min(1e-12), torch.zeros_like(maxc))
+    d = delta.clamp_min(1e-12)
+    rc, gc, bc = (maxc - r) / d, (maxc - g) / d, (maxc - b) / d
+    h = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
+    h = torch.where(delta > 0, (h / 6.0) % 1.0, torch.zeros_like(h))
+    return torch.stack((h, s, maxc), dim=-3)
+
+
+def _reference_hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
+    h, s, v = x.unbind(-3)
+    i = torch.floor(h * 6.0)
+    f = h * 6.0 - i
+    i = i.to(torch.int64) % 6
+    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
+    sectors = [(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)]
+    out = torch.zeros_like(x)
+    for k, channels in enumerate(sectors):
+        out = torch.where((i == k).unsqueeze(-3), torch.stack(channels, dim=-3), out)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["uniform", "8-bit", "gray", "black", "white"])
+def test_hue_rotation_gives_the_textbook_formulas_bits(kind):
+    g = torch.Generator().manual_seed(3)
+    x = {"uniform": lambda: torch.rand(2, 3, 40, 40, generator=g),
+         "8-bit": lambda: torch.randint(0, 256, (2, 3, 40, 40), generator=g).float() / 255,  # ties between channels
+         "gray": lambda: torch.rand(2, 1, 40, 40, generator=g).expand(-1, 3, -1, -1),
+         "black": lambda: torch.zeros(1, 3, 4, 4),
+         "white": lambda: torch.ones(1, 3, 4, 4)}[kind]()
+    hsv = _reference_rgb_to_hsv(x)
+    assert torch.equal(rgb_to_hsv(x), hsv)
+    assert torch.equal(hsv_to_rgb(hsv), _reference_hsv_to_rgb(hsv))
+    for shift in (0.0, 0.05, -0.08, 1 / 6, 0.5):
+        h, s, v = hsv.unbind(-3)
+        want = _reference_hsv_to_rgb(torch.stack(((h + shift) % 1.0, s, v), dim=-3))
+        assert torch.equal(adjust_hue(x, shift), want), shift

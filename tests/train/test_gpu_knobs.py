@@ -177,8 +177,11 @@ def test_the_update_beside_the_next_prefix_trains_as_the_update_after_the_backwa
     over = {"compile": {"regions": ["all"]}} if compile_all else {}
     want, want_w = _session({"optimizer": {"impl": "master"}, **over})
     got, got_w = _session({"optimizer": {"impl": "master", "overlap": True}, **over})
-    tol = 1e-2 if compile_all else 1e-5  # compiled as one graph or as two, Inductor fuses differently
-    assert got[:2] == pytest.approx(want[:2], rel=1e-3 if compile_all else 1e-6)
+    # compiled as one graph or as two, Inductor fuses (and rounds in bf16) differently: on an H200 the
+    # first step's loss was the same and its gradient norm 0.36 % apart. The eager case holds the
+    # order of the updates to 1e-6; this one that the two compiled graphs train the same model
+    tol = 1e-2 if compile_all else 1e-5
+    assert got[:2] == pytest.approx(want[:2], rel=tol if compile_all else 1e-6)
     assert got == pytest.approx(want, rel=tol)
     for name, w in want_w.items():
         torch.testing.assert_close(got_w[name], w, rtol=tol, atol=1e-4 if compile_all else 1e-6,
