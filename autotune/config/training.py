@@ -286,6 +286,12 @@ class ModelConfig:
     """Linear layers that feed an activation add their bias in the activation's kernel instead of
     the GEMM's (gr00t_n16: the vision tower's MLP, whose compiled GEMM otherwise starts from a copy
     of the bias broadcast over its output). The same sums, rounded once less. Applied by the workload."""
+    attended_kv_only: bool = False
+    """Cross-attention layers that mask most of their keys project keys and values only for the tokens
+    they attend to (gr00t_n16: the DiT's text layers attend to the text tokens, its image layers to the
+    image tokens, and upstream projects every VL token for both). Masked keys get no attention weight,
+    so the loss and the gradients are the same sums over fewer zero terms (to float rounding).
+    Applied by the workload."""
 
     def __post_init__(self) -> None:
         check_choice("category_matmul", self.category_matmul, CATEGORY_MATMULS)

@@ -161,3 +161,9 @@ def test_the_v10_best_takes_the_master_and_overlap_variants():
     fp8 = resolve(["best-v10+issue23_fp8_vision"], TINY)[0]
     assert fp8.config.precision.regions["vision"] == "fp8" and fp8.config.optimizer.overlap
     assert fp8.config.precision.regions.get("dit") == overlap.config.precision.regions.get("dit")  # only the vision tower changes
+
+
+def test_the_v11_best_is_master_and_takes_the_attended_variant():
+    best, attended = resolve(["best-v11", "best-v11+attended"], TINY)
+    assert best.config.optimizer.impl == "master" and not best.config.model.attended_kv_only
+    assert attended.config.model.attended_kv_only and attended.config.optimizer.impl == "master"

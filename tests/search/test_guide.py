@@ -334,7 +334,8 @@ def test_a_remedy_that_does_not_exist_beside_the_incumbent_is_not_tried(tmp_path
 def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimizer_remedies():
     """The 1-GPU best of the fourth campaign (whole model compiled in a step graph, fused AdamW; its
     profile 94 % compute_serial): the compute bucket's remedies come first, the exact ones (skip the
-    dead LM head, the vision MLP's bias in its GELU; master weights) before the searches."""
+    dead LM head, the vision MLP's bias in its GELU, the masked tokens' keys; master weights) before
+    the searches."""
     from autotune.benchmarks.suite_configs import BEST_1GPU
     from autotune.config import load_config
     from autotune.config.compat import Machine
@@ -354,8 +355,8 @@ def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimiz
     guide = Guide(space, stage_trials=3, together=False)
     fixed, stage = guide.next_trial(study, best)
     assert (stage.kind, stage.bottleneck, stage.groups, stage.knobs) == (
-        "remedy", "compute_serial", ["model"], ["model.skip_dead_work", "model.bias_in_activation"])
-    model = {"model.skip_dead_work", "model.bias_in_activation"}
+        "remedy", "compute_serial", ["model"], ["model.skip_dead_work", "model.bias_in_activation", "model.attended_kv_only"])
+    model = {"model.skip_dead_work", "model.bias_in_activation", "model.attended_kv_only"}
     assert all(fixed[k] is True for k in model) and fixed["optimizer.impl"] == "fused"
     assert {k: v for k, v in fixed.items() if k not in model} == {k: v for k, v in best.params.items() if k not in model}
     stage.trials.append(1)

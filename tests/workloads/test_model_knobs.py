@@ -17,6 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from autotune.config import ModelConfig, config_from_dict
 from autotune.errors import IncompatibleConfigError
 from autotune.workloads import get_workload
+from autotune.workloads.gr00t_n16.dit import block_kind
 from autotune.workloads.gr00t_n16.presets import get_preset
 from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, slot_groups
 
@@ -68,6 +69,76 @@ def test_bias_in_activation_is_refused_by_a_workload_without_such_layers():
         get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(bias_in_activation=True))
 
 
+def _texts_of_length(batch: dict, lengths: list[int]) -> dict:
+    """``batch`` with its samples' text lengths set (the layout of ``batch.layout_tokens``)."""
+    from autotune.workloads.gr00t_n16.batch import layout_tokens
+
+    p = W.resolve("tiny")
+    for b, n in enumerate(lengths):
+        ids, real = layout_tokens(list(range(10, 10 + n)), p)
+        batch["input_ids"][b] = torch.tensor(ids)
+        batch["attention_mask"][b] = torch.arange(p.seq_len) < real
+    return batch
+
+
+def test_attended_kv_only_gives_the_same_loss_and_gradients():
+    """The longest text fills the text layers' static room exactly; the shortest leaves it mostly filler."""
+    p = W.resolve("tiny")
+    _assert_same(ModelConfig(attended_kv_only=True), _batch())
+    _assert_same(ModelConfig(attended_kv_only=True), _texts_of_length(_batch(), [p.max_text_tokens, 1, 7, p.max_text_tokens]))
+
+
+def test_attended_keeps_each_samples_tokens_in_order_then_masked_filler():
+    from autotune.workloads.gr00t_n16.dit import attended
+
+    vl = torch.arange(2 * 6, dtype=torch.float32).reshape(2, 6, 1)
+    keep = torch.tensor([[0, 1, 0, 1, 1, 0], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    context, mask = attended(vl, keep, 3)
+    assert context[..., 0].tolist() == [[1, 3, 4], [6, 7, 8]]
+    assert mask.shape == (2, 1, 1, 3) and mask[:, 0, 0].tolist() == [[True] * 3, [True, False, False]]
+
+
+def test_attended_kv_only_projects_keys_and_values_for_the_attended_tokens_only():
+    """The cross layers' key and value projections run on the image tokens and on the text room
+    instead of the whole sequence, and the useful count leaves out the rest (with their input and
+    weight gradients, each the forward GEMM's size, and the attention over the masked keys)."""
+    p = W.resolve("tiny")
+    images = p.views * p.image_tokens_per_view
+    forward, step = {}, {}
+    for on in (False, True):
+        model = W.build_model("tiny", "meta")
+        model.configure(skip_dead_work=True, attended_kv_only=on)
+        batch = W.synthetic_batch("tiny", 1, "meta", torch.Generator().manual_seed(0))
+        with FlopCounterMode(display=False) as fwd:
+            loss = model(batch)
+        with FlopCounterMode(display=False) as bwd:
+            loss.backward()
+        forward[on], step[on] = fwd.get_flop_counts(), fwd.get_total_flops() + bwd.get_total_flops()
+
+    def kv(on: bool, kinds: tuple[str, ...]) -> int:  # forward FLOPs of the key and value projections
+        total = 0
+        for module, ops in forward[on].items():
+            parts = module.split(".")
+            if parts[-1] in ("to_k", "to_v") and parts[-2] == "attn1" and block_kind(int(parts[-3])) in kinds:
+                total += sum(ops.values())
+        return total
+
+    layers = {k: sum(block_kind(i) == k for i in range(p.dit_layers)) for k in ("text", "image")}
+    per_row = 2 * 2 * p.llm_hidden * p.dit_width  # K and V, 2 FLOPs a multiply-add
+    assert kv(False, ("text", "image")) == per_row * p.seq_len * (layers["text"] + layers["image"])
+    assert kv(True, ("text", "image")) == per_row * ((p.seq_len - images) * layers["text"] + images * layers["image"])
+    assert kv(True, ("self",)) == kv(False, ("self",)) > 0
+    saved = kv(False, ("text", "image")) - kv(True, ("text", "image"))
+    assert step[False] - step[True] > 3 * saved
+    assert W.flops_per_sample("tiny") - W.useful_flops_per_sample("tiny") > 3 * saved  # and the LM head
+
+
+def test_attended_kv_only_is_refused_by_a_workload_without_masked_cross_attention():
+    with pytest.raises(IncompatibleConfigError, match=r"model.attended_kv_only: true is refused: workload "
+                                                      r"'image_classifier'"):
+        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(attended_kv_only=True))
+
+
 @pytest.mark.parametrize("ids", [[5, 5, 5, 5], [7, 2, 7, 30]], ids=["one embodiment", "mixed"])
 def test_grouped_projectors_give_the_same_loss_and_dense_gradients(ids):
     _assert_same(ModelConfig(category_matmul="grouped"), _batch(ids))
@@ -101,9 +172,25 @@ def test_slot_groups_have_static_shapes_whatever_the_ids():
         assert int(offs[-1]) == 15 and bool((offs[1:] >= offs[:-1]).all())
 
 
+def _step_flops(preset: str, **options) -> float:
+    """FLOPs of one sample's forward and backward with the model configured by ``options``."""
+    model = W.build_model(preset, "meta")
+    model.configure(**options)
+    batch = W.synthetic_batch(preset, 1, "meta", torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        model(batch).backward()
+    return counter.get_total_flops()
+
+
+def _masked_kv(preset: str) -> float:
+    """What ``attended_kv_only`` leaves out of a step: the masked tokens' keys and values."""
+    return _step_flops(preset, skip_dead_work=True) - _step_flops(preset, skip_dead_work=True, attended_kv_only=True)
+
+
 def test_stock_computes_the_lm_head_logits_and_the_knob_drops_exactly_them():
     """The dead work is real in the replica: the stock forward counts 2 L D V FLOPs a sample for the
-    logits (upstream's cost), which the useful count leaves out (with the decoder on the state token)."""
+    logits (upstream's cost), which the useful count leaves out (with the decoder on the state token
+    and the keys and values of masked tokens)."""
     p = W.resolve("tiny")  # what build_model builds (fitted where an earlier test fitted the shared workload)
     model = W.build_model("tiny", "meta")
     hidden = torch.empty(1, p.seq_len, p.llm_hidden, device="meta")
@@ -118,14 +205,15 @@ def test_stock_computes_the_lm_head_logits_and_the_knob_drops_exactly_them():
     assert with_logits.get_total_flops() - without.get_total_flops() == lm_head
     dead = W.flops_per_sample("tiny") - W.useful_flops_per_sample("tiny")
     decoder_on_state_token = 2 * (p.dit_out * p.decoder_hidden + p.decoder_hidden * p.action_dim) * 3  # fwd + 2 bwd
-    assert dead == lm_head + decoder_on_state_token
+    assert dead == lm_head + decoder_on_state_token + _masked_kv("tiny")
 
 
-def test_full_useful_flops_leave_out_the_lm_head():
+def test_full_useful_flops_leave_out_the_lm_head_and_the_masked_keys():
     full = get_preset("full")
     dead = W.flops_per_sample("full") - W.useful_flops_per_sample("full")
-    assert dead == pytest.approx(2 * full.seq_len * full.llm_hidden * full.vocab_size, rel=1e-3)  # ~137 GFLOP
-    assert 0.07 < dead / W.flops_per_sample("full") < 0.10
+    lm_head = 2 * full.seq_len * full.llm_hidden * full.vocab_size  # ~137 GFLOP
+    assert dead == pytest.approx(lm_head + _masked_kv("full"), rel=1e-3)
+    assert 0.07 < lm_head / W.flops_per_sample("full") < 0.10 and 0.02 < _masked_kv("full") / W.flops_per_sample("full") < 0.06
 
 
 def test_session_applies_the_model_knobs():
@@ -160,13 +248,13 @@ def test_flop_counts_are_kept_on_disk_and_a_bad_file_is_counted_again(tmp_path, 
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     counted = count_flops(W, "tiny")["total"]
-    assert cached_total(Gr00tN16(), "tiny", skip_dead_work=False) == counted
+    assert cached_total(Gr00tN16(), "tiny", useful=False) == counted
     files = list((tmp_path / "flops").glob("*.json"))
     assert len(files) == 1
     files[0].write_text(files[0].read_text().replace(str(counted), str(counted + 1)))
-    assert cached_total(Gr00tN16(), "tiny", skip_dead_work=False) == counted + 1  # read, not counted
-    useful = cached_total(Gr00tN16(), "tiny", skip_dead_work=True)
+    assert cached_total(Gr00tN16(), "tiny", useful=False) == counted + 1  # read, not counted
+    useful = cached_total(Gr00tN16(), "tiny", useful=True)
     assert useful < counted and len(list((tmp_path / "flops").glob("*.json"))) == 2  # its own key
     files[0].write_text("{not json")
-    assert cached_total(Gr00tN16(), "tiny", skip_dead_work=False) == counted  # counted again, and kept
+    assert cached_total(Gr00tN16(), "tiny", useful=False) == counted  # counted again, and kept
     assert json.loads(files[0].read_text())["total"] == counted

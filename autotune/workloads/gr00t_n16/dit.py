@@ -68,15 +68,30 @@ class DiTBlock(nn.Module):
         self.ff_in, self.ff_out = nn.Linear(dim, p.dit_ffn), nn.Linear(p.dit_ffn, dim)
         self.ff_dropout, self.ff_final_dropout = nn.Dropout(p.dropout), nn.Dropout(p.dropout)
 
-    def forward(self, x, temb, context, text_mask, image_mask) -> torch.Tensor:
+    def forward(self, x, temb, text, image) -> torch.Tensor:
+        """``text`` and ``image``: (context [B, C, 2048], mask [B, 1, 1, C]) of the layers that attend
+        to the text tokens and of those that attend to the image tokens."""
         h = self.norm1(x, temb)
         if self.kind == "self":
             h = self.attn1(h, h, None)
         else:
-            h = self.attn1(h, context, text_mask if self.kind == "text" else image_mask)
+            h = self.attn1(h, *(text if self.kind == "text" else image))
         x = x + self.dropout1(h)
         h = self.ff_dropout(F.gelu(self.ff_in(self.norm3(x)), approximate="tanh"))
         return x + self.ff_final_dropout(self.ff_out(h))
+
+
+def attended(vl: torch.Tensor, keep: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``keep`` tokens of each sample, in order, as a context of ``capacity`` tokens and its mask.
+
+    ``vl`` [B, L, D], ``keep`` [B, L] bool with at most ``capacity`` True per row (the caller's
+    guarantee: the batch layout bounds it). The kept tokens come first by a stable sort, so each
+    sample's keys are its attended tokens in their order, then masked filler up to ``capacity``:
+    the shape is static (a captured graph can replay it) and no host sync counts the tokens.
+    """
+    order = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)[:, :capacity]
+    context = torch.gather(vl, 1, order.unsqueeze(-1).expand(-1, -1, vl.shape[-1]))
+    return context, torch.gather(keep, 1, order)[:, None, None, :]
 
 
 def block_kind(i: int) -> str:
@@ -100,9 +115,11 @@ class TimestepEncoder(nn.Module):
 
 
 class DiT(BlockStack):
-    """``forward(tokens [B, 51, W], vl [B, L, 2048], t_disc [B], text_mask, image_mask) -> [B, 51, out]``.
+    """``forward(tokens [B, 51, W], text, image, t_disc [B]) -> [B, 51, out]``.
 
-    Masks are boolean [B, 1, 1, L] (True = attend).
+    ``text`` and ``image`` are (context, mask) pairs: the VL tokens the text (image) layers attend
+    over [B, C, 2048] and their boolean mask [B, 1, 1, C] (True = attend); upstream passes every VL
+    token to both, with masks that pick the text or the image tokens.
     """
 
     def __init__(self, p: Gr00tPreset) -> None:
@@ -112,8 +129,8 @@ class DiT(BlockStack):
         self.proj_out_1 = few_rows(nn.Linear(p.dit_width, 2 * p.dit_width))
         self.proj_out_2 = nn.Linear(p.dit_width, p.dit_out)
 
-    def forward(self, x, vl, t_disc, text_mask, image_mask) -> torch.Tensor:
+    def forward(self, x, text, image, t_disc) -> torch.Tensor:
         temb = self.timestep_encoder(t_disc)
-        x = self.run(x, temb, vl, text_mask, image_mask)
+        x = self.run(x, temb, text, image)
         shift, scale = self.proj_out_1(F.silu(temb)).unsqueeze(1).chunk(2, dim=-1)
         return self.proj_out_2(self.norm_out(x) * (1 + scale) + shift)

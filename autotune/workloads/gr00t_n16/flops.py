@@ -6,8 +6,8 @@ batched matmuls and attention), nothing is estimated by hand, and no memory is a
 
 Every measured run needs the counts for its MFU, and counting costs a second or more a run, so
 :func:`cached_total` keeps them in ``$AUTOTUNE_CACHE/flops`` keyed by the preset as resolved, the
-dead-work switch, torch's version and a digest of this package's source: a change to the model's
-code is a new key, never a stale count.
+count asked for (upstream or useful), torch's version and a digest of this package's source: a
+change to the model's code is a new key, never a stale count.
 """
 
 from __future__ import annotations
@@ -49,14 +49,17 @@ def spec_modules(model) -> dict[str, int]:
     }
 
 
-def count_flops(workload: Gr00tN16, preset: str, *, skip_dead_work: bool = False) -> dict[str, float]:
+def count_flops(workload: Gr00tN16, preset: str, *, useful: bool = False) -> dict[str, float]:
     """FLOPs of one sample's training step: ``forward``, ``backward`` and ``total``.
 
-    As upstream runs it by default; with ``skip_dead_work`` without the work whose output never
-    reaches the loss (the LM-head logits, the decoder on the state token): the useful FLOPs.
+    As upstream runs it by default; ``useful``: without the work whose output never reaches the loss
+    or a gradient (the LM-head logits, the decoder on the state token, the keys and values of the VL
+    tokens a DiT cross-attention layer masks): the model with ``skip_dead_work`` and
+    ``attended_kv_only``. The text layers' keys still count up to their static capacity (the text
+    room the images leave), whatever the sample's text length.
     """
     model = workload.build_model(preset, "meta")
-    model.configure(skip_dead_work=skip_dead_work)
+    model.configure(skip_dead_work=useful, attended_kv_only=useful)
     batch = workload.synthetic_batch(preset, 1, "meta", torch.Generator().manual_seed(0))
     with FlopCounterMode(display=False) as fwd:
         loss = model(batch)
@@ -66,19 +69,19 @@ def count_flops(workload: Gr00tN16, preset: str, *, skip_dead_work: bool = False
     return {"forward": f, "backward": b, "total": f + b}
 
 
-def cached_total(workload: Gr00tN16, preset: str, *, skip_dead_work: bool) -> float:
+def cached_total(workload: Gr00tN16, preset: str, *, useful: bool) -> float:
     """``count_flops(...)["total"]``, read from the cache where counted before (an unreadable or
     unwritable cache only costs the count)."""
     from autotune.config.io import write_text_atomic
     from autotune.data.cache import cache_root
 
-    key = repr((workload.resolve(preset), skip_dead_work, torch.__version__, _source_digest()))
+    key = repr((workload.resolve(preset), useful, torch.__version__, _source_digest()))
     path = cache_root() / "flops" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         kept = json.loads(path.read_text())
         if kept["key"] == key:
             return float(kept["total"])
-    total = count_flops(workload, preset, skip_dead_work=skip_dead_work)["total"]
+    total = count_flops(workload, preset, useful=useful)["total"]
     with contextlib.suppress(OSError):
         write_text_atomic(path, json.dumps({"key": key, "total": total}))
     return total
@@ -104,7 +107,7 @@ def describe(workload: Gr00tN16, preset: str) -> dict[str, Any]:
         for name, mods in workload.regions(model).items()
     }
     flops = count_flops(workload, preset)
-    useful = count_flops(workload, preset, skip_dead_work=True)
+    useful = count_flops(workload, preset, useful=True)
     p = workload.resolve(preset)
     return {
         "workload": workload.name,

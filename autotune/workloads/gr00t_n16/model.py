@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from autotune.workloads.gr00t_n16.dit import DiT
+from autotune.workloads.gr00t_n16.dit import DiT, attended
 from autotune.workloads.gr00t_n16.layers import init_weights
 from autotune.workloads.gr00t_n16.llm import LLMFrozen, LLMTrainable
 from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, Gr00tPreset
@@ -56,15 +56,19 @@ class Gr00tN16Model(nn.Module):
         for module in frozen:
             module.requires_grad_(False)
         self.skip_dead_work = False
+        self.attended_kv_only = False
 
     def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather",
-                  bias_in_activation: bool = False) -> None:
+                  bias_in_activation: bool = False, attended_kv_only: bool = False) -> None:
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs
         the loss never reads (knob ``model.skip_dead_work``). ``category_matmul``: how the
         projectors apply each sample's embodiment weights (``gather`` or ``grouped``, see
         :class:`CategorySpecificLinear`). ``bias_in_activation``: the vision MLP's ``fc1`` bias added
-        in its GELU (see :class:`SiglipLayer`). None changes the loss or a gradient beyond rounding."""
+        in its GELU (see :class:`SiglipLayer`). ``attended_kv_only``: the DiT's cross-attention layers
+        get only the VL tokens they attend to (:meth:`cross_contexts`). None changes the loss or a
+        gradient beyond rounding."""
         self.skip_dead_work = skip_dead_work
+        self.attended_kv_only = attended_kv_only
         for layer in self.vision.blocks:
             layer.bias_in_activation = bias_in_activation
         self.llm_trainable.compute_logits = not skip_dead_work
@@ -84,6 +88,21 @@ class Gr00tN16Model(nn.Module):
             "dit": [self.dit, self.position_embedding],
             "projectors": [pr.state_encoder, pr.action_encoder, pr.action_decoder],
         }
+
+    def cross_contexts(self, vl: torch.Tensor, ids: torch.Tensor, attn: torch.Tensor):
+        """(context, mask) of the DiT's text layers and of its image layers.
+
+        Upstream: every VL token for both, the text layers masked to the real tokens that are not image
+        context tokens, the image layers to the image context tokens. With ``attended_kv_only`` each
+        gets only its tokens, so the keys and values of the tokens it masks are never projected: a
+        sample has exactly ``views x image_tokens_per_view`` image context tokens, and so at most
+        ``seq_len`` minus those of the others (``batch.layout_tokens``).
+        """
+        text_keep, image_keep = attn & (ids != IMG_CONTEXT_ID), ids == IMG_CONTEXT_ID
+        if not self.attended_kv_only:
+            return (vl, text_keep[:, None, None, :]), (vl, image_keep[:, None, None, :])
+        images = self.preset.views * self.preset.image_tokens_per_view
+        return attended(vl, text_keep, self.preset.seq_len - images), attended(vl, image_keep, images)
 
     PREFIX_REGIONS = ("vision", "connector", "llm_frozen")
     """The regions :meth:`frozen_prefix` runs (frozen unless ``model.unfreeze`` names one)."""
@@ -105,9 +124,7 @@ class Gr00tN16Model(nn.Module):
         p = self.preset
         hidden, _logits = self.llm_trainable(hidden)
         vl = self.vlln(hidden)
-        ids, attn = batch["input_ids"], batch["attention_mask"]
-        image_mask = (ids == IMG_CONTEXT_ID)[:, None, None, :]
-        text_mask = (attn & (ids != IMG_CONTEXT_ID))[:, None, None, :]
+        text, image = self.cross_contexts(vl, batch["input_ids"], batch["attention_mask"])
 
         # Padding is zero upstream by construction; enforce it so padded values never leak in.
         mask = batch["action_mask"].to(torch.float32)
@@ -125,7 +142,7 @@ class Gr00tN16Model(nn.Module):
         pos = torch.arange(action_tokens.shape[1], device=action.device)
         action_tokens = action_tokens + self.position_embedding(pos).to(action_tokens.dtype)
         tokens = torch.cat([state_tokens, action_tokens], dim=1)
-        out = self.dit(tokens, vl, t_disc, text_mask, image_mask)
+        out = self.dit(tokens, text, image, t_disc)
         if self.skip_dead_work:  # the decoder works token by token: decode only the action tokens the loss reads
             pred = pr.action_decoder(out[:, -p.action_horizon :], cat_ids)
         else:  # upstream decodes the state token too, and drops it

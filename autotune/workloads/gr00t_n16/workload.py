@@ -108,22 +108,23 @@ class Gr00tN16(Workload):
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
         model.configure(skip_dead_work=options.skip_dead_work, category_matmul=options.category_matmul,
-                        bias_in_activation=options.bias_in_activation)
+                        bias_in_activation=options.bias_in_activation, attended_kv_only=options.attended_kv_only)
 
     def flops_per_sample(self, preset: str) -> float:
         """The upstream step's FLOPs, the discarded LM-head logits included."""
-        return self._count(preset, skip_dead_work=False)
+        return self._count(preset, useful=False)
 
     def useful_flops_per_sample(self, preset: str) -> float:
-        """The FLOPs that reach the loss or a gradient: the step with its dead work skipped."""
-        return self._count(preset, skip_dead_work=True)
+        """The FLOPs that reach the loss or a gradient: the step with its dead work skipped and the
+        cross-attention's keys and values only for the tokens it attends to."""
+        return self._count(preset, useful=True)
 
-    def _count(self, preset: str, *, skip_dead_work: bool) -> float:
-        key = (self.resolve(preset), skip_dead_work)
+    def _count(self, preset: str, *, useful: bool) -> float:
+        key = (self.resolve(preset), useful)
         if key not in self._flops:
             from autotune.workloads.gr00t_n16.flops import cached_total
 
-            self._flops[key] = cached_total(self, preset, skip_dead_work=skip_dead_work)
+            self._flops[key] = cached_total(self, preset, useful=useful)
         return self._flops[key]
 
     def describe(self, preset: str) -> dict[str, Any]:
