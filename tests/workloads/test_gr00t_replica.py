@@ -124,16 +124,19 @@ def test_each_dit_layer_attends_to_what_the_pattern_says(kind):
     valid = torch.ones(B, L, dtype=torch.bool)
     valid[:, 30:] = False
     text_mask, image_mask = (valid & ~is_image)[:, None, None], is_image[:, None, None]
-    out = block(x, temb, vl, text_mask, image_mask)
+    def run(context):
+        return block(x, temb, (context, text_mask), (context, image_mask))
+
+    out = run(vl)
     noisy_text, noisy_image = vl.clone(), vl.clone()
     noisy_text[:, :10] += 5.0
     noisy_image[:, 10:20] += 5.0
     noisy_pad = vl.clone()
     noisy_pad[:, 30:] += 5.0
     changed = {
-        "text": not torch.allclose(block(x, temb, noisy_text, text_mask, image_mask), out),
-        "image": not torch.allclose(block(x, temb, noisy_image, text_mask, image_mask), out),
-        "pad": not torch.allclose(block(x, temb, noisy_pad, text_mask, image_mask), out),
+        "text": not torch.allclose(run(noisy_text), out),
+        "image": not torch.allclose(run(noisy_image), out),
+        "pad": not torch.allclose(run(noisy_pad), out),
     }
     assert changed == {"text": kind == "text", "image": kind == "image", "pad": False}
 
@@ -160,8 +163,8 @@ def test_dropout_active_in_training_only(tiny):
     model, batch = tiny
     dit = model.dit
     p = model.preset
-    args = (torch.randn(2, 51, p.dit_width), torch.randn(2, p.seq_len, p.llm_hidden), torch.tensor([10.0, 500.0]),
-            torch.ones(2, 1, 1, p.seq_len, dtype=torch.bool), torch.ones(2, 1, 1, p.seq_len, dtype=torch.bool))
+    vl, mask = torch.randn(2, p.seq_len, p.llm_hidden), torch.ones(2, 1, 1, p.seq_len, dtype=torch.bool)
+    args = (torch.randn(2, 51, p.dit_width), (vl, mask), (vl, mask), torch.tensor([10.0, 500.0]))
     dit.train()
     assert not torch.allclose(dit(*args), dit(*args))
     dit.eval()
