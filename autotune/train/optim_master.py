@@ -11,10 +11,11 @@ gradient) and the update is AdamW's on the same fp32 values: exact to float roun
 (:func:`autotune.train.precision.autocast_only_params`); every other trainable tensor is updated
 in fp32 as before, by the same pass.
 
-The gradient norm is torch's multi-tensor norm, each tensor's in fp32. On CUDA the update is a
-Triton kernel over tables of every tensor (:mod:`autotune.train.optim_master_kernels`): one launch
-per kind of tensor, however many tensors. Elsewhere, and for a gradient the kernel cannot take, the
-same arithmetic runs as torch ops. Nothing syncs the host, so the step can be captured in a CUDA
+On CUDA the update is a Triton kernel over tables of every tensor
+(:mod:`autotune.train.optim_master_kernels`): one launch per kind of tensor, however many tensors; so
+is the gradient norm (partial sums of squares in fp32) once the tables exist. Elsewhere, and for a
+gradient the kernels cannot take, the same arithmetic runs as torch ops (the norm: torch's
+multi-tensor norm, each tensor's in fp32). Nothing syncs the host, so the step can be captured in a CUDA
 graph; the tables hold the gradients' addresses, so a captured update needs
 :meth:`MasterAdamW.prepare` once its gradients exist (``StepGraph`` and ``OverlapStepGraph`` call it
 between their captures).
@@ -153,13 +154,26 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
     def _active(self) -> list[int]:
         return [i for i, p in enumerate(self._params) if p.grad is not None]
 
+    def _ready_tables(self, active: list[int]) -> list[Table] | None:
+        """The tables of the ``active`` gradients where they can be had without building them during a
+        capture (None: the torch path)."""
+        if not self.use_kernels:
+            return None
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return self._tables if self._signature_of(active) == self._signature else None
+        return self._tables_for(active)
+
+    def _signature_of(self, active: list[int]) -> tuple:
+        """What the tables depend on: which gradients, where they are, their dtypes."""
+        grads = [self._params[i].grad for i in active]
+        return tuple(active), tuple(g.data_ptr() for g in grads), tuple(g.dtype for g in grads)
+
     def _tables_for(self, active: list[int]) -> list[Table] | None:
         """The Triton tables of the ``active`` tensors (None: not on CUDA, or a gradient the kernels
         cannot read; the torch path then runs)."""
         if not self.use_kernels:
             return None
-        grads = [self._params[i].grad for i in active]
-        signature = (tuple(active), tuple(g.data_ptr() for g in grads), tuple(g.dtype for g in grads))
+        signature = self._signature_of(active)
         if signature == self._signature:
             return self._tables
         if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -243,10 +257,17 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
             kernels.adamw(table, coefs, self._clip.reshape(1), beta1, beta2, eps)
 
     def _norm(self, active: list[int]) -> torch.Tensor:
-        """The global 2-norm of the active gradients, each tensor's in fp32, by torch's multi-tensor
-        kernel: no table, so it can be captured with the backward that makes the gradients. One call
-        per gradient dtype: torch's multi-tensor path takes lists of one dtype, and a mixed list
-        falls back to a kernel per tensor."""
+        """The global 2-norm of the active gradients, in fp32: over the tables where they are built
+        for these gradients (:meth:`prepare`), else by torch's multi-tensor kernel, which needs no
+        table and so can be captured with the backward that makes the gradients
+        (``optimizer.overlap``)."""
+        tables = self._ready_tables(active)
+        if tables is not None:
+            from autotune.train import optim_master_kernels as kernels
+
+            return torch.sqrt(torch.stack([kernels.sumsq(t) for t in tables]).sum())
+        # one call per gradient dtype: torch's multi-tensor path takes lists of one dtype, and a mixed
+        # list falls back to a kernel per tensor
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for i in active:
             g = self._params[i].grad

@@ -1,11 +1,12 @@
-"""Triton kernel of :class:`autotune.train.optim_master.MasterAdamW`: every tensor in one launch.
+"""Triton kernels of :class:`autotune.train.optim_master.MasterAdamW`: every tensor in one launch.
 
 The tensors of one kind (bf16 gradient with an fp32 master and a bf16 weight, or fp32 gradient and
 fp32 parameter) are described by tables on the device: per tensor, where each of its gradient,
 value, moments and weight starts, as an element offset from a base tensor of the same column; per
 block of ``BLOCK`` elements, its tensor and first element. One launch walks every block, so no
 launch drains before the next starts (torch's multi-tensor kernels take at most 320 blocks a
-launch) and small tensors cost a block, not a launch.
+launch) and small tensors cost a block, not a launch. The gradient norm walks the same tables, a few
+blocks a program, each program writing its partial sum of squares.
 
 Offsets from base pointers, both 16-byte aligned (checked on the host), let the compiler use 16-byte
 loads and stores; so does the block's bound: a block that ends inside its tensor runs unmasked, and
@@ -93,6 +94,43 @@ def _adamw_kernel(blk_tensor, blk_start, g_base, p_base, m_base, v_base, w_base,
     else:
         _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, offs < n, c, step_size, bc2_sqrt, decay, beta1, beta2, eps,
                      HAS_W, True)
+
+
+NORM_BLOCKS = 8
+"""Blocks a program of the norm kernel sums (16 KB of a bf16 gradient): a block alone is 2 KB, too little
+work for a program's table lookups to hide behind."""
+
+
+@triton.jit
+def _sumsq_kernel(blk_tensor, blk_start, g_base, g_off, numel_tab, out, n_blocks,
+                  G_ALIGN: tl.constexpr, BLOCK: tl.constexpr, NORM_BLOCKS: tl.constexpr):
+    """``out[program]``: the sum of the squares (fp32) of the gradient elements of its blocks."""
+    pid = tl.program_id(0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for j in range(NORM_BLOCKS):
+        b = pid * NORM_BLOCKS + j
+        if b < n_blocks:
+            t = tl.load(blk_tensor + b)
+            start = tl.multiple_of(tl.load(blk_start + b), BLOCK)
+            n = tl.load(numel_tab + t)
+            offs = start + tl.arange(0, BLOCK)
+            g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, BLOCK)
+            if start + BLOCK <= n:
+                g = tl.load(g_ptr).to(tl.float32)
+            else:
+                g = tl.load(g_ptr, mask=offs < n, other=0.0).to(tl.float32)
+            acc += g * g
+    tl.store(out + pid, tl.sum(acc, axis=0))
+
+
+def sumsq(table) -> torch.Tensor:
+    """The sum of the squares of every gradient element of ``table``, in fp32 (a 0-d device tensor)."""
+    programs = triton.cdiv(table.blocks, NORM_BLOCKS)
+    out = torch.empty(programs, dtype=torch.float32, device=table.blk_tensor.device)
+    _sumsq_kernel[(programs,)](table.blk_tensor, table.blk_start, table.base["g"], table.off["g"], table.numel, out,
+                               table.blocks, G_ALIGN=_align(table.base["g"]), BLOCK=BLOCK, NORM_BLOCKS=NORM_BLOCKS,
+                               num_warps=WARPS)
+    return out.sum()
 
 
 def _align(t: torch.Tensor) -> int:
