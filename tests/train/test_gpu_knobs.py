@@ -1,6 +1,6 @@
 """GPU-only: issue 23's knobs on the device (grouped GEMM kernels, optimizer streams, the compiled
 update and the master-weight kernels inside a captured step, the update beside the next step's
-prefix); run on the device machine."""
+prefix, the attended keys and values); run on the device machine."""
 
 from __future__ import annotations
 
@@ -186,3 +186,14 @@ def test_the_update_beside_the_next_prefix_trains_as_the_update_after_the_backwa
     for name, w in want_w.items():
         torch.testing.assert_close(got_w[name], w, rtol=tol, atol=1e-4 if compile_all else 1e-6,
                                    msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
+def test_attended_keys_and_values_train_as_the_masked_ones_in_a_captured_step(compile_all):
+    """model.attended_kv_only inside a whole-step graph (the stable sort and the gathers captured, the
+    whole model compiled or not): the same losses and gradient norms as projecting every token, to bf16
+    rounding (fewer rows in the key and value GEMMs sum in another order)."""
+    over = {"compile": {"regions": ["all"]}} if compile_all else {}
+    want, _ = _session({"optimizer": {"impl": "fused"}, **over})
+    got, _ = _session({"optimizer": {"impl": "fused"}, "model": {"attended_kv_only": True}, **over})
+    assert got == pytest.approx(want, rel=1e-2)

@@ -220,9 +220,9 @@ def test_session_applies_the_model_knobs():
     from autotune.train.session import Session
 
     cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
-                            "model": {"skip_dead_work": True, "category_matmul": "grouped"}})
+                            "model": {"skip_dead_work": True, "category_matmul": "grouped", "attended_kv_only": True}})
     s = Session(cfg)
-    assert s.model.skip_dead_work and not s.model.llm_trainable.compute_logits
+    assert s.model.skip_dead_work and not s.model.llm_trainable.compute_logits and s.model.attended_kv_only
     assert {m.matmul for m in s.model.modules() if isinstance(m, CategorySpecificLinear)} == {"grouped"}
     loss, norm = s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
     assert torch.isfinite(loss) and torch.isfinite(norm)
