@@ -12,7 +12,8 @@ The tensors have the shapes, dtypes and parameter groups a training session give
 trainable parameters (``master``: the weights that bf16 autocast only casts in bf16, with fp32
 masters), random values and gradients. Each row is a whole clipped step (gradient norm, clip, update)
 captured in a CUDA graph after three eager steps and replayed ``--reps`` times, each replay timed
-with CUDA events (median, min, max); ``master`` is also timed as its norm (with the clip coefficient) and its update alone. Beside
+with CUDA events (median, min, max); ``master`` is also timed as its norm (with the clip coefficient:
+over its tables, and on CUDA by torch's multi-tensor kernels too) and its update alone. Beside
 them, ``casts``: what the forward and backward of a model with fp32 weights spend casting the weights
 that ``master`` stores in bf16 (each weight to bf16, each bf16 gradient back to fp32), the work
 ``master`` removes from the step.
@@ -115,6 +116,10 @@ def _rows(name: str, shapes: Layout, impl: str, streams: int, device: torch.devi
     if impl == "master":
         opt.prepare()
         out["master_norm"] = timed(lambda: opt.prepare_update(1.0), device, reps)
+        if opt.use_kernels:  # the same norm by torch's multi-tensor kernels (what a capture before the tables runs)
+            opt.use_kernels = False
+            out["master_norm_torch"] = timed(lambda: opt.prepare_update(1.0), device, reps)
+            opt.use_kernels = True
         out["master_update"] = timed(opt.apply_update, device, reps)
     return out
 
