@@ -56,6 +56,8 @@ VARIANTS: dict[str, dict] = {
     "master": {"optimizer": {"impl": "master", "streams": 1}},
     "bias_gelu": {"model": {"bias_in_activation": True}},
     "attended": {"model": {"attended_kv_only": True}},
+    "gelu_epilogue": {"model": {"gelu_epilogue": True}},
+    "attended_epilogue": {"model": {"attended_kv_only": True, "gelu_epilogue": True}},
     "issue23": ISSUE23,
     # the same with the frozen vision tower's GEMMs in fp8 (not exact: the parity check decides)
     "issue23_fp8_vision": {**ISSUE23, "precision": {"regions": {"vision": "fp8"}}},

@@ -286,6 +286,10 @@ class ModelConfig:
     """Linear layers that feed an activation add their bias in the activation's kernel instead of
     the GEMM's (gr00t_n16: the vision tower's MLP, whose compiled GEMM otherwise starts from a copy
     of the bias broadcast over its output). The same sums, rounded once less. Applied by the workload."""
+    gelu_epilogue: bool = False
+    """Linear layers followed by a GELU run the bias and the GELU in the GEMM's epilogue (cuBLASLt) on
+    CUDA where nothing needs their gradient (gr00t_n16: the frozen vision tower's MLP). The GELU of the
+    fp32 sum, rounded to bf16 once instead of twice. Applied by the workload."""
     attended_kv_only: bool = False
     """Cross-attention layers that mask most of their keys project keys and values only for the tokens
     they attend to (gr00t_n16: the DiT's text layers attend to the text tokens, its image layers to the

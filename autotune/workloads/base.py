@@ -126,12 +126,12 @@ class Workload(ABC):
         return None
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
-        """Apply ``options.skip_dead_work``, ``options.category_matmul``, ``options.bias_in_activation``
-        and ``options.attended_kv_only`` to a built model.
+        """Apply ``options.skip_dead_work``, ``options.category_matmul``, ``options.bias_in_activation``,
+        ``options.gelu_epilogue`` and ``options.attended_kv_only`` to a built model.
 
         The default has no dead work (skipping it changes nothing), no per-category layers, no
-        layers that place their bias and no masked cross-attention: it refuses ``category_matmul:
-        grouped``, ``bias_in_activation: true`` and ``attended_kv_only: true`` rather than ignore them.
+        layers that place their bias or activation and no masked cross-attention: it refuses
+        ``category_matmul: grouped`` and each of the others set to true rather than ignore them.
         """
         from autotune.errors import IncompatibleConfigError
 
@@ -141,6 +141,9 @@ class Workload(ABC):
         if options.bias_in_activation:
             raise IncompatibleConfigError(f"model.bias_in_activation: true is refused: workload {self.name!r} does not "
                                           "place its layers' biases; allowed: false")
+        if options.gelu_epilogue:
+            raise IncompatibleConfigError(f"model.gelu_epilogue: true is refused: workload {self.name!r} does not "
+                                          "place its layers' activations; allowed: false")
         if options.attended_kv_only:
             raise IncompatibleConfigError(f"model.attended_kv_only: true is refused: workload {self.name!r} has no "
                                           "masked cross-attention; allowed: false")

@@ -167,3 +167,5 @@ def test_the_v11_best_is_master_and_takes_the_attended_variant():
     best, attended = resolve(["best-v11", "best-v11+attended"], TINY)
     assert best.config.optimizer.impl == "master" and not best.config.model.attended_kv_only
     assert attended.config.model.attended_kv_only and attended.config.optimizer.impl == "master"
+    both = resolve(["best-v11+attended_epilogue"], TINY)[0]
+    assert both.config.model.attended_kv_only and both.config.model.gelu_epilogue and both.config.model.bias_in_activation

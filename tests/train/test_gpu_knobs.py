@@ -197,3 +197,39 @@ def test_attended_keys_and_values_train_as_the_masked_ones_in_a_captured_step(co
     want, _ = _session({"optimizer": {"impl": "fused"}, **over})
     got, _ = _session({"optimizer": {"impl": "fused"}, "model": {"attended_kv_only": True}, **over})
     assert got == pytest.approx(want, rel=1e-2)
+
+
+def test_the_vision_mlp_with_its_gelu_in_the_epilogue_computes_the_tanh_gelu():
+    """model.gelu_epilogue on CUDA: fc1's bias and tanh-approximated GELU in cuBLASLt's epilogue, in
+    fp32 (no TF32) to 1e-5 of the model's own formula (the erf GELU is ~1e-3 away), and under bf16
+    autocast to bf16 rounding of it."""
+    import torch.nn.functional as F
+
+    from autotune.workloads.gr00t_n16.vision import SiglipLayer
+
+    torch.manual_seed(0)
+    layer = SiglipLayer(64, 256, 4).cuda().requires_grad_(False)
+    h = torch.randn(8, 50, 64, device="cuda")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        got = layer._fc1_gelu_in_epilogue(h)
+        want = F.gelu(layer.fc1(h), approximate="tanh")
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert (F.gelu(layer.fc1(h)) - want).abs().max() > 1e-4  # the test tells tanh from erf
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = layer._fc1_gelu_in_epilogue(h)
+        want = F.gelu(layer.fc1(h), approximate="tanh")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
+def test_a_captured_step_with_the_gelu_in_the_epilogue_trains_as_without(compile_all):
+    over = {"compile": {"regions": ["all"]}} if compile_all else {}
+    want, _ = _session({"optimizer": {"impl": "fused"}, "model": {"bias_in_activation": True}, **over})
+    got, _ = _session({"optimizer": {"impl": "fused"}, "model": {"bias_in_activation": True, "gelu_epilogue": True},
+                       **over})
+    assert got == pytest.approx(want, rel=1e-2)

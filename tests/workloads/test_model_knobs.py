@@ -69,6 +69,29 @@ def test_bias_in_activation_is_refused_by_a_workload_without_such_layers():
         get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(bias_in_activation=True))
 
 
+def test_gelu_epilogue_leaves_a_cpu_step_and_a_trained_tower_as_they_were():
+    """The epilogue is cuBLASLt's: on a CPU the layer computes as before; and a tower whose ``fc1``
+    needs a gradient (``model.unfreeze: [vision]``) keeps the path autograd differentiates."""
+    _assert_same(ModelConfig(gelu_epilogue=True, bias_in_activation=True), _batch())
+    torch.manual_seed(0)
+    model = W.build_model("tiny", "cpu")
+    W.apply_model_options(model, ModelConfig(gelu_epilogue=True))
+    layer = model.vision.blocks[0]
+    assert layer.gelu_epilogue
+    h = torch.randn(2, 3, layer.fc1.in_features)
+    assert not layer._fc1_needs_grad(h)  # frozen: the epilogue may run (on CUDA)
+    layer.fc1.requires_grad_(True)
+    assert layer._fc1_needs_grad(h)
+    with torch.no_grad():
+        assert not layer._fc1_needs_grad(h)
+
+
+def test_gelu_epilogue_is_refused_by_a_workload_without_such_layers():
+    with pytest.raises(IncompatibleConfigError, match=r"model.gelu_epilogue: true is refused: workload "
+                                                      r"'image_classifier'"):
+        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(gelu_epilogue=True))
+
+
 def _texts_of_length(batch: dict, lengths: list[int]) -> dict:
     """``batch`` with its samples' text lengths set (the layout of ``batch.layout_tokens``)."""
     from autotune.workloads.gr00t_n16.batch import layout_tokens

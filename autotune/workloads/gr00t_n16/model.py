@@ -59,18 +59,20 @@ class Gr00tN16Model(nn.Module):
         self.attended_kv_only = False
 
     def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather",
-                  bias_in_activation: bool = False, attended_kv_only: bool = False) -> None:
+                  bias_in_activation: bool = False, attended_kv_only: bool = False,
+                  gelu_epilogue: bool = False) -> None:
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs
         the loss never reads (knob ``model.skip_dead_work``). ``category_matmul``: how the
         projectors apply each sample's embodiment weights (``gather`` or ``grouped``, see
         :class:`CategorySpecificLinear`). ``bias_in_activation``: the vision MLP's ``fc1`` bias added
-        in its GELU (see :class:`SiglipLayer`). ``attended_kv_only``: the DiT's cross-attention layers
+        in its GELU, ``gelu_epilogue``: its bias and GELU in its GEMM's epilogue on CUDA (see
+        :class:`SiglipLayer`). ``attended_kv_only``: the DiT's cross-attention layers
         get only the VL tokens they attend to (:meth:`cross_contexts`). None changes the loss or a
         gradient beyond rounding."""
         self.skip_dead_work = skip_dead_work
         self.attended_kv_only = attended_kv_only
         for layer in self.vision.blocks:
-            layer.bias_in_activation = bias_in_activation
+            layer.bias_in_activation, layer.gelu_epilogue = bias_in_activation, gelu_epilogue
         self.llm_trainable.compute_logits = not skip_dead_work
         for module in self.projectors.modules():
             if isinstance(module, CategorySpecificLinear):
