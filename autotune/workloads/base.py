@@ -79,6 +79,15 @@ class LossSplit:
     regions: tuple[str, ...]
 
 
+_LAYER_KNOBS = {
+    "bias_in_activation": "does not place its layers' biases",
+    "gelu_epilogue": "does not place its layers' activations",
+    "attended_kv_only": "has no masked cross-attention",
+}
+"""The boolean ``model`` knobs that change how particular layers compute, and what a workload without
+such layers lacks (the default :meth:`Workload.apply_model_options` refuses them)."""
+
+
 class Workload(ABC):
     """A training job the tuner can build and measure (see the module docstring)."""
 
@@ -138,15 +147,10 @@ class Workload(ABC):
         if options.category_matmul != "gather":
             raise IncompatibleConfigError(f"model.category_matmul: {options.category_matmul!r} is refused: workload "
                                           f"{self.name!r} has no per-category layers; allowed: 'gather'")
-        if options.bias_in_activation:
-            raise IncompatibleConfigError(f"model.bias_in_activation: true is refused: workload {self.name!r} does not "
-                                          "place its layers' biases; allowed: false")
-        if options.gelu_epilogue:
-            raise IncompatibleConfigError(f"model.gelu_epilogue: true is refused: workload {self.name!r} does not "
-                                          "place its layers' activations; allowed: false")
-        if options.attended_kv_only:
-            raise IncompatibleConfigError(f"model.attended_kv_only: true is refused: workload {self.name!r} has no "
-                                          "masked cross-attention; allowed: false")
+        for key, lacks in _LAYER_KNOBS.items():
+            if getattr(options, key):
+                raise IncompatibleConfigError(f"model.{key}: true is refused: workload {self.name!r} {lacks}; "
+                                              "allowed: false")
 
     def dataset(self, preset: str, data: DataConfig, *, seed: int, rank: int = 0,
                 world_size: int = 1) -> torch.utils.data.Dataset | None:
