@@ -71,6 +71,13 @@ def _past_end(path: Path, index: int, n: int) -> DataError:
 
 
 class PyAVReader:
+    """Decodes from the key frame at or before the frame asked for. On the way there, H.264 and HEVC
+    skip the frames that no other frame refers to (most B-frames): they are never shown and nothing
+    decoded after them reads them, so the frame returned has the same bytes. Those two decoders read
+    ``skip_frame`` per frame; others (libdav1d reads it once, when it opens) decode every frame."""
+
+    SKIPPING = ("h264", "hevc")
+
     def __init__(self, path: Path, fps: float) -> None:
         import av
 
@@ -83,23 +90,49 @@ class PyAVReader:
         # One decoding thread per worker: parallelism comes from the number of workers.
         self.stream.codec_context.thread_count = 1
         self.num_frames = int(self.stream.frames)
+        self.skips = self.stream.codec_context.name in self.SKIPPING
+        self.decoded = 0
+        """Frames the decoder has given out so far (the skipped ones are not)."""
 
     def frame(self, index: int) -> torch.Tensor:
         if not 0 <= index < self.num_frames:
             raise _past_end(self.path, index, self.num_frames)
-        tb = self.stream.time_base
         try:
-            self.container.seek(
-                int(round(index / self.fps / tb)), stream=self.stream, backward=True
-            )
-            for frame in self.container.decode(self.stream):
-                if round(float(frame.time) * self.fps) >= index:
-                    return torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)
+            self.container.seek(int(round(index / self.fps / self.stream.time_base)), stream=self.stream,
+                                backward=True)
+            found = self._decode_to(index)
         except Exception as exc:
             raise DataError(
                 f"{self.path}: cannot decode frame {index} ({describe(exc, self.path)})"
             ) from None
-        raise DataError(f"{self.path}: frame {index} not found: the stream ends before it")
+        if found is None:
+            raise DataError(f"{self.path}: frame {index} not found: the stream ends before it")
+        return torch.from_numpy(found.to_ndarray(format="rgb24")).permute(2, 0, 1)
+
+    def _decode_to(self, index: int):
+        """The first frame at or after ``index`` in display order, decoding from where the seek left."""
+        if not self.skips:
+            for frame in self.container.decode(self.stream):
+                self.decoded += 1
+                if self._place(frame.time) >= index:
+                    return frame
+            return None
+        codec = self.stream.codec_context
+        try:
+            for packet in self.container.demux(self.stream):
+                # a packet shown before the frame asked for is needed only if it is a reference
+                before = packet.pts is not None and self._place(float(packet.pts * packet.time_base)) < index
+                codec.skip_frame = "NONREF" if before else "DEFAULT"
+                for frame in codec.decode(packet):
+                    self.decoded += 1
+                    if self._place(frame.time) >= index:
+                        return frame
+            return None
+        finally:
+            codec.skip_frame = "DEFAULT"
+
+    def _place(self, seconds: float) -> int:
+        return round(float(seconds) * self.fps)
 
     def close(self) -> None:
         self.container.close()
