@@ -58,6 +58,7 @@ VARIANTS: dict[str, dict] = {
     "attended": {"model": {"attended_kv_only": True}},
     "gelu_epilogue": {"model": {"gelu_epilogue": True}},
     "attended_epilogue": {"model": {"attended_kv_only": True, "gelu_epilogue": True}},
+    "fused_qkv": {"model": {"fused_frozen_qkv": True}},
     "issue23": ISSUE23,
     # the same with the frozen vision tower's GEMMs in fp8 (not exact: the parity check decides)
     "issue23_fp8_vision": {**ISSUE23, "precision": {"regions": {"vision": "fp8"}}},
@@ -79,7 +80,11 @@ vision MLP's bias added in its GELU (``model.bias_in_activation``)."""
 BEST_V11 = BEST_1GPU.parents[1] / "full-1gpu-h200-v11" / "best.yaml"
 """The default run of 2026-12-02, session 9 (210.3 samples/s confirmed, bound by that machine's loader; 70.2
 ms a step on the GPU): ``best-v10`` with the master AdamW (and the loader's spawn start)."""
-ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9, "best-v10": BEST_V10, "best-v11": BEST_V11}
+BEST_V12 = BEST_1GPU.parents[1] / "full-1gpu-h200-v12" / "best.yaml"
+"""The default run of 2026-12-02, session 10 (232.7 samples/s confirmed, 238.6 in its study; 67.1 ms a step):
+``best-v11`` with the cross-attention's keys and values for the attended tokens only and the frozen vision
+MLP's GELU in its GEMM's epilogue."""
+ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9, "best-v10": BEST_V10, "best-v11": BEST_V11, "best-v12": BEST_V12}
 
 YAML_SUFFIXES = (".yaml", ".yml")
 

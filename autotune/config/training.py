@@ -290,6 +290,11 @@ class ModelConfig:
     """Linear layers followed by a GELU run the bias and the GELU in the GEMM's epilogue (cuBLASLt) on
     CUDA where nothing needs their gradient (gr00t_n16: the frozen vision tower's MLP). The GELU of the
     fp32 sum, rounded to bf16 once instead of twice. Applied by the workload."""
+    fused_frozen_qkv: bool = False
+    """Frozen attention layers run their query, key and value projections as one GEMM over a copy of the
+    three weights side by side, made once the weights have their final dtype (gr00t_n16: the vision
+    tower and the frozen LLM layers). Each output element is the same dot product. Applied by the
+    workload; the copy is not saved and assumes the frozen weights do not change while training."""
     attended_kv_only: bool = False
     """Cross-attention layers that mask most of their keys project keys and values only for the tokens
     they attend to (gr00t_n16: the DiT's text layers attend to the text tokens, its image layers to the

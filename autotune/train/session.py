@@ -66,6 +66,7 @@ class Session:
         knobs.apply_trainability(self.regions, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         precision.apply_precision(self.regions, cfg.precision, self.device, graphs=cfg.graphs.enabled)
+        self.workload.prepare_model(self.model)  # copies of frozen weights, in the dtype just set
         # before anything captures or traces the weights: their dtype is part of what is captured
         self.masters = (optim_master.bf16_with_masters(precision.autocast_only_params(self.regions, cfg.precision))
                         if cfg.optimizer.impl == "master" else {})

@@ -83,6 +83,7 @@ _LAYER_KNOBS = {
     "bias_in_activation": "does not place its layers' biases",
     "gelu_epilogue": "does not place its layers' activations",
     "attended_kv_only": "has no masked cross-attention",
+    "fused_frozen_qkv": "has no attention projections to fuse",
 }
 """The boolean ``model`` knobs that change how particular layers compute, and what a workload without
 such layers lacks (the default :meth:`Workload.apply_model_options` refuses them)."""
@@ -136,7 +137,7 @@ class Workload(ABC):
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
         """Apply ``options.skip_dead_work``, ``options.category_matmul``, ``options.bias_in_activation``,
-        ``options.gelu_epilogue`` and ``options.attended_kv_only`` to a built model.
+        ``options.gelu_epilogue``, ``options.attended_kv_only`` and ``options.fused_frozen_qkv`` to a built model.
 
         The default has no dead work (skipping it changes nothing), no per-category layers, no
         layers that place their bias or activation and no masked cross-attention: it refuses
@@ -151,6 +152,11 @@ class Workload(ABC):
             if getattr(options, key):
                 raise IncompatibleConfigError(f"model.{key}: true is refused: workload {self.name!r} {lacks}; "
                                               "allowed: false")
+
+    def prepare_model(self, model: nn.Module) -> None:
+        """Called once the model's weights have their final dtype and device, before anything compiles
+        or captures it: layers that keep a derived copy of frozen weights make it here. Default: nothing."""
+        return None
 
     def dataset(self, preset: str, data: DataConfig, *, seed: int, rank: int = 0,
                 world_size: int = 1) -> torch.utils.data.Dataset | None:

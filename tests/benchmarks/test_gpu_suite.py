@@ -169,3 +169,9 @@ def test_the_v11_best_is_master_and_takes_the_attended_variant():
     assert attended.config.model.attended_kv_only and attended.config.optimizer.impl == "master"
     both = resolve(["best-v11+attended_epilogue"], TINY)[0]
     assert both.config.model.attended_kv_only and both.config.model.gelu_epilogue and both.config.model.bias_in_activation
+
+
+def test_the_v12_best_has_the_attended_keys_and_the_epilogue_and_takes_the_fused_qkv_variant():
+    best, fused = resolve(["best-v12", "best-v12+fused_qkv"], TINY)
+    assert best.config.model.attended_kv_only and best.config.model.gelu_epilogue and not best.config.model.fused_frozen_qkv
+    assert fused.config.model.fused_frozen_qkv and fused.config.optimizer.impl == best.config.optimizer.impl == "master"

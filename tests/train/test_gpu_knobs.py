@@ -228,8 +228,29 @@ def test_the_vision_mlp_with_its_gelu_in_the_epilogue_computes_the_tanh_gelu():
 
 @pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
 def test_a_captured_step_with_the_gelu_in_the_epilogue_trains_as_without(compile_all):
+    """Both runs are measured against the vision tower in fp32: the epilogue rounds fc1's output to bf16
+    once where eager rounds the GEMM, the bias sum and the GELU apart (on an H200 the first gradient
+    norms of the two bf16 runs were 2.2 % apart, eager), so the epilogue must stay as close to the fp32
+    tower as the model's own path is, not equal to that path."""
     over = {"compile": {"regions": ["all"]}} if compile_all else {}
-    want, _ = _session({"optimizer": {"impl": "fused"}, "model": {"bias_in_activation": True}, **over})
-    got, _ = _session({"optimizer": {"impl": "fused"}, "model": {"bias_in_activation": True, "gelu_epilogue": True},
-                       **over})
+    base = {"optimizer": {"impl": "fused"}, **over}
+    fp32, _ = _session({**base, "model": {"bias_in_activation": True}, "precision": {"regions": {"vision": "fp32"}}})
+    want, _ = _session({**base, "model": {"bias_in_activation": True}})
+    got, _ = _session({**base, "model": {"bias_in_activation": True, "gelu_epilogue": True}})
+
+    def off(run):
+        return max(abs(a - b) / abs(b) for a, b in zip(run, fp32))
+
+    assert got == pytest.approx(want, rel=5e-2)
+    assert off(got) <= 1.5 * off(want) + 2e-3, (off(got), off(want))
+
+
+@pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
+def test_a_captured_step_with_the_frozen_qkv_fused_trains_as_without(compile_all):
+    """model.fused_frozen_qkv: the frozen towers' q/k/v as one GEMM over copies of the bf16 weights,
+    inside a whole-step graph: the same dot products, so the same losses and gradient norms to the
+    rounding of a GEMM that may pick another kernel for the wider output."""
+    over = {"compile": {"regions": ["all"]}} if compile_all else {}
+    want, _ = _session({"optimizer": {"impl": "fused"}, **over})
+    got, _ = _session({"optimizer": {"impl": "fused"}, "model": {"fused_frozen_qkv": True}, **over})
     assert got == pytest.approx(want, rel=1e-2)

@@ -28,6 +28,7 @@ def _loss_and_grads(options: ModelConfig, batch: dict, seed: int = 3) -> tuple[t
     torch.manual_seed(0)
     model = W.build_model("tiny", "cpu")
     W.apply_model_options(model, options)
+    W.prepare_model(model)  # as a session does once the weights have their dtype
     torch.manual_seed(seed)  # the same noise, flow times and dropout in both models
     loss = W.loss(model, batch)
     loss.backward()
@@ -109,6 +110,42 @@ def test_attended_kv_only_gives_the_same_loss_and_gradients():
     p = W.resolve("tiny")
     _assert_same(ModelConfig(attended_kv_only=True), _batch())
     _assert_same(ModelConfig(attended_kv_only=True), _texts_of_length(_batch(), [p.max_text_tokens, 1, 7, p.max_text_tokens]))
+
+
+def test_fused_frozen_qkv_gives_the_same_loss_and_gradients():
+    _assert_same(ModelConfig(fused_frozen_qkv=True), _batch())
+
+
+def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_nothing_more():
+    from autotune.workloads.gr00t_n16.layers import FusedProjections
+
+    def built(fused: bool):
+        torch.manual_seed(0)
+        model = W.build_model("tiny", "cpu")
+        W.apply_model_options(model, ModelConfig(fused_frozen_qkv=fused))
+        W.prepare_model(model)
+        return model
+
+    plain, fused = built(False), built(True)
+    assert plain.state_dict().keys() == fused.state_dict().keys()
+    calls = {"vision": 0, "llm_frozen": 0, "llm_trainable": 0}
+    for region in calls:
+        for m in getattr(fused, region).modules():
+            if hasattr(m, "q_proj"):
+                m.q_proj.register_forward_hook(lambda *_, r=region: calls.__setitem__(r, calls[r] + 1))
+    W.loss(fused, _batch())
+    # the frozen towers' q/k/v run as the fused GEMM; the trainable LLM layers keep theirs apart
+    assert calls["vision"] == calls["llm_frozen"] == 0 and calls["llm_trainable"] > 0
+    fusions = [m for m in fused.modules() if isinstance(m, FusedProjections)]
+    assert all((m.weight is not None) == (not any(p.requires_grad for p in m.projections[0].parameters()))
+               for m in fusions)
+    q, k, v = fused.vision.blocks[0].self_attn.q_proj, fused.vision.blocks[0].self_attn.k_proj, fused.vision.blocks[0].self_attn.v_proj
+    assert torch.equal(fused.vision.blocks[0].self_attn.qkv.weight, torch.cat([q.weight, k.weight, v.weight]))
+
+
+def test_fused_frozen_qkv_is_refused_by_a_workload_without_attention_projections():
+    with pytest.raises(IncompatibleConfigError, match=r"model.fused_frozen_qkv: true is refused"):
+        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(fused_frozen_qkv=True))
 
 
 def test_attended_keeps_each_samples_tokens_in_order_then_masked_filler():
@@ -243,10 +280,13 @@ def test_session_applies_the_model_knobs():
     from autotune.train.session import Session
 
     cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
-                            "model": {"skip_dead_work": True, "category_matmul": "grouped", "attended_kv_only": True}})
+                            "model": {"skip_dead_work": True, "category_matmul": "grouped", "attended_kv_only": True,
+                                      "fused_frozen_qkv": True}})
     s = Session(cfg)
     assert s.model.skip_dead_work and not s.model.llm_trainable.compute_logits and s.model.attended_kv_only
     assert {m.matmul for m in s.model.modules() if isinstance(m, CategorySpecificLinear)} == {"grouped"}
+    attn = s.model.vision.blocks[0].self_attn  # fused after the frozen weights took their dtype
+    assert attn.qkv.weight is not None and attn.qkv.weight.dtype == attn.q_proj.weight.dtype
     loss, norm = s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
     assert torch.isfinite(loss) and torch.isfinite(norm)
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.workloads.gr00t_n16.layers import BlockStack, RMSNorm
+from autotune.workloads.gr00t_n16.layers import BlockStack, FusedProjections, RMSNorm
 from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, Gr00tPreset
 
 
@@ -36,12 +36,14 @@ class Qwen3Attention(nn.Module):
         self.v_proj = nn.Linear(p.llm_hidden, p.llm_kv_heads * p.llm_head_dim, bias=False)
         self.o_proj = nn.Linear(p.llm_heads * p.llm_head_dim, p.llm_hidden, bias=False)
         self.q_norm, self.k_norm = RMSNorm(p.llm_head_dim), RMSNorm(p.llm_head_dim)
+        self.qkv = FusedProjections(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, L, self.heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(B, L, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.qkv(x)
+        q = self.q_norm(q.view(B, L, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(B, L, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         rep = self.heads // self.kv_heads  # GQA: each KV head serves `rep` query heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)

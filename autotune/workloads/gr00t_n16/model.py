@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from autotune.workloads.gr00t_n16.dit import DiT, attended
-from autotune.workloads.gr00t_n16.layers import init_weights
+from autotune.workloads.gr00t_n16.layers import FusedProjections, init_weights
 from autotune.workloads.gr00t_n16.llm import LLMFrozen, LLMTrainable
 from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, Gr00tPreset
 from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, Projectors
@@ -60,23 +60,33 @@ class Gr00tN16Model(nn.Module):
 
     def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather",
                   bias_in_activation: bool = False, attended_kv_only: bool = False,
-                  gelu_epilogue: bool = False) -> None:
+                  gelu_epilogue: bool = False, fused_frozen_qkv: bool = False) -> None:
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs
         the loss never reads (knob ``model.skip_dead_work``). ``category_matmul``: how the
         projectors apply each sample's embodiment weights (``gather`` or ``grouped``, see
         :class:`CategorySpecificLinear`). ``bias_in_activation``: the vision MLP's ``fc1`` bias added
         in its GELU, ``gelu_epilogue``: its bias and GELU in its GEMM's epilogue on CUDA (see
         :class:`SiglipLayer`). ``attended_kv_only``: the DiT's cross-attention layers
-        get only the VL tokens they attend to (:meth:`cross_contexts`). None changes the loss or a
-        gradient beyond rounding."""
+        get only the VL tokens they attend to (:meth:`cross_contexts`). ``fused_frozen_qkv``: frozen
+        attention layers' q, k and v in one GEMM (:class:`FusedProjections`, made by
+        :meth:`prepare_fused_projections`). None changes the loss or a gradient beyond rounding."""
         self.skip_dead_work = skip_dead_work
         self.attended_kv_only = attended_kv_only
         for layer in self.vision.blocks:
             layer.bias_in_activation, layer.gelu_epilogue = bias_in_activation, gelu_epilogue
+        for module in self.modules():
+            if isinstance(module, FusedProjections):
+                module.fuse = fused_frozen_qkv
         self.llm_trainable.compute_logits = not skip_dead_work
         for module in self.projectors.modules():
             if isinstance(module, CategorySpecificLinear):
                 module.matmul = category_matmul
+
+    def prepare_fused_projections(self) -> None:
+        """Copy the weights of the projections asked to fuse that are frozen (the others stay apart)."""
+        for module in self.modules():
+            if isinstance(module, FusedProjections):
+                module.prepare()
 
     def region_map(self) -> dict[str, list[nn.Module]]:
         """Region name -> the callable modules it owns (the position embedding sits with the DiT)."""

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.workloads.gr00t_n16.layers import BlockStack
+from autotune.workloads.gr00t_n16.layers import BlockStack, FusedProjections
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 
@@ -15,10 +15,11 @@ class SiglipAttention(nn.Module):
         super().__init__()
         self.heads = heads
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(dim, dim) for _ in range(4))
+        self.qkv = FusedProjections(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, D = x.shape
-        q, k, v = (p(x).view(B, N, self.heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (t.view(B, N, self.heads, -1).transpose(1, 2) for t in self.qkv(x))
         out = F.scaled_dot_product_attention(q, k, v)  # global attention, no mask
         return self.out_proj(out.transpose(1, 2).reshape(B, N, D))
 

@@ -109,7 +109,10 @@ class Gr00tN16(Workload):
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
         model.configure(skip_dead_work=options.skip_dead_work, category_matmul=options.category_matmul,
                         bias_in_activation=options.bias_in_activation, attended_kv_only=options.attended_kv_only,
-                        gelu_epilogue=options.gelu_epilogue)
+                        gelu_epilogue=options.gelu_epilogue, fused_frozen_qkv=options.fused_frozen_qkv)
+
+    def prepare_model(self, model: nn.Module) -> None:
+        model.prepare_fused_projections()
 
     def flops_per_sample(self, preset: str) -> float:
         """The upstream step's FLOPs, the discarded LM-head logits included."""
