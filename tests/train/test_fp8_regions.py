@@ -55,3 +55,23 @@ def test_an_fp8_vision_mlp_with_its_bias_in_the_activation_still_runs_its_fc1_in
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(x)
     assert calls == [1] and torch.isfinite(out).all()
+
+
+def test_fp8_projections_are_not_fused_and_still_run():
+    """model.fused_frozen_qkv copies plain frozen projections only: the vision tower's q/k/v converted to
+    fp8 keep their own GEMMs, and those converted layers (not the ones they replaced) are what runs."""
+    from autotune.config import ModelConfig
+
+    model = W.build_model("tiny", "cpu")
+    W.apply_model_options(model, ModelConfig(fused_frozen_qkv=True))
+    _convert_fp8(model.region_map()["vision"])
+    W.prepare_model(model)
+    attn = model.vision.blocks[0].self_attn
+    assert type(attn.q_proj) is Float8Linear and attn.qkv.weight is None
+    assert model.llm_frozen.blocks[0].self_attn.qkv.weight is not None  # the bf16 tower still fuses
+    calls = []
+    attn.q_proj.register_forward_hook(lambda *_: calls.append(1))
+    batch = W.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(batch)
+    assert calls

@@ -136,9 +136,8 @@ def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_noth
     W.loss(fused, _batch())
     # the frozen towers' q/k/v run as the fused GEMM; the trainable LLM layers keep theirs apart
     assert calls["vision"] == calls["llm_frozen"] == 0 and calls["llm_trainable"] > 0
-    fusions = [m for m in fused.modules() if isinstance(m, FusedProjections)]
-    assert all((m.weight is not None) == (not any(p.requires_grad for p in m.projections[0].parameters()))
-               for m in fusions)
+    attns = [m for m in fused.modules() if isinstance(getattr(m, "qkv", None), FusedProjections)]
+    assert attns and all((m.qkv.weight is not None) == (not m.q_proj.weight.requires_grad) for m in attns)
     q, k, v = fused.vision.blocks[0].self_attn.q_proj, fused.vision.blocks[0].self_attn.k_proj, fused.vision.blocks[0].self_attn.v_proj
     assert torch.equal(fused.vision.blocks[0].self_attn.qkv.weight, torch.cat([q.weight, k.weight, v.weight]))
 

@@ -27,33 +27,33 @@ class FusedProjections(nn.Module):
     ``fuse`` (knob ``model.fused_frozen_qkv``) asks for it; :meth:`prepare` then copies the weights
     (and biases) side by side into buffers, once they have their final dtype, if every projection is a
     plain frozen ``nn.Linear`` (an fp8-converted or trainable one keeps the separate GEMMs). The
-    copies are not saved (the projections' own weights are) and are not refreshed: frozen weights do
-    not change while a session trains. Each output element is the same dot product either way.
+    projections are passed at each call rather than held, so a layer swapped in later (precision's fp8
+    conversion) is the one that runs. The copies are not saved (the projections' own weights are) and
+    not refreshed: frozen weights do not change while a session trains. Each output element is the
+    same dot product either way.
     """
 
-    def __init__(self, *projections: nn.Linear) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        # not registered: the projections stay the attention's own modules (and state-dict keys)
-        self.__dict__["projections"] = projections
         self.fuse = False
-        self.sizes = [p.out_features for p in projections]
+        self.sizes: list[int] = []
         self.register_buffer("weight", None, persistent=False)
         self.register_buffer("bias", None, persistent=False)
 
     @torch.no_grad()
-    def prepare(self) -> None:
-        ps = self.projections
-        plain = all(type(p) is nn.Linear and not any(t.requires_grad for t in p.parameters()) for p in ps)
-        biases = [p.bias is not None for p in ps]
-        if not (self.fuse and plain and len(set(biases)) == 1):
+    def prepare(self, *projections: nn.Module) -> None:
+        plain = all(type(p) is nn.Linear and not any(t.requires_grad for t in p.parameters()) for p in projections)
+        biases = {p.bias is not None for p in projections} if plain else set()
+        if not (self.fuse and plain and len(biases) == 1):
             self.weight = self.bias = None
             return
-        self.weight = torch.cat([p.weight for p in ps])
-        self.bias = torch.cat([p.bias for p in ps]) if biases[0] else None
+        self.sizes = [p.out_features for p in projections]
+        self.weight = torch.cat([p.weight for p in projections])
+        self.bias = torch.cat([p.bias for p in projections]) if biases == {True} else None
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, x: torch.Tensor, *projections: nn.Module) -> tuple[torch.Tensor, ...]:
         if self.weight is None:
-            return tuple(p(x) for p in self.projections)
+            return tuple(p(x) for p in projections)
         return F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
 
 

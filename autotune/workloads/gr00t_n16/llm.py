@@ -36,11 +36,11 @@ class Qwen3Attention(nn.Module):
         self.v_proj = nn.Linear(p.llm_hidden, p.llm_kv_heads * p.llm_head_dim, bias=False)
         self.o_proj = nn.Linear(p.llm_heads * p.llm_head_dim, p.llm_hidden, bias=False)
         self.q_norm, self.k_norm = RMSNorm(p.llm_head_dim), RMSNorm(p.llm_head_dim)
-        self.qkv = FusedProjections(self.q_proj, self.k_proj, self.v_proj)
+        self.qkv = FusedProjections()
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape
-        q, k, v = self.qkv(x)
+        q, k, v = self.qkv(x, self.q_proj, self.k_proj, self.v_proj)
         q = self.q_norm(q.view(B, L, self.heads, self.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(B, L, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = v.view(B, L, self.kv_heads, self.head_dim).transpose(1, 2)

@@ -85,8 +85,8 @@ class Gr00tN16Model(nn.Module):
     def prepare_fused_projections(self) -> None:
         """Copy the weights of the projections asked to fuse that are frozen (the others stay apart)."""
         for module in self.modules():
-            if isinstance(module, FusedProjections):
-                module.prepare()
+            if isinstance(getattr(module, "qkv", None), FusedProjections):
+                module.qkv.prepare(module.q_proj, module.k_proj, module.v_proj)
 
     def region_map(self) -> dict[str, list[nn.Module]]:
         """Region name -> the callable modules it owns (the position embedding sits with the DiT)."""

@@ -15,11 +15,11 @@ class SiglipAttention(nn.Module):
         super().__init__()
         self.heads = heads
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(dim, dim) for _ in range(4))
-        self.qkv = FusedProjections(self.q_proj, self.k_proj, self.v_proj)
+        self.qkv = FusedProjections()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, D = x.shape
-        q, k, v = (t.view(B, N, self.heads, -1).transpose(1, 2) for t in self.qkv(x))
+        q, k, v = (t.view(B, N, self.heads, -1).transpose(1, 2) for t in self.qkv(x, self.q_proj, self.k_proj, self.v_proj))
         out = F.scaled_dot_product_attention(q, k, v)  # global attention, no mask
         return self.out_proj(out.transpose(1, 2).reshape(B, N, D))
 
