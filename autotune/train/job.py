@@ -172,6 +172,7 @@ class Job:
         if before and before.get("fingerprint") != record["fingerprint"]:
             self.warn(f"{loaded.path} was trained from {before['path']}; --init-from {opts.init_from} holds other weights")
         load_upstream(self.session.model, opts.init_from, cfg.workload, cfg.preset, masters=state.masters(self.session))
+        self.session.weights_loaded()  # e.g. the frozen q/k/v copies of model.fused_frozen_qkv
         return record
 
     def _restore(self, loaded: checkpoint.Loaded) -> int:

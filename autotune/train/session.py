@@ -95,6 +95,11 @@ class Session:
         self._graph: graphs.StepGraph | graphs.OverlapStepGraph | None = None
         self._eager_steps = 0
 
+    def weights_loaded(self) -> None:
+        """Weights were copied into the built model (``--init-from``): layers that keep copies of frozen
+        weights refresh them, in place."""
+        self.workload.prepare_model(self.model)
+
     def _optimizer(self, capturable: bool) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
         """AdamW at ``cfg.optimizer`` over the workload's groups and its schedule; or the workload's own
         optimizer (``Workload.optimizer``: the user's, through ``autotune.api``) rebuilt with the knob's kernels."""

@@ -114,3 +114,34 @@ def test_a_restarted_job_drops_what_it_logged_past_its_start(tmp_path, start):
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()  # as TensorBoard reads the folder: the purge event hides the old run's later steps
     assert [(e.step, e.value) for e in events.Scalars("train/loss")] == want
+
+
+def test_init_from_refreshes_the_fused_copies_of_the_frozen_projections_in_place(tmp_path, monkeypatch):
+    """model.fused_frozen_qkv keeps a copy of the frozen q/k/v weights, made when the session is built:
+    weights loaded after that (--init-from) must reach it, at the same address (a captured graph reads
+    it there). The tiny model's loss barely moves with its vision q/k/v (2e-6 here), so the copy itself
+    is compared."""
+    from autotune.train.session import Session
+
+    write_upstream(tmp_path / "released", get_preset("tiny"))
+    cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
+                            "model": {"fused_frozen_qkv": True}})
+    s = Session(cfg)
+    attn = s.model.vision.blocks[0].self_attn
+    address = attn.qkv.weight.data_ptr()
+    load_upstream(s.model, tmp_path / "released", "gr00t_n16", "tiny")
+    assert not torch.equal(attn.qkv.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+    s.weights_loaded()
+    assert torch.equal(attn.qkv.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+    assert torch.equal(attn.qkv.bias, torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]))
+    assert attn.qkv.weight.data_ptr() == address
+    s.close()
+    # and the job does it after --init-from (the real method, watched)
+    calls = []
+    real = Session.weights_loaded
+    monkeypatch.setattr(Session, "weights_loaded", lambda self: (calls.append(1), real(self))[1])
+    config = tmp_path / "fused.yaml"
+    config.write_text(yaml.safe_dump({"preset": "tiny", "model": {"fused_frozen_qkv": True}}))
+    assert main([*JOB, "--synthetic", "--max-steps", "1", "--output-dir", str(tmp_path / "job"),
+                 "--init-from", str(tmp_path / "released"), "--config", str(config)]) == 0
+    assert calls == [1]

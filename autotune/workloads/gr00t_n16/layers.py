@@ -29,8 +29,9 @@ class FusedProjections(nn.Module):
     plain frozen ``nn.Linear`` (an fp8-converted or trainable one keeps the separate GEMMs). The
     projections are passed at each call rather than held, so a layer swapped in later (precision's fp8
     conversion) is the one that runs. The copies are not saved (the projections' own weights are) and
-    not refreshed: frozen weights do not change while a session trains. Each output element is the
-    same dot product either way.
+    refreshed by calling :meth:`prepare` again (``Session.weights_loaded``, after weights are loaded into
+    a built session), in place, so that a graph already captured or compiled reads the new values.
+    Each output element is the same dot product either way.
     """
 
     def __init__(self) -> None:
@@ -48,13 +49,20 @@ class FusedProjections(nn.Module):
             self.weight = self.bias = None
             return
         self.sizes = [p.out_features for p in projections]
-        self.weight = torch.cat([p.weight for p in projections])
-        self.bias = torch.cat([p.bias for p in projections]) if biases == {True} else None
+        self.weight = _refill(self.weight, torch.cat([p.weight for p in projections]))
+        self.bias = _refill(self.bias, torch.cat([p.bias for p in projections])) if biases == {True} else None
 
     def forward(self, x: torch.Tensor, *projections: nn.Module) -> tuple[torch.Tensor, ...]:
         if self.weight is None:
             return tuple(p(x) for p in projections)
         return F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+
+
+def _refill(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    """``new``'s values in ``old``'s memory where it fits (its address may be captured), else ``new``."""
+    if old is not None and old.shape == new.shape and old.dtype == new.dtype and old.device == new.device:
+        return old.copy_(new)
+    return new
 
 
 class BlockStack(nn.Module):
