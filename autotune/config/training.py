@@ -294,7 +294,8 @@ class ModelConfig:
     """Frozen attention layers run their query, key and value projections as one GEMM over a copy of the
     three weights side by side, made once the weights have their final dtype (gr00t_n16: the vision
     tower and the frozen LLM layers). Each output element is the same dot product. Applied by the
-    workload; the copy is not saved and assumes the frozen weights do not change while training."""
+    workload; the copy is not saved, and weights loaded into a built session (``--init-from``) refresh it.
+    Layers converted to fp8 keep their own GEMMs."""
     attended_kv_only: bool = False
     """Cross-attention layers that mask most of their keys project keys and values only for the tokens
     they attend to (gr00t_n16: the DiT's text layers attend to the text tokens, its image layers to the
