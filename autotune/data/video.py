@@ -111,18 +111,12 @@ class PyAVReader:
 
     def _decode_to(self, index: int):
         """The first frame at or after ``index`` in display order, decoding from where the seek left."""
-        if not self.skips:
-            for frame in self.container.decode(self.stream):
-                self.decoded += 1
-                if self._place(frame.time) >= index:
-                    return frame
-            return None
         codec = self.stream.codec_context
         try:
             for packet in self.container.demux(self.stream):
                 # a packet shown before the frame asked for is needed only if it is a reference
                 before = packet.pts is not None and self._place(float(packet.pts * packet.time_base)) < index
-                codec.skip_frame = "NONREF" if before else "DEFAULT"
+                codec.skip_frame = "NONREF" if self.skips and before else "DEFAULT"
                 for frame in codec.decode(packet):
                     self.decoded += 1
                     if self._place(frame.time) >= index:
