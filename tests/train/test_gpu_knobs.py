@@ -229,9 +229,8 @@ def test_the_vision_mlp_with_its_gelu_in_the_epilogue_computes_the_tanh_gelu():
 @pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
 def test_a_captured_step_with_the_gelu_in_the_epilogue_trains_as_without(compile_all):
     """Both runs are measured against the vision tower in fp32: the epilogue rounds fc1's output to bf16
-    once where eager rounds the GEMM, the bias sum and the GELU apart (on an H200 the first gradient
-    norms of the two bf16 runs were 2.2 % apart, eager), so the epilogue must stay as close to the fp32
-    tower as the model's own path is, not equal to that path."""
+    once where eager rounds the GEMM, the bias sum and the GELU apart, so the two bf16 runs can differ by
+    more than rounding once; the epilogue must stay as close to the fp32 tower as the model's own path."""
     over = {"compile": {"regions": ["all"]}} if compile_all else {}
     base = {"optimizer": {"impl": "fused"}, **over}
     fp32, _ = _session({**base, "model": {"bias_in_activation": True}, "precision": {"regions": {"vision": "fp32"}}})

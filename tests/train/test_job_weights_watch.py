@@ -119,8 +119,7 @@ def test_a_restarted_job_drops_what_it_logged_past_its_start(tmp_path, start):
 def test_init_from_refreshes_the_fused_copies_of_the_frozen_projections_in_place(tmp_path, monkeypatch):
     """model.fused_frozen_qkv keeps a copy of the frozen q/k/v weights, made when the session is built:
     weights loaded after that (--init-from) must reach it, at the same address (a captured graph reads
-    it there). The tiny model's loss barely moves with its vision q/k/v (2e-6 here), so the copy itself
-    is compared."""
+    it there). The tiny model's loss barely moves with its vision q/k/v, so the copy itself is compared."""
     from autotune.train.session import Session
 
     write_upstream(tmp_path / "released", get_preset("tiny"))
