@@ -66,6 +66,8 @@ def _compile(cfg: TrainConfig, args: dict[str, Any], lost: dict[str, str]) -> No
         lost["kernels.attention"] = "choose the attention kernel with the model's attn_implementation instead"
     if cfg.kernels.cuda_device_max_connections is not None:
         lost["kernels.cuda_device_max_connections"] = "set CUDA_DEVICE_MAX_CONNECTIONS in the environment instead"
+    if cfg.kernels.cublaslt_workspace_kib is not None:
+        lost["kernels.cublaslt_workspace_kib"] = "set CUBLASLT_WORKSPACE_SIZE in the environment instead"
 
 
 def _precision(cfg: TrainConfig, args: dict[str, Any], lost: dict[str, str]) -> None:

@@ -59,6 +59,7 @@ VARIANTS: dict[str, dict] = {
     "gelu_epilogue": {"model": {"gelu_epilogue": True}},
     "attended_epilogue": {"model": {"attended_kv_only": True, "gelu_epilogue": True}},
     "fused_qkv": {"model": {"fused_frozen_qkv": True}},
+    "fused_qkv_ws1": {"model": {"fused_frozen_qkv": True}, "kernels": {"cublaslt_workspace_kib": 1}},
     "issue23": ISSUE23,
     # the same with the frozen vision tower's GEMMs in fp8 (not exact: the parity check decides)
     "issue23_fp8_vision": {**ISSUE23, "precision": {"regions": {"vision": "fp8"}}},

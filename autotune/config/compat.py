@@ -63,6 +63,8 @@ RULES: tuple[Rule, ...] = (
      "an fp16 gradient scaler checks for inf/NaN on the host, which a captured whole step cannot do; use bf16 or graphs.mode 'regions'"),
     ("kernels.cuda_device_max_connections", lambda c, m: c.kernels.cuda_device_max_connections is not None and not _on_cuda(c, m),
      "CUDA_DEVICE_MAX_CONNECTIONS applies to CUDA devices only"),
+    ("kernels.cublaslt_workspace_kib", lambda c, m: c.kernels.cublaslt_workspace_kib is not None and not _on_cuda(c, m),
+     "CUBLASLT_WORKSPACE_SIZE applies to CUDA devices only"),
     ("kernels.attention", lambda c, m: c.kernels.attention in ("flash", "cudnn", "efficient") and not _on_cuda(c, m),
      "this attention backend needs a CUDA device; use 'auto' or 'math' on CPU"),
     ("compile.mode", lambda c, m: c.compile.enabled and c.graphs.enabled and c.compile.mode in ("reduce-overhead", "max-autotune"),

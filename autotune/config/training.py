@@ -257,12 +257,29 @@ class KernelConfig:
     """SDPA backend: ``auto`` (torch chooses), ``flash``, ``efficient``, ``cudnn`` or ``math``."""
     cuda_device_max_connections: int | None = None
     """``CUDA_DEVICE_MAX_CONNECTIONS`` for the training processes (null: the driver's default)."""
+    cublaslt_workspace_kib: int | None = None
+    """``CUBLASLT_WORKSPACE_SIZE`` (KiB) for the training processes (null: torch's default, 32 MiB on
+    Hopper). A workspace too small for any kernel that needs one (1) leaves cuBLASLt the kernels that
+    need none: no split-K or stream-K, so no zeroing of their counters before the GEMM."""
 
     def __post_init__(self) -> None:
         check_choice("attention", self.attention, ("auto", "flash", "efficient", "cudnn", "math"))
         if self.cuda_device_max_connections is not None:
             check(1 <= self.cuda_device_max_connections <= 32, "cuda_device_max_connections",
                   self.cuda_device_max_connections, "null or an integer in [1, 32]")
+        if self.cublaslt_workspace_kib is not None:
+            check(1 <= self.cublaslt_workspace_kib <= 1 << 20, "cublaslt_workspace_kib",
+                  self.cublaslt_workspace_kib, "null or an integer in [1, 1048576]")
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables these choices set in a training process, read when CUDA starts
+        (before any kernel runs, so they cannot be changed inside a process)."""
+        env = {}
+        if self.cuda_device_max_connections is not None:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(self.cuda_device_max_connections)
+        if self.cublaslt_workspace_kib is not None:
+            env["CUBLASLT_WORKSPACE_SIZE"] = str(self.cublaslt_workspace_kib)
+        return env
 
 
 @dataclass

@@ -69,8 +69,8 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
         if result is None:  # rank 0 runs on another node
             return 0
     else:
-        if cfg.kernels.cuda_device_max_connections is not None:
-            os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", str(cfg.kernels.cuda_device_max_connections))
+        for name, value in cfg.kernels.environment().items():
+            os.environ.setdefault(name, value)
         result = run_job(cfg, opts).to_dict()
     if args.json:
         print(json.dumps(result))

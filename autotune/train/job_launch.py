@@ -87,8 +87,7 @@ def launch_job(cfg: TrainConfig, opts: JobOptions, nodes: Nodes, *, debug: bool 
             worker.append("--debug")
         env = {**os.environ, **MULTI_GPU_ENV}
         env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nodes.nproc)))
-        if cfg.kernels.cuda_device_max_connections is not None:
-            env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
+        env.update(cfg.kernels.environment())
         proc = subprocess.Popen(torchrun_command(nodes, worker), env=env, start_new_session=True)
         previous = _forward_sigterm(proc)
         try:

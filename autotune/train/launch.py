@@ -73,16 +73,21 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
     return replace(record, host=host, cost=spent)
 
 
+def trial_env(cfg: TrainConfig, nproc: int, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """A trial's environment: this process's, the multi-GPU settings, the caller's extras, then the
+    variables of the configuration's kernel knobs (read when CUDA starts in the trial)."""
+    env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {}), **cfg.kernels.environment()}
+    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
+    return env
+
+
 def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, nproc: int, timeout: float | None,
          log_path, extra_env, profile_out, profile_after, profile_steps: int, profile_if_above: float | None,
          on_step) -> TrialRecord:
     config_path, out = str(tmp / "config.yaml"), str(tmp / "result.json")
     progress = tmp / "progress"
     save_config(cfg, config_path)
-    env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
-    if cfg.kernels.cuda_device_max_connections is not None:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cfg.kernels.cuda_device_max_connections)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
+    env = trial_env(cfg, nproc, extra_env)
     extra = ["--costs", str(costs)] + (["--progress", str(progress)] if on_step else [])
     if profile_after:
         extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]

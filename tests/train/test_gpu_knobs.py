@@ -253,3 +253,47 @@ def test_a_captured_step_with_the_frozen_qkv_fused_trains_as_without(compile_all
     want, _ = _session({"optimizer": {"impl": "fused"}, **over})
     got, _ = _session({"optimizer": {"impl": "fused"}, "model": {"fused_frozen_qkv": True}, **over})
     assert got == pytest.approx(want, rel=1e-2)
+
+
+_MEMSETS_BEFORE_GEMMS = r"""
+import json, sys, torch
+from torch.profiler import ProfilerActivity, profile
+# full's vision q/k/v and fc1 shapes (16 x 648 rows), bf16, with bias, captured as one graph
+x = torch.randn(10368, 1152, device="cuda", dtype=torch.bfloat16)
+layers = [torch.nn.Linear(1152, n, device="cuda", dtype=torch.bfloat16) for n in (1152, 3456, 4304)]
+stream = torch.cuda.Stream()
+with torch.cuda.stream(stream):
+    for layer in layers:
+        layer(x)
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    ys = [layer(x) for layer in layers]
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    graph.replay()
+    torch.cuda.synchronize()
+names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+print(json.dumps({"memsets": sum("memset" in n.lower() for n in names), "kernels": len(names)}))
+"""
+
+
+def test_the_smallest_cublaslt_workspace_leaves_no_memset_before_a_captured_gemm():
+    """kernels.cublaslt_workspace_kib: the knob's environment reaches a fresh process's cuBLASLt, whose
+    GEMMs then need nothing zeroed first (the variable is read once, when CUDA starts: a child each)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from autotune.config import KernelConfig
+
+    def run(kernels: KernelConfig) -> dict:
+        env = {k: v for k, v in os.environ.items() if k != "CUBLASLT_WORKSPACE_SIZE"}
+        env.update(kernels.environment())
+        out = subprocess.run([sys.executable, "-c", _MEMSETS_BEFORE_GEMMS], env=env, capture_output=True,
+                             text=True, check=True, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    small = run(KernelConfig(cublaslt_workspace_kib=1))
+    assert small["kernels"] >= 3 and small["memsets"] == 0, small
+    print("default workspace:", run(KernelConfig()), "1 KiB:", small)
