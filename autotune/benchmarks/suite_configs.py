@@ -85,7 +85,11 @@ BEST_V12 = BEST_1GPU.parents[1] / "full-1gpu-h200-v12" / "best.yaml"
 """The default run of 2026-12-02, session 10 (232.7 samples/s confirmed, 238.6 in its study; 67.1 ms a step):
 ``best-v11`` with the cross-attention's keys and values for the attended tokens only and the frozen vision
 MLP's GELU in its GEMM's epilogue."""
-ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9, "best-v10": BEST_V10, "best-v11": BEST_V11, "best-v12": BEST_V12}
+BEST_V13 = BEST_1GPU.parents[1] / "full-1gpu-h200-v13" / "best.yaml"
+"""The default run of 2026-12-02, session 11 (241.3 samples/s confirmed, 240.8 in its study; 66.4 ms a step):
+``best-v12``'s configuration with a 1-KiB cuBLASLt workspace, which changed no kernel of the step."""
+ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9, "best-v10": BEST_V10, "best-v11": BEST_V11, "best-v12": BEST_V12,
+           "best-v13": BEST_V13}
 
 YAML_SUFFIXES = (".yaml", ".yml")
 

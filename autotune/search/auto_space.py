@@ -136,8 +136,6 @@ def _precision_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
     knobs["precision.tf32"] = {"type": "bool", "requires": "cuda", "group": "precision", "remedy": True}
     knobs["kernels.attention"] = {"type": "categorical", "choices": ["auto", "flash", "efficient", "cudnn", "math"],
                                   "requires": "cuda", "group": "compile"}
-    knobs["kernels.cublaslt_workspace_kib"] = {"type": "categorical", "choices": [None, 1], "requires": "cuda",
-                                               "group": "compile"}
     return knobs
 
 
