@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig, save_config
-from autotune.config.compat import usable_cpus
 from autotune.train.job import JobOptions
-from autotune.train.launch import MULTI_GPU_ENV
+from autotune.train.launch import training_env
 
 
 @dataclass(frozen=True)
@@ -85,9 +84,7 @@ def launch_job(cfg: TrainConfig, opts: JobOptions, nodes: Nodes, *, debug: bool 
         worker = ["--config", str(config_path), "--options", _options_json(opts), "--result", str(result_path)]
         if debug:
             worker.append("--debug")
-        env = {**os.environ, **MULTI_GPU_ENV}
-        env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nodes.nproc)))
-        env.update(cfg.kernels.environment())
+        env = training_env(cfg, nodes.nproc)
         proc = subprocess.Popen(torchrun_command(nodes, worker), env=env, start_new_session=True)
         previous = _forward_sigterm(proc)
         try:

@@ -73,9 +73,10 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
     return replace(record, host=host, cost=spent)
 
 
-def trial_env(cfg: TrainConfig, nproc: int, extra_env: dict[str, str] | None = None) -> dict[str, str]:
-    """A trial's environment: this process's, the multi-GPU settings, the caller's extras, then the
-    variables of the configuration's kernel knobs (read when CUDA starts in the trial)."""
+def training_env(cfg: TrainConfig, nproc: int, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of training processes started from here (a trial's, a job's under torchrun): this
+    process's, the multi-GPU settings, the caller's extras, then the variables of the configuration's
+    kernel knobs (read when CUDA starts in the child)."""
     env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {}), **cfg.kernels.environment()}
     env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
     return env
@@ -87,7 +88,7 @@ def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, n
     config_path, out = str(tmp / "config.yaml"), str(tmp / "result.json")
     progress = tmp / "progress"
     save_config(cfg, config_path)
-    env = trial_env(cfg, nproc, extra_env)
+    env = training_env(cfg, nproc, extra_env)
     extra = ["--costs", str(costs)] + (["--progress", str(progress)] if on_step else [])
     if profile_after:
         extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]

@@ -30,10 +30,10 @@ def test_the_workspace_knob_needs_a_cuda_device():
 
 
 def test_a_trial_process_gets_the_kernel_knobs_variables_over_the_callers(monkeypatch):
-    from autotune.train.launch import trial_env
+    from autotune.train.launch import training_env
 
     monkeypatch.delenv("CUBLASLT_WORKSPACE_SIZE", raising=False)
     cfg = config_from_dict({"kernels": {"cublaslt_workspace_kib": 1}})
-    env = trial_env(cfg, 1, {"CUBLASLT_WORKSPACE_SIZE": "4096", "X": "y"})
+    env = training_env(cfg, 1, {"CUBLASLT_WORKSPACE_SIZE": "4096", "X": "y"})
     assert env["CUBLASLT_WORKSPACE_SIZE"] == "1" and env["X"] == "y"
-    assert "CUBLASLT_WORKSPACE_SIZE" not in trial_env(TrainConfig(), 1)
+    assert "CUBLASLT_WORKSPACE_SIZE" not in training_env(TrainConfig(), 1)
