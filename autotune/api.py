@@ -46,8 +46,15 @@ class _UserJob(Workload):
     presets = ()
     default_preset = ""
 
-    def __init__(self, base: Workload | None, loss_fn: LossFn | None, regions: dict | None, blocks: dict | None,
-                 sample: Batch | None, optimizer: torch.optim.Optimizer | None) -> None:
+    def __init__(
+        self,
+        base: Workload | None,
+        loss_fn: LossFn | None,
+        regions: dict | None,
+        blocks: dict | None,
+        sample: Batch | None,
+        optimizer: torch.optim.Optimizer | None,
+    ) -> None:
         self.base, self._loss, self._regions, self._blocks = base, loss_fn, regions, blocks
         self._sample, self.optimizer = sample, optimizer
         self.name = base.name if base is not None else "user"
@@ -63,7 +70,11 @@ class _UserJob(Workload):
     def blocks(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         if self._blocks is not None:
             return self._blocks
-        return self.base.blocks(model) if self.base is not None and self._regions is None else self.regions(model)
+        return (
+            self.base.blocks(model)
+            if self.base is not None and self._regions is None
+            else self.regions(model)
+        )
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return self._loss(model, batch) if self._loss is not None else self.base.loss(model, batch)
@@ -72,14 +83,20 @@ class _UserJob(Workload):
         if self._sample is not None:
             return {k: v.to(device) for k, v in self._sample.items()}
         if self.base is None:
-            raise WorkloadError("autotune.prepare: graphs.mode 'regions' captures from a sample batch; pass sample_batch=")
+            raise WorkloadError(
+                "autotune.prepare: graphs.mode 'regions' captures from a sample batch; pass sample_batch="
+            )
         return self.base.synthetic_batch(preset, batch_size, device, generator)
 
     def collate(self, samples):
         return self.base.collate(samples) if self.base is not None else super().collate(samples)
 
     def param_groups(self, model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-        return self.base.param_groups(model, weight_decay) if self.base is not None else super().param_groups(model, weight_decay)
+        return (
+            self.base.param_groups(model, weight_decay)
+            if self.base is not None
+            else super().param_groups(model, weight_decay)
+        )
 
     def flops_per_sample(self, preset: str) -> float:
         return 0.0
@@ -113,10 +130,17 @@ class Prepared:
         return self.session.batches(self.loader)
 
 
-def prepare(config: TrainConfig | str | os.PathLike, model: nn.Module, *, dataset: torch.utils.data.Dataset | None = None,
-            loss_fn: LossFn | None = None, optimizer: torch.optim.Optimizer | None = None,
-            regions: dict[str, list[nn.Module]] | None = None, blocks: dict[str, list[nn.Module]] | None = None,
-            sample_batch: Batch | None = None) -> Prepared:
+def prepare(
+    config: TrainConfig | str | os.PathLike,
+    model: nn.Module,
+    *,
+    dataset: torch.utils.data.Dataset | None = None,
+    loss_fn: LossFn | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    regions: dict[str, list[nn.Module]] | None = None,
+    blocks: dict[str, list[nn.Module]] | None = None,
+    sample_batch: Batch | None = None,
+) -> Prepared:
     """Apply every knob of ``config`` (a :class:`TrainConfig` or a YAML path) to ``model`` (see the module docstring)."""
     from autotune.data.torch_loader import dataset_loader
     from autotune.train import distributed
@@ -128,18 +152,31 @@ def prepare(config: TrainConfig | str | os.PathLike, model: nn.Module, *, datase
     except WorkloadError:
         base = None
     if base is None and (loss_fn is None or (regions is None and _names_regions(cfg))):
-        raise WorkloadError(f"autotune.prepare: workload {cfg.workload!r} is not registered; pass loss_fn= (and "
-                            "regions= for a configuration that names regions)")
+        raise WorkloadError(
+            f"autotune.prepare: workload {cfg.workload!r} is not registered; pass loss_fn= (and "
+            "regions= for a configuration that names regions)"
+        )
     job = _UserJob(base, loss_fn, regions, blocks, sample_batch, optimizer)
     rank, world, local = distributed.init_from_env()
     session = Session(cfg, rank, world, local, model=model, workload=job)
     loader = None
     if dataset is not None:
-        loader = dataset_loader(dataset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world,
-                                collate=job.collate)
+        loader = dataset_loader(
+            dataset,
+            cfg.data,
+            cfg.batch_size,
+            seed=cfg.seed,
+            rank=rank,
+            world_size=world,
+            collate=job.collate,
+        )
     return Prepared(session.model, session.optimizer, loader, session)
 
 
 def _names_regions(cfg: TrainConfig) -> bool:
-    return bool(cfg.precision.regions or cfg.graphs.regions or cfg.checkpointing.regions
-                or [r for r in cfg.compile.regions if r != "all"])
+    return bool(
+        cfg.precision.regions
+        or cfg.graphs.regions
+        or cfg.checkpointing.regions
+        or [r for r in cfg.compile.regions if r != "all"]
+    )

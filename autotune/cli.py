@@ -84,11 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:  # a file or folder of the command that cannot be used (full disk, no permission)
+    except (
+        OSError
+    ) as exc:  # a file or folder of the command that cannot be used (full disk, no permission)
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"autotune: error: {where}{exc.strerror or exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        print(
+            f"autotune: error: {where}{exc.strerror or exc} (rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return 1
     finally:
         if previous is not None:

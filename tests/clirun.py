@@ -10,7 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def autotune(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def autotune(
+    *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "autotune", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=env, timeout=timeout)  # fmt: skip

@@ -35,7 +35,9 @@ def _imported(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     """Run ``python -X importtime -m autotune ARGV``; the modules it imported, from its stderr."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "autotune", *argv], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)  # fmt: skip
-    modules = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", proc.stderr, re.MULTILINE))
+    modules = set(
+        re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", proc.stderr, re.MULTILINE)
+    )
     return proc, modules
 
 
@@ -43,8 +45,17 @@ def _torch_modules(modules: set[str]) -> set[str]:
     return {m for m in modules if m == "torch" or m.startswith("torch.")}
 
 
-@pytest.mark.parametrize("argv", [["--help"], [], ["classify", "--help"], ["classify", str(TRACE)],
-                                  ["classify", str(TRACE), "--json"]], ids=lambda a: " ".join(a)[:20] or "bare")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        [],
+        ["classify", "--help"],
+        ["classify", str(TRACE)],
+        ["classify", str(TRACE), "--json"],
+    ],
+    ids=lambda a: " ".join(a)[:20] or "bare",
+)
 def test_help_and_classify_do_not_import_torch(argv):
     proc, modules = _imported(*argv)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -55,7 +66,9 @@ def test_report_does_not_import_torch(tmp_path):
     """A run folder with one finished trial (made with optuna here; no training needed)."""
     run = tmp_path / "run"
     run.mkdir()
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(run / "study.journal")))
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(run / "study.journal"))
+    )
     study = optuna.create_study(study_name="w-tiny-quick", storage=storage, direction="maximize")
     study.add_trial(create_trial(params={"optimizer.impl": "foreach"}, value=12.5,
                                  distributions={"optimizer.impl": CategoricalDistribution(["foreach", "fused"])},

@@ -21,8 +21,15 @@ LOWER = ("autotune.config", "autotune.profiling", "autotune.data")
 """Layers below the training runner and the workloads: the configuration tree, the profiler and
 classifier, and the generic LeRobot data layer."""
 UPPER = ("autotune.train", "autotune.search", "autotune.report", "autotune.workloads.gr00t_n16")
-ACYCLIC = ("autotune.config", "autotune.data", "autotune.profiling", "autotune.train", "autotune.workloads",
-           "autotune.search", "autotune.report")
+ACYCLIC = (
+    "autotune.config",
+    "autotune.data",
+    "autotune.profiling",
+    "autotune.train",
+    "autotune.workloads",
+    "autotune.search",
+    "autotune.report",
+)
 """Subpackages none of whose modules may sit on an import cycle."""
 ONE_WAY = [
     ("autotune.data", "autotune.workloads.gr00t_n16"),
@@ -30,7 +37,10 @@ ONE_WAY = [
     ("autotune.config", "autotune.train"),
     ("autotune.search.guide", "autotune.search.study"),
     ("autotune.search.trials", "autotune.search.study"),
-    ("autotune.train.record", "autotune.search"),  # the trial record is read by the search and the report
+    (
+        "autotune.train.record",
+        "autotune.search",
+    ),  # the trial record is read by the search and the report
     ("autotune.train.record", "autotune.report"),
 ]
 
@@ -125,12 +135,25 @@ if TYPE_CHECKING:
 
 def test_the_walk_sees_every_kind_of_import():
     """Function-level and relative imports, the packages an import runs, type-only imports."""
-    runtime = {"autotune.workloads", "autotune.workloads.base", "autotune.data.meta", "autotune.config",
-               "autotune.config.io", "autotune.train", "autotune.train.runner"}
-    for module in ("autotune.data.loader", "autotune.data"):  # ``from .`` of a module and of a package
+    runtime = {
+        "autotune.workloads",
+        "autotune.workloads.base",
+        "autotune.data.meta",
+        "autotune.config",
+        "autotune.config.io",
+        "autotune.train",
+        "autotune.train.runner",
+    }
+    for module in (
+        "autotune.data.loader",
+        "autotune.data",
+    ):  # ``from .`` of a module and of a package
         tree = ast.parse(SOURCE)
         assert imported_by(tree, module, runtime=True) == runtime
-        assert imported_by(tree, module, runtime=False) == runtime | {"autotune.search", "autotune.search.study"}
+        assert imported_by(tree, module, runtime=False) == runtime | {
+            "autotune.search",
+            "autotune.search.study",
+        }
 
 
 @pytest.mark.parametrize("lower", LOWER)

@@ -19,9 +19,16 @@ def guard_of(folder: Path) -> int | None:
 def trial_processes(folder: Path, session: int | None = None) -> list[int]:
     """Processes whose command line names ``folder``, and those in the session of its forked guard
     (``session``: that guard's pid, read earlier, for a folder that is gone)."""
-    found = {int(p) for p in subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True).stdout.split()}
+    found = {
+        int(p)
+        for p in subprocess.run(
+            ["pgrep", "-f", str(folder)], capture_output=True, text=True
+        ).stdout.split()
+    }
     session = session or guard_of(folder)
     if session is not None:
-        table = subprocess.run(["ps", "-e", "-o", "pid=,sid="], capture_output=True, text=True).stdout.split()
+        table = subprocess.run(
+            ["ps", "-e", "-o", "pid=,sid="], capture_output=True, text=True
+        ).stdout.split()
         found |= {int(pid) for pid, sid in zip(table[::2], table[1::2]) if int(sid) == session}
     return sorted(found)

@@ -356,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m autotune.benchmarks.classify", description=__doc__.split("\n")[0]
     )
-    p.add_argument("trace", type=Path, help="a trace file (.json, .json.gz) or a folder of one rank's trace")
+    p.add_argument(
+        "trace", type=Path, help="a trace file (.json, .json.gz) or a folder of one rank's trace"
+    )
     p.add_argument(
         "--synthetic-mb", type=float, help="write a synthetic GPU trace of this size first"
     )
@@ -384,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(text + "\n")
     print(text)
     kind = "gzipped" if out["gzipped"] else "plain"
-    print(f"{trace.name}: {out['file_mb']:.1f} MB on disk ({kind}), {out['json_mb']:.1f} MB of JSON")
+    print(
+        f"{trace.name}: {out['file_mb']:.1f} MB on disk ({kind}), {out['json_mb']:.1f} MB of JSON"
+    )
     return 0 if "error" not in out["ours"] else 1
 
 

@@ -37,17 +37,31 @@ def config(preset: str, changes: str, batch_size: int | None):
     return cfg
 
 
-def run_once(cfg, folder: Path, steps: int, warmup: int, timeout: float, log: Path) -> dict[str, Any]:
+def run_once(
+    cfg, folder: Path, steps: int, warmup: int, timeout: float, log: Path
+) -> dict[str, Any]:
     from autotune.train.launch import launch
 
-    record = launch(cfg, steps=steps, warmup=warmup, timeout=timeout, log_path=log,
-                    extra_env=cache_env(folder, keep_user=False), read_host=False)
+    record = launch(
+        cfg,
+        steps=steps,
+        warmup=warmup,
+        timeout=timeout,
+        log_path=log,
+        extra_env=cache_env(folder, keep_user=False),
+        read_host=False,
+    )
     if record.failure is not None:
         return {"error": f"{record.failure.reason}: {record.failure.error[:300]}", "log": str(log)}
     parts = record.cost.parts
-    return {"wall_s": record.cost.wall_s, "compile_s": parts.get("compile", 0.0), "capture_s": parts.get("capture", 0.0),
-            "parts": parts, "cache": record.cost.compile_cache,
-            "samples_per_s": record.measurement.samples_per_s if record.measurement else None}
+    return {
+        "wall_s": record.cost.wall_s,
+        "compile_s": parts.get("compile", 0.0),
+        "capture_s": parts.get("capture", 0.0),
+        "parts": parts,
+        "cache": record.cost.compile_cache,
+        "samples_per_s": record.measurement.samples_per_s if record.measurement else None,
+    }
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -64,11 +78,19 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m autotune.benchmarks.compile_cache", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m autotune.benchmarks.compile_cache", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--preset", default="tiny")
-    ap.add_argument("--set", default="compile.regions=[all]", metavar="KEY=VALUE,...",
-                    help="changes to the stock configuration (default: compile.regions=[all])")
-    ap.add_argument("--rounds", type=int, default=2, help="cold-then-warm pairs, each with a fresh cache folder")
+    ap.add_argument(
+        "--set",
+        default="compile.regions=[all]",
+        metavar="KEY=VALUE,...",
+        help="changes to the stock configuration (default: compile.regions=[all])",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="cold-then-warm pairs, each with a fresh cache folder"
+    )
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=None)
@@ -81,17 +103,35 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             folder = Path(tmp) / f"cache-{r}"
             for kind in ("cold", "warm"):
-                run = {"round": r + 1, "kind": kind,
-                       **run_once(cfg, folder, args.steps, args.warmup, args.timeout, Path(tmp) / f"{kind}-{r}.log")}
+                run = {
+                    "round": r + 1,
+                    "kind": kind,
+                    **run_once(
+                        cfg,
+                        folder,
+                        args.steps,
+                        args.warmup,
+                        args.timeout,
+                        Path(tmp) / f"{kind}-{r}.log",
+                    ),
+                }
                 runs.append(run)
                 print(line(run), flush=True)
-    result = {"preset": args.preset, "set": args.set, "steps": args.steps, "warmup": args.warmup, "runs": runs,
-              "summary": summary(runs)}
+    result = {
+        "preset": args.preset,
+        "set": args.set,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "runs": runs,
+        "summary": summary(runs),
+    }
     s = result["summary"]
     if s["saved_wall_s"] is not None:
-        print(f"median cold: {s['cold_wall_s']:.1f} s a run ({s['cold_compile_s']:.1f} s compiling); warm: "
-              f"{s['warm_wall_s']:.1f} s ({s['warm_compile_s']:.1f} s); the cache saved {s['saved_wall_s']:.1f} s a run "
-              f"({s['saved_compile_s']:.1f} s of compiling)")
+        print(
+            f"median cold: {s['cold_wall_s']:.1f} s a run ({s['cold_compile_s']:.1f} s compiling); warm: "
+            f"{s['warm_wall_s']:.1f} s ({s['warm_compile_s']:.1f} s); the cache saved {s['saved_wall_s']:.1f} s a run "
+            f"({s['saved_compile_s']:.1f} s of compiling)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0 if s["saved_wall_s"] is not None else 1
@@ -102,8 +142,10 @@ def line(run: dict[str, Any]) -> str:
     if "error" in run:
         return f"{head} failed ({run['error']}), log {run['log']}"
     hits = {k: v for k, v in run["cache"].items() if v}
-    return (f"{head} {run['wall_s']:.1f} s, compile {run['compile_s']:.1f} s, capture {run['capture_s']:.1f} s, "
-            f"{run['samples_per_s']:.2f} samples/s, cache {hits or 'no counts'}")
+    return (
+        f"{head} {run['wall_s']:.1f} s, compile {run['compile_s']:.1f} s, capture {run['capture_s']:.1f} s, "
+        f"{run['samples_per_s']:.2f} samples/s, cache {hits or 'no counts'}"
+    )
 
 
 if __name__ == "__main__":

@@ -54,27 +54,53 @@ def count(preset: str, device: str, regions: list[str], skip_dead_work: bool) ->
     def post_grad(graph: torch.fx.Graph) -> None:
         found["inductor_post_grad"].append(_vocab_matmuls(graph.owning_module, vocab, "val"))
 
-    cfg = config_from_dict({"preset": preset, "batch_size": 2, "device": device, "data": {"source": "synthetic"},
-                            "compile": {"regions": regions}, "model": {"skip_dead_work": skip_dead_work}})
+    cfg = config_from_dict(
+        {
+            "preset": preset,
+            "batch_size": 2,
+            "device": device,
+            "data": {"source": "synthetic"},
+            "compile": {"regions": regions},
+            "model": {"skip_dead_work": skip_dead_work},
+        }
+    )
     compile_method = torch.nn.Module.compile
     torch.nn.Module.compile = lambda self, **kw: compile_method(self, **{**kw, "backend": backend})
     try:
         with inductor_config.patch(post_grad_custom_post_pass=post_grad):
             session = Session(cfg)
-            batch = session.workload.synthetic_batch(preset, 2, session.device, torch.Generator().manual_seed(0))
+            batch = session.workload.synthetic_batch(
+                preset, 2, session.device, torch.Generator().manual_seed(0)
+            )
             loss, _ = session.step(batch)
     finally:
         torch.nn.Module.compile = compile_method
-    return {"preset": preset, "device": str(session.device), "torch": torch.__version__, "compile.regions": regions,
-            "skip_dead_work": skip_dead_work, "vocab": vocab, "vocab_matmuls": found, "loss": float(loss)}
+    return {
+        "preset": preset,
+        "device": str(session.device),
+        "torch": torch.__version__,
+        "compile.regions": regions,
+        "skip_dead_work": skip_dead_work,
+        "vocab": vocab,
+        "vocab_matmuls": found,
+        "loss": float(loss),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m autotune.benchmarks.dead_work", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m autotune.benchmarks.dead_work", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--regions", nargs="+", default=["all"], help="compile.regions (default: the whole model)")
-    ap.add_argument("--skip-dead-work", action="store_true", help="with model.skip_dead_work (expect none anywhere)")
+    ap.add_argument(
+        "--regions", nargs="+", default=["all"], help="compile.regions (default: the whole model)"
+    )
+    ap.add_argument(
+        "--skip-dead-work",
+        action="store_true",
+        help="with model.skip_dead_work (expect none anywhere)",
+    )
     ap.add_argument("--json", type=Path, help="write the counts here")
     args = ap.parse_args(argv)
     out = count(args.preset, args.device, args.regions, args.skip_dead_work)

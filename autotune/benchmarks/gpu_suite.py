@@ -86,7 +86,9 @@ print(json.dumps({"flops": matmul_rate(device), "device": name,
 def measure_matmul(timeout: float) -> dict[str, Any]:
     """The matmul rate MFU is computed against, measured in a fresh process (``measure.matmul_rate``)."""
     try:
-        proc = subprocess.run([sys.executable, "-c", _MATMUL_CHILD], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-c", _MATMUL_CHILD], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish within {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -119,33 +121,59 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
     med = stats.median
     rate = matmul_rate(s.device)
     flops = s.workload.flops_per_sample(preset)
-    return {"name": "model_bench_eager_on_device", "step_time_ms": med * 1e3,
-            "step_time_spread_ms": {"min": stats.minimum * 1e3, "max": stats.maximum * 1e3,
-                                    "p10": stats.p10 * 1e3, "p90": stats.p90 * 1e3},
-            "samples_per_s": batch / med, "mfu": flops * batch / med / rate, "matmul_tflops": rate / 1e12,
-            "peak_memory_bytes": peak_memory(s.device)["allocated"], "steps": steps, "wall_s": wall}
+    return {
+        "name": "model_bench_eager_on_device",
+        "step_time_ms": med * 1e3,
+        "step_time_spread_ms": {
+            "min": stats.minimum * 1e3,
+            "max": stats.maximum * 1e3,
+            "p10": stats.p10 * 1e3,
+            "p90": stats.p90 * 1e3,
+        },
+        "samples_per_s": batch / med,
+        "mfu": flops * batch / med / rate,
+        "matmul_tflops": rate / 1e12,
+        "peak_memory_bytes": peak_memory(s.device)["allocated"],
+        "steps": steps,
+        "wall_s": wall,
+    }
 
 
 def _log_tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
 
-def measure_row(entry: Entry, args: argparse.Namespace, stock: TrialRecord | None) -> tuple[TrialRecord, dict[str, Any]]:
+def measure_row(
+    entry: Entry, args: argparse.Namespace, stock: TrialRecord | None
+) -> tuple[TrialRecord, dict[str, Any]]:
     """Train one row in fresh processes: its record, and the row (with its parity against
     ``stock`` when both runs were measured)."""
     t0 = time.time()
     res: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="autotune-suite-") as tmp:
         log = Path(tmp) / "run.log"
-        record = launch(entry.config, steps=args.steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout,
-                        log_path=log)
+        record = launch(
+            entry.config,
+            steps=args.steps,
+            warmup=args.warmup,
+            nproc=args.nproc,
+            timeout=args.timeout,
+            log_path=log,
+        )
         if record.failure is not None:
             res["log_tail"] = _log_tail(log)
     res["elapsed_s"] = time.time() - t0
     res.update(entry.describe())
     res["record"] = record.to_dict()
-    if entry.name != "stock" and record.measurement is not None and stock is not None and stock.measurement is not None:
-        parity = compare(stock.measurement, record.measurement, tolerance_for(entry.config)).to_dict()
+    if (
+        entry.name != "stock"
+        and record.measurement is not None
+        and stock is not None
+        and stock.measurement is not None
+    ):
+        parity = compare(
+            stock.measurement, record.measurement, tolerance_for(entry.config)
+        ).to_dict()
         for k in ("stock_losses", "losses", "stock_grad_norms", "grad_norms"):
             parity.pop(k)
         res["parity"] = parity
@@ -157,17 +185,30 @@ def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[st
     t0 = time.time()
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.parent / f"{folder.name}.log"
-    res = launch(entry.config, steps=args.profile_steps, warmup=args.warmup, nproc=args.nproc, timeout=args.timeout,
-                 log_path=log, profile_out=folder.resolve())
+    res = launch(
+        entry.config,
+        steps=args.profile_steps,
+        warmup=args.warmup,
+        nproc=args.nproc,
+        timeout=args.timeout,
+        log_path=log,
+        profile_out=folder.resolve(),
+    )
     summary_path = folder / "classification.summary"
     if res.failure is not None or not summary_path.exists():
-        error, reason = (res.failure.error, res.failure.reason) if res.failure else (f"no {summary_path.name} written", "error")
+        error, reason = (
+            (res.failure.error, res.failure.reason)
+            if res.failure
+            else (f"no {summary_path.name} written", "error")
+        )
         out = {"error": error, "reason": reason, "log_tail": _log_tail(log)}
     else:
         summary = json.loads(summary_path.read_text())
         cls = summary.get("classification", {})
         out = {k: summary[k] for k in ("overhead", "profiled_step_ms", "unprofiled_step_ms")}
-        out.update({k: cls.get(k) for k in ("buckets", "dominant", "step_time_ms", "launch", "straggler")})
+        out.update(
+            {k: cls.get(k) for k in ("buckets", "dominant", "step_time_ms", "launch", "straggler")}
+        )
         out["top_kernels"] = (cls.get("top_kernels") or [])[:10]
         out["profiled_steps"] = args.profile_steps
         out["trace_dir"] = str(folder) if args.profile_dir else None
@@ -176,8 +217,12 @@ def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[st
     return out
 
 
-def _profile_targets(wanted: list[str], entries: list[Entry], runs: dict[str, TrialRecord]) -> list[Entry]:
-    speed = {name: r.measurement.samples_per_s for name, r in runs.items() if r.measurement is not None}
+def _profile_targets(
+    wanted: list[str], entries: list[Entry], runs: dict[str, TrialRecord]
+) -> list[Entry]:
+    speed = {
+        name: r.measurement.samples_per_s for name, r in runs.items() if r.measurement is not None
+    }
     ok = [e for e in entries if e.name in speed]
     chosen: list[Entry] = []
     for w in wanted:
@@ -188,7 +233,9 @@ def _profile_targets(wanted: list[str], entries: list[Entry], runs: dict[str, Tr
         else:
             pick = next((e for e in entries if e.name == w), None)
             if pick is None:
-                print(f"--profile: no row named {w!r}; rows: {[e.name for e in entries]}", flush=True)
+                print(
+                    f"--profile: no row named {w!r}; rows: {[e.name for e in entries]}", flush=True
+                )
         if pick is not None and pick not in chosen:
             chosen.append(pick)
     return chosen
@@ -214,30 +261,69 @@ class Output:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m autotune.benchmarks.gpu_suite", description=__doc__.split("\n")[0])
-    ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS,
-                    help=f"names {sorted(CONFIGS)} or configuration YAML files (e.g. runs/x/best.yaml)")
-    ap.add_argument("--json", type=Path, help="write the results here (and the markdown table beside it, .md)")
-    ap.add_argument("--out", type=Path, help="folder for suite-<nproc>.json when --json is not given")
+    ap = argparse.ArgumentParser(
+        prog="python -m autotune.benchmarks.gpu_suite", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        default=DEFAULT_CONFIGS,
+        help=f"names {sorted(CONFIGS)} or configuration YAML files (e.g. runs/x/best.yaml)",
+    )
+    ap.add_argument(
+        "--json", type=Path, help="write the results here (and the markdown table beside it, .md)"
+    )
+    ap.add_argument(
+        "--out", type=Path, help="folder for suite-<nproc>.json when --json is not given"
+    )
     ap.add_argument("--preset", default="full")
     ap.add_argument("--batch-size", type=int, default=16, help="samples per process per step")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per row; several run through torchrun")
+    ap.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="processes (GPUs) per row; several run through torchrun",
+    )
     ap.add_argument("--steps", type=int, default=20, help="measured steps per row")
-    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps per row (graph capture, compilation)")
+    ap.add_argument(
+        "--warmup", type=int, default=5, help="warm-up steps per row (graph capture, compilation)"
+    )
     ap.add_argument("--timeout", type=float, default=300, help="seconds per row")
     ap.add_argument("--source", default="lerobot", choices=["lerobot", "synthetic"])
     ap.add_argument("--video-backend", default="pyav")
-    ap.add_argument("--profile", nargs="+", default=["best"],
-                    help="rows to profile for overhead and time buckets: row names, 'best' (the fastest) or 'none'")
-    ap.add_argument("--profile-steps", type=int, default=5, help="profiled (and as many unprofiled) steps")
-    ap.add_argument("--profile-dir", type=Path, help="keep the profiles' traces here (default: a temporary folder)")
-    ap.add_argument("--model-bench", action="store_true", help="add the eager stock model on one device-resident batch")
-    ap.add_argument("--fit-machine", action="store_true",
-                    help="reset to stock every knob this machine refuses (CUDA graphs on a CPU, ...); rows that "
-                         "still cannot run (fp8) are skipped, not failed; every change is recorded per row")
-    ap.add_argument("--reset", nargs="+", default=[], metavar="KEY",
-                    help="dotted knobs set to their stock value in every row (e.g. compile.regions on a CPU)")
+    ap.add_argument(
+        "--profile",
+        nargs="+",
+        default=["best"],
+        help="rows to profile for overhead and time buckets: row names, 'best' (the fastest) or 'none'",
+    )
+    ap.add_argument(
+        "--profile-steps", type=int, default=5, help="profiled (and as many unprofiled) steps"
+    )
+    ap.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="keep the profiles' traces here (default: a temporary folder)",
+    )
+    ap.add_argument(
+        "--model-bench",
+        action="store_true",
+        help="add the eager stock model on one device-resident batch",
+    )
+    ap.add_argument(
+        "--fit-machine",
+        action="store_true",
+        help="reset to stock every knob this machine refuses (CUDA graphs on a CPU, ...); rows that "
+        "still cannot run (fp8) are skipped, not failed; every change is recorded per row",
+    )
+    ap.add_argument(
+        "--reset",
+        nargs="+",
+        default=[],
+        metavar="KEY",
+        help="dotted knobs set to their stock value in every row (e.g. compile.regions on a CPU)",
+    )
     args = ap.parse_args(argv)
     if args.json is None and args.out is not None:
         args.json = args.out / f"suite-{args.nproc}.json"
@@ -253,14 +339,19 @@ def _prepare_dataset(args: argparse.Namespace) -> None:
     from autotune.workloads.gr00t_n16.presets import get_preset
 
     t0 = time.time()
-    path = dataset_root(DataConfig(), read_spec(get_preset(args.preset)))  # the cached dataset stock reads
+    path = dataset_root(
+        DataConfig(), read_spec(get_preset(args.preset))
+    )  # the cached dataset stock reads
     print(f"dataset: {path} ({time.time() - t0:.1f} s)", flush=True)
 
 
 def _report(name: str, record: TrialRecord) -> None:
     m, failure = record.measurement, record.failure
-    what = (f"ERROR {failure.reason}: {failure.error}" if failure is not None or m is None
-            else f"{m.samples_per_s:.2f} samples/s, {m.step_time.median_ms:.1f} ms")
+    what = (
+        f"ERROR {failure.reason}: {failure.error}"
+        if failure is not None or m is None
+        else f"{m.samples_per_s:.2f} samples/s, {m.step_time.median_ms:.1f} ms"
+    )
     print(f"[{time.strftime('%X')}] {name}: {what}", flush=True)
 
 
@@ -281,7 +372,9 @@ def _fit(entries: list[Entry], args: argparse.Namespace) -> None:
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
-    settings = SuiteSettings(args.preset, args.batch_size, args.source, args.video_backend, args.seed)
+    settings = SuiteSettings(
+        args.preset, args.batch_size, args.source, args.video_backend, args.seed
+    )
     # Stock first: the parity and the speed-up of every other row are against its run.
     entries = sorted(resolve(args.configs, settings), key=lambda e: e.name != "stock")
     _fit(entries, args)
@@ -291,8 +384,12 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     out = Output(args.json)
     results: dict[str, Any] = {
         "command": "python -m autotune.benchmarks.gpu_suite " + " ".join(args.argv),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "argv"},
-        "started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": {}, "profiles": {},
+        "args": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "argv"
+        },
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "runs": {},
+        "profiles": {},
     }
     if args.source == "lerobot":
         _prepare_dataset(args)
@@ -314,7 +411,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             out.write(results)
             print(f"[{time.strftime('%X')}] {entry.name}: skipped: {entry.skipped}", flush=True)
             continue
-        records[entry.name], results["runs"][entry.name] = measure_row(entry, args, records.get("stock"))
+        records[entry.name], results["runs"][entry.name] = measure_row(
+            entry, args, records.get("stock")
+        )
         m = records[entry.name].measurement
         results["environment"] = results.get("environment") or (m.environment if m else None)
         out.write(results)

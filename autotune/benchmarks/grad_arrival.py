@@ -34,14 +34,30 @@ from autotune.workloads import get_workload
 BURST_GAP_S = 50e-6
 
 
-def measure(preset: str, choice: str, device: str, batch_size: int, repeats: int, workload_name: str = "gr00t_n16") -> dict:
+def measure(
+    preset: str,
+    choice: str,
+    device: str,
+    batch_size: int,
+    repeats: int,
+    workload_name: str = "gr00t_n16",
+) -> dict:
     workload = get_workload(workload_name)
     regions = list(workload.regions(workload.build_model(preset, "meta")))
     compile_regions = {"eager": [], "all": ["all"], "blocks": regions}[choice]
     # the stock configuration (bf16 regions, fp32 trainable weights) with the compile choice, as a trial builds it
-    session = Session(config_from_dict({"workload": workload_name, "preset": preset, "batch_size": batch_size,
-                                        "device": device, "data": {"source": "synthetic"},
-                                        "compile": {"regions": compile_regions}}))
+    session = Session(
+        config_from_dict(
+            {
+                "workload": workload_name,
+                "preset": preset,
+                "batch_size": batch_size,
+                "device": device,
+                "data": {"source": "synthetic"},
+                "compile": {"regions": compile_regions},
+            }
+        )
+    )
     model, params, dev = session.model, session.params, session.device
     stamps: list[float] = []
 
@@ -70,37 +86,72 @@ def measure(preset: str, choice: str, device: str, batch_size: int, repeats: int
             continue
         fractions = sorted((t - start) / (end - start) for t in stamps)
         ordered = sorted(stamps)
-        bursts = 1 + sum(1 for a, b in zip(ordered, ordered[1:], strict=False) if b - a > BURST_GAP_S)
-        runs.append({"backward_ms": (end - start) * 1e3, "first": fractions[0], "median": statistics.median(fractions),
-                     "last": fractions[-1], "bursts": bursts, "gradients": len(stamps)})
+        bursts = 1 + sum(
+            1 for a, b in zip(ordered, ordered[1:], strict=False) if b - a > BURST_GAP_S
+        )
+        runs.append(
+            {
+                "backward_ms": (end - start) * 1e3,
+                "first": fractions[0],
+                "median": statistics.median(fractions),
+                "last": fractions[-1],
+                "bursts": bursts,
+                "gradients": len(stamps),
+            }
+        )
     session.close()
-    return {"choice": choice, "preset": preset, "device": str(dev), "trainable_params": len(params),
-            **{k: statistics.median(r[k] for r in runs) for k in ("backward_ms", "first", "median", "last", "bursts")},
-            "runs": runs}
+    return {
+        "choice": choice,
+        "preset": preset,
+        "device": str(dev),
+        "trainable_params": len(params),
+        **{
+            k: statistics.median(r[k] for r in runs)
+            for k in ("backward_ms", "first", "median", "last", "bursts")
+        },
+        "runs": runs,
+    }
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| compile | gradients | backward ms (hooks synchronising) | first | median | last | bursts |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| compile | gradients | backward ms (hooks synchronising) | first | median | last | bursts |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['choice']} | {r['runs'][0]['gradients']} | {r['backward_ms']:.1f} | {r['first']:.2f} | "
-                   f"{r['median']:.2f} | {r['last']:.2f} | {r['bursts']:.0f} |")
+        out.append(
+            f"| {r['choice']} | {r['runs'][0]['gradients']} | {r['backward_ms']:.1f} | {r['first']:.2f} | "
+            f"{r['median']:.2f} | {r['last']:.2f} | {r['bursts']:.0f} |"
+        )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m autotune.benchmarks.grad_arrival", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m autotune.benchmarks.grad_arrival", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--compile", nargs="+", choices=["eager", "all", "blocks"], default=["eager", "all", "blocks"])
+    ap.add_argument(
+        "--compile",
+        nargs="+",
+        choices=["eager", "all", "blocks"],
+        default=["eager", "all", "blocks"],
+    )
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     args = ap.parse_args(argv)
-    rows = [measure(args.preset, c, args.device, args.batch_size, args.repeats) for c in args.compile]
-    print(f"`python -m autotune.benchmarks.grad_arrival {' '.join(sys.argv[1:] if argv is None else argv)}`\n")
-    print(f"preset {args.preset}, {args.batch_size} samples, {args.device}, torch {torch.__version__}; "
-          "fractions of the backward elapsed when gradients arrived\n")
+    rows = [
+        measure(args.preset, c, args.device, args.batch_size, args.repeats) for c in args.compile
+    ]
+    print(
+        f"`python -m autotune.benchmarks.grad_arrival {' '.join(sys.argv[1:] if argv is None else argv)}`\n"
+    )
+    print(
+        f"preset {args.preset}, {args.batch_size} samples, {args.device}, torch {torch.__version__}; "
+        "fractions of the backward elapsed when gradients arrived\n"
+    )
     print(table(rows))
     if args.json:
         with open(args.json, "w") as fh:

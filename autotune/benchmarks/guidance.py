@@ -72,8 +72,10 @@ def study_values(folder: Path) -> tuple[list[float | None], list[str]]:
     study = optuna.load_study(study_name=None, storage=open_storage(None, folder))
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     values = [float(t.value) if feasible(t) else None for t in trials]
-    stages = [f"{s['bottleneck'] or 'free'} -> {'+'.join(s['groups'])}"
-              for s in json.loads(study.user_attrs.get(STUDY_ATTR) or "[]")]
+    stages = [
+        f"{s['bottleneck'] or 'free'} -> {'+'.join(s['groups'])}"
+        for s in json.loads(study.user_attrs.get(STUDY_ATTR) or "[]")
+    ]
     return values, stages
 
 
@@ -84,19 +86,27 @@ def summarize(runs: list[StudyRun], fractions: list[float], trials: int) -> dict
         return {"reference_samples_per_s": None, "modes": {}}
     reference = max(feasible)
     for run in runs:
-        run.trials_to = {f"{f:.0%}": trials_to_fraction(run.values, reference, f) for f in fractions}
+        run.trials_to = {
+            f"{f:.0%}": trials_to_fraction(run.values, reference, f) for f in fractions
+        }
     modes: dict[str, Any] = {}
     for mode in MODES:
         mine = [r for r in runs if r.mode == mode]
         if not mine:
             continue
-        row: dict[str, Any] = {"studies": len(mine), "wall_s_median": statistics.median(r.wall_s for r in mine),
-                               "best_median": statistics.median(max((v for v in r.values if v is not None), default=0.0)
-                                                                for r in mine)}
+        row: dict[str, Any] = {
+            "studies": len(mine),
+            "wall_s_median": statistics.median(r.wall_s for r in mine),
+            "best_median": statistics.median(
+                max((v for v in r.values if v is not None), default=0.0) for r in mine
+            ),
+        }
         for key in mine[0].trials_to:
             counts = [r.trials_to[key] for r in mine]
             row[f"trials_to_{key}"] = counts
-            row[f"median_to_{key}"] = statistics.median(trials + 1 if c is None else c for c in counts)
+            row[f"median_to_{key}"] = statistics.median(
+                trials + 1 if c is None else c for c in counts
+            )
             row[f"reached_{key}"] = sum(c is not None for c in counts)
         modes[mode] = row
     return {"reference_samples_per_s": reference, "modes": modes}
@@ -104,11 +114,35 @@ def summarize(runs: list[StudyRun], fractions: list[float], trials: int) -> dict
 
 def run_study(args: argparse.Namespace, seed: int, mode: str) -> StudyRun:
     folder = Path(args.out) / f"seed{seed}-{mode}"
-    cmd = [sys.executable, "-m", "autotune", "run", "--space", args.space, "--preset", args.preset,
-           "--trials", str(args.trials), "--seed", str(seed), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--stage-trials", str(args.stage_trials), "--nproc", str(args.nproc), "--out", str(folder),
-           # the same number of trials in both modes, and no re-measuring: the studies' own numbers are compared
-           "--converge-after", "0", "--confirm-rounds", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        "--space",
+        args.space,
+        "--preset",
+        args.preset,
+        "--trials",
+        str(args.trials),
+        "--seed",
+        str(seed),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--stage-trials",
+        str(args.stage_trials),
+        "--nproc",
+        str(args.nproc),
+        "--out",
+        str(folder),
+        # the same number of trials in both modes, and no re-measuring: the studies' own numbers are compared
+        "--converge-after",
+        "0",
+        "--confirm-rounds",
+        "0",
+    ]
     cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
     cmd += ["--base", args.base] if args.base else []
     cmd += ["--synthetic"] if args.synthetic else []
@@ -120,43 +154,88 @@ def run_study(args: argparse.Namespace, seed: int, mode: str) -> StudyRun:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True)
     wall = time.monotonic() - start
     values, stages = study_values(folder)
-    return StudyRun(seed=seed, mode=mode, folder=str(folder), wall_s=wall, values=values,
-                    stages=stages if mode == "guided" else [], loadavg=[load, os.getloadavg()[0]])
+    return StudyRun(
+        seed=seed,
+        mode=mode,
+        folder=str(folder),
+        wall_s=wall,
+        values=values,
+        stages=stages if mode == "guided" else [],
+        loadavg=[load, os.getloadavg()[0]],
+    )
 
 
 def table(result: dict[str, Any]) -> str:
     """The markdown table of the summary, one row per mode."""
     modes = result["summary"]["modes"]
-    keys = [k[len("median_to_"):] for k in next(iter(modes.values())) if k.startswith("median_to_")]
-    head = ["mode", *[f"trials to {k} (per seed; median)" for k in keys], "best samples/s (median)", "wall s (median)"]
+    keys = [
+        k[len("median_to_") :] for k in next(iter(modes.values())) if k.startswith("median_to_")
+    ]
+    head = [
+        "mode",
+        *[f"trials to {k} (per seed; median)" for k in keys],
+        "best samples/s (median)",
+        "wall s (median)",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for mode, row in modes.items():
-        cells = [", ".join("–" if c is None else str(c) for c in row[f"trials_to_{k}"]) + f"; **{row[f'median_to_{k}']:g}**"
-                 for k in keys]
-        lines.append(f"| {mode} | " + " | ".join(cells) + f" | {row['best_median']:.1f} | {row['wall_s_median']:.0f} |")
+        cells = [
+            ", ".join("–" if c is None else str(c) for c in row[f"trials_to_{k}"])
+            + f"; **{row[f'median_to_{k}']:g}**"
+            for k in keys
+        ]
+        lines.append(
+            f"| {mode} | "
+            + " | ".join(cells)
+            + f" | {row['best_median']:.1f} | {row['wall_s_median']:.0f} |"
+        )
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m autotune.benchmarks.guidance", description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="sampler seeds (one guided + one unguided study each)")
+    p = argparse.ArgumentParser(
+        prog="python -m autotune.benchmarks.guidance", description=__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="sampler seeds (one guided + one unguided study each)",
+    )
     p.add_argument("--trials", type=int, default=8, help="trials per study, the stock one included")
     p.add_argument("--space", default="cpu_bench", help="search space name or YAML path")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--base", default=None, help="starting configuration of every study (autotune run --base), "
-                   "e.g. autotune/benchmarks/bases/tiny_data_bound.yaml")
+    p.add_argument(
+        "--base",
+        default=None,
+        help="starting configuration of every study (autotune run --base), "
+        "e.g. autotune/benchmarks/bases/tiny_data_bound.yaml",
+    )
     p.add_argument("--steps", type=int, default=6, help="measured steps per trial")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per trial")
     p.add_argument("--stage-trials", type=int, default=2, help="trials per guided stage")
     p.add_argument("--nproc", type=int, default=1)
-    p.add_argument("--synthetic", action="store_true", help="synthetic batches (default: the real data path)")
-    p.add_argument("--prune", action="store_true", help="let the pruner stop trials (default: every trial runs to its end)")
+    p.add_argument(
+        "--synthetic", action="store_true", help="synthetic batches (default: the real data path)"
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="let the pruner stop trials (default: every trial runs to its end)",
+    )
     p.add_argument("--fractions", type=float, nargs="+", default=[0.90, 0.95])
-    p.add_argument("--out", default="runs/guidance", help="folder of the studies (one run folder each)")
+    p.add_argument(
+        "--out", default="runs/guidance", help="folder of the studies (one run folder each)"
+    )
     p.add_argument("--json", default=None, help="write the result object here")
-    p.add_argument("--from-json", default=None, metavar="FILE",
-                   help="run nothing: summarize the studies of an earlier --json again (e.g. with other --fractions)")
+    p.add_argument(
+        "--from-json",
+        default=None,
+        metavar="FILE",
+        help="run nothing: summarize the studies of an earlier --json again (e.g. with other --fractions)",
+    )
     return p.parse_args(argv)
 
 
@@ -171,10 +250,17 @@ def main(argv: list[str] | None = None) -> int:
         trials = result["args"]["trials"]
     else:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        result = {"args": vars(args), "machine": machine(), "commit": _commit(),
-                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
-        runs = [run_study(args, seed, mode) for i, seed in enumerate(args.seeds)
-                for mode in (MODES if i % 2 == 0 else MODES[::-1])]
+        result = {
+            "args": vars(args),
+            "machine": machine(),
+            "commit": _commit(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        }
+        runs = [
+            run_study(args, seed, mode)
+            for i, seed in enumerate(args.seeds)
+            for mode in (MODES if i % 2 == 0 else MODES[::-1])
+        ]
         result["machine"]["loadavg_at_end"] = list(os.getloadavg())
         trials = args.trials
     result["summary"] = summarize(runs, args.fractions, trials)
@@ -183,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(result, indent=1))
     for r in runs:
         shown = ", ".join("–" if v is None else f"{v:.1f}" for v in r.values)
-        print(f"seed {r.seed} {r.mode:8s} {r.wall_s:5.0f} s  trials_to {r.trials_to}  values [{shown}]  {r.stages}")
+        print(
+            f"seed {r.seed} {r.mode:8s} {r.wall_s:5.0f} s  trials_to {r.trials_to}  values [{shown}]  {r.stages}"
+        )
     print(f"reference (best of all studies): {result['summary']['reference_samples_per_s']}")
     if result["summary"]["modes"]:
         print(table(result))
@@ -192,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _commit() -> str | None:
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=True
+        )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None

@@ -120,7 +120,13 @@ def sample_cost(ds: LeRobotDataset, samples: int, seed: int = 0) -> dict:
             whole.append(t3 - t2)
     finally:
         torch.set_num_threads(threads)
-    return {"open": _ms(opened), "decode": _ms(decode), "augment": _ms(aug), "sample": _ms(whole), "video_files": len(files)}
+    return {
+        "open": _ms(opened),
+        "decode": _ms(decode),
+        "augment": _ms(aug),
+        "sample": _ms(whole),
+        "video_files": len(files),
+    }
 
 
 def loader_rate(
@@ -235,17 +241,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--samples", type=int, default=40, help="samples timed for the per-sample cost")
     p.add_argument("--episodes", type=int, default=8, help="episodes of the cached dataset")
-    p.add_argument("--frames", type=int, default=None, help="frames per episode of the cached dataset (default 60-150)")
-    p.add_argument("--dataset", default=None, help="one dataset folder to measure (default: the cached ones)")
+    p.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="frames per episode of the cached dataset (default 60-150)",
+    )
+    p.add_argument(
+        "--dataset", default=None, help="one dataset folder to measure (default: the cached ones)"
+    )
     p.add_argument("--format", nargs="+", choices=list(FORMATS), default=["v2.1"],
                    help="layouts of the cached dataset to compare (default v2.1)")  # fmt: skip
-    p.add_argument("--codec", default="h264", help="video codec of the cached datasets (default h264)")
+    p.add_argument(
+        "--codec", default="h264", help="video codec of the cached datasets (default h264)"
+    )
     p.add_argument("--backend", default="pyav", help="video backend (default pyav)")
     p.add_argument("--json", default=None, help="write the result here")
     args = p.parse_args(argv)
     args.argv = argv
     if args.dataset and len(args.format) > 1:
-        raise DataError("--dataset measures one folder; --format compares the cached datasets: pass one or the other")
+        raise DataError(
+            "--dataset measures one folder; --format compares the cached datasets: pass one or the other"
+        )
     result = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

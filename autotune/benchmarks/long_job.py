@@ -56,13 +56,30 @@ def _job_dir(args: argparse.Namespace, phase: str) -> Path:
 
 
 def _command(args: argparse.Namespace, phase: str) -> list[str]:
-    cmd = [sys.executable, "-m", "autotune", "train", "--max-steps", str(args.steps), "--log-steps", str(args.log_steps),
-           "--no-progress", "--json", "--output-dir", str(_job_dir(args, phase))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "train",
+        "--max-steps",
+        str(args.steps),
+        "--log-steps",
+        str(args.log_steps),
+        "--no-progress",
+        "--json",
+        "--output-dir",
+        str(_job_dir(args, phase)),
+    ]
     cmd += ["--config", args.config] if args.config else ["--preset", args.preset]
     if args.synthetic:
         cmd.append("--synthetic")
     if phase != "plain":
-        cmd += ["--save-steps", str(args.save_steps), "--save-total-limit", str(args.save_total_limit)]
+        cmd += [
+            "--save-steps",
+            str(args.save_steps),
+            "--save-total-limit",
+            str(args.save_total_limit),
+        ]
     if phase == "saved":
         cmd += ["--stop-at", str(args.resume_at)]
     return cmd
@@ -77,7 +94,9 @@ def run_phase(args: argparse.Namespace, phase: str) -> dict[str, Any]:
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
-    if (folder / "metrics.jsonl").exists():  # the resumed phase's holds the saved phase's steps before its own
+    if (
+        folder / "metrics.jsonl"
+    ).exists():  # the resumed phase's holds the saved phase's steps before its own
         shutil.copyfile(folder / "metrics.jsonl", args.out / f"metrics-{phase}.jsonl")
     if proc.returncode != 0:
         return {"error": f"exit code {proc.returncode}", "wall_s": wall}
@@ -92,8 +111,12 @@ def _trained(run: dict[str, Any], lo: int = 0, hi: int | None = None) -> SimpleN
 
 
 def summarize(runs: dict[str, dict], tolerance: float, resume_at: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"phases": {p: {k: v for k, v in r.items() if k not in ("losses", "grad_norms")}
-                                      for p, r in runs.items()}}
+    out: dict[str, Any] = {
+        "phases": {
+            p: {k: v for k, v in r.items() if k not in ("losses", "grad_norms")}
+            for p, r in runs.items()
+        }
+    }
     plain, saved, resumed = (runs.get(p) for p in PHASES)
     ok = [r for r in (plain, saved, resumed) if r and "error" not in r]
     if plain in ok:
@@ -106,7 +129,12 @@ def summarize(runs: dict[str, dict], tolerance: float, resume_at: int) -> dict[s
         records = saved["checkpoints"] + resumed["checkpoints"]
         # A checkpoint at a phase's last step (--stop-at, the end) stalls and writes after its timed
         # steps; the others' stalls and background writes fall inside them.
-        inside = [r["step"] for run in (saved, resumed) for r in run["checkpoints"] if r["step"] != run["final_step"]]
+        inside = [
+            r["step"]
+            for run in (saved, resumed)
+            for r in run["checkpoints"]
+            if r["step"] != run["final_step"]
+        ]
         out["checkpoints_inside_timed_steps"] = inside
         if plain in ok and rate and plain["steady_steps"]:
             out["checkpoint_cost"] = 1 - rate / plain["samples_per_s_overall"]
@@ -116,8 +144,11 @@ def summarize(runs: dict[str, dict], tolerance: float, resume_at: int) -> dict[s
         # The same cost measured inside the checkpointing runs, against their own median step: the extra
         # time of their timed steps over steps x median (independent of the machine plain ran on; plain's
         # own figure is the jitter of steps without checkpoints)
-        median_s = sum(r["steady_steps"] * r["batch_size"] * r["world_size"] / r["samples_per_s"]
-                       for r in (saved, resumed) if r["samples_per_s"])
+        median_s = sum(
+            r["steady_steps"] * r["batch_size"] * r["world_size"] / r["samples_per_s"]
+            for r in (saved, resumed)
+            if r["samples_per_s"]
+        )
         out["checkpoint_cost_in_run"] = 1 - median_s / seconds if seconds else None
         if plain in ok and plain["samples_per_s"] and plain["steady_s"]:
             out["plain_cost_in_run"] = 1 - plain["samples_per_s_overall"] / plain["samples_per_s"]
@@ -128,34 +159,58 @@ def summarize(runs: dict[str, dict], tolerance: float, resume_at: int) -> dict[s
             out["write_s_median"] = statistics.median(r["write_s"] for r in records)
             # a process allocates (page-locks) its checkpoints' host buffers after its first step, outside
             # the timed steps (``host_buffers_s``); a first checkpoint slower than the later ones says it did not
-            buffers = [run["host_buffers_s"] for run in (saved, resumed) if run.get("host_buffers_s") is not None]
+            buffers = [
+                run["host_buffers_s"]
+                for run in (saved, resumed)
+                if run.get("host_buffers_s") is not None
+            ]
             out["host_buffers_s"] = statistics.median(buffers) if buffers else None
-            firsts = [run["checkpoints"][0]["snapshot_s"] for run in (saved, resumed) if run["checkpoints"]]
+            firsts = [
+                run["checkpoints"][0]["snapshot_s"]
+                for run in (saved, resumed)
+                if run["checkpoints"]
+            ]
             later = [r["snapshot_s"] for run in (saved, resumed) for r in run["checkpoints"][1:]]
             out["snapshot_s_first"] = statistics.median(firsts)
             out["snapshot_s_later"] = statistics.median(later) if later else None
-    if plain in ok and saved in ok:  # the same steps 1..R before the stop: the run-to-run noise of the device
+    if (
+        plain in ok and saved in ok
+    ):  # the same steps 1..R before the stop: the run-to-run noise of the device
         same = compare(_trained(plain, 0, resume_at), _trained(saved), tolerance)
-        out["saved_vs_plain"] = {"steps": same.steps, "loss_rel_diff": same.loss_rel_diff,
-                                 "max_step_loss_rel_diff": same.max_step_loss_rel_diff,
-                                 "identical": saved["losses"] == plain["losses"][:resume_at]}
+        out["saved_vs_plain"] = {
+            "steps": same.steps,
+            "loss_rel_diff": same.loss_rel_diff,
+            "max_step_loss_rel_diff": same.max_step_loss_rel_diff,
+            "identical": saved["losses"] == plain["losses"][:resume_at],
+        }
         # the same over the later half: the noise at a loss level closer to the resumed steps' (on an H200,
         # two runs of the same schedule differed by 1.4 % over steps 1-1000 and by 3-6 % in 50-step windows
         # past step 500: bf16 kernels are not bit-reproducible and the runs drift apart)
         half = resume_at // 2
         late = compare(_trained(plain, half, resume_at), _trained(saved, half), tolerance)
-        out["saved_vs_plain"]["late"] = {"steps": f"{half + 1}-{resume_at}", "loss_rel_diff": late.loss_rel_diff,
-                                         "grad_norm_rel_diff": late.grad_norm_rel_diff}
+        out["saved_vs_plain"]["late"] = {
+            "steps": f"{half + 1}-{resume_at}",
+            "loss_rel_diff": late.loss_rel_diff,
+            "grad_norm_rel_diff": late.grad_norm_rel_diff,
+        }
     if plain in ok and resumed in ok:
         parity = compare(_trained(plain, resume_at), _trained(resumed), tolerance)
         first = min(50, parity.steps)
-        head = compare(_trained(plain, resume_at, resume_at + first), _trained(resumed, 0, first), tolerance)
-        out["resume"] = {"start_step": resumed["start_step"], "passed": parity.passed, "tolerance": tolerance,
-                         "loss_rel_diff": parity.loss_rel_diff, "grad_norm_rel_diff": parity.grad_norm_rel_diff,
-                         "max_step_loss_rel_diff": parity.max_step_loss_rel_diff, "steps": parity.steps,
-                         "identical": resumed["losses"] == plain["losses"][resume_at:],
-                         f"loss_rel_diff_first_{first}": head.loss_rel_diff,
-                         f"max_step_loss_rel_diff_first_{first}": head.max_step_loss_rel_diff}
+        head = compare(
+            _trained(plain, resume_at, resume_at + first), _trained(resumed, 0, first), tolerance
+        )
+        out["resume"] = {
+            "start_step": resumed["start_step"],
+            "passed": parity.passed,
+            "tolerance": tolerance,
+            "loss_rel_diff": parity.loss_rel_diff,
+            "grad_norm_rel_diff": parity.grad_norm_rel_diff,
+            "max_step_loss_rel_diff": parity.max_step_loss_rel_diff,
+            "steps": parity.steps,
+            "identical": resumed["losses"] == plain["losses"][resume_at:],
+            f"loss_rel_diff_first_{first}": head.loss_rel_diff,
+            f"max_step_loss_rel_diff_first_{first}": head.max_step_loss_rel_diff,
+        }
     return out
 
 
@@ -164,31 +219,38 @@ def markdown(s: dict[str, Any]) -> str:
         return "-" if x is None else format(x, spec)
 
     cost = s.get("checkpoint_cost")
-    lines = ["| measure | value |", "|---|---|",
-             f"| samples/s without checkpoints | {f(s.get('plain_samples_per_s'))} |",
-             f"| samples/s with checkpoints (stalls included) | {f(s.get('checkpointed_samples_per_s'))} |",
-             f"| checkpoint cost | {f(100 * cost if cost is not None else None, '.2f')} % "
-             f"({f(s.get('seconds_per_checkpoint'), '.2f')} s a checkpoint, from those at steps "
-             f"{s.get('checkpoints_inside_timed_steps', '-')}) |",
-             f"| checkpoint cost inside the checkpointing runs (their extra time over steps x median step) | "
-             f"{f(100 * s['checkpoint_cost_in_run'] if s.get('checkpoint_cost_in_run') is not None else None, '.2f')} % "
-             f"(plain's, no checkpoints: {f(100 * s['plain_cost_in_run'] if 'plain_cost_in_run' in s else None, '.2f')} %) |",
-             f"| one checkpoint | {f(s.get('checkpoint_gib'), '.2f')} GiB, stall {f(s.get('snapshot_s_median'), '.2f')} s "
-             f"(a process's first {f(s.get('snapshot_s_first'), '.2f')} s, later {f(s.get('snapshot_s_later'), '.2f')} s), "
-             f"written in {f(s.get('write_s_median'), '.1f')} s in the background; its host buffers allocated once "
-             f"after a process's first step in {f(s.get('host_buffers_s'), '.2f')} s |"]
+    lines = [
+        "| measure | value |",
+        "|---|---|",
+        f"| samples/s without checkpoints | {f(s.get('plain_samples_per_s'))} |",
+        f"| samples/s with checkpoints (stalls included) | {f(s.get('checkpointed_samples_per_s'))} |",
+        f"| checkpoint cost | {f(100 * cost if cost is not None else None, '.2f')} % "
+        f"({f(s.get('seconds_per_checkpoint'), '.2f')} s a checkpoint, from those at steps "
+        f"{s.get('checkpoints_inside_timed_steps', '-')}) |",
+        f"| checkpoint cost inside the checkpointing runs (their extra time over steps x median step) | "
+        f"{f(100 * s['checkpoint_cost_in_run'] if s.get('checkpoint_cost_in_run') is not None else None, '.2f')} % "
+        f"(plain's, no checkpoints: {f(100 * s['plain_cost_in_run'] if 'plain_cost_in_run' in s else None, '.2f')} %) |",
+        f"| one checkpoint | {f(s.get('checkpoint_gib'), '.2f')} GiB, stall {f(s.get('snapshot_s_median'), '.2f')} s "
+        f"(a process's first {f(s.get('snapshot_s_first'), '.2f')} s, later {f(s.get('snapshot_s_later'), '.2f')} s), "
+        f"written in {f(s.get('write_s_median'), '.1f')} s in the background; its host buffers allocated once "
+        f"after a process's first step in {f(s.get('host_buffers_s'), '.2f')} s |",
+    ]
     same = s.get("saved_vs_plain")
     if same:
-        lines.append(f"| steps 1-{same['steps']}, the same schedule run twice: loss mean / largest step | "
-                     f"{100 * same['loss_rel_diff']:.2f} % / {100 * same['max_step_loss_rel_diff']:.2f} %"
-                     f"{' (identical)' if same['identical'] else ''}; steps {same['late']['steps']}: "
-                     f"{100 * same['late']['loss_rel_diff']:.2f} % |")
+        lines.append(
+            f"| steps 1-{same['steps']}, the same schedule run twice: loss mean / largest step | "
+            f"{100 * same['loss_rel_diff']:.2f} % / {100 * same['max_step_loss_rel_diff']:.2f} %"
+            f"{' (identical)' if same['identical'] else ''}; steps {same['late']['steps']}: "
+            f"{100 * same['late']['loss_rel_diff']:.2f} % |"
+        )
     r = s.get("resume")
     if r:
-        lines.append(f"| resume at step {r['start_step'] - 1}: loss / grad-norm mean vs uninterrupted | "
-                     f"{100 * r['loss_rel_diff']:.2f} % / {100 * r['grad_norm_rel_diff']:.2f} % over {r['steps']} steps, "
-                     f"largest step {100 * r['max_step_loss_rel_diff']:.2f} %{' (identical)' if r['identical'] else ''} "
-                     f"(tolerance {100 * r['tolerance']:.0f} %): {'PASS' if r['passed'] else 'FAIL'} |")
+        lines.append(
+            f"| resume at step {r['start_step'] - 1}: loss / grad-norm mean vs uninterrupted | "
+            f"{100 * r['loss_rel_diff']:.2f} % / {100 * r['grad_norm_rel_diff']:.2f} % over {r['steps']} steps, "
+            f"largest step {100 * r['max_step_loss_rel_diff']:.2f} %{' (identical)' if r['identical'] else ''} "
+            f"(tolerance {100 * r['tolerance']:.0f} %): {'PASS' if r['passed'] else 'FAIL'} |"
+        )
     return "\n".join(lines)
 
 
@@ -203,11 +265,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume-at", type=int, default=1000)
     ap.add_argument("--log-steps", type=int, default=50)
     ap.add_argument("--phases", default=",".join(PHASES))
-    ap.add_argument("--out", type=Path, required=True, help="runs.json, summary.json, metrics-<phase>.jsonl")
-    ap.add_argument("--jobs-dir", type=Path, help="the jobs' output folders plain/ and saved/ (default: --out)")
-    ap.add_argument("--merge", type=Path, nargs="+", metavar="RUNS_JSON",
-                    help="train nothing: summarize the phases of these runs.json files (later ones win), e.g. "
-                         "plain from one device call and saved,resumed from another")
+    ap.add_argument(
+        "--out", type=Path, required=True, help="runs.json, summary.json, metrics-<phase>.jsonl"
+    )
+    ap.add_argument(
+        "--jobs-dir", type=Path, help="the jobs' output folders plain/ and saved/ (default: --out)"
+    )
+    ap.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="RUNS_JSON",
+        help="train nothing: summarize the phases of these runs.json files (later ones win), e.g. "
+        "plain from one device call and saved,resumed from another",
+    )
     args = ap.parse_args(argv)
     phases = args.phases.split(",")
     unknown = sorted(set(phases) - set(PHASES))
@@ -226,9 +297,15 @@ def main(argv: list[str] | None = None) -> int:
             runs.update(json.loads(path.read_text()))
         phases = []
     else:  # every phase asked for: a new measurement; a part: added to what the earlier invocation measured
-        runs = json.loads(runs_path.read_text()) if runs_path.exists() and set(phases) != set(PHASES) else {}
+        runs = (
+            json.loads(runs_path.read_text())
+            if runs_path.exists() and set(phases) != set(PHASES)
+            else {}
+        )
     started = time.perf_counter()
-    command = "python -m autotune.benchmarks.long_job " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m autotune.benchmarks.long_job " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
 
     def write_summary() -> dict[str, Any]:
         summary = summarize(runs, tolerance_for(cfg), args.resume_at)

@@ -44,8 +44,10 @@ def layout(workload: str, preset: str) -> Layout:
     w = get_workload(workload)
     model = w.build_model(preset, "meta")
     bf16 = {id(p) for p in precision.autocast_only_params(w.regions(model), PrecisionConfig())}
-    return [([(tuple(p.shape), id(p) in bf16) for p in g["params"]], g["weight_decay"])
-            for g in w.param_groups(model, 1e-5)]
+    return [
+        ([(tuple(p.shape), id(p) in bf16) for p in g["params"]], g["weight_decay"])
+        for g in w.param_groups(model, 1e-5)
+    ]
 
 
 def build(shapes: Layout, impl: str, streams: int, device: torch.device):
@@ -53,7 +55,10 @@ def build(shapes: Layout, impl: str, streams: int, device: torch.device):
     gen = torch.Generator(device=device).manual_seed(0)
     groups, params, masters = [], [], {}
     for items, wd in shapes:
-        ps = [torch.nn.Parameter(torch.randn(s, device=device, generator=gen) * 0.02) for s, _ in items]
+        ps = [
+            torch.nn.Parameter(torch.randn(s, device=device, generator=gen) * 0.02)
+            for s, _ in items
+        ]
         if impl == "master":
             masters.update(bf16_with_masters([p for p, (_, bf16) in zip(ps, items) if bf16]))
         groups.append({"params": ps, "weight_decay": wd})
@@ -61,7 +66,9 @@ def build(shapes: Layout, impl: str, streams: int, device: torch.device):
     for p in params:
         p.grad = (torch.randn(p.shape, device=device, generator=gen) * 1e-3).to(p.dtype)
     cfg = OptimizerConfig(impl=impl, streams=streams)
-    return params, optim.build_optimizer(groups, cfg, capturable=device.type == "cuda", masters=masters)
+    return params, optim.build_optimizer(
+        groups, cfg, capturable=device.type == "cuda", masters=masters
+    )
 
 
 def timed(fn: Callable[[], object], device: torch.device, reps: int) -> dict[str, float]:
@@ -102,21 +109,29 @@ def _stats(times: list[float]) -> dict[str, float]:
 
 def rows(shapes: Layout, device: torch.device, reps: int) -> dict[str, dict[str, float]]:
     out = {}
-    for name, impl, streams in (("fused", "fused", 1), ("fused_2_streams", "fused", 2), ("master", "master", 1)):
+    for name, impl, streams in (
+        ("fused", "fused", 1),
+        ("fused_2_streams", "fused", 2),
+        ("master", "master", 1),
+    ):
         if streams == 1 or device.type == "cuda":
             out.update(_rows(name, shapes, impl, streams, device, reps))
     out["casts"] = casts(shapes, device, reps)
     return out
 
 
-def _rows(name: str, shapes: Layout, impl: str, streams: int, device: torch.device, reps: int) -> dict[str, dict]:
+def _rows(
+    name: str, shapes: Layout, impl: str, streams: int, device: torch.device, reps: int
+) -> dict[str, dict]:
     """The clipped step of ``impl``; for ``master`` also its norm (``prepare_update``) and its update alone."""
     params, opt = build(shapes, impl, streams, device)
     out = {name: timed(lambda: optim.clip_and_step(opt, params, 1.0), device, reps)}
     if impl == "master":
         opt.prepare()
         out["master_norm"] = timed(lambda: opt.prepare_update(1.0), device, reps)
-        if opt.use_kernels:  # the same norm by torch's multi-tensor kernels (what a capture before the tables runs)
+        if (
+            opt.use_kernels
+        ):  # the same norm by torch's multi-tensor kernels (what a capture before the tables runs)
             opt.use_kernels = False
             out["master_norm_torch"] = timed(lambda: opt.prepare_update(1.0), device, reps)
             opt.use_kernels = True
@@ -127,7 +142,12 @@ def _rows(name: str, shapes: Layout, impl: str, streams: int, device: torch.devi
 def casts(shapes: Layout, device: torch.device, reps: int) -> dict[str, float]:
     """The casts that fp32 weights cost a bf16-autocast step for the weights master stores in bf16."""
     weights = [torch.randn(s, device=device) for items, _ in shapes for s, bf16 in items if bf16]
-    grads = [torch.randn(s, device=device, dtype=torch.bfloat16) for items, _ in shapes for s, bf16 in items if bf16]
+    grads = [
+        torch.randn(s, device=device, dtype=torch.bfloat16)
+        for items, _ in shapes
+        for s, bf16 in items
+        if bf16
+    ]
 
     def run() -> None:
         for w in weights:
@@ -149,10 +169,18 @@ def main(argv: list[str] | None = None) -> int:
     shapes = layout(args.workload, args.preset)
     n = sum(torch.Size(s).numel() for items, _ in shapes for s, _ in items)
     n_bf16 = sum(torch.Size(s).numel() for items, _ in shapes for s, bf16 in items if bf16)
-    result = {"workload": args.workload, "preset": args.preset, "device": torch.cuda.get_device_name()
-              if device.type == "cuda" else "cpu", "torch": torch.__version__, "trainable": n, "bf16": n_bf16,
-              "rows": rows(shapes, device, args.reps)}
-    print(f"{args.preset}: {n / 1e9:.3f} B trainable parameters, {n_bf16 / 1e9:.3f} B of them in bf16 under master")
+    result = {
+        "workload": args.workload,
+        "preset": args.preset,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "trainable": n,
+        "bf16": n_bf16,
+        "rows": rows(shapes, device, args.reps),
+    }
+    print(
+        f"{args.preset}: {n / 1e9:.3f} B trainable parameters, {n_bf16 / 1e9:.3f} B of them in bf16 under master"
+    )
     for name, r in result["rows"].items():
         print(f"{name:>16}: {r['median_ms']:8.2f} ms  ({r['min_ms']:.2f}-{r['max_ms']:.2f})")
     if args.json:

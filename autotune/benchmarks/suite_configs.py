@@ -27,16 +27,27 @@ CONFIGS: dict[str, dict] = {
     "stock": {},
     "step_graph": {"graphs": {"mode": "step"}},
     "region_graph": {"graphs": {"mode": "regions", "regions": ALL_REGIONS}},
-    "precision_fp16_frozen": {"precision": {"regions": {"vision": "fp16", "connector": "fp16", "llm_frozen": "fp16"}}},
+    "precision_fp16_frozen": {
+        "precision": {"regions": {"vision": "fp16", "connector": "fp16", "llm_frozen": "fp16"}}
+    },
     "data_prefetch": {"data": {"num_workers": 8, "device_prefetch": 2, "prefetch_factor": 4}},
-    "static_fused_prefetch": {"ddp": {"static_graph": True}, "optimizer": {"impl": "fused"},
-                              "data": {"num_workers": 8, "device_prefetch": 2}},
-    "step_graph_tuned": {"graphs": {"mode": "step"}, "optimizer": {"impl": "fused"},
-                         "data": {"num_workers": 8, "device_prefetch": 2, "prefetch_factor": 4}},
+    "static_fused_prefetch": {
+        "ddp": {"static_graph": True},
+        "optimizer": {"impl": "fused"},
+        "data": {"num_workers": 8, "device_prefetch": 2},
+    },
+    "step_graph_tuned": {
+        "graphs": {"mode": "step"},
+        "optimizer": {"impl": "fused"},
+        "data": {"num_workers": 8, "device_prefetch": 2, "prefetch_factor": 4},
+    },
     "compile_all": {"compile": {"regions": ["all"]}},
 }
 # the same with each bucket's all-reduce captured inside the backward (several GPUs)
-CONFIGS["step_graph_tuned_overlap"] = {**CONFIGS["step_graph_tuned"], "ddp": {"graph_overlap": True}}
+CONFIGS["step_graph_tuned_overlap"] = {
+    **CONFIGS["step_graph_tuned"],
+    "ddp": {"graph_overlap": True},
+}
 
 # Knobs added on top of a configuration (``FILE+NAME``): each of issue 23's knobs alone, the exact ones
 # together (with the streamed or the compiled AdamW: they exclude each other), and the exact ones with fp8
@@ -44,7 +55,10 @@ CONFIGS["step_graph_tuned_overlap"] = {**CONFIGS["step_graph_tuned"], "ddp": {"g
 MODEL = {"model": {"skip_dead_work": True, "category_matmul": "grouped"}}
 """The ``model`` group's knobs on (both exact): no dead work, the projectors' grouped GEMM."""
 EXACT = {**MODEL, "optimizer": {"streams": 2}}
-ISSUE23 = {"model": {"bias_in_activation": True}, "optimizer": {"impl": "master", "streams": 1, "overlap": True}}
+ISSUE23 = {
+    "model": {"bias_in_activation": True},
+    "optimizer": {"impl": "master", "streams": 1, "overlap": True},
+}
 """Session 8's knobs on: the vision MLP's bias in its GELU, master weights, the update beside the next prefix."""
 VARIANTS: dict[str, dict] = {
     "model": MODEL,
@@ -59,17 +73,24 @@ VARIANTS: dict[str, dict] = {
     "gelu_epilogue": {"model": {"gelu_epilogue": True}},
     "attended_epilogue": {"model": {"attended_kv_only": True, "gelu_epilogue": True}},
     "fused_qkv": {"model": {"fused_frozen_qkv": True}},
-    "fused_qkv_ws1": {"model": {"fused_frozen_qkv": True}, "kernels": {"cublaslt_workspace_kib": 1}},
+    "fused_qkv_ws1": {
+        "model": {"fused_frozen_qkv": True},
+        "kernels": {"cublaslt_workspace_kib": 1},
+    },
     "issue23": ISSUE23,
     # the same with the frozen vision tower's GEMMs in fp8 (not exact: the parity check decides)
     "issue23_fp8_vision": {**ISSUE23, "precision": {"regions": {"vision": "fp8"}}},
     "exact": EXACT,
     "exact_compiled": {**EXACT, "optimizer": {"impl": "compiled", "streams": 1}},
-    **{f"exact_fp8_{region}": {**EXACT, "precision": {"regions": {region: "fp8"}}}
-       for region in ("dit", "llm_trainable", "llm_frozen", "vision")},
+    **{
+        f"exact_fp8_{region}": {**EXACT, "precision": {"regions": {region: "fp8"}}}
+        for region in ("dit", "llm_trainable", "llm_frozen", "vision")
+    },
 }
 
-BEST_1GPU = Path(__file__).resolve().parents[2] / "reports" / "examples" / "full-1gpu-h200-v4" / "best.yaml"
+BEST_1GPU = (
+    Path(__file__).resolve().parents[2] / "reports" / "examples" / "full-1gpu-h200-v4" / "best.yaml"
+)
 """The 1-GPU best so far (fourth campaign's study; 202 samples/s in the fifth campaign's suites):
 the whole model compiled in a whole-step graph, fused AdamW, 14 workers x prefetch 4, device prefetch 2."""
 BEST_V9 = BEST_1GPU.parents[1] / "full-1gpu-h200-v9" / "best.yaml"
@@ -88,8 +109,14 @@ MLP's GELU in its GEMM's epilogue."""
 BEST_V13 = BEST_1GPU.parents[1] / "full-1gpu-h200-v13" / "best.yaml"
 """The default run of 2026-12-02, session 11 (241.3 samples/s confirmed, 240.8 in its study; 66.4 ms a step):
 ``best-v12``'s configuration with a 1-KiB cuBLASLt workspace, which changed no kernel of the step."""
-ALIASES = {"best-1gpu": BEST_1GPU, "best-v9": BEST_V9, "best-v10": BEST_V10, "best-v11": BEST_V11, "best-v12": BEST_V12,
-           "best-v13": BEST_V13}
+ALIASES = {
+    "best-1gpu": BEST_1GPU,
+    "best-v9": BEST_V9,
+    "best-v10": BEST_V10,
+    "best-v11": BEST_V11,
+    "best-v12": BEST_V12,
+    "best-v13": BEST_V13,
+}
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -146,7 +173,14 @@ def builtin(name: str, settings: SuiteSettings) -> Entry:
     data = over.setdefault("data", {})
     data.setdefault("source", settings.source)
     data.setdefault("video_backend", settings.video_backend)
-    cfg = config_from_dict({"preset": settings.preset, "batch_size": settings.batch_size, "seed": settings.seed, **over})
+    cfg = config_from_dict(
+        {
+            "preset": settings.preset,
+            "batch_size": settings.batch_size,
+            "seed": settings.seed,
+            **over,
+        }
+    )
     return Entry(name, cfg, "builtin", overrides=CONFIGS[name])
 
 
@@ -188,18 +222,33 @@ def merge(base: dict, over: dict) -> dict:
     """``base`` with ``over``'s values, mappings merged key by key."""
     out = copy.deepcopy(base)
     for key, value in over.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else copy.deepcopy(value)
+        out[key] = (
+            merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else copy.deepcopy(value)
+        )
     return out
 
 
 def with_variant(entry: Entry, variant: str) -> Entry:
     """The entry with :data:`VARIANTS` ``[variant]`` applied on top (validated like a loaded file)."""
     if variant not in VARIANTS:
-        raise ConfigError(f"--configs: variant {variant!r} of {entry.name!r} is unknown; allowed: {sorted(VARIANTS)}")
+        raise ConfigError(
+            f"--configs: variant {variant!r} of {entry.name!r} is unknown; allowed: {sorted(VARIANTS)}"
+        )
     cfg = config_from_dict(merge(to_dict(entry.config), VARIANTS[variant]))
-    overrides = merge(entry.overrides or {}, VARIANTS[variant]) if entry.overrides is not None else None
-    return Entry(f"{entry.name}+{variant}", cfg, entry.source, overrides=overrides, provenance=entry.provenance,
-                 adjusted=dict(entry.adjusted), variant=VARIANTS[variant])
+    overrides = (
+        merge(entry.overrides or {}, VARIANTS[variant]) if entry.overrides is not None else None
+    )
+    return Entry(
+        f"{entry.name}+{variant}",
+        cfg,
+        entry.source,
+        overrides=overrides,
+        provenance=entry.provenance,
+        adjusted=dict(entry.adjusted),
+        variant=VARIANTS[variant],
+    )
 
 
 def _entry(text: str, settings: SuiteSettings) -> Entry:
@@ -210,8 +259,10 @@ def _entry(text: str, settings: SuiteSettings) -> Entry:
     elif base in ALIASES or base.endswith(YAML_SUFFIXES) or path.exists():
         entry = from_file(path, settings)
     else:
-        raise ConfigError(f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)}, "
-                          f"an alias {sorted(ALIASES)} nor a configuration file (*.yaml)")
+        raise ConfigError(
+            f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)}, "
+            f"an alias {sorted(ALIASES)} nor a configuration file (*.yaml)"
+        )
     return with_variant(entry, variant) if variant else entry
 
 
@@ -262,6 +313,8 @@ def fit_to_machine(entry: Entry, machine: Machine, regions: list[str]) -> str | 
                 return str(exc)
             before = dict(entry.adjusted)
             reset(entry, [key])
-            if entry.adjusted == before:  # a rule between knobs that resetting this one does not satisfy
+            if (
+                entry.adjusted == before
+            ):  # a rule between knobs that resetting this one does not satisfy
                 return str(exc)
     return "the configuration could not be fitted to this machine"

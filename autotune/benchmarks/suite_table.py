@@ -37,7 +37,11 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     runs = results.get("runs", {})
     records = {name: record_of(r) for name, r in runs.items() if "skipped" not in r}
     stock = records.get("stock")
-    base = stock.measurement.samples_per_s if stock is not None and stock.measurement is not None else None
+    base = (
+        stock.measurement.samples_per_s
+        if stock is not None and stock.measurement is not None
+        else None
+    )
     matmul = (results.get("matmul") or {}).get("flops")
     out = []
     for name, row in runs.items():
@@ -48,24 +52,31 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         m = rec.measurement
         if m is None:
             failure = rec.failure
-            out.append({"name": name, "error": failure.error if failure else "not measured",
-                        "reason": failure.reason if failure else "error"})
+            out.append(
+                {
+                    "name": name,
+                    "error": failure.error if failure else "not measured",
+                    "reason": failure.reason if failure else "error",
+                }
+            )
             continue
         par = results["runs"][name].get("parity")
-        out.append({
-            "name": name,
-            "samples_per_s": m.samples_per_s,
-            "step_time_ms": m.step_time.median_ms,
-            "p10_ms": m.step_time.p10_ms,
-            "p90_ms": m.step_time.p90_ms,
-            "peak_memory_gib": m.memory.allocated_bytes / GIB,
-            "mfu": mfu(m, matmul),
-            "useful_mfu": mfu(m, matmul, useful=True),
-            "speedup_vs_stock": m.samples_per_s / base if base else None,
-            "parity_passed": par["passed"] if par else None,
-            "loss_rel_diff": par["loss_rel_diff"] if par else None,
-            "grad_norm_rel_diff": par["grad_norm_rel_diff"] if par else None,
-        })
+        out.append(
+            {
+                "name": name,
+                "samples_per_s": m.samples_per_s,
+                "step_time_ms": m.step_time.median_ms,
+                "p10_ms": m.step_time.p10_ms,
+                "p90_ms": m.step_time.p90_ms,
+                "peak_memory_gib": m.memory.allocated_bytes / GIB,
+                "mfu": mfu(m, matmul),
+                "useful_mfu": mfu(m, matmul, useful=True),
+                "speedup_vs_stock": m.samples_per_s / base if base else None,
+                "parity_passed": par["passed"] if par else None,
+                "loss_rel_diff": par["loss_rel_diff"] if par else None,
+                "grad_norm_rel_diff": par["grad_norm_rel_diff"] if par else None,
+            }
+        )
     return out
 
 
@@ -84,9 +95,11 @@ def _row(r: dict[str, Any]) -> str:
     else:
         verdict = "PASS" if r["parity_passed"] else "FAIL"
         parity = f"{verdict} {_pct(r['loss_rel_diff'], 2)} / {_pct(r['grad_norm_rel_diff'], 2)}"
-    return (f"| {r['name']} | {r['samples_per_s']:.1f} | {r['step_time_ms']:.1f} | "
-            f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_mfus(r)} | "
-            f"{speed} | {parity} |")
+    return (
+        f"| {r['name']} | {r['samples_per_s']:.1f} | {r['step_time_ms']:.1f} | "
+        f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_mfus(r)} | "
+        f"{speed} | {parity} |"
+    )
 
 
 def _mfus(r: dict[str, Any]) -> str:
@@ -100,9 +113,11 @@ def _profile_line(name: str, p: dict[str, Any]) -> str:
     if "error" in p:
         return f"- {name}: profiling failed ({p.get('reason', 'error')}): {p['error'][:150]}"
     buckets = ", ".join(f"{k} {100 * v:.0f} %" for k, v in (p.get("buckets") or {}).items())
-    return (f"- {name}: profiling overhead {_pct(p['overhead'])} (profiled {p['profiled_step_ms']:.1f} ms vs "
-            f"unprofiled {p['unprofiled_step_ms']:.1f} ms per step); buckets: {buckets or '-'}; "
-            f"dominant: {p.get('dominant', '-')}")
+    return (
+        f"- {name}: profiling overhead {_pct(p['overhead'])} (profiled {p['profiled_step_ms']:.1f} ms vs "
+        f"unprofiled {p['unprofiled_step_ms']:.1f} ms per step); buckets: {buckets or '-'}; "
+        f"dominant: {p.get('dominant', '-')}"
+    )
 
 
 def _kernel_lines(name: str, p: dict[str, Any]) -> list[str]:
@@ -112,7 +127,10 @@ def _kernel_lines(name: str, p: dict[str, Any]) -> list[str]:
         return []
     steps = p.get("profiled_steps") or 1
     lines = [f"  top kernels of {name} (per profiled step):"]
-    lines += [f"  - {k['total_ms'] / steps:7.2f} ms  {k['count'] / steps:6.1f} launches  {k['name'][:90]}" for k in kernels]
+    lines += [
+        f"  - {k['total_ms'] / steps:7.2f} ms  {k['count'] / steps:6.1f} launches  {k['name'][:90]}"
+        for k in kernels
+    ]
     return lines
 
 
@@ -124,16 +142,23 @@ def markdown(results: dict[str, Any]) -> str:
     head = f"preset {args.get('preset')}, {args.get('batch_size')} samples per process, {args.get('nproc')} process(es)"
     env = results.get("environment") or {}
     if env:
-        head += f", {env.get('gpu') or env.get('cpu') or env.get('device')}, torch {env.get('torch')}"
+        head += (
+            f", {env.get('gpu') or env.get('cpu') or env.get('device')}, torch {env.get('torch')}"
+        )
     lines += [head, ""]
-    lines += ["| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU (upstream / useful FLOPs) | × stock | parity (loss / grad-norm mean diff) |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU (upstream / useful FLOPs) | × stock | parity (loss / grad-norm mean diff) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     lines += [_row(r) for r in rows(results)]
     if "error" in matmul:
         lines += ["", f"matmul rate: not measured ({matmul['error'][:150]})"]
     elif matmul:
-        lines += ["", f"MFU against {matmul['tflops']:.4g} TFLOP/s ({matmul['dtype']} {matmul['n']}³ matmul on "
-                      f"{matmul['device']}, measured in this run)"]
+        lines += [
+            "",
+            f"MFU against {matmul['tflops']:.4g} TFLOP/s ({matmul['dtype']} {matmul['n']}³ matmul on "
+            f"{matmul['device']}, measured in this run)",
+        ]
     profiles = results.get("profiles") or {}
     if profiles:
         lines += [""]

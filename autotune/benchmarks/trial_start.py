@@ -38,15 +38,20 @@ def run_once(cfg, forked: bool, timeout: float) -> dict[str, Any]:
     record = launch(cfg, steps=1, warmup=0, timeout=timeout, read_host=False)
     if not record.ok:
         raise SystemExit(f"a run failed: {record.failure.reason}: {record.failure.error}")
-    return {"way": "forked" if forked else "executed", "wall_s": record.cost.wall_s,
-            "start_s": record.cost.parts.get("start", 0.0)}
+    return {
+        "way": "forked" if forked else "executed",
+        "wall_s": record.cost.wall_s,
+        "start_s": record.cost.parts.get("start", 0.0),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--batch-size", type=int, default=None)
-    ap.add_argument("--runs", type=int, default=4, help="runs of each way (the forked ones after the zygote's)")
+    ap.add_argument(
+        "--runs", type=int, default=4, help="runs of each way (the forked ones after the zygote's)"
+    )
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--json", default=None, help="write the runs and medians here")
     args = ap.parse_args(argv)
@@ -56,8 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         runs += [run_once(cfg, False, args.timeout), run_once(cfg, True, args.timeout)]
     for r in runs:
         print(f"{r['way']:>12}: start {r['start_s']:6.2f} s, wall {r['wall_s']:6.2f} s")
-    medians = {way: {k: statistics.median(r[k] for r in runs if r["way"] == way) for k in ("start_s", "wall_s")}
-               for way in ("executed", "forked")}
+    medians = {
+        way: {
+            k: statistics.median(r[k] for r in runs if r["way"] == way)
+            for k in ("start_s", "wall_s")
+        }
+        for way in ("executed", "forked")
+    }
     for way, m in medians.items():
         print(f"median {way}: start {m['start_s']:.2f} s, wall {m['wall_s']:.2f} s")
     if args.json:

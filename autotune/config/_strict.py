@@ -142,8 +142,11 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
 def to_dict(obj: Any) -> Any:
     """Plain data (dicts, lists, scalars) for a dataclass tree, in field order."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if f.init and not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)}
+        return {
+            f.name: to_dict(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.init and not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)
+        }
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

@@ -22,7 +22,9 @@ class Machine:
     cuda: bool
     capability: tuple[int, int] | None = None
     world_size: int = 1
-    cpus: int | None = None  # host cores this process may run on (its affinity), shared by the ranks
+    cpus: int | None = (
+        None  # host cores this process may run on (its affinity), shared by the ranks
+    )
 
     @classmethod
     def current(cls, world_size: int = 1) -> Machine:
@@ -53,36 +55,97 @@ def _has_torchao() -> bool:
 Rule = tuple[str, Callable[[TrainConfig, Machine], bool], str]
 
 RULES: tuple[Rule, ...] = (
-    ("device", lambda c, m: c.device == "cuda" and not m.cuda, "device 'cuda' was asked for but no CUDA device is present"),
-    ("graphs.mode", lambda c, m: c.graphs.enabled and not _on_cuda(c, m), "CUDA graphs need a CUDA device"),
-    ("precision", lambda c, m: c.precision.uses("fp8") and not _on_cuda(c, m), "fp8 training needs a CUDA device"),
-    ("precision", lambda c, m: c.precision.uses("fp8") and _on_cuda(c, m) and (m.capability or (0, 0)) < (8, 9),
-     "fp8 training needs a GPU of compute capability >= 8.9 (Ada, Hopper or newer)"),
-    ("precision", lambda c, m: c.precision.uses("fp8") and not _has_torchao(), "fp8 training needs torchao (pip install torchao)"),
-    ("precision", lambda c, m: c.precision.uses("fp16") and c.graphs.mode == "step",
-     "an fp16 gradient scaler checks for inf/NaN on the host, which a captured whole step cannot do; use bf16 or graphs.mode 'regions'"),
-    ("kernels.cuda_device_max_connections", lambda c, m: c.kernels.cuda_device_max_connections is not None and not _on_cuda(c, m),
-     "CUDA_DEVICE_MAX_CONNECTIONS applies to CUDA devices only"),
-    ("kernels.cublaslt_workspace_kib", lambda c, m: c.kernels.cublaslt_workspace_kib is not None and not _on_cuda(c, m),
-     "CUBLASLT_WORKSPACE_SIZE applies to CUDA devices only"),
-    ("kernels.attention", lambda c, m: c.kernels.attention in ("flash", "cudnn", "efficient") and not _on_cuda(c, m),
-     "this attention backend needs a CUDA device; use 'auto' or 'math' on CPU"),
-    ("compile.mode", lambda c, m: c.compile.enabled and c.graphs.enabled and c.compile.mode in ("reduce-overhead", "max-autotune"),
-     "compile modes that capture CUDA graphs themselves cannot be combined with graphs.mode; use 'default' or 'max-autotune-no-cudagraphs'"),
-    ("compile.regions", lambda c, m: "all" in c.compile.regions and c.graphs.mode == "regions",
-     "compiling the whole model cannot be combined with per-region graph capture"),
-    ("ddp.comm_hook", lambda c, m: c.ddp.comm_hook == "bf16" and m.world_size > 1 and not _on_cuda(c, m),
-     "the bf16 compression hook needs NCCL (CUDA); gloo supports 'fp16' or 'none'"),
-    ("optimizer.impl", lambda c, m: c.optimizer.impl == "master" and m.world_size > 1,
-     "'master' trains on one process: several would all-reduce the bf16 weights' gradients in bf16"),
-    ("optimizer.impl", lambda c, m: c.optimizer.impl == "master" and c.precision.trainable_dtype != "fp32",
-     "'master' keeps fp32 masters of fp32 trainable weights; it needs precision.trainable_dtype 'fp32'"),
-    ("optimizer.overlap", lambda c, m: c.optimizer.overlap and c.graphs.mode != "step",
-     "the update runs beside the next step's prefix inside the captured step; it needs graphs.mode 'step'"),
-    ("optimizer.overlap", lambda c, m: c.optimizer.overlap and m.world_size > 1,
-     "the update beside the next step's prefix is for one process"),
-    ("data.device_prefetch", lambda c, m: c.data.device_prefetch > 0 and not _on_cuda(c, m),
-     "the device prefetcher copies on a CUDA stream; set it to 0 on CPU"),
+    (
+        "device",
+        lambda c, m: c.device == "cuda" and not m.cuda,
+        "device 'cuda' was asked for but no CUDA device is present",
+    ),
+    (
+        "graphs.mode",
+        lambda c, m: c.graphs.enabled and not _on_cuda(c, m),
+        "CUDA graphs need a CUDA device",
+    ),
+    (
+        "precision",
+        lambda c, m: c.precision.uses("fp8") and not _on_cuda(c, m),
+        "fp8 training needs a CUDA device",
+    ),
+    (
+        "precision",
+        lambda c, m: (
+            c.precision.uses("fp8") and _on_cuda(c, m) and (m.capability or (0, 0)) < (8, 9)
+        ),
+        "fp8 training needs a GPU of compute capability >= 8.9 (Ada, Hopper or newer)",
+    ),
+    (
+        "precision",
+        lambda c, m: c.precision.uses("fp8") and not _has_torchao(),
+        "fp8 training needs torchao (pip install torchao)",
+    ),
+    (
+        "precision",
+        lambda c, m: c.precision.uses("fp16") and c.graphs.mode == "step",
+        "an fp16 gradient scaler checks for inf/NaN on the host, which a captured whole step cannot do; use bf16 or graphs.mode 'regions'",
+    ),
+    (
+        "kernels.cuda_device_max_connections",
+        lambda c, m: c.kernels.cuda_device_max_connections is not None and not _on_cuda(c, m),
+        "CUDA_DEVICE_MAX_CONNECTIONS applies to CUDA devices only",
+    ),
+    (
+        "kernels.cublaslt_workspace_kib",
+        lambda c, m: c.kernels.cublaslt_workspace_kib is not None and not _on_cuda(c, m),
+        "CUBLASLT_WORKSPACE_SIZE applies to CUDA devices only",
+    ),
+    (
+        "kernels.attention",
+        lambda c, m: c.kernels.attention in ("flash", "cudnn", "efficient") and not _on_cuda(c, m),
+        "this attention backend needs a CUDA device; use 'auto' or 'math' on CPU",
+    ),
+    (
+        "compile.mode",
+        lambda c, m: (
+            c.compile.enabled
+            and c.graphs.enabled
+            and c.compile.mode in ("reduce-overhead", "max-autotune")
+        ),
+        "compile modes that capture CUDA graphs themselves cannot be combined with graphs.mode; use 'default' or 'max-autotune-no-cudagraphs'",
+    ),
+    (
+        "compile.regions",
+        lambda c, m: "all" in c.compile.regions and c.graphs.mode == "regions",
+        "compiling the whole model cannot be combined with per-region graph capture",
+    ),
+    (
+        "ddp.comm_hook",
+        lambda c, m: c.ddp.comm_hook == "bf16" and m.world_size > 1 and not _on_cuda(c, m),
+        "the bf16 compression hook needs NCCL (CUDA); gloo supports 'fp16' or 'none'",
+    ),
+    (
+        "optimizer.impl",
+        lambda c, m: c.optimizer.impl == "master" and m.world_size > 1,
+        "'master' trains on one process: several would all-reduce the bf16 weights' gradients in bf16",
+    ),
+    (
+        "optimizer.impl",
+        lambda c, m: c.optimizer.impl == "master" and c.precision.trainable_dtype != "fp32",
+        "'master' keeps fp32 masters of fp32 trainable weights; it needs precision.trainable_dtype 'fp32'",
+    ),
+    (
+        "optimizer.overlap",
+        lambda c, m: c.optimizer.overlap and c.graphs.mode != "step",
+        "the update runs beside the next step's prefix inside the captured step; it needs graphs.mode 'step'",
+    ),
+    (
+        "optimizer.overlap",
+        lambda c, m: c.optimizer.overlap and m.world_size > 1,
+        "the update beside the next step's prefix is for one process",
+    ),
+    (
+        "data.device_prefetch",
+        lambda c, m: c.data.device_prefetch > 0 and not _on_cuda(c, m),
+        "the device prefetcher copies on a CUDA stream; set it to 0 on CPU",
+    ),
 )
 
 
@@ -90,7 +153,9 @@ def _on_cuda(cfg: TrainConfig, machine: Machine) -> bool:
     return machine.cuda and cfg.device in ("auto", "cuda")
 
 
-def check_compatible(cfg: TrainConfig, machine: Machine, regions: tuple[str, ...] | list[str]) -> None:
+def check_compatible(
+    cfg: TrainConfig, machine: Machine, regions: tuple[str, ...] | list[str]
+) -> None:
     """Refuse a configuration that cannot work on ``machine`` with the workload's ``regions``."""
     known = set(regions)
     named = {
@@ -104,7 +169,9 @@ def check_compatible(cfg: TrainConfig, machine: Machine, regions: tuple[str, ...
     for key, names in named.items():
         for name in names:
             if name not in known:
-                raise IncompatibleConfigError(f"{key}: {name!r} is not a region of workload {cfg.workload!r}; allowed: {sorted(known)}")
+                raise IncompatibleConfigError(
+                    f"{key}: {name!r} is not a region of workload {cfg.workload!r}; allowed: {sorted(known)}"
+                )
     check_machine(cfg, machine)
 
 
@@ -123,10 +190,13 @@ DATA_FIELDS = ("dataset", "episodes", "video_backend")
 def check_data(cfg: TrainConfig, sources: tuple[str, ...], fields: tuple[str, ...]) -> None:
     """Refuse a data source the workload does not have, or a data field it does not read (set, not null)."""
     if cfg.data.source is not None and cfg.data.source not in sources:
-        raise IncompatibleConfigError(f"data.source: {cfg.data.source!r} is not a data source of workload "
-                                      f"{cfg.workload!r}; allowed: {list(sources)}")
+        raise IncompatibleConfigError(
+            f"data.source: {cfg.data.source!r} is not a data source of workload "
+            f"{cfg.workload!r}; allowed: {list(sources)}"
+        )
     for name in DATA_FIELDS:
         if name not in fields and getattr(cfg.data, name) is not None:
-            raise IncompatibleConfigError(f"data.{name}: workload {cfg.workload!r} does not read it; remove it "
-                                          f"(its data fields: {list(fields)})")
-
+            raise IncompatibleConfigError(
+                f"data.{name}: workload {cfg.workload!r} does not read it; remove it "
+                f"(its data fields: {list(fields)})"
+            )

@@ -35,10 +35,14 @@ def read_yaml(path: str | os.PathLike) -> Any:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a text file (byte {exc.start} is not UTF-8); expected YAML text") from None
+        raise ConfigError(
+            f"{path}: not a text file (byte {exc.start} is not UTF-8); expected YAML text"
+        ) from None
     data = _parse(text, path)
     if data is _EMPTY:
-        raise ConfigError(f"{path}: the file is empty (no YAML document in it); expected a mapping of keys")
+        raise ConfigError(
+            f"{path}: the file is empty (no YAML document in it); expected a mapping of keys"
+        )
     return data
 
 
@@ -124,13 +128,19 @@ def output_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
     be written, is a ConfigError naming ``flag``."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise ConfigError(f"{flag} {path}: is a file, not a folder; give a folder (it is created if needed)")
+        raise ConfigError(
+            f"{flag} {path}: is a file, not a folder; give a folder (it is created if needed)"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot create the folder ({exc.strerror}); give one you can write") from None
+        raise ConfigError(
+            f"{flag} {path}: cannot create the folder ({exc.strerror}); give one you can write"
+        ) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: the folder cannot be written (permission denied); give one you can write")
+        raise ConfigError(
+            f"{flag} {path}: the folder cannot be written (permission denied); give one you can write"
+        )
     return path
 
 
@@ -139,8 +149,12 @@ def write_output(path: str | os.PathLike, text: str, flag: str = "--out") -> Non
     be written, is a ConfigError naming ``flag``."""
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give the file to write (e.g. {path / 'report.html'})")
+        raise ConfigError(
+            f"{flag} {path}: is a folder; give the file to write (e.g. {path / 'report.html'})"
+        )
     try:
         write_text_atomic(path, text)
     except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot write the file ({exc.strerror}); give a place you can write") from None
+        raise ConfigError(
+            f"{flag} {path}: cannot write the file ({exc.strerror}); give a place you can write"
+        ) from None

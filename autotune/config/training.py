@@ -104,9 +104,21 @@ class GraphConfig:
         check_choice("mode", self.mode, ("none", "regions", "step"))
         check(self.warmup_steps >= 1, "warmup_steps", self.warmup_steps, "an integer >= 1")
         if self.mode == "regions":
-            check(bool(self.regions), "regions", self.regions, "a non-empty list when mode is 'regions'", "is empty")
+            check(
+                bool(self.regions),
+                "regions",
+                self.regions,
+                "a non-empty list when mode is 'regions'",
+                "is empty",
+            )
         if self.mode != "regions":
-            check(not self.regions, "regions", self.regions, "an empty list unless mode is 'regions'", "is set")
+            check(
+                not self.regions,
+                "regions",
+                self.regions,
+                "an empty list unless mode is 'regions'",
+                "is set",
+            )
 
     @property
     def enabled(self) -> bool:
@@ -127,7 +139,11 @@ class CompileConfig:
     """Compile for dynamic shapes (the replica's shapes are static)."""
 
     def __post_init__(self) -> None:
-        check_choice("mode", self.mode, ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+        check_choice(
+            "mode",
+            self.mode,
+            ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        )
 
     @property
     def enabled(self) -> bool:
@@ -189,10 +205,20 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         check_choice("impl", self.impl, OPTIMIZER_IMPLS)
-        check(not self.overlap or self.impl == "master", "overlap", self.overlap, "false unless impl is 'master'",
-              "is not supported")
+        check(
+            not self.overlap or self.impl == "master",
+            "overlap",
+            self.overlap,
+            "false unless impl is 'master'",
+            "is not supported",
+        )
         check(self.lr > 0, "lr", self.lr, "a number > 0")
-        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", self.betas, "two numbers in [0, 1)")
+        check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "betas",
+            self.betas,
+            "two numbers in [0, 1)",
+        )
         check(self.eps > 0, "eps", self.eps, "a number > 0")
         check(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
         check(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
@@ -200,8 +226,13 @@ class OptimizerConfig:
         check(self.total_steps >= 1, "total_steps", self.total_steps, "an integer >= 1")
         check(self.grad_clip >= 0, "grad_clip", self.grad_clip, "a number >= 0")
         check(1 <= self.streams <= 8, "streams", self.streams, "an integer in [1, 8]")
-        check(self.streams == 1 or self.impl not in ("compiled", "master"), "streams", self.streams,
-              f"1 with impl {self.impl!r}", "is not supported")
+        check(
+            self.streams == 1 or self.impl not in ("compiled", "master"),
+            "streams",
+            self.streams,
+            f"1 with impl {self.impl!r}",
+            "is not supported",
+        )
 
 
 @dataclass
@@ -241,12 +272,32 @@ class DataConfig:
             check(self.episodes >= 1, "episodes", self.episodes, "null or an integer >= 1")
         if self.video_backend is not None:
             check_choice("video_backend", self.video_backend, ("pyav", "opencv", "torchcodec"))
-        check(0 <= self.num_workers <= 256, "num_workers", self.num_workers, "an integer in [0, 256]")
+        check(
+            0 <= self.num_workers <= 256, "num_workers", self.num_workers, "an integer in [0, 256]"
+        )
         if self.prefetch_factor is not None:
-            check(self.prefetch_factor >= 1, "prefetch_factor", self.prefetch_factor, "null or an integer >= 1")
-            check(self.num_workers > 0, "prefetch_factor", self.prefetch_factor, "null when num_workers is 0", "is set")
-        check_choice("multiprocessing_context", self.multiprocessing_context, ("fork", "spawn", "forkserver"))
-        check(0 <= self.device_prefetch <= 16, "device_prefetch", self.device_prefetch, "an integer in [0, 16]")
+            check(
+                self.prefetch_factor >= 1,
+                "prefetch_factor",
+                self.prefetch_factor,
+                "null or an integer >= 1",
+            )
+            check(
+                self.num_workers > 0,
+                "prefetch_factor",
+                self.prefetch_factor,
+                "null when num_workers is 0",
+                "is set",
+            )
+        check_choice(
+            "multiprocessing_context", self.multiprocessing_context, ("fork", "spawn", "forkserver")
+        )
+        check(
+            0 <= self.device_prefetch <= 16,
+            "device_prefetch",
+            self.device_prefetch,
+            "an integer in [0, 16]",
+        )
 
 
 @dataclass
@@ -265,11 +316,19 @@ class KernelConfig:
     def __post_init__(self) -> None:
         check_choice("attention", self.attention, ("auto", "flash", "efficient", "cudnn", "math"))
         if self.cuda_device_max_connections is not None:
-            check(1 <= self.cuda_device_max_connections <= 32, "cuda_device_max_connections",
-                  self.cuda_device_max_connections, "null or an integer in [1, 32]")
+            check(
+                1 <= self.cuda_device_max_connections <= 32,
+                "cuda_device_max_connections",
+                self.cuda_device_max_connections,
+                "null or an integer in [1, 32]",
+            )
         if self.cublaslt_workspace_kib is not None:
-            check(1 <= self.cublaslt_workspace_kib <= 1 << 20, "cublaslt_workspace_kib",
-                  self.cublaslt_workspace_kib, "null or an integer in [1, 1048576]")
+            check(
+                1 <= self.cublaslt_workspace_kib <= 1 << 20,
+                "cublaslt_workspace_kib",
+                self.cublaslt_workspace_kib,
+                "null or an integer in [1, 1048576]",
+            )
 
     def environment(self) -> dict[str, str]:
         """The environment variables these choices set in a training process, read when CUDA starts
@@ -354,7 +413,12 @@ class TrainConfig:
     speed-up, loss parity, environment). Informational: training ignores it."""
 
     def __post_init__(self) -> None:
-        check(self.schema_version == SCHEMA_VERSION, "schema_version", self.schema_version,
-              str(SCHEMA_VERSION), "is not supported")
+        check(
+            self.schema_version == SCHEMA_VERSION,
+            "schema_version",
+            self.schema_version,
+            str(SCHEMA_VERSION),
+            "is not supported",
+        )
         check(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
         check_choice("device", self.device, ("auto", "cuda", "cpu"))

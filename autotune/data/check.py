@@ -68,7 +68,9 @@ def check_dataset(root: str | Path) -> DatasetSummary:
         for ep in meta.episodes:
             span = ep.videos[key]
             spans[span.path] = max(spans.get(span.path, 0), span.first_frame + ep.length)
-        found = {check_video(path, frames, meta.video_shapes[key]) for path, frames in spans.items()}
+        found = {
+            check_video(path, frames, meta.video_shapes[key]) for path, frames in spans.items()
+        }
         codecs[key] = ", ".join(sorted(found))
     return _summary(meta, len(vocab), codecs, len(by_file))
 
@@ -81,14 +83,20 @@ def check_data_file(meta: DatasetMeta, path: Path, episodes: list) -> None:
     require_columns(file, ["timestamp"], path)
     rows, expected = file.metadata.num_rows, sum(ep.length for ep in episodes)
     if rows != expected:
-        raise DataError(f"{path}: has {rows} rows; its episodes {episodes[0].index}..{episodes[-1].index} have {expected}")
+        raise DataError(
+            f"{path}: has {rows} rows; its episodes {episodes[0].index}..{episodes[-1].index} have {expected}"
+        )
     for ep in episodes:
-        table = read_rows(file, path, ["timestamp", "frame_index"], ep.first_row, ep.first_row + ep.length)
+        table = read_rows(
+            file, path, ["timestamp", "frame_index"], ep.first_row, ep.first_row + ep.length
+        )
         ts = table.column("timestamp").to_numpy().astype(np.float64)
         off = np.abs(ts - table.column("frame_index").to_numpy() / meta.fps)
         if len(off) and off.max() > TIMESTAMP_TOLERANCE_S + 1e-7 * ts.max():
             n = int(off.argmax())
-            raise DataError(f"{path}: episode {ep.index} frame {n} has timestamp {ts[n]:.6f}, not {n / meta.fps:.6f} at {meta.fps:g} fps")
+            raise DataError(
+                f"{path}: episode {ep.index} frame {n} has timestamp {ts[n]:.6f}, not {n / meta.fps:.6f} at {meta.fps:g} fps"
+            )
 
 
 def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
@@ -117,15 +125,25 @@ def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
         except DataError:
             raise
         except Exception as exc:
-            raise DataError(f"{path}: cannot decode frame {frames} ({describe(exc, path)})") from None
+            raise DataError(
+                f"{path}: cannot decode frame {frames} ({describe(exc, path)})"
+            ) from None
         if frames < min_frames:
             raise DataError(f"{path}: {frames} frames decoded; its episodes need {min_frames}")
         codec = stream.codec_context.codec
-        return codec.canonical_name if codec.canonical_name == codec.name else f"{codec.canonical_name} ({codec.name})"
+        return (
+            codec.canonical_name
+            if codec.canonical_name == codec.name
+            else f"{codec.canonical_name} ({codec.name})"
+        )
 
 
-def _summary(meta: DatasetMeta, vocabulary: int, codecs: dict[str, str], data_files: int) -> DatasetSummary:
-    emb = f"{meta.embodiment_tag}" + (f" (id {meta.embodiment_id})" if meta.embodiment_id is not None else "")
+def _summary(
+    meta: DatasetMeta, vocabulary: int, codecs: dict[str, str], data_files: int
+) -> DatasetSummary:
+    emb = f"{meta.embodiment_tag}" + (
+        f" (id {meta.embodiment_id})" if meta.embodiment_id is not None else ""
+    )
     return DatasetSummary(
         root=str(meta.root), version=meta.version, episodes=len(meta.episodes), frames=meta.total_frames,
         tasks=len(meta.tasks), vocabulary=vocabulary, fps=meta.fps, views=[v.name for v in meta.modality.views],

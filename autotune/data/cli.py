@@ -24,16 +24,24 @@ from autotune.errors import DataError
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("data", help="check, map (modality.json) or make a LeRobot dataset (v2.0, v2.1, v3.0)")
+    parser = subparsers.add_parser(
+        "data", help="check, map (modality.json) or make a LeRobot dataset (v2.0, v2.1, v3.0)"
+    )
     sub = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     _make_parser(sub)
-    check = sub.add_parser("check", help="validate a dataset (v2.0, v2.1, v3.0): meta files, parquet, every video")
+    check = sub.add_parser(
+        "check", help="validate a dataset (v2.0, v2.1, v3.0): meta files, parquet, every video"
+    )
     check.add_argument("dir", help="dataset folder")
     check.set_defaults(func=_check)
-    modality = sub.add_parser("modality", help="print GR00T's meta/modality.json of a dataset (inferred if missing)")
+    modality = sub.add_parser(
+        "modality", help="print GR00T's meta/modality.json of a dataset (inferred if missing)"
+    )
     modality.add_argument("dir", help="dataset folder")
     modality.add_argument("--write", action="store_true", help="write it to DIR/meta/modality.json")
-    modality.add_argument("--force", action="store_true", help="with --write: replace an existing file")
+    modality.add_argument(
+        "--force", action="store_true", help="with --write: replace an existing file"
+    )
     modality.set_defaults(func=_modality)
 
 
@@ -42,16 +50,31 @@ def _make_parser(sub) -> None:
     make.add_argument("dir", help="folder to create")
     make.add_argument("--episodes", type=int, required=True, help="number of episodes")
     make.add_argument("--views", type=int, default=2, help="camera views per episode (default 2)")
-    make.add_argument("--size", type=int, default=256, help="frame height (and width) in pixels (default 256)")
-    make.add_argument("--width", type=int, default=None, help="frame width in pixels (default: --size)")
+    make.add_argument(
+        "--size", type=int, default=256, help="frame height (and width) in pixels (default 256)"
+    )
+    make.add_argument(
+        "--width", type=int, default=None, help="frame width in pixels (default: --size)"
+    )
     make.add_argument("--seed", type=int, default=0, help="seed of the content (default 0)")
-    make.add_argument("--frames", type=int, default=None, help="frames per episode (default: 60 to 150, seeded)")
+    make.add_argument(
+        "--frames", type=int, default=None, help="frames per episode (default: 60 to 150, seeded)"
+    )
     make.add_argument("--fps", type=int, default=20, help="frames per second (default 20)")
-    make.add_argument("--embodiment", choices=list(EMBODIMENTS), default="panda", help="state/action layout")
-    make.add_argument("--embodiment-id", type=int, default=None, help="projector slot (default: the embodiment's)")
+    make.add_argument(
+        "--embodiment", choices=list(EMBODIMENTS), default="panda", help="state/action layout"
+    )
+    make.add_argument(
+        "--embodiment-id", type=int, default=None, help="projector slot (default: the embodiment's)"
+    )
     make.add_argument("--format", choices=list(FORMATS), default="v2.1",
                       help="codebase version: v2.1 (a file per episode) or v3.0 (many episodes per file)")  # fmt: skip
-    make.add_argument("--codec", choices=list(CODECS), default="h264", help="video codec (default h264; av1 as lerobot)")
+    make.add_argument(
+        "--codec",
+        choices=list(CODECS),
+        default="h264",
+        help="video codec (default h264; av1 as lerobot)",
+    )
     make.add_argument("--file-mb", type=float, default=None,
                       help="v3.0: size at which a data or video file is closed and the next begun (lerobot: 100/200)")  # fmt: skip
     make.add_argument("--no-extras", dest="extras", action="store_false",
@@ -67,7 +90,9 @@ def _check_target(path: Path) -> None:
                         "a dataset folder, never a file)")  # fmt: skip
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
-        raise DataError(f"{path}: {parent} is a file, not a folder; the dataset folder cannot be made inside it")
+        raise DataError(
+            f"{path}: {parent} is a file, not a folder; the dataset folder cannot be made inside it"
+        )
 
 
 def _make(args: argparse.Namespace) -> int:
@@ -79,8 +104,12 @@ def _make(args: argparse.Namespace) -> int:
     _check_target(Path(args.dir))
     try:
         root = make_dataset(args.dir, spec, force=args.force)
-    except OSError as exc:  # a full disk, a read-only or foreign folder: the folder is left as it was
-        raise DataError(f"{exc.filename or args.dir}: cannot write the dataset ({exc.strerror or exc})") from None
+    except (
+        OSError
+    ) as exc:  # a full disk, a read-only or foreign folder: the folder is left as it was
+        raise DataError(
+            f"{exc.filename or args.dir}: cannot write the dataset ({exc.strerror or exc})"
+        ) from None
     print(render_summary(check_dataset(root)).replace("OK ", "made ", 1))
     return 0
 

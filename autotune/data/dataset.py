@@ -97,8 +97,12 @@ class LeRobotDataset(Dataset):
         """uint8 [V, 3, H, W] at the spec's shape. Views of different sizes are augmented one by
         one from the same draw, so that they get the same crop window and jitter, as upstream."""
         if len({f.shape for f in frames}) == 1:
-            return augment(torch.stack(frames), self.augment_spec, sample_generator(self.seed, draw))
-        return torch.cat([augment(f[None], self.augment_spec, sample_generator(self.seed, draw)) for f in frames])
+            return augment(
+                torch.stack(frames), self.augment_spec, sample_generator(self.seed, draw)
+            )
+        return torch.cat(
+            [augment(f[None], self.augment_spec, sample_generator(self.seed, draw)) for f in frames]
+        )
 
     def episode(self, episode: int) -> EpisodeData:
         if self._pid != os.getpid():
@@ -114,7 +118,9 @@ class LeRobotDataset(Dataset):
         """Frame ``frame`` of ``episode`` of each view, decoded: uint8 [3, H, W] each."""
         ep = self.meta.episodes[episode]
         if not 0 <= frame < ep.length:
-            raise DataError(f"{ep.data_file}: frame {frame} is past the end of episode {episode} ({ep.length} frames)")
+            raise DataError(
+                f"{ep.data_file}: frame {frame} is past the end of episode {episode} ({ep.length} frames)"
+            )
         spans = [ep.videos[key] for key in self.views]
         return [self.readers.get(span.path).frame(span.first_frame + frame) for span in spans]
 
@@ -140,8 +146,13 @@ def check_fits(meta: DatasetMeta, spec: ReadSpec) -> None:
     each refusal names the key and what the reader needs."""
     info = meta.root / INFO
     if len(meta.video_keys) < spec.views:
-        raise DataError(f"{info}: {len(meta.video_keys)} video keys ({', '.join(meta.video_keys)}); {spec.reader} needs {spec.views} views")
-    for part, dim, room in (("state", meta.state_dim, spec.state_dim), ("action", meta.action_dim, spec.action_dim)):
+        raise DataError(
+            f"{info}: {len(meta.video_keys)} video keys ({', '.join(meta.video_keys)}); {spec.reader} needs {spec.views} views"
+        )
+    for part, dim, room in (
+        ("state", meta.state_dim, spec.state_dim),
+        ("action", meta.action_dim, spec.action_dim),
+    ):
         if dim > room:
             keys = meta.state_keys if part == "state" else meta.action_keys
             sources = ", ".join(dict.fromkeys(k.source for k in keys))

@@ -45,16 +45,32 @@ def encoder_for(codec: str) -> Encoder:
         # x264's macroblock tree reads uninitialised memory on small frames (64 px videos came out
         # different from run to run), so it is off: same bytes every time. No scene-cut key frames.
         if "libx264" in have:
-            opts = {"preset": "veryfast", "crf": "23", "sc_threshold": "0", "x264-params": "mbtree=0"}
+            opts = {
+                "preset": "veryfast",
+                "crf": "23",
+                "sc_threshold": "0",
+                "x264-params": "mbtree=0",
+            }
             return Encoder("libx264", "h264", GOP, opts)
         return Encoder("mpeg4", "mpeg4", GOP, {})
     name = {"hevc": "libx265", "av1": "libsvtav1"}[codec]
     if name not in have:
         raise DataError(f"data make: --codec {codec}: this PyAV's FFmpeg has no {name} encoder")
     if codec == "av1":
-        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its configuration unless told: errors only
+        os.environ.setdefault(
+            "SVT_LOG", "1"
+        )  # SVT-AV1 prints its configuration unless told: errors only
     if codec == "hevc":
-        return Encoder(name, "hevc", GOP, {"preset": "veryfast", "crf": "28", "x265-params": "pools=1:frame-threads=1:log-level=error"})
+        return Encoder(
+            name,
+            "hevc",
+            GOP,
+            {
+                "preset": "veryfast",
+                "crf": "28",
+                "x265-params": "pools=1:frame-threads=1:log-level=error",
+            },
+        )
     return Encoder(name, "av1", 2, {"preset": "12", "crf": "30", "svtav1-params": "lp=1"})
 
 

@@ -38,7 +38,9 @@ def read_episode(meta: DatasetMeta, episode: int) -> EpisodeData:
     require_columns(file, columns, path)
     rows = file.metadata.num_rows
     if ep.first_row == 0 and meta.version != "v3.0" and rows != ep.length:
-        raise DataError(f"{path}: has {rows} rows but meta/episodes.jsonl gives episode {episode} length {ep.length}")
+        raise DataError(
+            f"{path}: has {rows} rows but meta/episodes.jsonl gives episode {episode} length {ep.length}"
+        )
     table = read_rows(file, path, columns, ep.first_row, ep.first_row + ep.length)
     where = f"{path}: rows [{ep.first_row}, {ep.first_row + ep.length}) of episode {episode}"
     if not np.array_equal(_ints(table, "frame_index", path), np.arange(ep.length)):
@@ -48,10 +50,17 @@ def read_episode(meta: DatasetMeta, episode: int) -> EpisodeData:
     task_index = _ints(table, meta.modality.instruction, path)
     unknown = sorted(set(task_index.tolist()) - set(meta.tasks))
     if unknown:
-        raise DataError(f"{path}: {meta.modality.instruction} {unknown[0]} is not a task of the dataset")
-    vectors = {c: _vectors(table, c, path) for c in dict.fromkeys(k.source for k in (*meta.state_keys, *meta.action_keys))}
+        raise DataError(
+            f"{path}: {meta.modality.instruction} {unknown[0]} is not a task of the dataset"
+        )
+    vectors = {
+        c: _vectors(table, c, path)
+        for c in dict.fromkeys(k.source for k in (*meta.state_keys, *meta.action_keys))
+    }
     return EpisodeData(
-        state=_concat(vectors, meta.state_keys), action=_concat(vectors, meta.action_keys), task_index=task_index
+        state=_concat(vectors, meta.state_keys),
+        action=_concat(vectors, meta.action_keys),
+        task_index=task_index,
     )
 
 
@@ -62,7 +71,9 @@ def _concat(vectors: dict[str, np.ndarray], keys: tuple[KeySlice, ...]) -> np.nd
 def _ints(table: pa.Table, column: str, path) -> np.ndarray:
     col = table.column(column)
     if col.null_count or not pa.types.is_integer(col.type):
-        raise DataError(f"{path}: column {column!r} has type {col.type} or nulls; expected integers")
+        raise DataError(
+            f"{path}: column {column!r} has type {col.type} or nulls; expected integers"
+        )
     return col.to_numpy().astype(np.int64)
 
 
@@ -70,8 +81,12 @@ def _vectors(table: pa.Table, column: str, path) -> np.ndarray:
     """[rows, dim] float32 of a list column whose rows all have one length."""
     col = table.column(column).combine_chunks()
     kind = col.type
-    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
-        raise DataError(f"{path}: column {column!r} has type {kind}; expected a list of floats per row")
+    if not (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ):
+        raise DataError(
+            f"{path}: column {column!r} has type {kind}; expected a list of floats per row"
+        )
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
     if col.null_count or len(set(lengths.tolist())) > 1:
         raise DataError(f"{path}: column {column!r} has null rows or rows of different lengths")
@@ -93,8 +108,14 @@ class Normalizer:
             s = {name: np.asarray(v, np.float64)[src] for name, v in stats[key.source].items()}
             if key.normalization == "min_max":
                 span = s["max"] - s["min"]
-                scale = np.where(span > 1e-8, 2.0 / np.maximum(span, 1e-8), 0.0)  # a constant dim maps to 0
-                self.scale[out], self.offset[out], self.clip[out] = scale, -1.0 - s["min"] * scale, True
+                scale = np.where(
+                    span > 1e-8, 2.0 / np.maximum(span, 1e-8), 0.0
+                )  # a constant dim maps to 0
+                self.scale[out], self.offset[out], self.clip[out] = (
+                    scale,
+                    -1.0 - s["min"] * scale,
+                    True,
+                )
             else:
                 scale = 1.0 / np.maximum(s["std"], 1e-6)
                 self.scale[out], self.offset[out] = scale, -s["mean"] * scale

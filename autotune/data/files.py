@@ -83,7 +83,9 @@ def require_columns(file: pq.ParquetFile, columns: list[str], path: Path) -> Non
         raise DataError(f"{path}: missing column {missing[0]!r} (columns: {names})")
 
 
-def read_rows(file: pq.ParquetFile, path: Path, columns: list[str], start: int, stop: int) -> pa.Table:
+def read_rows(
+    file: pq.ParquetFile, path: Path, columns: list[str], start: int, stop: int
+) -> pa.Table:
     """Rows ``[start, stop)`` of ``columns``, reading only the row groups that hold them.
 
     A v3.0 data file holds many episodes (lerobot writes one row group per episode), so an

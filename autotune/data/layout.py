@@ -10,7 +10,12 @@ from pathlib import Path
 from autotune.data.files import get
 from autotune.errors import DataError
 
-INFO, STATS, MODALITY, TOKENIZER = "meta/info.json", "meta/stats.json", "meta/modality.json", "meta/tokenizer.json"
+INFO, STATS, MODALITY, TOKENIZER = (
+    "meta/info.json",
+    "meta/stats.json",
+    "meta/modality.json",
+    "meta/tokenizer.json",
+)
 
 
 @dataclass(frozen=True)

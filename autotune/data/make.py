@@ -114,7 +114,9 @@ class EpisodeContent:
         return len(self.state)
 
     def frames(self, view: int) -> Iterator[np.ndarray]:
-        renderer = FrameRenderer(self.spec.shape, self.length, rng_for(self.spec.seed, _VIDEO, self.index, view))
+        renderer = FrameRenderer(
+            self.spec.shape, self.length, rng_for(self.spec.seed, _VIDEO, self.index, view)
+        )
         return (renderer.frame(i) for i in range(self.length))
 
 

@@ -85,7 +85,10 @@ class DatasetMeta:
     def codecs(self) -> dict[str, str]:
         """Video key -> the codec info.json declares (``?`` where it says none)."""
         features = self.info.get("features", {})
-        return {k: str(features.get(k, {}).get("info", {}).get("video.codec", "?")) for k in self.video_keys}
+        return {
+            k: str(features.get(k, {}).get("info", {}).get("video.codec", "?"))
+            for k in self.video_keys
+        }
 
 
 def load_meta(root: str | Path) -> DatasetMeta:
@@ -97,7 +100,9 @@ def load_meta(root: str | Path) -> DatasetMeta:
     info = read_json(info_path)
     version = get(info, "codebase_version", info_path, str)
     if version not in VERSIONS:
-        raise DataError(f"{info_path}: codebase_version {version!r} is not supported; supported: {list(VERSIONS)}")
+        raise DataError(
+            f"{info_path}: codebase_version {version!r} is not supported; supported: {list(VERSIONS)}"
+        )
     fps = float(get(info, "fps", info_path, (int, float)))
     if fps <= 0:
         raise DataError(f"{info_path}: fps is {fps}, not > 0")
@@ -107,7 +112,11 @@ def load_meta(root: str | Path) -> DatasetMeta:
     index = reader.load_index(root, info, modality.video_keys, fps)
     _check_counts(index.episodes, index.tasks, info, info_path, index.files[0])
     dims = {k.source: _dim(features, k.source) for k in (*modality.state, *modality.action)}
-    stats = v3.load_stats(root, index.files, dims) if version == "v3.0" else v2.load_stats(root, version, dims)
+    stats = (
+        v3.load_stats(root, index.files, dims)
+        if version == "v3.0"
+        else v2.load_stats(root, version, dims)
+    )
     emb = info.get("embodiment") if isinstance(info.get("embodiment"), dict) else {}
     return DatasetMeta(
         root=root, version=version, fps=fps, episodes=index.episodes, tasks=index.tasks, modality=modality,
@@ -141,12 +150,18 @@ def _frame_shape(features: dict, key: str, path: Path) -> tuple[int, int, int]:
     return shape[0], shape[1], shape[2]
 
 
-def _check_counts(episodes: list[Episode], tasks: dict[int, str], info: dict, info_path: Path, index: Path) -> None:
+def _check_counts(
+    episodes: list[Episode], tasks: dict[int, str], info: dict, info_path: Path, index: Path
+) -> None:
     total = get(info, "total_episodes", info_path, int)
     if total != len(episodes):
-        raise DataError(f"{info_path}: total_episodes is {total} but the episode index ({index}) lists {len(episodes)}")
+        raise DataError(
+            f"{info_path}: total_episodes is {total} but the episode index ({index}) lists {len(episodes)}"
+        )
     known = set(tasks.values())
     for ep in episodes:
         missing = [t for t in ep.tasks if t not in known]
         if missing:
-            raise DataError(f"{index}: episode {ep.index} names task {missing[0]!r}, which is not among the tasks")
+            raise DataError(
+                f"{index}: episode {ep.index} names task {missing[0]!r}, which is not among the tasks"
+            )

@@ -106,6 +106,7 @@ def read_modality(raw: object, features: dict, path: Path) -> Modality:
 
 def infer_modality(features: dict, path: Path) -> Modality:
     """The obvious mapping of info.json's features (``path`` is info.json, for errors)."""
+
     def whole(part: str) -> tuple[KeySlice, ...]:
         source = _DEFAULT_SOURCE[part]
         return (KeySlice(part, 0, vector_dim(features, source, path), "min_max", source),)
@@ -113,8 +114,14 @@ def infer_modality(features: dict, path: Path) -> Modality:
     views = tuple(View(k.removeprefix(IMAGE_PREFIX), k) for k, f in features.items()
                   if k.startswith(IMAGE_PREFIX) and isinstance(f, dict) and f.get("dtype") == "video")  # fmt: skip
     if not views:
-        stored = [k for k, f in features.items() if isinstance(f, dict) and f.get("dtype") == "image"]
-        hint = f" ({stored[0]} is stored as images in parquet; autotune reads video features)" if stored else ""
+        stored = [
+            k for k, f in features.items() if isinstance(f, dict) and f.get("dtype") == "image"
+        ]
+        hint = (
+            f" ({stored[0]} is stored as images in parquet; autotune reads video features)"
+            if stored
+            else ""
+        )
         raise DataError(f"{path}: no 'observation.images.*' video feature{hint}")
     return Modality(whole("state"), whole("action"), views, TASK_INDEX, inferred=True)
 
@@ -135,7 +142,9 @@ def vector_dim(features: dict, key: str, path: Path) -> int:
     if len(shape) != 1 or not isinstance(shape[0], int) or shape[0] < 1:
         raise DataError(f"{path}: features.{key}.shape is {shape}, not [D] with D >= 1")
     if not str(feat.get("dtype", "")).startswith("float"):
-        raise DataError(f"{path}: features.{key}.dtype is {feat.get('dtype')!r}; expected a float vector")
+        raise DataError(
+            f"{path}: features.{key}.dtype is {feat.get('dtype')!r}; expected a float vector"
+        )
     return shape[0]
 
 
@@ -147,12 +156,18 @@ def _slices(raw: dict, part: str, features: dict, path: Path) -> tuple[KeySlice,
         source = spec.get("original_key") or _DEFAULT_SOURCE[part]
         norm = spec.get("normalization", "min_max")
         if source not in features:
-            raise DataError(f"{path}: {where}original_key {source!r} is not a feature of meta/info.json")
+            raise DataError(
+                f"{path}: {where}original_key {source!r} is not a feature of meta/info.json"
+            )
         dim = vector_dim(features, source, path.parent / "info.json")
         if not 0 <= start < end <= dim:
-            raise DataError(f"{path}: {part}.{name} spans [{start}, {end}); {source} has {dim} columns")
+            raise DataError(
+                f"{path}: {part}.{name} spans [{start}, {end}); {source} has {dim} columns"
+            )
         if norm not in NORMALIZATIONS:
-            raise DataError(f"{path}: {where}normalization {norm!r} is not one of {list(NORMALIZATIONS)}")
+            raise DataError(
+                f"{path}: {where}normalization {norm!r} is not one of {list(NORMALIZATIONS)}"
+            )
         keys.append(KeySlice(name, start, end, norm, source))
     if not keys:
         raise DataError(f"{path}: {part!r} names no sub-keys")
@@ -164,7 +179,9 @@ def _views(raw: dict, features: dict, path: Path) -> tuple[View, ...]:
     for name, spec in raw.items():
         key = (spec.get("original_key") if isinstance(spec, dict) else None) or IMAGE_PREFIX + name
         if not isinstance(features.get(key), dict) or features[key].get("dtype") != "video":
-            raise DataError(f"{path}: video.{name}: {key!r} is not a video feature of meta/info.json")
+            raise DataError(
+                f"{path}: video.{name}: {key!r} is not a video feature of meta/info.json"
+            )
         views.append(View(name, key))
     if not views:
         raise DataError(f"{path}: declares no video keys")
@@ -181,5 +198,7 @@ def _instruction(raw: object, features: dict, path: Path) -> str:
     spec = raw[name] if isinstance(raw[name], dict) else {}
     column = spec.get("original_key") or f"annotation.{name}"
     if column not in features:
-        raise DataError(f"{path}: annotation.{name}: column {column!r} is not a feature of meta/info.json")
+        raise DataError(
+            f"{path}: annotation.{name}: column {column!r} is not a feature of meta/info.json"
+        )
     return column

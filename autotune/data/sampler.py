@@ -30,8 +30,15 @@ def sample_generator(seed: int, draw: int) -> torch.Generator:
 
 
 class ShardedInfiniteSampler(Sampler[tuple[int, int]]):
-    def __init__(self, num_samples: int, *, seed: int, rank: int = 0, world_size: int = 1, start: int = 0) -> None:
-        assert num_samples >= 1 and 0 <= rank < world_size and start >= 0, (num_samples, rank, world_size, start)
+    def __init__(
+        self, num_samples: int, *, seed: int, rank: int = 0, world_size: int = 1, start: int = 0
+    ) -> None:
+        assert num_samples >= 1 and 0 <= rank < world_size and start >= 0, (
+            num_samples,
+            rank,
+            world_size,
+            start,
+        )
         self.num_samples, self.seed, self.rank, self.world_size = (
             num_samples,
             seed,

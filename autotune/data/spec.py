@@ -31,9 +31,18 @@ class ReadSpec:
     """Width in pixels of the images after augmentation; ``None``: square (``image_size``)."""
 
     def __post_init__(self) -> None:
-        for name in ("views", "image_size", "state_dim", "action_dim", "action_horizon", "image_width"):
+        for name in (
+            "views",
+            "image_size",
+            "state_dim",
+            "action_dim",
+            "action_horizon",
+            "image_width",
+        ):
             value = getattr(self, name)
-            if (name != "image_width" or value is not None) and (not isinstance(value, int) or value < 1):
+            if (name != "image_width" or value is not None) and (
+                not isinstance(value, int) or value < 1
+            ):
                 raise DataError(f"ReadSpec.{name} is {value!r}; allowed: an integer >= 1")
 
     @property

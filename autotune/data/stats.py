@@ -43,7 +43,9 @@ def count_of(raw: dict, key: str, where: str) -> float:
     except (IndexError, TypeError, ValueError, AttributeError):
         count = float("nan")
     if not count > 0:
-        raise DataError(f"{where}: {key}.count is missing or not > 0 (needed to aggregate episodes)")
+        raise DataError(
+            f"{where}: {key}.count is missing or not > 0 (needed to aggregate episodes)"
+        )
     return count
 
 
@@ -53,7 +55,9 @@ def aggregate(parts: list[tuple[dict[str, np.ndarray], float]]) -> dict[str, np.
     means = np.stack([s["mean"] for s, _ in parts])
     total = counts.sum()
     mean = (means * counts).sum(0) / total
-    var = ((np.stack([s["std"] for s, _ in parts]) ** 2 + (means - mean) ** 2) * counts).sum(0) / total
+    var = ((np.stack([s["std"] for s, _ in parts]) ** 2 + (means - mean) ** 2) * counts).sum(
+        0
+    ) / total
     return {
         "mean": mean,
         "std": np.sqrt(var),

@@ -31,12 +31,22 @@ _ORDER, _WORKERS = 11, 12  # seed streams
 class EpochBatches(Sampler[list[int]]):
     """Index lists of one epoch: a seeded permutation, rank ``r`` of ``W`` taking every ``W``-th index."""
 
-    def __init__(self, num_samples: int, batch_size: int, *, seed: int, rank: int, world_size: int) -> None:
+    def __init__(
+        self, num_samples: int, batch_size: int, *, seed: int, rank: int, world_size: int
+    ) -> None:
         per_rank = num_samples // world_size
         if per_rank < batch_size:
-            raise DataError(f"dataset: {num_samples} samples make no batch of {batch_size} on each of {world_size} "
-                            "ranks; make the dataset larger or the batch smaller")
-        self.num_samples, self.batch_size, self.seed, self.rank, self.world = num_samples, batch_size, seed, rank, world_size
+            raise DataError(
+                f"dataset: {num_samples} samples make no batch of {batch_size} on each of {world_size} "
+                "ranks; make the dataset larger or the batch smaller"
+            )
+        self.num_samples, self.batch_size, self.seed, self.rank, self.world = (
+            num_samples,
+            batch_size,
+            seed,
+            rank,
+            world_size,
+        )
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -54,8 +64,10 @@ class EpochBatches(Sampler[list[int]]):
 
 def _checked(batch: Any, seconds: float) -> dict[str, torch.Tensor]:
     if not isinstance(batch, dict):
-        raise DataError(f"dataset: its samples collate to a {type(batch).__name__}; the workload contract wants each "
-                        "sample a dict of tensors (name -> tensor), e.g. {'pixel_values': x, 'labels': y}")
+        raise DataError(
+            f"dataset: its samples collate to a {type(batch).__name__}; the workload contract wants each "
+            "sample a dict of tensors (name -> tensor), e.g. {'pixel_values': x, 'labels': y}"
+        )
     batch[LOAD_KEY] = torch.tensor([seconds], dtype=torch.float64)
     return batch
 
@@ -103,12 +115,22 @@ class DatasetLoader:
                 empty = False
                 yield batch
             if empty:
-                raise DataError(f"dataset: epoch {epoch} gave no batch of {self.loader.batch_size or 'the'} samples; an "
-                                "iterable dataset must yield at least one batch on each rank (shard it by rank and worker)")
+                raise DataError(
+                    f"dataset: epoch {epoch} gave no batch of {self.loader.batch_size or 'the'} samples; an "
+                    "iterable dataset must yield at least one batch on each rank (shard it by rank and worker)"
+                )
 
 
-def dataset_loader(dataset, data_cfg: DataConfig, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1,
-                   collate: Collate | None = None) -> DatasetLoader:
+def dataset_loader(
+    dataset,
+    data_cfg: DataConfig,
+    batch_size: int,
+    *,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    collate: Collate | None = None,
+) -> DatasetLoader:
     """The endless loader of ``dataset`` (see the module docstring), with ``data_cfg``'s loader knobs.
 
     ``pin_memory`` applies only where CUDA is available; ``prefetch_factor``, ``persistent_workers``
@@ -119,16 +141,29 @@ def dataset_loader(dataset, data_cfg: DataConfig, batch_size: int, *, seed: int,
     if isinstance(dataset, IterableDataset):
         timed: torch.utils.data.Dataset = TimedIterable(dataset, batch_size, collate)
     elif hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
-        sampler = EpochBatches(len(dataset), batch_size, seed=seed, rank=rank, world_size=world_size)
+        sampler = EpochBatches(
+            len(dataset), batch_size, seed=seed, rank=rank, world_size=world_size
+        )
         timed = TimedBatches(dataset, collate)
     else:
-        raise DataError(f"dataset: a {type(dataset).__name__} is neither a map-style dataset (__getitem__ and __len__) "
-                        "nor a torch.utils.data.IterableDataset")
+        raise DataError(
+            f"dataset: a {type(dataset).__name__} is neither a map-style dataset (__getitem__ and __len__) "
+            "nor a torch.utils.data.IterableDataset"
+        )
     options: dict[str, Any] = {}
     if data_cfg.num_workers:
-        options = {"prefetch_factor": data_cfg.prefetch_factor, "persistent_workers": data_cfg.persistent_workers,
-                   "multiprocessing_context": data_cfg.multiprocessing_context}
-    loader = HostLoader(timed, batch_size=None, sampler=sampler, num_workers=data_cfg.num_workers,
-                        pin_memory=data_cfg.pin_memory and torch.cuda.is_available(),
-                        generator=torch.Generator().manual_seed(mix_seed(seed, _WORKERS, rank)), **options)
+        options = {
+            "prefetch_factor": data_cfg.prefetch_factor,
+            "persistent_workers": data_cfg.persistent_workers,
+            "multiprocessing_context": data_cfg.multiprocessing_context,
+        }
+    loader = HostLoader(
+        timed,
+        batch_size=None,
+        sampler=sampler,
+        num_workers=data_cfg.num_workers,
+        pin_memory=data_cfg.pin_memory and torch.cuda.is_available(),
+        generator=torch.Generator().manual_seed(mix_seed(seed, _WORKERS, rank)),
+        **options,
+    )
     return DatasetLoader(loader, sampler)

@@ -19,7 +19,11 @@ from autotune.data.files import get, read_json, read_jsonl
 from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, path_template
 from autotune.errors import DataError
 
-EPISODES, TASKS, EPISODES_STATS = "meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.jsonl"
+EPISODES, TASKS, EPISODES_STATS = (
+    "meta/episodes.jsonl",
+    "meta/tasks.jsonl",
+    "meta/episodes_stats.jsonl",
+)
 PLACEHOLDERS = ("episode_chunk", "episode_index", "video_key")
 
 
@@ -38,18 +42,24 @@ def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Ind
             )
         chunk = index // chunks
         videos = {
-            key: VideoSpan(root / video.format(episode_chunk=chunk, video_key=key, episode_index=index), 0)
+            key: VideoSpan(
+                root / video.format(episode_chunk=chunk, video_key=key, episode_index=index), 0
+            )
             for key in video_keys
         }
         data_file = root / data.format(episode_chunk=chunk, episode_index=index)
-        episodes.append(Episode(index, length, tuple(get(row, "tasks", path, list)), data_file, 0, videos))
+        episodes.append(
+            Episode(index, length, tuple(get(row, "tasks", path, list)), data_file, 0, videos)
+        )
     if not episodes:
         raise DataError(f"{path}: lists no episodes")
     return Index(episodes, _tasks(root / TASKS), (path,))
 
 
 def _tasks(path: Path) -> dict[int, str]:
-    tasks = {get(row, "task_index", path, int): get(row, "task", path, str) for row in read_jsonl(path)}
+    tasks = {
+        get(row, "task_index", path, int): get(row, "task", path, str) for row in read_jsonl(path)
+    }
     if not tasks:
         raise DataError(f"{path}: lists no tasks")
     return tasks
@@ -63,5 +73,8 @@ def load_stats(root: Path, version: str, dims: dict[str, int]) -> st.Stats:
     rows = read_jsonl(per_episode)
     if not rows:
         raise DataError(f"{per_episode}: lists no episodes")
-    parts = [(get(row, "stats", per_episode, dict), f"{per_episode}: line {n}") for n, row in enumerate(rows, 1)]
+    parts = [
+        (get(row, "stats", per_episode, dict), f"{per_episode}: line {n}")
+        for n, row in enumerate(rows, 1)
+    ]
     return st.from_episodes(parts, dims)

@@ -61,8 +61,10 @@ def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Ind
             start = file_start.setdefault(ep.data_file, row["dataset_from_index"])
             ep = replace(ep, first_row=row["dataset_from_index"] - start)
             if episodes and row["dataset_from_index"] != previous_end:
-                raise DataError(f"{path}: episode {ep.index}: dataset_from_index {row['dataset_from_index']} "
-                                f"does not follow episode {ep.index - 1}'s dataset_to_index {previous_end}")
+                raise DataError(
+                    f"{path}: episode {ep.index}: dataset_from_index {row['dataset_from_index']} "
+                    f"does not follow episode {ep.index - 1}'s dataset_to_index {previous_end}"
+                )
             previous_end = row["dataset_to_index"]
             episodes.append(ep)
     if not episodes:
@@ -70,7 +72,9 @@ def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Ind
     return Index(episodes, load_tasks(root / TASKS), tuple(files))
 
 
-def _episode(row: dict, n: int, path: Path, root: Path, data: str, video: str, keys: list[str], fps: float) -> Episode:
+def _episode(
+    row: dict, n: int, path: Path, root: Path, data: str, video: str, keys: list[str], fps: float
+) -> Episode:
     where = f"{path}: episode {row.get('episode_index')}"
     ints = {c: row[c] for c in _COLUMNS if c != "tasks"}
     if any(not isinstance(v, int) for v in ints.values()):
@@ -84,12 +88,16 @@ def _episode(row: dict, n: int, path: Path, root: Path, data: str, video: str, k
         )
     if not isinstance(row["tasks"], list) or not all(isinstance(t, str) for t in row["tasks"]):
         raise DataError(f"{where}: tasks is {row['tasks']!r}, not a list of strings")
-    data_file = root / data.format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
+    data_file = root / data.format(
+        chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]
+    )
     videos = {key: _span(row, key, where, root, video, fps, length) for key in keys}
     return Episode(index, length, tuple(row["tasks"]), data_file, 0, videos)
 
 
-def _span(row: dict, key: str, where: str, root: Path, video: str, fps: float, length: int) -> VideoSpan:
+def _span(
+    row: dict, key: str, where: str, root: Path, video: str, fps: float, length: int
+) -> VideoSpan:
     col = f"videos/{key}/"
     chunk, file = row[col + "chunk_index"], row[col + "file_index"]
     start, stop = row[col + "from_timestamp"], row[col + "to_timestamp"]
@@ -110,10 +118,16 @@ def load_tasks(path: Path) -> dict[int, str]:
     names = table.column_names
     index_cols = (table.schema.pandas_metadata or {}).get("index_columns", [])
     candidates = ["task"] + [c for c in index_cols if isinstance(c, str)]
-    text = next((c for c in candidates if c in names and _is_text(table.schema.field(c).type)), None)
+    text = next(
+        (c for c in candidates if c in names and _is_text(table.schema.field(c).type)), None
+    )
     if "task_index" not in names or text is None:
-        raise DataError(f"{path}: needs a 'task_index' column and the tasks as a 'task' column or the index (columns: {names})")
-    tasks = dict(zip(table.column("task_index").to_pylist(), table.column(text).to_pylist(), strict=True))
+        raise DataError(
+            f"{path}: needs a 'task_index' column and the tasks as a 'task' column or the index (columns: {names})"
+        )
+    tasks = dict(
+        zip(table.column("task_index").to_pylist(), table.column(text).to_pylist(), strict=True)
+    )
     if not tasks or not all(isinstance(i, int) and isinstance(t, str) for i, t in tasks.items()):
         raise DataError(f"{path}: lists no tasks, or a task_index that is not an integer")
     return tasks
@@ -135,7 +149,10 @@ def load_stats(root: Path, files: tuple[Path, ...], dims: dict[str, int]) -> st.
         except DataError as exc:
             raise DataError(f"{exc} (no {root / STATS} either)") from None
         for n, row in enumerate(table.to_pylist()):
-            raw = {key: {name: _flat(row[f"stats/{key}/{name}"]) for name in (*st.STAT_NAMES, "count")} for key in dims}
+            raw = {
+                key: {name: _flat(row[f"stats/{key}/{name}"]) for name in (*st.STAT_NAMES, "count")}
+                for key in dims
+            }
             parts.append((raw, f"{path}: row {n}"))
     return st.from_episodes(parts, dims)
 

@@ -98,8 +98,11 @@ class PyAVReader:
         if not 0 <= index < self.num_frames:
             raise _past_end(self.path, index, self.num_frames)
         try:
-            self.container.seek(int(round(index / self.fps / self.stream.time_base)), stream=self.stream,
-                                backward=True)
+            self.container.seek(
+                int(round(index / self.fps / self.stream.time_base)),
+                stream=self.stream,
+                backward=True,
+            )
             found = self._decode_to(index)
         except Exception as exc:
             raise DataError(
@@ -115,7 +118,10 @@ class PyAVReader:
         try:
             for packet in self.container.demux(self.stream):
                 # a packet shown before the frame asked for is needed only if it is a reference
-                before = packet.pts is not None and self._place(float(packet.pts * packet.time_base)) < index
+                before = (
+                    packet.pts is not None
+                    and self._place(float(packet.pts * packet.time_base)) < index
+                )
                 codec.skip_frame = "NONREF" if self.skips and before else "DEFAULT"
                 for frame in codec.decode(packet):
                     self.decoded += 1

@@ -59,7 +59,11 @@ def episode_stats(table: pa.Table) -> dict[str, dict[str, list]]:
     out = {}
     for name in COLUMNS:
         col = table.column(name).combine_chunks()
-        x = col.flatten().to_numpy().reshape(len(col), -1) if name in (STATE, ACTION) else col.to_numpy()[:, None]
+        x = (
+            col.flatten().to_numpy().reshape(len(col), -1)
+            if name in (STATE, ACTION)
+            else col.to_numpy()[:, None]
+        )
         x = x.astype(np.float64)
         out[name] = {"min": x.min(0).tolist(), "max": x.max(0).tolist(), "mean": x.mean(0).tolist(),
                      "std": x.std(0).tolist(), "count": [len(x)]}  # fmt: skip
@@ -87,7 +91,9 @@ class BaseWriter:
         for key, keys in ((STATE, body.state), (ACTION, body.action)):
             names = [f"{name}_{i}" for name, dims, _ in keys for i in range(dims)]
             feats[key] = {"dtype": "float32", "shape": [len(names)], "names": names}
-        for col, dtype in zip(INDEX_COLUMNS, ("float32", "int64", "int64", "int64", "int64"), strict=True):
+        for col, dtype in zip(
+            INDEX_COLUMNS, ("float32", "int64", "int64", "int64", "int64"), strict=True
+        ):
             feats[col] = {"dtype": dtype, "shape": [1], "names": None}
         return feats
 
@@ -109,7 +115,11 @@ class BaseWriter:
         WordVocabulary.build(self.tasks).save(self.root / TOKENIZER)
 
     def episode_row(self, ep: EpisodeContent) -> dict:
-        return {"episode_index": ep.index, "tasks": [self.tasks[ep.task_index]], "length": ep.length}
+        return {
+            "episode_index": ep.index,
+            "tasks": [self.tasks[ep.task_index]],
+            "length": ep.length,
+        }
 
 
 class V2Writer(BaseWriter):
@@ -122,7 +132,9 @@ class V2Writer(BaseWriter):
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, path)
         for v, key in enumerate(self.spec.view_keys):
-            video = self.root / V2_VIDEO.format(episode_chunk=chunk, video_key=key, episode_index=ep.index)
+            video = self.root / V2_VIDEO.format(
+                episode_chunk=chunk, video_key=key, episode_index=ep.index
+            )
             writer = VideoWriter(video, self.encoder, self.spec.fps, *self.spec.shape)
             try:
                 writer.add_episode(ep.frames(v))
@@ -137,7 +149,9 @@ class V2Writer(BaseWriter):
                   "chunks_size": CHUNKS_SIZE, "data_path": V2_DATA, "video_path": V2_VIDEO}  # fmt: skip
         dump(self.root / INFO, self.info(**layout))
         lines(self.root / v2.EPISODES, [row for row, _ in self.per_episode])
-        lines(self.root / v2.TASKS, [{"task_index": i, "task": t} for i, t in enumerate(self.tasks)])
+        lines(
+            self.root / v2.TASKS, [{"task_index": i, "task": t} for i, t in enumerate(self.tasks)]
+        )
         lines(self.root / v2.EPISODES_STATS,
               [{"episode_index": row["episode_index"], "stats": stats} for row, stats in self.per_episode])  # fmt: skip
         self.write_extras()
@@ -230,7 +244,9 @@ def aggregated_stats(rows: list[dict]) -> dict:
         parts = [({k: np.asarray(r[f"stats/{name}/{k}"], np.float64) for k in st.STAT_NAMES},
                   float(r[f"stats/{name}/count"][0])) for r in rows]  # fmt: skip
         agg = st.aggregate(parts)
-        out[name] = {k: v.tolist() for k, v in agg.items()} | {"count": [int(sum(c for _, c in parts))]}
+        out[name] = {k: v.tolist() for k, v in agg.items()} | {
+            "count": [int(sum(c for _, c in parts))]
+        }
     return out
 
 

@@ -71,10 +71,14 @@ def _by_correlation(trace: RankTrace, starts, ends) -> tuple[np.ndarray, np.ndar
     return np.where(matched, step_of_call[pos], -1), matched
 
 
-def _by_graph_launch(trace: RankTrace, host_kind: np.ndarray, events: np.ndarray, starts, ends) -> np.ndarray:
+def _by_graph_launch(
+    trace: RankTrace, host_kind: np.ndarray, events: np.ndarray, starts, ends
+) -> np.ndarray:
     """Step of the latest graph launch begun before each of ``events`` started (-1: none, or too late)."""
     host = trace.host
-    launches = np.flatnonzero((host.category == Category.RUNTIME) & (host_kind == HostKind.GRAPH_LAUNCH))
+    launches = np.flatnonzero(
+        (host.category == Category.RUNTIME) & (host_kind == HostKind.GRAPH_LAUNCH)
+    )
     if len(launches) == 0 or len(events) == 0:
         return np.full(len(events), -1)
     launch_start = np.sort(host.start[launches])
@@ -84,7 +88,9 @@ def _by_graph_launch(trace: RankTrace, host_kind: np.ndarray, events: np.ndarray
     k = np.where(j >= 0, launch_step[np.maximum(j, 0)], -1)
     # The host runs at most one step ahead: once it has ended step k + 1, step k's work has begun.
     following = k + 1
-    limit = np.where(following < len(ends), ends[np.minimum(following, len(ends) - 1)], np.iinfo(np.int64).max)
+    limit = np.where(
+        following < len(ends), ends[np.minimum(following, len(ends) - 1)], np.iinfo(np.int64).max
+    )
     return np.where((k >= 0) & (at < limit), k, -1)
 
 
@@ -98,7 +104,9 @@ def _launched_before_trace(trace: RankTrace) -> np.ndarray:
     return (corr > 0) & (corr < ids.min())
 
 
-def attribute(trace: RankTrace, host_kind: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Attribution:
+def attribute(
+    trace: RankTrace, host_kind: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> Attribution:
     """Attribute the device events of ``trace`` to the steps whose host spans are ``[starts, ends)``.
 
     ``starts`` is sorted; ``host_kind`` is the :class:`HostKind` of each host event.

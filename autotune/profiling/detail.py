@@ -54,7 +54,9 @@ def spans_supported() -> bool:
         from torch._C._profiler import RecordScope, _ExperimentalConfig
 
         _ExperimentalConfig(disable_external_correlation=True)
-        return callable(getattr(autograd_profiler, "_enable_profiler", None)) and hasattr(RecordScope, "USER_SCOPE")
+        return callable(getattr(autograd_profiler, "_enable_profiler", None)) and hasattr(
+            RecordScope, "USER_SCOPE"
+        )
     except (ImportError, TypeError, AttributeError, RuntimeError):
         return False
 

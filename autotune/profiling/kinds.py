@@ -79,7 +79,11 @@ CATEGORY_TABLE: tuple[Pattern, ...] = (
     ),
     _row("2021 operator or span", r"^Operator$", Category.LEGACY_OP),
     _row("2021 runtime call", r"^Runtime$", Category.RUNTIME),
-    _row("gpu-side marker", r"^(gpu_user_annotation|ac2g|cuda_sync|cuda_profiler_range)$", Category.GPU_SIDE),
+    _row(
+        "gpu-side marker",
+        r"^(gpu_user_annotation|ac2g|cuda_sync|cuda_profiler_range)$",
+        Category.GPU_SIDE,
+    ),
     _row(
         "other accelerator",
         r"^(mtia_|xpu_|hpu_|privateuse1_|glow_runtime$)",

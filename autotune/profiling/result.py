@@ -127,7 +127,12 @@ class SyncSite:
     count: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"call": self.call, "under": self.under, "total_ms": self.total_ns / 1e6, "count": self.count}
+        return {
+            "call": self.call,
+            "under": self.under,
+            "total_ms": self.total_ns / 1e6,
+            "count": self.count,
+        }
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,9 @@ def blocking_calls(trace: RankTrace, host_kind: np.ndarray) -> np.ndarray:
     """Whether each host event is a runtime call that blocks until the device catches up."""
     host, dev = trace.host, trace.device
     runtime = host.category == Category.RUNTIME
-    pageable = np.fromiter((bool(PAGEABLE_COPY.search(n)) for n in trace.names), bool, len(trace.names))
+    pageable = np.fromiter(
+        (bool(PAGEABLE_COPY.search(n)) for n in trace.names), bool, len(trace.names)
+    )
     copy_ids = dev.corr[pageable[dev.name] & (dev.corr > 0)]
     by_copy = runtime & (host_kind == HostKind.LAUNCH) & np.isin(host.corr, copy_ids)
     return (runtime & (host_kind == HostKind.SYNC)) | by_copy
@@ -61,7 +63,9 @@ def _outermost_ops(trace: RankTrace, calls: np.ndarray) -> list[str | None]:
     return under
 
 
-def sync_sites(trace: RankTrace, blocking: np.ndarray, in_steps: np.ndarray) -> dict[tuple, list[int]]:
+def sync_sites(
+    trace: RankTrace, blocking: np.ndarray, in_steps: np.ndarray
+) -> dict[tuple, list[int]]:
     """Blocking calls made inside steps (``in_steps``: per host event), per (call, outermost operator):
     [total ns, count]."""
     calls = np.flatnonzero(blocking & in_steps)

@@ -46,7 +46,13 @@ class Kineto2021Builder(TraceBuilder):
     def _x(self, cat: str, name: str, ts: float, dur: float, pid, tid, args=None) -> dict:
         if cat not in CATEGORIES:
             return {}
-        ev = {"ph": "X", "cat": CATEGORIES[cat], "name": name, "pid": pid, "tid": self._tid(cat, tid)}
+        ev = {
+            "ph": "X",
+            "cat": CATEGORIES[cat],
+            "name": name,
+            "pid": pid,
+            "tid": self._tid(cat, tid),
+        }
         ev["ts"], ev["dur"] = round(self.t0 + ts), round(dur)
         ev["args"] = self._args(cat, name, ev["ts"], ev["dur"], args or {})
         self.events.append(ev)
@@ -59,10 +65,20 @@ class Kineto2021Builder(TraceBuilder):
         corr = args.get("correlation")
         if cat in ("cpu_op", "user_annotation"):
             self._ext, self._ext_ts = len(self.events) + 1, ts
-            return {"Device": self.pid, "External id": self._ext, "Trace name": "PyTorch Profiler", "Trace iteration": 0}
+            return {
+                "Device": self.pid,
+                "External id": self._ext,
+                "Trace name": "PyTorch Profiler",
+                "Trace iteration": 0,
+            }
         if cat == "cuda_runtime":
             self._ext_of_corr[corr] = self._ext
-            return {"cbid": CBID.get(name, 211), "correlation": corr, "external id": self._ext, "external ts": self._ext_ts}
+            return {
+                "cbid": CBID.get(name, 211),
+                "correlation": corr,
+                "external id": self._ext,
+                "external ts": self._ext_ts,
+            }
         out: dict[str, Any] = {"queued": 0} if cat == "kernel" else {}
         out.update({"device": self.device, "context": 1, "stream": args["stream"]})
         if corr is not None:
@@ -76,8 +92,18 @@ class Kineto2021Builder(TraceBuilder):
         return out
 
     def flow(self, corr: int, host_ts: float, device_ts: float, stream: int = 7) -> None:
-        self.events.append({"ph": "f", "id": corr, "pid": self.device, "tid": f"stream {stream}",
-                            "ts": round(self.t0 + device_ts), "cat": "async", "name": "launch", "bp": "e"})
+        self.events.append(
+            {
+                "ph": "f",
+                "id": corr,
+                "pid": self.device,
+                "tid": f"stream {stream}",
+                "ts": round(self.t0 + device_ts),
+                "cat": "async",
+                "name": "launch",
+                "bp": "e",
+            }
+        )
         self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.tid, "ts": round(self.t0 + host_ts),
                             "cat": "async", "name": "launch"})  # fmt: skip
 

@@ -155,7 +155,11 @@ class _Columns:
             return
         i = int(bad[0])
         name = list(self.names)[self.name[i]]
-        what = f"no finite timestamp ({ts[i]})" if not np.isfinite(ts[i]) else f"a negative duration ({dur[i]} us)"
+        what = (
+            f"no finite timestamp ({ts[i]})"
+            if not np.isfinite(ts[i])
+            else f"a negative duration ({dur[i]} us)"
+        )
         raise TraceFormatError(
             f"{path}: event {name!r} at ts {ts[i]} has {what}; a complete event needs a time and a dur >= 0"
             + (f" ({len(bad)} such events)" if len(bad) > 1 else "")

@@ -27,7 +27,9 @@ ACCELERATORS = {"mtia": "MTIA", "xpu": "Intel XPU", "hpu": "Intel Gaudi (HPU)",
 
 
 def _of_category(trace: RankTrace, category: Category) -> dict[str, int]:
-    return {c: n for c, n in trace.side_categories.items() if first_match(CATEGORY_TABLE, c) == category}
+    return {
+        c: n for c, n in trace.side_categories.items() if first_match(CATEGORY_TABLE, c) == category
+    }
 
 
 def _describe(counts: dict[str, int]) -> str:
@@ -57,7 +59,9 @@ def check_traced(trace: RankTrace, host_kind: np.ndarray) -> None:
     launches = runtime & np.isin(host_kind, [HostKind.LAUNCH, HostKind.GRAPH_LAUNCH])
     lost = "the profiler recorded no GPU events (CUPTI): profile again, in a fresh process"
     if launches.any():
-        raise TraceFormatError(f"{trace.path}: {int(launches.sum())} kernel launches but no device activity; {lost}")
+        raise TraceFormatError(
+            f"{trace.path}: {int(launches.sum())} kernel launches but no device activity; {lost}"
+        )
     markers = _of_category(trace, Category.GPU_SIDE)
     if markers or "nccl" in (trace.backend or ""):
         why = f"{_describe(markers)} events" if markers else f"a process group on {trace.backend!r}"
@@ -76,7 +80,11 @@ def notes_on(traces: list[RankTrace]) -> tuple[str, ...]:
     calls = sum(int((t.host.category == Category.RUNTIME).sum()) for t in traces)
     if gpus == 0 and calls == 0:
         return ()
-    seen = f"saw {gpus} GPU(s) on the machine (deviceProperties)" if gpus else f"recorded {calls} CUDA runtime calls"
+    seen = (
+        f"saw {gpus} GPU(s) on the machine (deviceProperties)"
+        if gpus
+        else f"recorded {calls} CUDA runtime calls"
+    )
     return (
         f"the profiler {seen} but traced no GPU activity: classified as a CPU-only run (profile "
         "with ProfilerActivity.CUDA for GPU work)",

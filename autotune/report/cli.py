@@ -12,15 +12,26 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="write the HTML report of a run folder (report.html)",
-                       description="Rebuild the self-contained HTML report of an `autotune run` folder from its "
-                                   "study, best.yaml, diagnosis and profiles.")
+    p = sub.add_parser(
+        "report",
+        help="write the HTML report of a run folder (report.html)",
+        description="Rebuild the self-contained HTML report of an `autotune run` folder from its "
+        "study, best.yaml, diagnosis and profiles.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (autotune run --out)")
     p.add_argument("--out", default=None, help="the page to write (default: RUN_DIR/report.html)")
-    p.add_argument("--study", default=None, help="the study's name (default: run.json's, or the storage's only study)")
-    p.add_argument("--storage", default=None, help="the study's database URL with its password (default: run.json's, "
-                                                   "which keeps no password, or RUN_DIR/study.journal; $AUTOTUNE_STORAGE "
-                                                   "is read when it is not given)")
+    p.add_argument(
+        "--study",
+        default=None,
+        help="the study's name (default: run.json's, or the storage's only study)",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        help="the study's database URL with its password (default: run.json's, "
+        "which keeps no password, or RUN_DIR/study.journal; $AUTOTUNE_STORAGE "
+        "is read when it is not given)",
+    )
     p.set_defaults(func=run_report)
 
 
@@ -28,6 +39,8 @@ def run_report(args: argparse.Namespace) -> int:
     from autotune.report.render import write_report
     from autotune.search.urls import storage_url
 
-    path = write_report(args.run_dir, args.out, study_name=args.study, storage=storage_url(args.storage))
+    path = write_report(
+        args.run_dir, args.out, study_name=args.study, storage=storage_url(args.storage)
+    )
     print(f"report: {path}")
     return 0

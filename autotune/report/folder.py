@@ -26,7 +26,9 @@ _TRIAL_DIR = re.compile(r"trial-(\d+)$")
 def check_folder(run_dir: str | Path) -> Path:
     path = Path(run_dir)
     if not path.is_dir():
-        raise ReportError(f"{path}: not a folder; give the run folder of `autotune run` (it holds {JOURNAL})")
+        raise ReportError(
+            f"{path}: not a folder; give the run folder of `autotune run` (it holds {JOURNAL})"
+        )
     return path
 
 
@@ -49,7 +51,9 @@ def read_text(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def open_study(run_dir: Path, storage_url: str | None, study_name: str | None, hint: str | None = None) -> optuna.Study:
+def open_study(
+    run_dir: Path, storage_url: str | None, study_name: str | None, hint: str | None = None
+) -> optuna.Study:
     """The run's study: ``study.journal`` in the folder, or the database ``storage_url`` names.
 
     Without a name, the storage must hold one study (or ``hint``, e.g. best.yaml's study, among several).
@@ -64,7 +68,9 @@ def open_study(run_dir: Path, storage_url: str | None, study_name: str | None, h
         elif not names:
             raise ReportError(f"{run_dir}: its storage holds no study yet")
         else:
-            raise ReportError(f"{run_dir}: its storage holds several studies {names}; choose one with --study")
+            raise ReportError(
+                f"{run_dir}: its storage holds several studies {names}; choose one with --study"
+            )
     elif study_name not in names:
         raise ReportError(f"{run_dir}: no study {study_name!r} in its storage; it holds {names}")
     return optuna.load_study(study_name=study_name, storage=storage)
@@ -74,11 +80,15 @@ def _storage(run_dir: Path, url: str | None) -> optuna.storages.BaseStorage:
     if url is None:
         journal = run_dir / JOURNAL
         if not journal.is_file():
-            raise ReportError(f"{run_dir}: no study in it (no {JOURNAL}, no run.json naming a storage); "
-                              f"give the run folder of `autotune run`")
+            raise ReportError(
+                f"{run_dir}: no study in it (no {JOURNAL}, no run.json naming a storage); "
+                f"give the run folder of `autotune run`"
+            )
     elif is_redacted(url):  # run.json keeps the URL without its secrets
-        raise ReportError(f"{run_dir}: the study is in the database {redact(url)}; give its URL with the password "
-                          f"(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)")
+        raise ReportError(
+            f"{run_dir}: the study is in the database {redact(url)}; give its URL with the password "
+            f"(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
+        )
     return open_storage(url, run_dir)
 
 
@@ -95,4 +105,8 @@ def trial_of(profile_dir: Path) -> int | None:
 
 def trace_files(profile_dir: Path) -> list[Path]:
     """The trace files of a profiling folder (every file but the classification summary)."""
-    return sorted(p for p in profile_dir.iterdir() if p.is_file() and p.name != SUMMARY and not p.name.startswith("."))
+    return sorted(
+        p
+        for p in profile_dir.iterdir()
+        if p.is_file() and p.name != SUMMARY and not p.name.startswith(".")
+    )

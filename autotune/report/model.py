@@ -115,7 +115,9 @@ class Report:
         return next(t for t in self.trials if t.number == number)
 
 
-def build_report(run_dir: str | Path, study_name: str | None = None, storage: str | None = None) -> Report:
+def build_report(
+    run_dir: str | Path, study_name: str | None = None, storage: str | None = None
+) -> Report:
     """Read the run folder (``autotune run --out RUN_DIR``) into a :class:`Report`.
 
     ``study_name`` and ``storage`` (a database URL) default to those run.json names; run.json keeps
@@ -124,27 +126,40 @@ def build_report(run_dir: str | Path, study_name: str | None = None, storage: st
     return load_report(run_dir, study_name, storage)[0]
 
 
-def load_report(run_dir: str | Path, study_name: str | None = None, storage: str | None = None) -> tuple[Report, optuna.Study]:
+def load_report(
+    run_dir: str | Path, study_name: str | None = None, storage: str | None = None
+) -> tuple[Report, optuna.Study]:
     """The report of the run folder and the study it was built from (Optuna's plots draw from the study)."""
     run_dir = folder.check_folder(run_dir)
     notes: list[str] = []
     run = RunInfo.from_dict(folder.read_json(run_dir / "run.json", notes) or {})
     best_yaml = folder.read_text(run_dir / "best.yaml")
     provenance = _provenance(best_yaml)
-    study = folder.open_study(run_dir, storage or run.storage, study_name or run.study_name, provenance.get("study"))
+    study = folder.open_study(
+        run_dir, storage or run.storage, study_name or run.study_name, provenance.get("study")
+    )
     if run.storage:  # an older run.json may hold a secret in clear; the page never shows one
         run = replace(run, storage=redact(run.storage))
     return report_of(study, run_dir, run, best_yaml, provenance, notes), study
 
 
-def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str | None, provenance: dict[str, Any],
-              notes: list[str]) -> Report:
+def report_of(
+    study: optuna.Study,
+    run_dir: Path,
+    run: RunInfo,
+    best_yaml: str | None,
+    provenance: dict[str, Any],
+    notes: list[str],
+) -> Report:
     """The report of ``study``, with what its run folder holds beside it (run.json, best.yaml read by the caller)."""
     trials = study.get_trials(deepcopy=False)
     stock, best = stock_trial(study), best_trial(study)
     budget = run.memory_budget_bytes or provenance.get("memory_budget_bytes")
     front = pareto_front(trials)
-    rows = [trial_row(t, run_dir, stock=t is stock, best=t is best, pareto=t.number in front) for t in trials]
+    rows = [
+        trial_row(t, run_dir, stock=t is stock, best=t is best, pareto=t.number in front)
+        for t in trials
+    ]
     diagnosis = folder.read_json(run_dir / "diagnosis.json", notes) or {}
     stages = _stages(study, diagnosis, run_dir, notes)
     profiles = [Profile.read(d, run_dir, notes) for d in folder.profile_dirs(run_dir)]
@@ -153,27 +168,50 @@ def report_of(study: optuna.Study, run_dir: Path, run: RunInfo, best_yaml: str |
     for trial, prof in ((stock, stock_profile), (best, best_profile)):
         _at_measured_rate(trial, prof)
     if best_yaml is None:
-        notes.append("best.yaml is not written yet (the study is running or was interrupted); "
-                     "the best trial's parameters are shown instead")
+        notes.append(
+            "best.yaml is not written yet (the study is running or was interrupted); "
+            "the best trial's parameters are shown instead"
+        )
     elif best is not None and provenance.get("trial") not in (None, best.number):
         if provenance.get("study_best_trial") == best.number:  # measured again, another trial won
             why = (provenance.get("confirmation") or {}).get("note")
-            notes.append(f"best.yaml is of trial #{provenance['trial']}, not the study's best #{best.number}: the "
-                         f"confirmation kept it{f' ({why})' if why else ''}")
+            notes.append(
+                f"best.yaml is of trial #{provenance['trial']}, not the study's best #{best.number}: the "
+                f"confirmation kept it{f' ({why})' if why else ''}"
+            )
         else:
-            notes.append(f"best.yaml is of trial #{provenance['trial']}, the study's best is now #{best.number}")
+            notes.append(
+                f"best.yaml is of trial #{provenance['trial']}, the study's best is now #{best.number}"
+            )
     if not profiles:
-        notes.append("the run folder holds no profiles (profiles/trial-NNNN): no time buckets, kernels or traces")
+        notes.append(
+            "the run folder holds no profiles (profiles/trial-NNNN): no time buckets, kernels or traces"
+        )
     importances = _importances(study, notes)
     return Report(
-        run_dir=str(run_dir), study_name=study.study_name, status=_status(run, trials, best_yaml),
-        generated_at=dt.datetime.now().isoformat(timespec="seconds"), run=run,
-        summary=_confirmed(_summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)), provenance,
-                           diagnosis, trials),
-        trials=rows, param_names=sorted({p for t in trials for p in t.params}), importances=importances,
-        stages=stages, stock_profile=stock_profile, best_profile=best_profile, profiles=profiles,
-        best_yaml=best_yaml, best_params=dict(best.params) if best else {},
-        environment=_environment(best or stock, run), notes=notes)
+        run_dir=str(run_dir),
+        study_name=study.study_name,
+        status=_status(run, trials, best_yaml),
+        generated_at=dt.datetime.now().isoformat(timespec="seconds"),
+        run=run,
+        summary=_confirmed(
+            _summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)),
+            provenance,
+            diagnosis,
+            trials,
+        ),
+        trials=rows,
+        param_names=sorted({p for t in trials for p in t.params}),
+        importances=importances,
+        stages=stages,
+        stock_profile=stock_profile,
+        best_profile=best_profile,
+        profiles=profiles,
+        best_yaml=best_yaml,
+        best_params=dict(best.params) if best else {},
+        environment=_environment(best or stock, run),
+        notes=notes,
+    )
 
 
 def _status(run: RunInfo, trials: list[FrozenTrial], best_yaml: str | None) -> str:
@@ -199,8 +237,13 @@ def _provenance(best_yaml: str | None) -> dict[str, Any]:
     return prov if isinstance(prov, dict) else {}
 
 
-def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenTrial | None, budget: int | None,
-             parity: Parity | None) -> Summary:
+def _summary(
+    trials: list[FrozenTrial],
+    stock: FrozenTrial | None,
+    best: FrozenTrial | None,
+    budget: int | None,
+    parity: Parity | None,
+) -> Summary:
     stock_m = measurement_of(stock) if stock is not None else None
     best_m = measurement_of(best) if best is not None else None
     stock_speed = stock.value if stock is not None and feasible(stock) else None
@@ -211,28 +254,49 @@ def _summary(trials: list[FrozenTrial], stock: FrozenTrial | None, best: FrozenT
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     return Summary(
-        stock_trial=stock.number if stock else None, best_trial=best.number if best else None,
-        stock_samples_per_s=stock_speed, best_samples_per_s=best_speed,
+        stock_trial=stock.number if stock else None,
+        best_trial=best.number if best else None,
+        stock_samples_per_s=stock_speed,
+        best_samples_per_s=best_speed,
         speedup=best_speed / stock_speed if best_speed and stock_speed else None,
         stock_peak_memory_bytes=stock_m.memory.allocated_bytes if stock_m else None,
         best_peak_memory_bytes=best_m.memory.allocated_bytes if best_m else None,
-        memory_budget_bytes=budget, stock_mfu=stock_m.mfu if stock_m else None, best_mfu=best_m.mfu if best_m else None,
-        stock_useful_mfu=stock_m.useful_mfu if stock_m else None, best_useful_mfu=best_m.useful_mfu if best_m else None,
-        trials=len(trials), finished=sum(s.is_finished() for s in states), complete=states.count(TrialState.COMPLETE) - oom,
-        pruned=states.count(TrialState.PRUNED), failed=states.count(TrialState.FAIL) + oom - skipped, skipped=skipped,
+        memory_budget_bytes=budget,
+        stock_mfu=stock_m.mfu if stock_m else None,
+        best_mfu=best_m.mfu if best_m else None,
+        stock_useful_mfu=stock_m.useful_mfu if stock_m else None,
+        best_useful_mfu=best_m.useful_mfu if best_m else None,
+        trials=len(trials),
+        finished=sum(s.is_finished() for s in states),
+        complete=states.count(TrialState.COMPLETE) - oom,
+        pruned=states.count(TrialState.PRUNED),
+        failed=states.count(TrialState.FAIL) + oom - skipped,
+        skipped=skipped,
         running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),
-        tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None, parity=parity,
-        stock_spread=stock_m.step_time.spread if stock_m else None, best_spread=best_m.step_time.spread if best_m else None,
-        references={t.user_attrs[REFERENCE]: t.value / stock_speed if feasible(t) and stock_speed else None
-                    for t in trials if t.user_attrs.get(REFERENCE)})
+        tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None,
+        parity=parity,
+        stock_spread=stock_m.step_time.spread if stock_m else None,
+        best_spread=best_m.step_time.spread if best_m else None,
+        references={
+            t.user_attrs[REFERENCE]: t.value / stock_speed if feasible(t) and stock_speed else None
+            for t in trials
+            if t.user_attrs.get(REFERENCE)
+        },
+    )
 
 
-def _confirmed(summary: Summary, provenance: dict[str, Any], diagnosis: dict[str, Any],
-               trials: list[FrozenTrial]) -> Summary:
+def _confirmed(
+    summary: Summary,
+    provenance: dict[str, Any],
+    diagnosis: dict[str, Any],
+    trials: list[FrozenTrial],
+) -> Summary:
     """The summary with best.yaml's confirmed numbers, where the winner was measured again: a winner
     other than the study's best (the runner-up, or stock) brings its own MFU and memory."""
     converged = diagnosis.get("converged") or {}
-    summary.converged = provenance.get("converged") or (converged.get("reason") if isinstance(converged, dict) else None)
+    summary.converged = provenance.get("converged") or (
+        converged.get("reason") if isinstance(converged, dict) else None
+    )
     conf = provenance.get("confirmation")
     summary.study_speedup = summary.speedup
     if isinstance(conf, dict):
@@ -242,7 +306,11 @@ def _confirmed(summary: Summary, provenance: dict[str, Any], diagnosis: dict[str
             summary.stock_samples_per_s = conf.get("stock_samples_per_s")
             summary.best_samples_per_s = conf.get("samples_per_s")
             summary.best_trial = conf.get("trial", summary.best_trial)
-            won = trials[summary.best_trial] if isinstance(summary.best_trial, int) and summary.best_trial < len(trials) else None
+            won = (
+                trials[summary.best_trial]
+                if isinstance(summary.best_trial, int) and summary.best_trial < len(trials)
+                else None
+            )
             m = measurement_of(won) if won is not None else None
             if m is not None:
                 summary.best_mfu, summary.best_useful_mfu = m.mfu, m.useful_mfu
@@ -253,7 +321,13 @@ def _confirmed(summary: Summary, provenance: dict[str, Any], diagnosis: dict[str
 def _at_measured_rate(trial: FrozenTrial | None, profile: Profile | None) -> None:
     """Give a loader-bound trial's profile the step it really ran at (its loader's rate)."""
     m = measurement_of(trial) if trial is not None else None
-    if profile is None or m is None or not m.loader.bound or not m.samples_per_s or not m.batch_size:
+    if (
+        profile is None
+        or m is None
+        or not m.loader.bound
+        or not m.samples_per_s
+        or not m.batch_size
+    ):
         return
     profile.measured_step_ms = 1e3 * m.batch_size * m.world_size / m.samples_per_s
 
@@ -263,27 +337,44 @@ def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Pari
     return Parity.from_dict(data) if isinstance(data, dict) else None
 
 
-def _stages(study: optuna.Study, diagnosis: dict[str, Any], run_dir: Path, notes: list[str]) -> list[Stage]:
+def _stages(
+    study: optuna.Study, diagnosis: dict[str, Any], run_dir: Path, notes: list[str]
+) -> list[Stage]:
     """The diagnosis chain: diagnosis.json, else the stages the running study keeps in its attributes."""
     raw = diagnosis.get("stages")
     if raw is None:
-        kept = study.user_attrs.get(STUDY_ATTR)  # the guide's record, kept up to date while the study runs
+        kept = study.user_attrs.get(
+            STUDY_ATTR
+        )  # the guide's record, kept up to date while the study runs
         raw = json.loads(kept) if isinstance(kept, str) else kept
     if not raw:
-        notes.append("no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "
-                     "guided by profiles, or has not got past the stock trial yet")
+        notes.append(
+            "no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "
+            "guided by profiles, or has not got past the stock trial yet"
+        )
         return []
     return [Stage.from_dict(s, run_dir) for s in raw if isinstance(s, dict)]
 
 
-def _profile_of(trial: FrozenTrial | None, profiles: list[Profile], path: str | None) -> Profile | None:
+def _profile_of(
+    trial: FrozenTrial | None, profiles: list[Profile], path: str | None
+) -> Profile | None:
     """The profile of ``trial``: the folder ``path`` names, its ``profile_dir``, or profiles/trial-NNNN."""
     wanted = [path, trial.user_attrs.get(PROFILE_DIR) if trial is not None else None]
     for want in filter(None, wanted):
-        found = next((p for p in profiles if Path(p.path) == Path(want) or Path(want).as_posix().endswith("/" + p.path)), None)
+        found = next(
+            (
+                p
+                for p in profiles
+                if Path(p.path) == Path(want) or Path(want).as_posix().endswith("/" + p.path)
+            ),
+            None,
+        )
         if found:
             return found
-    return next((p for p in profiles if p.trial == trial.number), None) if trial is not None else None
+    return (
+        next((p for p in profiles if p.trial == trial.number), None) if trial is not None else None
+    )
 
 
 def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | None:

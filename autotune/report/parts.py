@@ -193,19 +193,31 @@ class Profile:
 
     @classmethod
     def read(cls, path: Path, run_dir: Path, notes: list[str]) -> Profile:
-        prof = cls(path=in_run(path, run_dir), trial=folder.trial_of(path),
-                   traces=[in_run(p, run_dir) for p in folder.trace_files(path)])
+        prof = cls(
+            path=in_run(path, run_dir),
+            trial=folder.trial_of(path),
+            traces=[in_run(p, run_dir) for p in folder.trace_files(path)],
+        )
         summary = folder.read_json(path / folder.SUMMARY, notes)
         c = (summary or {}).get("classification")
         if not isinstance(c, dict):
             return prof
         try:
-            prof.ranks = [RankBuckets(int(r["rank"]), float(r["step_time_ms"]), dict(r["buckets"])) for r in c["ranks"]]
+            prof.ranks = [
+                RankBuckets(int(r["rank"]), float(r["step_time_ms"]), dict(r["buckets"]))
+                for r in c["ranks"]
+            ]
             prof.top_kernels = [Kernel(**_known(Kernel, k)) for k in c.get("top_kernels", [])]
         except (KeyError, TypeError, ValueError) as exc:
-            notes.append(f"{prof.path}/{folder.SUMMARY} has an unexpected shape ({exc!r}); its buckets are left out")
+            notes.append(
+                f"{prof.path}/{folder.SUMMARY} has an unexpected shape ({exc!r}); its buckets are left out"
+            )
             return prof
-        prof.device, prof.dominant, prof.buckets = c.get("device"), c.get("dominant"), c.get("buckets")
+        prof.device, prof.dominant, prof.buckets = (
+            c.get("device"),
+            c.get("dominant"),
+            c.get("buckets"),
+        )
         prof.step_time_ms, prof.overhead = c.get("step_time_ms"), (summary or {}).get("overhead")
         return prof
 
@@ -259,7 +271,13 @@ class TrialRow:
     def failed(self) -> bool:
         if self.outcome == "duplicate":  # not run: a configuration measured already
             return False
-        return self.state == "FAIL" or self.outcome not in ("ok", "over budget", "pruned", "running", "waiting")
+        return self.state == "FAIL" or self.outcome not in (
+            "ok",
+            "over budget",
+            "pruned",
+            "running",
+            "waiting",
+        )
 
 
 def outcome_of(t: FrozenTrial) -> str:
@@ -282,32 +300,61 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
     if speed is None and t.state == TrialState.PRUNED and t.intermediate_values:
         speed = t.intermediate_values[max(t.intermediate_values)]
     log = run_dir / "logs" / f"trial-{t.number:04d}.log"
-    duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
+    duration = (
+        (t.datetime_complete - t.datetime_start).total_seconds()
+        if t.datetime_complete and t.datetime_start
+        else None
+    )
     return TrialRow(
-        number=t.number, state=t.state.name, outcome=outcome_of(t), samples_per_s=speed,
-        peak_memory_bytes=m.memory.allocated_bytes if m else None, mfu=m.mfu if m else None,
-        useful_mfu=m.useful_mfu if m else None, params=dict(t.params),
-        stage=a.get(STAGE), group=a.get(GROUP), dominant=profile.dominant if profile else None,
+        number=t.number,
+        state=t.state.name,
+        outcome=outcome_of(t),
+        samples_per_s=speed,
+        peak_memory_bytes=m.memory.allocated_bytes if m else None,
+        mfu=m.mfu if m else None,
+        useful_mfu=m.useful_mfu if m else None,
+        params=dict(t.params),
+        stage=a.get(STAGE),
+        group=a.get(GROUP),
+        dominant=profile.dominant if profile else None,
         error=record.failure.error if record is not None and record.failure is not None else None,
-        duration_s=duration, log=in_run(log, run_dir) if log.is_file() else None,
-        reference=a.get(REFERENCE), stock=stock, best=best, pareto=pareto,
+        duration_s=duration,
+        log=in_run(log, run_dir) if log.is_file() else None,
+        reference=a.get(REFERENCE),
+        stock=stock,
+        best=best,
+        pareto=pareto,
         window_samples_per_s=m.loader.window_samples_per_s if m and m.loader.bound else None,
         step_time_spread=m.step_time.spread if m else None,
-        host_busy=record.host.others_busy if record is not None and record.host is not None else None,
+        host_busy=record.host.others_busy
+        if record is not None and record.host is not None
+        else None,
         noise=flags(record) or None,
-        remeasured_samples_per_s=_again(record), noisy=bool(a.get(NOISY)), parity_passed=parity_passed(t),
-        cost={k: v for k, v in record.cost.parts.items() if v >= 0.05} if record is not None and record.cost else None)
+        remeasured_samples_per_s=_again(record),
+        noisy=bool(a.get(NOISY)),
+        parity_passed=parity_passed(t),
+        cost={k: v for k, v in record.cost.parts.items() if v >= 0.05}
+        if record is not None and record.cost
+        else None,
+    )
 
 
 def _again(record) -> float | None:
     again = record.remeasure if record is not None else None
-    return again.measurement.samples_per_s if again is not None and again.measurement is not None else None
+    return (
+        again.measurement.samples_per_s
+        if again is not None and again.measurement is not None
+        else None
+    )
 
 
 def pareto_front(trials: list[FrozenTrial]) -> set[int]:
     """Numbers of the measured trials no other trial beats on both samples/s (up) and peak memory (down)."""
-    points = [(t.number, m.samples_per_s, m.memory.allocated_bytes)
-              for t in trials if measured(t) and (m := measurement_of(t)) is not None]
+    points = [
+        (t.number, m.samples_per_s, m.memory.allocated_bytes)
+        for t in trials
+        if measured(t) and (m := measurement_of(t)) is not None
+    ]
 
     def dominated(s: float, m: int) -> bool:
         return any(s2 >= s and m2 <= m and (s2 > s or m2 < m) for _, s2, m2 in points)

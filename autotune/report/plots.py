@@ -24,8 +24,14 @@ from autotune.report.model import Report  # noqa: E402
 from autotune.report.parts import Profile  # noqa: E402
 
 GIB = 2**30
-BUCKET_COLORS = {"compute_serial": "#4e79a7", "comm_wait": "#f28e2b", "launch_overhead": "#e15759",
-                 "sync_wait": "#b07aa1", "data_stall": "#76b7b2", "other": "#bab0ac"}
+BUCKET_COLORS = {
+    "compute_serial": "#4e79a7",
+    "comm_wait": "#f28e2b",
+    "launch_overhead": "#e15759",
+    "sync_wait": "#b07aa1",
+    "data_stall": "#76b7b2",
+    "other": "#bab0ac",
+}
 
 
 @dataclass
@@ -68,10 +74,17 @@ def history(report: Report, study: optuna.Study) -> Figure:
 def importances(report: Report, study: optuna.Study) -> Figure:
     title = "Parameter importances for samples/s (PED-ANOVA)"
     if report.importances is None:
-        return Figure(title, note="not computed: " + next(
-            (n for n in report.notes if n.startswith("parameter importances")), "too few completed trials"))
-    ax = optuna.visualization.matplotlib.plot_param_importances(study, target_name="samples/s",
-                                                                params=list(report.importances))
+        return Figure(
+            title,
+            note="not computed: "
+            + next(
+                (n for n in report.notes if n.startswith("parameter importances")),
+                "too few completed trials",
+            ),
+        )
+    ax = optuna.visualization.matplotlib.plot_param_importances(
+        study, target_name="samples/s", params=list(report.importances)
+    )
     ax.figure.set_size_inches(7.5, max(2.5, 0.45 * len(report.importances) + 1.2))
     return Figure(title, png=png(ax.figure))
 
@@ -79,23 +92,48 @@ def importances(report: Report, study: optuna.Study) -> Figure:
 def throughput_memory(report: Report) -> Figure:
     """Samples/s against peak memory for every measured trial, the Pareto front and the budget."""
     title = "Samples/s against peak memory"
-    rows = [t for t in report.trials if t.samples_per_s is not None and t.peak_memory_bytes is not None
-            and t.outcome in ("ok", "over budget")]
+    rows = [
+        t
+        for t in report.trials
+        if t.samples_per_s is not None
+        and t.peak_memory_bytes is not None
+        and t.outcome in ("ok", "over budget")
+    ]
     if not rows:
         return Figure(title, note="no measured trial yet")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for outcome, style in (("ok", {"marker": "o", "color": "#4e79a7"}), ("over budget", {"marker": "x", "color": "#e15759"})):
+    for outcome, style in (
+        ("ok", {"marker": "o", "color": "#4e79a7"}),
+        ("over budget", {"marker": "x", "color": "#e15759"}),
+    ):
         pts = [t for t in rows if t.outcome == outcome]
         if pts:
-            ax.scatter([t.peak_memory_bytes / GIB for t in pts], [t.samples_per_s for t in pts], label=outcome,
-                       zorder=3, **style)
+            ax.scatter(
+                [t.peak_memory_bytes / GIB for t in pts],
+                [t.samples_per_s for t in pts],
+                label=outcome,
+                zorder=3,
+                **style,
+            )
     front = sorted((t for t in rows if t.pareto), key=lambda t: t.peak_memory_bytes)
-    ax.step([t.peak_memory_bytes / GIB for t in front], [t.samples_per_s for t in front], where="post",
-            color="#59a14f", lw=1.5, label="Pareto front", zorder=2)
+    ax.step(
+        [t.peak_memory_bytes / GIB for t in front],
+        [t.samples_per_s for t in front],
+        where="post",
+        color="#59a14f",
+        lw=1.5,
+        label="Pareto front",
+        zorder=2,
+    )
     for t in rows:
         tag = f"#{t.number}" + (" stock" if t.stock else "") + (" best" if t.best else "")
-        ax.annotate(tag, (t.peak_memory_bytes / GIB, t.samples_per_s), textcoords="offset points", xytext=(4, 4),
-                    fontsize=7)
+        ax.annotate(
+            tag,
+            (t.peak_memory_bytes / GIB, t.samples_per_s),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=7,
+        )
     _budget_line(ax, report.summary.memory_budget_bytes, max(t.peak_memory_bytes for t in rows))
     ax.set_xlabel("peak memory (GiB)")
     ax.set_ylabel("samples/s")
@@ -108,10 +146,24 @@ def _budget_line(ax: plt.Axes, budget: int | None, highest: int) -> None:
     if budget is None:
         return
     if budget <= 1.5 * highest:
-        ax.axvline(budget / GIB, color="#e15759", ls="--", lw=1, label=f"memory budget {budget / GIB:.1f} GiB")
+        ax.axvline(
+            budget / GIB,
+            color="#e15759",
+            ls="--",
+            lw=1,
+            label=f"memory budget {budget / GIB:.1f} GiB",
+        )
     else:  # drawn to scale, the points would crowd into the left edge
-        ax.text(0.99, 0.02, f"memory budget {budget / GIB:.1f} GiB (off the chart, right) \u2192",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="#e15759")
+        ax.text(
+            0.99,
+            0.02,
+            f"memory budget {budget / GIB:.1f} GiB (off the chart, right) \u2192",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            color="#e15759",
+        )
 
 
 def buckets(report: Report) -> Figure:
@@ -119,7 +171,9 @@ def buckets(report: Report) -> Figure:
     title = "Where a step's time goes, per rank"
     bars = _bucket_bars(report.stock_profile, report.best_profile)
     if not bars:
-        return Figure(title, note="no classified profile of the stock or the best trial in the run folder")
+        return Figure(
+            title, note="no classified profile of the stock or the best trial in the run folder"
+        )
     fig, ax = plt.subplots(figsize=(7.5, 1.0 + 0.45 * len(bars)))
     labels = [label for label, _ in bars]
     left = [0.0] * len(bars)
@@ -128,13 +182,19 @@ def buckets(report: Report) -> Figure:
         ax.barh(labels, widths, left=left, color=BUCKET_COLORS[b], label=b)
         left = [x + w for x, w in zip(left, widths)]
     ax.invert_yaxis()
-    ax.set_xlabel("ms per step (median step, split by the bucket shares; a loader-bound trial at its measured rate)")
-    ax.legend(fontsize=8, ncol=len(BUCKETS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.set_xlabel(
+        "ms per step (median step, split by the bucket shares; a loader-bound trial at its measured rate)"
+    )
+    ax.legend(
+        fontsize=8, ncol=len(BUCKETS), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False
+    )
     ax.grid(axis="x", alpha=0.3)
     return Figure(title, png=png(fig))
 
 
-def _bucket_bars(stock: Profile | None, best: Profile | None) -> list[tuple[str, tuple[float, dict[str, float]]]]:
+def _bucket_bars(
+    stock: Profile | None, best: Profile | None
+) -> list[tuple[str, tuple[float, dict[str, float]]]]:
     """(label, (step ms, bucket shares)) per rank. A loader-bound trial's bar is its step at the rate
     it really ran (its loader's), the profiled split with the extra wait in ``data_stall``, and says so."""
     shown: list[tuple[str, Profile]] = []
@@ -146,6 +206,10 @@ def _bucket_bars(stock: Profile | None, best: Profile | None) -> list[tuple[str,
     for name, p in shown:
         for r in p.ranks or []:
             ms, shares = p.scaled(r)
-            note = f" (loader-bound: profiled {r.step_time_ms:.0f} ms + wait)" if ms > r.step_time_ms else ""
+            note = (
+                f" (loader-bound: profiled {r.step_time_ms:.0f} ms + wait)"
+                if ms > r.step_time_ms
+                else ""
+            )
             bars.append((f"{name} #{p.trial} rank {r.rank}{note}", (ms, shares)))
     return bars

@@ -27,8 +27,13 @@ REPORT = "report.html"
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("autotune.report", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("autotune.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(num=_num, gib=_gib, pct=_pct, duration=_duration, times=_times)
     return env
 
@@ -43,12 +48,22 @@ def render_html(report: Report, study: optuna.Study, link_base: str = ".") -> st
         return quote(path)
 
     template = environment().get_template("report.html.j2")
-    return template.render(r=report, s=report.summary, figures=figures(report, study), link=link,
-                           buckets=BUCKETS, run_info=asdict(report.run))
+    return template.render(
+        r=report,
+        s=report.summary,
+        figures=figures(report, study),
+        link=link,
+        buckets=BUCKETS,
+        run_info=asdict(report.run),
+    )
 
 
-def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, study_name: str | None = None,
-                 storage: str | None = None) -> Path:
+def write_report(
+    run_dir: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    study_name: str | None = None,
+    storage: str | None = None,
+) -> Path:
     """Build the report of ``run_dir`` and write it (atomically) to ``out``, default ``RUN_DIR/report.html``.
 
     ``study_name`` and ``storage`` override those of run.json (see :func:`build_report`).
@@ -83,4 +98,3 @@ def _duration(seconds: Any) -> str:
     m, s = divmod(int(round(seconds)), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-

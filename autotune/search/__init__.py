@@ -10,4 +10,13 @@ from autotune.search.space import (
     load_space,
 )
 
-__all__ = ["Knob", "SearchSpace", "apply_values", "default_budget", "get_value", "list_spaces", "load_space", "parse_bytes"]
+__all__ = [
+    "Knob",
+    "SearchSpace",
+    "apply_values",
+    "default_budget",
+    "get_value",
+    "list_spaces",
+    "load_space",
+    "parse_bytes",
+]

@@ -53,7 +53,10 @@ def workload_facts(base: TrainConfig) -> WorkloadFacts:
     workload = get_workload(base.workload)
     model = workload.build_model(base.preset, "meta")
     regions = workload.regions(model)
-    trains = {name: any(p.requires_grad for m in mods for p in m.parameters()) for name, mods in regions.items()}
+    trains = {
+        name: any(p.requires_grad for m in mods for p in m.parameters())
+        for name, mods in regions.items()
+    }
     for name in base.model.freeze:
         trains[name] = False
     for name in base.model.unfreeze:
@@ -83,59 +86,137 @@ def _data_knobs(machine: Machine) -> dict[str, Any]:
     high = max(2, min(16, per_rank))
     busy = list(range(1, high + 1))
     return {
-        "data.num_workers": {"type": "int", "low": 0, "high": high, "group": "data", "remedy": "cores",
-                             "doc": "DataLoader worker processes"},
-        "data.prefetch_factor": {"type": "categorical", "choices": [None, 2, 4], "when": {"data.num_workers": busy},
-                                 "group": "data", "remedy": 4},
-        "data.persistent_workers": {"type": "bool", "when": {"data.num_workers": busy}, "group": "data", "remedy": True},
+        "data.num_workers": {
+            "type": "int",
+            "low": 0,
+            "high": high,
+            "group": "data",
+            "remedy": "cores",
+            "doc": "DataLoader worker processes",
+        },
+        "data.prefetch_factor": {
+            "type": "categorical",
+            "choices": [None, 2, 4],
+            "when": {"data.num_workers": busy},
+            "group": "data",
+            "remedy": 4,
+        },
+        "data.persistent_workers": {
+            "type": "bool",
+            "when": {"data.num_workers": busy},
+            "group": "data",
+            "remedy": True,
+        },
         "data.pin_memory": {"type": "bool", "requires": "cuda", "group": "data", "remedy": True},
-        "data.device_prefetch": {"type": "int", "low": 0, "high": 4, "requires": "cuda", "group": "data", "remedy": 2},
+        "data.device_prefetch": {
+            "type": "int",
+            "low": 0,
+            "high": 4,
+            "requires": "cuda",
+            "group": "data",
+            "remedy": 2,
+        },
     }
 
 
 def _graph_and_compile_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
     every = list(f.regions)
-    singles = [[r] for r in every] if len(every) <= MAX_SINGLE else [[r] for r in f.trainable[:MAX_SINGLE]]
+    singles = (
+        [[r] for r in every]
+        if len(every) <= MAX_SINGLE
+        else [[r] for r in f.trainable[:MAX_SINGLE]]
+    )
     regional = _choices([], *singles, every)
     knobs: dict[str, Any] = {
-        "graphs.mode": {"type": "categorical", "choices": ["none", "regions", "step"], "requires": "cuda",
-                        "group": "graphs", "remedy": "step"},
-        "graphs.regions": {"type": "categorical", "choices": _choices(*singles, list(f.trainable) or every, every),
-                           "when": {"graphs.mode": "regions"}, "requires": "cuda", "group": "graphs"},
+        "graphs.mode": {
+            "type": "categorical",
+            "choices": ["none", "regions", "step"],
+            "requires": "cuda",
+            "group": "graphs",
+            "remedy": "step",
+        },
+        "graphs.regions": {
+            "type": "categorical",
+            "choices": _choices(*singles, list(f.trainable) or every, every),
+            "when": {"graphs.mode": "regions"},
+            "requires": "cuda",
+            "group": "graphs",
+        },
         # the whole model compiled is one graph: no region of it can be captured on its own
-        "compile.regions": {"type": "categorical", "choices": [*regional, ["all"]], "when": {"graphs.mode": ["none", "step"]},
-                            "group": "compile", "remedy": ["all"]},
-        "compile.regions@region_graphs": {"type": "categorical", "choices": regional, "when": {"graphs.mode": "regions"},
-                                          "requires": "cuda", "group": "compile"},
+        "compile.regions": {
+            "type": "categorical",
+            "choices": [*regional, ["all"]],
+            "when": {"graphs.mode": ["none", "step"]},
+            "group": "compile",
+            "remedy": ["all"],
+        },
+        "compile.regions@region_graphs": {
+            "type": "categorical",
+            "choices": regional,
+            "when": {"graphs.mode": "regions"},
+            "requires": "cuda",
+            "group": "compile",
+        },
     }
-    if len(every) > 1:  # several ranks: block by block, so that gradients arrive (and reduce) as the backward goes
+    if (
+        len(every) > 1
+    ):  # several ranks: block by block, so that gradients arrive (and reduce) as the backward goes
         knobs["compile.regions"]["remedy_several_ranks"] = every
     compiled = [c for c in regional if c] + [["all"]]
-    knobs["compile.mode"] = {"type": "categorical", "choices": ["default", "max-autotune-no-cudagraphs"], "requires": "cuda",
-                             "when": {"compile.regions": compiled}, "group": "compile"}
+    knobs["compile.mode"] = {
+        "type": "categorical",
+        "choices": ["default", "max-autotune-no-cudagraphs"],
+        "requires": "cuda",
+        "when": {"compile.regions": compiled},
+        "group": "compile",
+    }
     if f.trainable:
-        knobs["checkpointing.regions"] = {"type": "categorical", "group": "compile",
-                                          "choices": _choices([], *[[r] for r in f.trainable], list(f.trainable)),
-                                          "doc": "recompute the region's blocks in backward"}
+        knobs["checkpointing.regions"] = {
+            "type": "categorical",
+            "group": "compile",
+            "choices": _choices([], *[[r] for r in f.trainable], list(f.trainable)),
+            "doc": "recompute the region's blocks in backward",
+        }
     return knobs
 
 
 def _precision_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
     knobs: dict[str, Any] = {}
     for region in f.regions:
-        choices = ["bf16", "fp32", "fp8"] if region in f.trainable and machine.cuda else ["bf16", "fp32"]
+        choices = (
+            ["bf16", "fp32", "fp8"] if region in f.trainable and machine.cuda else ["bf16", "fp32"]
+        )
         knob = {"type": "categorical", "choices": choices, "group": "precision"}
-        if machine.cuda:  # bf16 autocast relieves a GPU's compute; on most CPUs it is slower than fp32
+        if (
+            machine.cuda
+        ):  # bf16 autocast relieves a GPU's compute; on most CPUs it is slower than fp32
             knob["remedy"] = "bf16"
         knobs[f"precision.regions.{region}"] = knob
     if f.trainable:
-        knobs["precision.trainable_dtype"] = {"type": "categorical", "choices": ["fp32", "bf16"], "group": "precision",
-                                              "doc": "storage of trainable weights in autocast regions"}
+        knobs["precision.trainable_dtype"] = {
+            "type": "categorical",
+            "choices": ["fp32", "bf16"],
+            "group": "precision",
+            "doc": "storage of trainable weights in autocast regions",
+        }
     if f.frozen:
-        knobs["precision.frozen_dtype"] = {"type": "categorical", "choices": ["bf16", "fp32"], "group": "precision"}
-    knobs["precision.tf32"] = {"type": "bool", "requires": "cuda", "group": "precision", "remedy": True}
-    knobs["kernels.attention"] = {"type": "categorical", "choices": ["auto", "flash", "efficient", "cudnn", "math"],
-                                  "requires": "cuda", "group": "compile"}
+        knobs["precision.frozen_dtype"] = {
+            "type": "categorical",
+            "choices": ["bf16", "fp32"],
+            "group": "precision",
+        }
+    knobs["precision.tf32"] = {
+        "type": "bool",
+        "requires": "cuda",
+        "group": "precision",
+        "remedy": True,
+    }
+    knobs["kernels.attention"] = {
+        "type": "categorical",
+        "choices": ["auto", "flash", "efficient", "cudnn", "math"],
+        "requires": "cuda",
+        "group": "compile",
+    }
     return knobs
 
 
@@ -144,12 +225,25 @@ def _comm_knobs(machine: Machine) -> dict[str, Any]:
     return {
         "ddp.bucket_cap_mb": {"type": "float", "low": 1, "high": 400, "log": True, "group": "comm"},
         "ddp.static_graph": {"type": "bool", "when": eager, "group": "comm", "remedy": True},
-        "ddp.gradient_as_bucket_view": {"type": "bool", "when": eager, "group": "comm", "remedy": True},
+        "ddp.gradient_as_bucket_view": {
+            "type": "bool",
+            "when": eager,
+            "group": "comm",
+            "remedy": True,
+        },
         # gloo (CPU) has no bf16 compression hook
-        "ddp.comm_hook": {"type": "categorical", "choices": ["none", "bf16", "fp16"] if machine.cuda else ["none", "fp16"],
-                          "group": "comm"},
-        "ddp.graph_overlap": {"type": "bool", "requires": "cuda", "when": {"graphs.mode": "step"}, "group": "comm",
-                              "remedy": True},
+        "ddp.comm_hook": {
+            "type": "categorical",
+            "choices": ["none", "bf16", "fp16"] if machine.cuda else ["none", "fp16"],
+            "group": "comm",
+        },
+        "ddp.graph_overlap": {
+            "type": "bool",
+            "requires": "cuda",
+            "when": {"graphs.mode": "step"},
+            "group": "comm",
+            "remedy": True,
+        },
     }
 
 
@@ -160,15 +254,21 @@ def auto_space_data(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
         knobs.update(_data_knobs(machine))
     knobs.update(_graph_and_compile_knobs(f, machine))
     knobs.update(_precision_knobs(f, machine))
-    knobs["optimizer.impl"] = {"type": "categorical", "choices": ["foreach", "fused", "loop"], "group": "optimizer",
-                               "remedy": "fused"}
+    knobs["optimizer.impl"] = {
+        "type": "categorical",
+        "choices": ["foreach", "fused", "loop"],
+        "group": "optimizer",
+        "remedy": "fused",
+    }
     if machine.world_size > 1:
         knobs.update(_comm_knobs(machine))
     where = "a GPU" if machine.cuda else "the CPU"
-    return {"name": "auto",
-            "description": f"every knob group of workload {f.workload!r} ({f.preset}) on {where}, "
-                           f"{machine.world_size} rank(s), from its regions {list(f.regions)}",
-            "knobs": knobs}
+    return {
+        "name": "auto",
+        "description": f"every knob group of workload {f.workload!r} ({f.preset}) on {where}, "
+        f"{machine.world_size} rank(s), from its regions {list(f.regions)}",
+        "knobs": knobs,
+    }
 
 
 def auto_space(f: WorkloadFacts, machine: Machine) -> SearchSpace:

@@ -6,8 +6,22 @@ import re
 
 from autotune.errors import ConfigError
 
-UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-         "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
@@ -16,8 +30,10 @@ def parse_bytes(text: str) -> int:
     m = _PATTERN.match(str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in UNITS:
-        raise ConfigError(f"--memory-budget: {text!r} is not a size; allowed: a number of bytes with an optional "
-                          f"unit, e.g. 80GiB or 64GB (units: {sorted(k for k in UNITS if k)})")
+        raise ConfigError(
+            f"--memory-budget: {text!r} is not a size; allowed: a number of bytes with an optional "
+            f"unit, e.g. 80GiB or 64GB (units: {sorted(k for k in UNITS if k)})"
+        )
     value = int(float(m.group(1)) * UNITS[unit])
     if value <= 0:
         raise ConfigError(f"--memory-budget: {text!r} is out of range; allowed: a size > 0")

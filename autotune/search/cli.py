@@ -31,65 +31,165 @@ DEFAULT_WORKLOAD = "gr00t_n16"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="search the training knobs for the fastest configuration (an Optuna study)")
-    p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload name or package.module:Class")
-    p.add_argument("--preset", default=None, help="model preset (default: the workload's for this machine, e.g. full "
-                   "on GPU and tiny on CPU for gr00t_n16)")
-    p.add_argument("--space", default=None, help="search space name or YAML path (default: the space made from the "
-                   "workload's regions and this machine, `autotune space` prints it; gr00t_n16 and quick for gr00t_n16)")
-    p.add_argument("--trials", type=int, default=None,
-                   help="at most this many trials in the study, counting those of earlier runs; it ends earlier when it "
-                        "converges (default: 30 on GPU, 12 on CPU)")
-    p.add_argument("--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed")
-    p.add_argument("--memory-budget", default=None, help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)")
+    p = sub.add_parser(
+        "run", help="search the training knobs for the fastest configuration (an Optuna study)"
+    )
+    p.add_argument(
+        "--workload", default=DEFAULT_WORKLOAD, help="workload name or package.module:Class"
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="model preset (default: the workload's for this machine, e.g. full "
+        "on GPU and tiny on CPU for gr00t_n16)",
+    )
+    p.add_argument(
+        "--space",
+        default=None,
+        help="search space name or YAML path (default: the space made from the "
+        "workload's regions and this machine, `autotune space` prints it; gr00t_n16 and quick for gr00t_n16)",
+    )
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="at most this many trials in the study, counting those of earlier runs; it ends earlier when it "
+        "converges (default: 30 on GPU, 12 on CPU)",
+    )
+    p.add_argument(
+        "--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed"
+    )
+    p.add_argument(
+        "--memory-budget",
+        default=None,
+        help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)",
+    )
     p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial")
-    p.add_argument("--storage", default=None, help=f"Optuna storage URL (e.g. postgresql://...; or set ${STORAGE_ENV}, which "
-                                                   "keeps the password out of ps); default: a journal file in --out")
-    p.add_argument("--grace-period", type=int, default=GRACE_PERIOD, metavar="SECONDS",
-                   help="with --storage: a running trial whose worker sent no heartbeat for this long is failed and queued "
-                        "again by the other workers (default: %(default)s)")
+    p.add_argument(
+        "--storage",
+        default=None,
+        help=f"Optuna storage URL (e.g. postgresql://...; or set ${STORAGE_ENV}, which "
+        "keeps the password out of ps); default: a journal file in --out",
+    )
+    p.add_argument(
+        "--grace-period",
+        type=int,
+        default=GRACE_PERIOD,
+        metavar="SECONDS",
+        help="with --storage: a running trial whose worker sent no heartbeat for this long is failed and queued "
+        "again by the other workers (default: %(default)s)",
+    )
     p.add_argument("--out", default=None, help="run folder (default: runs/WORKLOAD-PRESET-SPACE)")
-    p.add_argument("--steps", type=int, default=None, help="measured steps per trial (default: 10 on GPU, 3 on CPU)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="warm-up steps per trial, at least (default: 4 on GPU, 1 on CPU; more where the loader's buffer "
-                        "or a graph capture needs them)")
-    p.add_argument("--batch-size", type=int, default=None, help="samples per process per step (default: the preset's; 2 for tiny)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="measured steps per trial (default: 10 on GPU, 3 on CPU)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up steps per trial, at least (default: 4 on GPU, 1 on CPU; more where the loader's buffer "
+        "or a graph capture needs them)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="samples per process per step (default: the preset's; 2 for tiny)",
+    )
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
-    p.add_argument("--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)")
-    p.add_argument("--base", default=None, metavar="CONFIG.yaml",
-                   help="start from this configuration instead of the stock one (trial 0, what speed-ups are "
-                        "measured against); its workload and preset are used unless --workload/--preset are given")
-    p.add_argument("--reference", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
-                   help="also measure the stock configuration with these changes (e.g. compile.regions=[all]) as a "
-                        "trial of its own, for comparison; repeatable")
-    p.add_argument("--no-guidance", action="store_true", help="search all knobs from the start (no profile-guided stages)")
-    p.add_argument("--stage-trials", type=int, default=None,
-                   help="at most this many trials per profile-guided search stage; a stage ends earlier at its first "
-                        "trial that gains nothing beyond noise (default: 2)")
-    p.add_argument("--no-prune", action="store_true", help="run every trial to its end (no pruning from step times)")
-    p.add_argument("--profile-steps", type=int, default=3, help="steps profiled after each trial's measured steps (0: none)")
-    p.add_argument("--time-budget", default=None, metavar="DURATION",
-                   help="end the search within this much time, e.g. 900, 15m, 1.5h: no trial starts that would not fit (by "
-                        "the study's median trial), one running at the end is stopped and queued for the next run "
-                        "(default: none, --trials decides)")
-    p.add_argument("--converge-after", type=int, default=FREE_TRIALS, metavar="K",
-                   help="stop when no bucket is left to act on and the last K free (TPE) trials found nothing within "
-                        "noise of the best; with neither --trials nor --time-budget, also when one more trial would "
-                        "search longer without finding anything than finding the best took "
-                        f"(0: run to --trials or --time-budget; default: {FREE_TRIALS})")
-    p.add_argument("--confirm-rounds", type=int, default=2, metavar="N",
-                   help="at the end, measure stock and the best again in fresh processes, interleaved, N rounds (more "
-                        "while they vary); the printed and written speed-up is the confirmed one (0: none; default: 2)")
+    p.add_argument(
+        "--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)"
+    )
+    p.add_argument(
+        "--base",
+        default=None,
+        metavar="CONFIG.yaml",
+        help="start from this configuration instead of the stock one (trial 0, what speed-ups are "
+        "measured against); its workload and preset are used unless --workload/--preset are given",
+    )
+    p.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="also measure the stock configuration with these changes (e.g. compile.regions=[all]) as a "
+        "trial of its own, for comparison; repeatable",
+    )
+    p.add_argument(
+        "--no-guidance",
+        action="store_true",
+        help="search all knobs from the start (no profile-guided stages)",
+    )
+    p.add_argument(
+        "--stage-trials",
+        type=int,
+        default=None,
+        help="at most this many trials per profile-guided search stage; a stage ends earlier at its first "
+        "trial that gains nothing beyond noise (default: 2)",
+    )
+    p.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="run every trial to its end (no pruning from step times)",
+    )
+    p.add_argument(
+        "--profile-steps",
+        type=int,
+        default=3,
+        help="steps profiled after each trial's measured steps (0: none)",
+    )
+    p.add_argument(
+        "--time-budget",
+        default=None,
+        metavar="DURATION",
+        help="end the search within this much time, e.g. 900, 15m, 1.5h: no trial starts that would not fit (by "
+        "the study's median trial), one running at the end is stopped and queued for the next run "
+        "(default: none, --trials decides)",
+    )
+    p.add_argument(
+        "--converge-after",
+        type=int,
+        default=FREE_TRIALS,
+        metavar="K",
+        help="stop when no bucket is left to act on and the last K free (TPE) trials found nothing within "
+        "noise of the best; with neither --trials nor --time-budget, also when one more trial would "
+        "search longer without finding anything than finding the best took "
+        f"(0: run to --trials or --time-budget; default: {FREE_TRIALS})",
+    )
+    p.add_argument(
+        "--confirm-rounds",
+        type=int,
+        default=2,
+        metavar="N",
+        help="at the end, measure stock and the best again in fresh processes, interleaved, N rounds (more "
+        "while they vary); the printed and written speed-up is the confirmed one (0: none; default: 2)",
+    )
     p.set_defaults(func=run_search)
 
-    sp = sub.add_parser("space", help="print the search space `run` searches for a workload (as YAML, to edit and pass "
-                        "back with --space FILE)")
-    sp.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload name, path/to/file.py:Class or package.module:Class")
-    sp.add_argument("--preset", default=None, help="model preset (default: the workload's for this machine)")
-    sp.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial: several add the DDP knobs")
+    sp = sub.add_parser(
+        "space",
+        help="print the search space `run` searches for a workload (as YAML, to edit and pass "
+        "back with --space FILE)",
+    )
+    sp.add_argument(
+        "--workload",
+        default=DEFAULT_WORKLOAD,
+        help="workload name, path/to/file.py:Class or package.module:Class",
+    )
+    sp.add_argument(
+        "--preset", default=None, help="model preset (default: the workload's for this machine)"
+    )
+    sp.add_argument(
+        "--nproc", type=int, default=1, help="processes (GPUs) per trial: several add the DDP knobs"
+    )
     sp.add_argument("--synthetic", action="store_true", help="synthetic batches (no loader knobs)")
-    sp.add_argument("--cpu", action="store_true", help="the space of a machine without a GPU, on any machine")
+    sp.add_argument(
+        "--cpu", action="store_true", help="the space of a machine without a GPU, on any machine"
+    )
     sp.set_defaults(func=print_space)
 
 
@@ -118,19 +218,30 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         name += f"-{Path(args.base).stem}"
     references = tuple((text, reference_config(base, text)) for text in args.reference)
     return StudyOptions(
-        base=base, space=space, out=Path(args.out or Path("runs") / name),
+        base=base,
+        space=space,
+        out=Path(args.out or Path("runs") / name),
         trials=_at_least(args.trials, 1, "--trials", 30 if gpu else 12),
         steps=_at_least(args.steps, 1, "--steps", 10 if gpu else 3),
-        warmup=_at_least(args.warmup, 0, "--warmup", 4 if gpu else 1), nproc=_at_least(args.nproc, 1, "--nproc", 1),
-        timeout_per_trial=_positive(args.timeout_per_trial, "--timeout-per-trial"), memory_budget=budget, sampler=args.sampler, seed=args.seed,
-        storage=storage_url(args.storage), study_name=name, guidance=not args.no_guidance, references=references,
-        stage_trials=_at_least(args.stage_trials, 1, "--stage-trials", 2), prune=not args.no_prune,
+        warmup=_at_least(args.warmup, 0, "--warmup", 4 if gpu else 1),
+        nproc=_at_least(args.nproc, 1, "--nproc", 1),
+        timeout_per_trial=_positive(args.timeout_per_trial, "--timeout-per-trial"),
+        memory_budget=budget,
+        sampler=args.sampler,
+        seed=args.seed,
+        storage=storage_url(args.storage),
+        study_name=name,
+        guidance=not args.no_guidance,
+        references=references,
+        stage_trials=_at_least(args.stage_trials, 1, "--stage-trials", 2),
+        prune=not args.no_prune,
         profile_steps=_at_least(args.profile_steps, 0, "--profile-steps", 3),
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
         grace_period_s=_at_least(args.grace_period, 1, "--grace-period", GRACE_PERIOD),
         confirm_rounds=_at_least(args.confirm_rounds, 0, "--confirm-rounds", 2),
         converge_after=_at_least(args.converge_after, 0, "--converge-after", FREE_TRIALS),
-        plateau=args.trials is None and args.time_budget is None)
+        plateau=args.trials is None and args.time_budget is None,
+    )
 
 
 def _positive(value: float, flag: str) -> float:
@@ -177,13 +288,18 @@ def print_space(args: argparse.Namespace) -> int:
     if args.synthetic:
         base.data.source = "synthetic"
     data = auto_space_data(workload_facts(base), machine)
-    print(f"# autotune space --workload {args.workload} (preset {base.preset}); `autotune run --space FILE` searches a "
-          "file of it.\n# Knobs marked `requires: cuda` are dropped on a machine without a GPU.")
+    print(
+        f"# autotune space --workload {args.workload} (preset {base.preset}); `autotune run --space FILE` searches a "
+        "file of it.\n# Knobs marked `requires: cuda` are dropped on a machine without a GPU."
+    )
+
     class Plain(yaml.SafeDumper):  # each knob spelled out, no &anchors
         def ignore_aliases(self, data):
             return True
 
-    print(yaml.dump(data, Dumper=Plain, sort_keys=False, default_flow_style=None, width=120), end="")
+    print(
+        yaml.dump(data, Dumper=Plain, sort_keys=False, default_flow_style=None, width=120), end=""
+    )
     return 0
 
 
@@ -194,7 +310,9 @@ def parse_duration(text: str) -> float:
     try:
         seconds = float(value) * units[unit]
     except ValueError:
-        raise ConfigError(f"--time-budget: {text!r} is not a duration (e.g. 900, 900s, 15m, 1.5h)") from None
+        raise ConfigError(
+            f"--time-budget: {text!r} is not a duration (e.g. 900, 900s, 15m, 1.5h)"
+        ) from None
     if not seconds > 0:
         raise ConfigError(f"--time-budget: {text!r} must be more than zero")
     return seconds
@@ -211,7 +329,9 @@ def reference_config(base, text: str):
     for pair in text.split(","):
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--reference: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])")
+            raise ConfigError(
+                f"--reference: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])"
+            )
         values[key.strip()] = yaml.safe_load(value)
     return apply_values(base, values)
 
@@ -225,8 +345,10 @@ def check_references(opts) -> None:
     for text, cfg in opts.references:
         rebuilt = config_of_params(opts, opts.space.stock_params(cfg))
         if to_dict(rebuilt) != to_dict(trial_config(cfg, {})):
-            raise ConfigError(f"--reference {text!r}: changes a setting that is not a knob of search space "
-                              f"{opts.space.name!r} (on this machine); allowed: {[k.key for k in opts.space.knobs]}")
+            raise ConfigError(
+                f"--reference {text!r}: changes a setting that is not a knob of search space "
+                f"{opts.space.name!r} (on this machine); allowed: {[k.key for k in opts.space.knobs]}"
+            )
 
 
 def write_study_report(opts):
@@ -239,7 +361,9 @@ def write_study_report(opts):
     except AutotuneError as exc:
         print(f"warning: no report: {exc}")
     except Exception as exc:  # noqa: BLE001  the study and best.yaml stand; `autotune report` can retry
-        print(f"warning: no report ({type(exc).__name__}: {exc}); rebuild it with: python -m autotune report {opts.out}")
+        print(
+            f"warning: no report ({type(exc).__name__}: {exc}); rebuild it with: python -m autotune report {opts.out}"
+        )
     return None
 
 
@@ -252,7 +376,9 @@ def speedup_line(best: Path) -> str:
     if speedup is None:
         return "no stock measurement to compare with"
     if prov.get("trial") == prov.get("stock_trial"):
-        return "the stock configuration: nothing measured faster" + (", confirmed" if prov.get("confirmed") else "")
+        return "the stock configuration: nothing measured faster" + (
+            ", confirmed" if prov.get("confirmed") else ""
+        )
     return f"{speedup:.2f}x stock, " + ("confirmed" if prov.get("confirmed") else "not confirmed")
 
 
@@ -273,11 +399,16 @@ def run_search(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
         check_references(opts)
-        print(f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
-              f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}", flush=True)
+        print(
+            f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
+            f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}",
+            flush=True,
+        )
         write_run_info(opts, finished=False)
         say = lambda line: print(line, flush=True)  # noqa: E731
-        result = run_study(opts, machine, regions, report=say, reserve=lambda s: reserve_s(s, opts.confirm_rounds))
+        result = run_study(
+            opts, machine, regions, report=say, reserve=lambda s: reserve_s(s, opts.confirm_rounds)
+        )
         finish_study(opts, result.study, result.converged, result.deadline)
     return 0
 
@@ -299,20 +430,31 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
     try:
         if best_is_current(opts, study):
             best = opts.out / "best.yaml"
-            print(f"nothing new in study {opts.study_name!r} since {best} was written: left as it is (options such as "
-                  "--memory-budget apply to the trials still to run: raise --trials to run more)")
+            print(
+                f"nothing new in study {opts.study_name!r} since {best} was written: left as it is (options such as "
+                "--memory-budget apply to the trials still to run: raise --trials to run more)"
+            )
         else:
             confirmation = None
             if opts.confirm_rounds:
-                confirmation = confirm(opts, study, opts.confirm_rounds, deadline=deadline,
-                                       report=lambda line: print(line, flush=True))
+                confirmation = confirm(
+                    opts,
+                    study,
+                    opts.confirm_rounds,
+                    deadline=deadline,
+                    report=lambda line: print(line, flush=True),
+                )
                 if confirmation is not None:
                     write_confirmation(opts.out, confirmation)
                     print(confirmation.line(), flush=True)
-            best = write_best(opts, study, write_parity(opts, study, confirmation), confirmation, converged)
+            best = write_best(
+                opts, study, write_parity(opts, study, confirmation), confirmation, converged
+            )
     finally:  # a study without a winner still gets its report, which says why
         write_run_info(opts, finished=True)
         report = write_study_report(opts)
         if report is not None:
             print(f"report: {report}")
-    print(f"best configuration: {best} ({speedup_line(best)})  (train it: python -m autotune train --config {best})")
+    print(
+        f"best configuration: {best} ({speedup_line(best)})  (train it: python -m autotune train --config {best})"
+    )

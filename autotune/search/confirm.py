@@ -99,9 +99,11 @@ class Confirmation:
     def line(self) -> str:
         if not self.confirmed:
             return f"not confirmed: {self.note}"
-        text = (f"confirmed in {self.rounds} rounds: #{self.trial} {self.samples_per_s:.2f} samples/s "
-                f"(±{50 * self.spread.get(str(self.trial), 0):.0f} %), stock {self.stock_samples_per_s:.2f} "
-                f"(±{50 * self.spread.get(str(self.stock_trial), 0):.0f} %): {self.speedup:.2f}x stock")
+        text = (
+            f"confirmed in {self.rounds} rounds: #{self.trial} {self.samples_per_s:.2f} samples/s "
+            f"(±{50 * self.spread.get(str(self.trial), 0):.0f} %), stock {self.stock_samples_per_s:.2f} "
+            f"(±{50 * self.spread.get(str(self.stock_trial), 0):.0f} %): {self.speedup:.2f}x stock"
+        )
         if self.study_speedup is not None:
             text += f" (the study's trials said {self.study_speedup:.2f}x)"
         return text + (f"; {self.note}" if self.note else "")
@@ -117,8 +119,9 @@ def candidates(study: optuna.Study) -> list[FrozenTrial]:
     best = ranked[0]
     out = [best]
     for t in ranked[1:2]:
-        if t.number != stock.number and within(float(t.value), float(best.value),
-                                                margin(measurement_of(t), measurement_of(best))):
+        if t.number != stock.number and within(
+            float(t.value), float(best.value), margin(measurement_of(t), measurement_of(best))
+        ):
             out.append(t)
     return out
 
@@ -134,8 +137,12 @@ def run_cost_s(trial: FrozenTrial) -> float:
     record = record_of(trial)
     if record is not None and record.cost is not None:
         parts = record.cost.parts
-        again = (record.cost.wall_s - parts.get("profile", 0.0) - parts.get("remeasure", 0.0)
-                 - (1.0 - CACHED_COMPILE) * parts.get("compile", 0.0))
+        again = (
+            record.cost.wall_s
+            - parts.get("profile", 0.0)
+            - parts.get("remeasure", 0.0)
+            - (1.0 - CACHED_COMPILE) * parts.get("compile", 0.0)
+        )
         return max(1.0, again)
     return span_s(trial)
 
@@ -158,12 +165,22 @@ def previous(out: Path, study: optuna.Study, rounds: int) -> Confirmation | None
     except (ValueError, TypeError):
         return None
     stock, found = stock_trial(study), candidates(study)
-    same = stock is not None and old.stock_trial == stock.number and {str(t.number) for t in found} <= set(old.medians)
+    same = (
+        stock is not None
+        and old.stock_trial == stock.number
+        and {str(t.number) for t in found} <= set(old.medians)
+    )
     return old if same and old.rounds >= rounds and old.confirmed else None
 
 
-def confirm(opts: StudyOptions, study: optuna.Study, rounds: int, *, deadline: float | None = None,
-            report: Callable[[str], None] = print) -> Confirmation | None:
+def confirm(
+    opts: StudyOptions,
+    study: optuna.Study,
+    rounds: int,
+    *,
+    deadline: float | None = None,
+    report: Callable[[str], None] = print,
+) -> Confirmation | None:
     """Measure stock and the best (and a runner-up within noise) again; None where there is nothing to
     confirm (no stock measurement, or stock is the best). ``deadline`` (``time.monotonic()``): no run
     starts that would not end before it, by the trial's own cost, and no round that could not run both
@@ -183,8 +200,10 @@ def confirm(opts: StudyOptions, study: optuna.Study, rounds: int, *, deadline: f
     for r in range(1, MAX_ROUNDS + 1):
         need = sum(run_cost_s(t) for t in order[:2])  # a round without the best's run says nothing
         if deadline is not None and deadline - time.monotonic() < need:
-            note = (f"the time budget ended before the confirmation did (a round of stock and #{order[1].number} takes "
-                    f"~{need:.0f} s, {max(0.0, deadline - time.monotonic()):.0f} s were left)")
+            note = (
+                f"the time budget ended before the confirmation did (a round of stock and #{order[1].number} takes "
+                f"~{need:.0f} s, {max(0.0, deadline - time.monotonic()):.0f} s were left)"
+            )
             break
         for t in order:
             if deadline is not None and deadline - time.monotonic() < run_cost_s(t):
@@ -204,22 +223,41 @@ def confirm(opts: StudyOptions, study: optuna.Study, rounds: int, *, deadline: f
 def _run(opts: StudyOptions, trial: FrozenTrial, round_: int, deadline: float | None) -> Run:
     log = opts.out / "logs" / f"confirm-{round_}-trial-{trial.number:04d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    timeout = opts.timeout_per_trial if deadline is None else max(1.0, min(opts.timeout_per_trial, deadline - time.monotonic()))
-    record = launch(config_of(opts, trial), steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=timeout,
-                    log_path=log, extra_env=run_env(opts))
+    timeout = (
+        opts.timeout_per_trial
+        if deadline is None
+        else max(1.0, min(opts.timeout_per_trial, deadline - time.monotonic()))
+    )
+    record = launch(
+        config_of(opts, trial),
+        steps=opts.steps,
+        warmup=opts.warmup,
+        nproc=opts.nproc,
+        timeout=timeout,
+        log_path=log,
+        extra_env=run_env(opts),
+    )
     m = record.measurement
-    return Run(round=round_, trial=trial.number, samples_per_s=m.samples_per_s if m else None,
-               step_time_spread=m.step_time.spread if m else None,
-               host_busy=record.host.others_busy if record.host else None,
-               loader_bound=bool(m and m.loader.bound),
-               wall_s=record.cost.wall_s if record.cost else None,
-               compile_s=record.cost.parts.get("compile", 0.0) if record.cost else None,
-               compile_cache=dict(record.cost.compile_cache) if record.cost else {},
-               error=f"{record.failure.reason}: {record.failure.error}" if record.failure else None)
+    return Run(
+        round=round_,
+        trial=trial.number,
+        samples_per_s=m.samples_per_s if m else None,
+        step_time_spread=m.step_time.spread if m else None,
+        host_busy=record.host.others_busy if record.host else None,
+        loader_bound=bool(m and m.loader.bound),
+        wall_s=record.cost.wall_s if record.cost else None,
+        compile_s=record.cost.parts.get("compile", 0.0) if record.cost else None,
+        compile_cache=dict(record.cost.compile_cache) if record.cost else {},
+        error=f"{record.failure.reason}: {record.failure.error}" if record.failure else None,
+    )
 
 
 def _progress(run: Run, stock: bool) -> str:
-    what = f"{run.samples_per_s:.2f} samples/s" if run.samples_per_s is not None else f"failed ({run.error})"
+    what = (
+        f"{run.samples_per_s:.2f} samples/s"
+        if run.samples_per_s is not None
+        else f"failed ({run.error})"
+    )
     return f"confirming, round {run.round}: {'stock' if stock else 'trial'} #{run.trial} {what}"
 
 
@@ -241,8 +279,16 @@ def natural_spread(trials: list[FrozenTrial], runs: list[Run]) -> dict[int, floa
     out: dict[int, float] = {}
     for t in trials:
         record = record_of(t)
-        seen = [r.step_time_spread for r in runs if r.trial == t.number and r.step_time_spread is not None]
-        for m in (record.measurement, record.remeasure.measurement if record.remeasure else None) if record else ():
+        seen = [
+            r.step_time_spread
+            for r in runs
+            if r.trial == t.number and r.step_time_spread is not None
+        ]
+        for m in (
+            (record.measurement, record.remeasure.measurement if record.remeasure else None)
+            if record
+            else ()
+        ):
             if m is not None:
                 seen.append(m.step_time.spread)
         if seen:
@@ -254,7 +300,10 @@ def _disturbed(run: Run, natural: dict[int, float]) -> bool:
     """The run's steps varied more than the host alone explains: not a loader-bound run (a stock that
     waits on 2 workers varied 77 %, 111 %, 283 %, 237 % and 123 % in five runs on an idle H200 host,
     at 39-45 samples/s), and wider than its configuration's narrowest by ``WIDE_SPREAD``."""
-    return not run.loader_bound and (run.step_time_spread or 0.0) > natural.get(run.trial, 0.0) + WIDE_SPREAD
+    return (
+        not run.loader_bound
+        and (run.step_time_spread or 0.0) > natural.get(run.trial, 0.0) + WIDE_SPREAD
+    )
 
 
 def _wide(runs: list[Run], order: list[FrozenTrial]) -> bool:
@@ -264,7 +313,9 @@ def _wide(runs: list[Run], order: list[FrozenTrial]) -> bool:
     numbers = {t.number for t in order}
     natural = natural_spread(order, runs)
     last = max((r.round for r in runs), default=0)
-    steps_wide = any(r.round == last and r.trial in numbers and _disturbed(r, natural) for r in runs)
+    steps_wide = any(
+        r.round == last and r.trial in numbers and _disturbed(r, natural) for r in runs
+    )
     return steps_wide or any(_range(_rates(runs, t.number)) > WIDE for t in order)
 
 
@@ -286,25 +337,55 @@ def clean_rounds(runs: list[Run], natural: dict[int, float] | None = None) -> se
 def _ratio(runs: list[Run], trial: int, stock: int) -> float | None:
     """The median over rounds of the trial's samples/s over stock's in the same round."""
     rate = {(r.round, r.trial): r.samples_per_s for r in runs if r.samples_per_s is not None}
-    ratios = [rate[(n, trial)] / rate[(n, stock)] for n in {r.round for r in runs}
-              if (n, trial) in rate and (n, stock) in rate and rate[(n, stock)] > 0]
+    ratios = [
+        rate[(n, trial)] / rate[(n, stock)]
+        for n in {r.round for r in runs}
+        if (n, trial) in rate and (n, stock) in rate and rate[(n, stock)] > 0
+    ]
     return statistics.median(ratios) if ratios else None
 
 
-def _summary(stock: FrozenTrial, found: list[FrozenTrial], runs: list[Run], study_speedup: float | None,
-             note: str) -> Confirmation:
+def _summary(
+    stock: FrozenTrial,
+    found: list[FrozenTrial],
+    runs: list[Run],
+    study_speedup: float | None,
+    note: str,
+) -> Confirmation:
     all_runs, clean = runs, clean_rounds(runs, natural_spread([stock, *found], runs))
     if clean and len(clean) < len({r.round for r in runs}):
         kept = ", ".join(map(str, sorted(clean)))
-        note = "; ".join(filter(None, [note, f"round(s) {kept} kept: the others had a run whose steps varied by "
-                                              f"over {100 * WIDE_SPREAD:.0f} % more than its configuration's do"]))
+        note = "; ".join(
+            filter(
+                None,
+                [
+                    note,
+                    f"round(s) {kept} kept: the others had a run whose steps varied by "
+                    f"over {100 * WIDE_SPREAD:.0f} % more than its configuration's do",
+                ],
+            )
+        )
         runs = [r for r in runs if r.round in clean or r.samples_per_s is None]
     rounds = max((r.round for r in runs if r.samples_per_s is not None), default=0)
-    medians = {str(n): statistics.median(rs) for n in {stock.number, *(t.number for t in found)}
-               if (rs := _rates(runs, n)) and not _failed(runs, n)}
+    medians = {
+        str(n): statistics.median(rs)
+        for n in {stock.number, *(t.number for t in found)}
+        if (rs := _rates(runs, n)) and not _failed(runs, n)
+    }
     spread = {str(n): _range(_rates(runs, n)) for n in map(int, medians)}
-    base = Confirmation(stock.number, found[0].number, None, None, None, study_speedup, rounds, spread, medians, all_runs,
-                        note)
+    base = Confirmation(
+        stock.number,
+        found[0].number,
+        None,
+        None,
+        None,
+        study_speedup,
+        rounds,
+        spread,
+        medians,
+        all_runs,
+        note,
+    )
     stock_rate = medians.get(str(stock.number))
     if stock_rate is None:
         base.note = note or "the stock configuration failed when run again"
@@ -316,23 +397,47 @@ def _summary(stock: FrozenTrial, found: list[FrozenTrial], runs: list[Run], stud
     alive = [t for t in ran if str(t.number) in medians]
     if not alive:
         base.note = "every candidate failed when run again: best.yaml is the stock configuration"
-        base.trial, base.samples_per_s, base.stock_samples_per_s, base.speedup = stock.number, stock_rate, stock_rate, 1.0
+        base.trial, base.samples_per_s, base.stock_samples_per_s, base.speedup = (
+            stock.number,
+            stock_rate,
+            stock_rate,
+            1.0,
+        )
         return base
     # interleaved rounds: each configuration against the stock run beside it, the median of those ratios
-    ratios = {t.number: _ratio(runs, t.number, stock.number) or medians[str(t.number)] / stock_rate for t in alive}
+    ratios = {
+        t.number: _ratio(runs, t.number, stock.number) or medians[str(t.number)] / stock_rate
+        for t in alive
+    }
     winner = max(alive, key=lambda t: ratios[t.number])
     rate = medians[str(winner.number)]
     base.stock_samples_per_s = stock_rate
     if ratios[winner.number] <= 1.0:
         base.trial, base.samples_per_s, base.speedup = stock.number, stock_rate, 1.0
-        base.note = "; ".join(filter(None, [base.note, f"measured again, #{winner.number} ran at {rate:.2f} samples/s against "
-                                            f"stock's {stock_rate:.2f}: no configuration beat stock, best.yaml is the "
-                                            "stock configuration"]))
+        base.note = "; ".join(
+            filter(
+                None,
+                [
+                    base.note,
+                    f"measured again, #{winner.number} ran at {rate:.2f} samples/s against "
+                    f"stock's {stock_rate:.2f}: no configuration beat stock, best.yaml is the "
+                    "stock configuration",
+                ],
+            )
+        )
         return base
     base.trial, base.samples_per_s, base.speedup = winner.number, rate, ratios[winner.number]
     if winner.number != found[0].number:
-        base.note = "; ".join(filter(None, [base.note, f"the runner-up #{winner.number} was faster than the study's best "
-                                            f"#{found[0].number} when measured again"]))
+        base.note = "; ".join(
+            filter(
+                None,
+                [
+                    base.note,
+                    f"the runner-up #{winner.number} was faster than the study's best "
+                    f"#{found[0].number} when measured again",
+                ],
+            )
+        )
     return base
 
 

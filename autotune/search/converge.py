@@ -69,7 +69,9 @@ class Convergence:
         return asdict(self)
 
 
-def convergence(study: optuna.Study, stages: list[Stage], after: int = FREE_TRIALS) -> Convergence | None:
+def convergence(
+    study: optuna.Study, stages: list[Stage], after: int = FREE_TRIALS
+) -> Convergence | None:
     """The study's convergence, or None while it should go on (``after`` <= 0: never converges)."""
     if after <= 0 or not stages or stages[-1].kind != "free":
         return None
@@ -81,18 +83,31 @@ def convergence(study: optuna.Study, stages: list[Stage], after: int = FREE_TRIA
     best_m = measurement_of(best)
     misses = 0
     for t in reversed(trials):
-        if eligible(t) and within(float(t.value), float(best.value), margin(measurement_of(t), best_m)):
+        if eligible(t) and within(
+            float(t.value), float(best.value), margin(measurement_of(t), best_m)
+        ):
             break
         misses += 1
     noise = margin(best_m, None)
-    common = {"stage": stage.stage, "trials": [t.number for t in trials], "best_trial": best.number,
-              "best_samples_per_s": float(best.value), "margin": noise}
+    common = {
+        "stage": stage.stage,
+        "trials": [t.number for t in trials],
+        "best_trial": best.number,
+        "best_samples_per_s": float(best.value),
+        "margin": noise,
+    }
     if misses >= after:
-        return Convergence(**common, reason=f"the last {misses} free trials found nothing within noise of the best "
-                                            f"(#{best.number}, {best.value:.2f} samples/s, margin {100 * noise:.0f} %)")
+        return Convergence(
+            **common,
+            reason=f"the last {misses} free trials found nothing within noise of the best "
+            f"(#{best.number}, {best.value:.2f} samples/s, margin {100 * noise:.0f} %)",
+        )
     if len(trials) >= 2 * after:
-        return Convergence(**common, reason=f"{len(trials)} free trials, none beat the best (#{best.number}, "
-                                            f"{best.value:.2f} samples/s) beyond noise")
+        return Convergence(
+            **common,
+            reason=f"{len(trials)} free trials, none beat the best (#{best.number}, "
+            f"{best.value:.2f} samples/s) beyond noise",
+        )
     return None
 
 
@@ -112,15 +127,28 @@ def _spans(study: optuna.Study) -> _Spans | None:
     best = best_trial(study)
     if best is None:
         return None
-    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and reason_of(t) != DUPLICATE]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state.is_finished() and reason_of(t) != DUPLICATE
+    ]
     best_m = measurement_of(best)
-    reached = next(t for t in done if t.number == best.number or (
-        eligible(t) and within(float(t.value), float(best.value), margin(measurement_of(t), best_m))))
+    reached = next(
+        t
+        for t in done
+        if t.number == best.number
+        or (
+            eligible(t)
+            and within(float(t.value), float(best.value), margin(measurement_of(t), best_m))
+        )
+    )
     if reached.user_attrs.get(STOCK) or reached.user_attrs.get(REFERENCE):
         return None  # nothing found beyond noise of stock yet
     before = [t for t in done if t.number <= reached.number]
     after = [t for t in done if t.number > reached.number and t.number != best.number]
-    return _Spans(best=best, after=after, to_best_s=sum(map(span_s, before)), since_s=sum(map(span_s, after)))
+    return _Spans(
+        best=best, after=after, to_best_s=sum(map(span_s, before)), since_s=sum(map(span_s, after))
+    )
 
 
 def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Convergence | None:
@@ -137,11 +165,17 @@ def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Co
     typical = statistics.median(map(span_s, after))
     if since + typical < ratio * to_best:
         return None
-    return Convergence(stage=stage, trials=[t.number for t in after], best_trial=best.number,
-                       best_samples_per_s=float(best.value), margin=margin(measurement_of(best), None), kind="plateau",
-                       reason=f"{len(after)} trial{'s' if len(after) > 1 else ''} in {since:.0f} s found nothing beyond noise of the best "
-                              f"(#{best.number}, {best.value:.2f} samples/s, reached after {to_best:.0f} s of "
-                              f"trials); one more (~{typical:.0f} s) would search longer than finding it took")
+    return Convergence(
+        stage=stage,
+        trials=[t.number for t in after],
+        best_trial=best.number,
+        best_samples_per_s=float(best.value),
+        margin=margin(measurement_of(best), None),
+        kind="plateau",
+        reason=f"{len(after)} trial{'s' if len(after) > 1 else ''} in {since:.0f} s found nothing beyond noise of the best "
+        f"(#{best.number}, {best.value:.2f} samples/s, reached after {to_best:.0f} s of "
+        f"trials); one more (~{typical:.0f} s) would search longer than finding it took",
+    )
 
 
 def plateau_left_s(study: optuna.Study, ratio: float = PLATEAU_RATIO) -> float | None:

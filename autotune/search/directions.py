@@ -31,7 +31,9 @@ LOCAL = ("precision",)
 
 def _precision(knob: Knob, current: Any) -> bool:
     names = (*knob.choices, current)
-    return knob.key.startswith("precision.") and all(isinstance(c, str) and c in PRECISION_RANK for c in names)
+    return knob.key.startswith("precision.") and all(
+        isinstance(c, str) and c in PRECISION_RANK for c in names
+    )
 
 
 def search_choices(knob: Knob, current: Any) -> tuple[Any, ...] | None:
@@ -52,4 +54,8 @@ def search_choices(knob: Knob, current: Any) -> tuple[Any, ...] | None:
 
 def raises_precision(knob: Knob, current: Any, value: Any) -> bool:
     """Whether ``value`` is a higher precision than ``current`` for this knob."""
-    return _precision(knob, current) and value in PRECISION_RANK and PRECISION_RANK[value] > PRECISION_RANK[current]
+    return (
+        _precision(knob, current)
+        and value in PRECISION_RANK
+        and PRECISION_RANK[value] > PRECISION_RANK[current]
+    )

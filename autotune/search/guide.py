@@ -122,7 +122,12 @@ def loader_stall(trial: FrozenTrial) -> float:
     against 657 for its steps (a 60 % stall) showed a data bucket of 3 %.
     """
     measured = measurement_of(trial)
-    if measured is None or not measured.loader.bound or not measured.loader.window_samples_per_s or trial.value is None:
+    if (
+        measured is None
+        or not measured.loader.bound
+        or not measured.loader.window_samples_per_s
+        or trial.value is None
+    ):
         return 0.0
     return max(0.0, 1.0 - float(trial.value) / measured.loader.window_samples_per_s)
 
@@ -148,8 +153,14 @@ def ranked_buckets(trial: FrozenTrial) -> list[tuple[str, float]]:
 class Guide:
     """Chooses the fixed parameters of the next trial; keeps the stages."""
 
-    def __init__(self, space: SearchSpace, stage_trials: int, enabled: bool = True, together: bool = True,
-                 stock: TrainConfig | None = None) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        stage_trials: int,
+        enabled: bool = True,
+        together: bool = True,
+        stock: TrainConfig | None = None,
+    ) -> None:
         self.space = space
         self.stock = stock
         """The stock configuration: a knob that comes to exist beside a remedy (``compile.mode`` beside a
@@ -173,11 +184,17 @@ class Guide:
         study.set_user_attr(STUDY_ATTR, json.dumps([s.to_dict() for s in self.stages]))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"enabled": self.enabled, "stage_trials": self.stage_trials, "stages": [s.to_dict() for s in self.stages]}
+        return {
+            "enabled": self.enabled,
+            "stage_trials": self.stage_trials,
+            "stages": [s.to_dict() for s in self.stages],
+        }
 
     # ------------------------------------------------------------------ decisions
 
-    def next_trial(self, study: optuna.Study, incumbent: FrozenTrial | None) -> tuple[dict[str, Any] | None, Stage | None]:
+    def next_trial(
+        self, study: optuna.Study, incumbent: FrozenTrial | None
+    ) -> tuple[dict[str, Any] | None, Stage | None]:
         """Fixed Optuna parameters for the next trial (None: sample everything) and its stage.
 
         Starts a new stage when the current one has had its trials. Without an incumbent (no
@@ -197,7 +214,9 @@ class Guide:
         fixed: dict[str, Any] = {}
         params = incumbent.params
         one_trial = stage.kind in ("remedy", "remedies")
-        remedies = {k.key for k in self._remedies_of(stage.groups, incumbent)} if one_trial else set()
+        remedies = (
+            {k.key for k in self._remedies_of(stage.groups, incumbent)} if one_trial else set()
+        )
         values = self._values(incumbent)
         for knob in self.space.knobs:
             if knob.key in remedies:
@@ -205,7 +224,9 @@ class Guide:
             elif (knob.group not in stage.groups or one_trial) and knob.key in params:
                 fixed[knob.key] = params[knob.key]
             elif knob.key in params and len(search_choices(knob, values[knob.key]) or (0, 1)) == 1:
-                fixed[knob.key] = params[knob.key]  # a search keeps what it may not change (a held remedy)
+                fixed[knob.key] = params[
+                    knob.key
+                ]  # a search keeps what it may not change (a held remedy)
         if one_trial:
             fixed.update(self._stock_beside(fixed))
         if untried and len(untried) <= self._length(stage) - len(stage.trials):
@@ -231,14 +252,20 @@ class Guide:
                 out[knob.key] = knob.encode(value)
         return out
 
-    def _over(self, study: optuna.Study, stage: Stage, incumbent: FrozenTrial, untried: list | None) -> bool:
+    def _over(
+        self, study: optuna.Study, stage: Stage, incumbent: FrozenTrial, untried: list | None
+    ) -> bool:
         """Whether ``stage`` has had its trials: its length, every candidate measured, its patience spent
         (a search), or, for the free stage, a trial that beat its incumbent beyond noise."""
         if stage.kind == "free":
             if incumbent.number == stage.incumbent or stage.incumbent >= len(study.trials):
                 return False
             old = study.trials[stage.incumbent]
-            return beats(float(incumbent.value), float(old.value or 0.0), margin(measurement_of(incumbent), measurement_of(old)))
+            return beats(
+                float(incumbent.value),
+                float(old.value or 0.0),
+                margin(measurement_of(incumbent), measurement_of(old)),
+            )
         if len(stage.trials) >= self._length(stage) or untried == []:
             return True
         return stage.kind == "search" and self._misses(study, stage) >= STAGE_PATIENCE
@@ -252,14 +279,23 @@ class Guide:
         misses = 0
         for number in reversed(stage.trials):
             t = study.trials[number] if number < len(study.trials) else None
-            gained = t is not None and eligible(t) and beats(
-                float(t.value), stage.incumbent_samples_per_s, margin(measurement_of(t), measurement_of(base)))
+            gained = (
+                t is not None
+                and eligible(t)
+                and beats(
+                    float(t.value),
+                    stage.incumbent_samples_per_s,
+                    margin(measurement_of(t), measurement_of(base)),
+                )
+            )
             if gained:
                 break
             misses += 1
         return misses
 
-    def _untried(self, study: optuna.Study, stage: Stage, incumbent: FrozenTrial) -> list[dict[str, Any]] | None:
+    def _untried(
+        self, study: optuna.Study, stage: Stage, incumbent: FrozenTrial
+    ) -> list[dict[str, Any]] | None:
         """The combinations of a search stage's knobs not yet measured with every other knob at the
         incumbent's values, in the space's order; None where the group is not small and discrete
         (an int or float knob, or more than ``MAX_ENUMERATED`` combinations): the sampler decides.
@@ -271,7 +307,9 @@ class Guide:
         if stage.kind != "search":
             return None
         mine = [k for k in self.space.knobs if k.group in stage.groups]
-        held = [k for k in self.space.knobs if k.group not in stage.groups and k.key in incumbent.params]
+        held = [
+            k for k in self.space.knobs if k.group not in stage.groups and k.key in incumbent.params
+        ]
         others = {k.key: incumbent.params[k.key] for k in held}
         values = {k.key: k.decode(others[k.key]) for k in held}
         current = self._values(incumbent)
@@ -281,26 +319,41 @@ class Guide:
             combos = self._local_moves(mine, current)
         else:
             combos = [({}, values)]
-            for knob in mine:  # in sampling order: a condition's knob comes before the knobs it conditions
-                allowed = search_choices(knob, current[knob.key]) if knob.key in current else knob.choices
+            for (
+                knob
+            ) in mine:  # in sampling order: a condition's knob comes before the knobs it conditions
+                allowed = (
+                    search_choices(knob, current[knob.key]) if knob.key in current else knob.choices
+                )
                 grown = []
                 for params, vals in combos:
                     if not knob.active(vals):
                         grown.append((params, vals))
                         continue
-                    grown += [({**params, knob.key: knob.encode(c)}, {**vals, knob.key: c}) for c in allowed]
+                    grown += [
+                        ({**params, knob.key: knob.encode(c)}, {**vals, knob.key: c})
+                        for c in allowed
+                    ]
                 combos = grown
                 if len(combos) > MAX_ENUMERATED:
                     return None
         keys = {k.key for k in mine}
-        tried = [{k: v for k, v in t.params.items() if k in keys} for t in study.get_trials(deepcopy=False)
-                 if t.state != TrialState.WAITING and all(t.params.get(k, v) == v for k, v in others.items())]
+        tried = [
+            {k: v for k, v in t.params.items() if k in keys}
+            for t in study.get_trials(deepcopy=False)
+            if t.state != TrialState.WAITING
+            and all(t.params.get(k, v) == v for k, v in others.items())
+        ]
         untried = [params for params, _ in combos if params not in tried]
         # one knob changed from the incumbent before two (a local search), the space's order within
-        return sorted(untried, key=lambda p: sum(incumbent.params.get(k) != v for k, v in p.items()))
+        return sorted(
+            untried, key=lambda p: sum(incumbent.params.get(k) != v for k, v in p.items())
+        )
 
     @staticmethod
-    def _local_moves(mine: list[Knob], current: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    def _local_moves(
+        mine: list[Knob], current: dict[str, Any]
+    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """The incumbent's values of the group, and each of them changed alone to a value it may take."""
         base = {k.key: k.encode(current[k.key]) for k in mine if k.key in current}
         moves = [(base, current)]
@@ -315,7 +368,11 @@ class Guide:
 
     def _values(self, incumbent: FrozenTrial) -> dict[str, Any]:
         """The incumbent's config values of the knobs it has (those that exist beside the others)."""
-        return {k.key: k.decode(incumbent.params[k.key]) for k in self.space.knobs if k.key in incumbent.params}
+        return {
+            k.key: k.decode(incumbent.params[k.key])
+            for k in self.space.knobs
+            if k.key in incumbent.params
+        }
 
     def _remedies(self, group: str, incumbent: FrozenTrial) -> list[Knob]:
         """The group's knobs with a remedy that exist beside the incumbent's other values (with the
@@ -340,13 +397,18 @@ class Guide:
         finished fp8 trial)."""
         values = self._values(incumbent)
         mine = [k for k in self.space.knobs if k.group == group and k.active(values)]
-        return bool(mine) and all(k.remedy is not None and incumbent.params.get(k.key) == k.encode(k.remedy) for k in mine)
+        return bool(mine) and all(
+            k.remedy is not None and incumbent.params.get(k.key) == k.encode(k.remedy) for k in mine
+        )
 
     def _remedy_pending(self, group: str, incumbent: FrozenTrial) -> bool:
         """The group has remedies, none tried yet, and the incumbent does not already hold them."""
         if any(s.kind == "remedy" and group in s.groups for s in self.stages):
             return False
-        return any(incumbent.params.get(k.key) != k.encode(k.remedy) for k in self._remedies(group, incumbent))
+        return any(
+            incumbent.params.get(k.key) != k.encode(k.remedy)
+            for k in self._remedies(group, incumbent)
+        )
 
     def _new_stage(self, study: optuna.Study, incumbent: FrozenTrial) -> Stage:
         self._close(study)
@@ -354,45 +416,90 @@ class Guide:
         have = {k.group for k in self.space.knobs}
         profile = profile_of(incumbent)
         number = len(self.stages) + 1
-        common = {"stage": number, "incumbent": incumbent.number, "incumbent_samples_per_s": float(incumbent.value or 0.0),
-                  "profile": incumbent.user_attrs.get(PROFILE_DIR), "buckets": profile.buckets if profile else None,
-                  "dominant": profile.dominant if profile else None}
+        common = {
+            "stage": number,
+            "incumbent": incumbent.number,
+            "incumbent_samples_per_s": float(incumbent.value or 0.0),
+            "profile": incumbent.user_attrs.get(PROFILE_DIR),
+            "buckets": profile.buckets if profile else None,
+            "dominant": profile.dominant if profile else None,
+        }
         ranked = ranked_buckets(incumbent)
         loader_first = loader_stall(incumbent) >= MIN_SHARE  # then data_stall leads `ranked`
         together = self._together(ranked, have, incumbent)
         if together is not None:
             buckets, groups = together
-            return Stage(bottleneck="+".join(buckets), share=ranked[0][1], groups=groups,
-                         knobs=[k.key for k in self._remedies_of(groups, incumbent)], kind="remedies",
-                         loader_bound=loader_first, **common)
-        for bucket, share in ranked:  # first the remedies of every bucket worth acting on, one trial each
+            return Stage(
+                bottleneck="+".join(buckets),
+                share=ranked[0][1],
+                groups=groups,
+                knobs=[k.key for k in self._remedies_of(groups, incumbent)],
+                kind="remedies",
+                loader_bound=loader_first,
+                **common,
+            )
+        for (
+            bucket,
+            share,
+        ) in ranked:  # first the remedies of every bucket worth acting on, one trial each
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and self._remedy_pending(group, incumbent):
                     knobs = [k.key for k in self._remedies(group, incumbent)]
-                    return Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs, kind="remedy",
-                                 loader_bound=loader_first and bucket == "data_stall", **common)
+                    return Stage(
+                        bottleneck=bucket,
+                        share=share,
+                        groups=[group],
+                        knobs=knobs,
+                        kind="remedy",
+                        loader_bound=loader_first and bucket == "data_stall",
+                        **common,
+                    )
         searches = []
         for bucket, share in ranked:
             for group in BUCKET_GROUPS.get(bucket, ()):
                 if group in have and group not in explored:
                     knobs = [k.key for k in self.space.knobs if k.group == group]
-                    stage = Stage(bottleneck=bucket, share=share, groups=[group], knobs=knobs,
-                                  loader_bound=loader_first and bucket == "data_stall", **common)
-                    if self._searchable(group, incumbent) and self._untried(study, stage, incumbent) != []:
+                    stage = Stage(
+                        bottleneck=bucket,
+                        share=share,
+                        groups=[group],
+                        knobs=knobs,
+                        loader_bound=loader_first and bucket == "data_stall",
+                        **common,
+                    )
+                    if (
+                        self._searchable(group, incumbent)
+                        and self._untried(study, stage, incumbent) != []
+                    ):
                         # [] : every combination measured already
                         searches.append(stage)
-        if searches:  # a group the incumbent holds at its remedies throughout is searched after the others
-            return next((st for st in searches if not self._settled(st.groups[0], incumbent)), searches[0])
-        return Stage(bottleneck=None, share=None, groups=[FREE], knobs=[k.key for k in self.space.knobs], kind="free", **common)
+        if (
+            searches
+        ):  # a group the incumbent holds at its remedies throughout is searched after the others
+            return next(
+                (st for st in searches if not self._settled(st.groups[0], incumbent)), searches[0]
+            )
+        return Stage(
+            bottleneck=None,
+            share=None,
+            groups=[FREE],
+            knobs=[k.key for k in self.space.knobs],
+            kind="free",
+            **common,
+        )
 
     def _searchable(self, group: str, incumbent: FrozenTrial) -> bool:
         """Some knob of the group may take another value than the incumbent's in a search."""
         values = self._values(incumbent)
-        return any(k.key not in values or len(search_choices(k, values[k.key]) or (0, 1)) > 1
-                   for k in self.space.knobs if k.group == group and (k.key in values or k.active(values)))
+        return any(
+            k.key not in values or len(search_choices(k, values[k.key]) or (0, 1)) > 1
+            for k in self.space.knobs
+            if k.group == group and (k.key in values or k.active(values))
+        )
 
-    def _together(self, ranked: list[tuple[str, float]], have: set[str],
-                  incumbent: FrozenTrial) -> tuple[list[str], list[str]] | None:
+    def _together(
+        self, ranked: list[tuple[str, float]], have: set[str], incumbent: FrozenTrial
+    ) -> tuple[list[str], list[str]] | None:
         """The buckets and groups of a ``remedies`` stage: every pending remedy's, where there are two
         groups or more and no such stage ran in the study."""
         if not self.together or any(s.kind == "remedies" for s in self.stages):

@@ -57,8 +57,12 @@ class _CheckedJournalStorage(optuna.storages.JournalStorage):
             assert isinstance(backend, SafeJournalFile)
             if str(backend.last.get("worker_id", "")).startswith(self._worker_id_prefix):
                 raise  # Optuna's answer to this process's own operation (DuplicatedStudyError, ...)
-            line = self._replay_result.log_number_read  # another writer's entry Optuna cannot replay
-            raise JournalError(backend.corrupt(line, f"Optuna cannot replay it ({type(exc).__name__}: {exc})")) from None
+            line = (
+                self._replay_result.log_number_read
+            )  # another writer's entry Optuna cannot replay
+            raise JournalError(
+                backend.corrupt(line, f"Optuna cannot replay it ({type(exc).__name__}: {exc})")
+            ) from None
 
 
 class SafeJournalFile(BaseJournalBackend):
@@ -87,8 +91,10 @@ class SafeJournalFile(BaseJournalBackend):
                 yield entry
         if data[start:].strip() and self._warned_at != offset:
             self._warned_at = offset
-            _warn(f"{self.path}: its last entry (line {number + 1}, {len(data) - start} bytes) is cut off; it is left "
-                  f"out, the {number} entries before it stand")
+            _warn(
+                f"{self.path}: its last entry (line {number + 1}, {len(data) - start} bytes) is cut off; it is left "
+                f"out, the {number} entries before it stand"
+            )
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         data = b"".join(json.dumps(log, separators=(",", ":")).encode() + b"\n" for log in logs)
@@ -101,8 +107,10 @@ class SafeJournalFile(BaseJournalBackend):
             except BaseException as exc:
                 os.ftruncate(fd, begin)  # nothing of this batch stays: the file ends where it did
                 if isinstance(exc, OSError):
-                    raise JournalError(f"{self.path}: cannot write the study's journal ({exc.strerror}); nothing of "
-                                       "the last change was kept, the entries before it stand") from None
+                    raise JournalError(
+                        f"{self.path}: cannot write the study's journal ({exc.strerror}); nothing of "
+                        "the last change was kept, the entries before it stand"
+                    ) from None
                 raise
         finally:
             os.close(fd)  # also releases the flock
@@ -116,8 +124,10 @@ class SafeJournalFile(BaseJournalBackend):
         cut = self.path.with_name(f"{self.path.name}.cut-{boundary}")
         cut.write_bytes(os.pread(fd, size - boundary, boundary))
         os.ftruncate(fd, boundary)
-        _warn(f"{self.path}: its last entry was cut off ({size - boundary} bytes without a newline); moved to {cut} "
-              "before writing on")
+        _warn(
+            f"{self.path}: its last entry was cut off ({size - boundary} bytes without a newline); moved to {cut} "
+            "before writing on"
+        )
         return boundary
 
     def _parse(self, line: bytes, number: int) -> dict[str, Any]:
@@ -126,13 +136,17 @@ class SafeJournalFile(BaseJournalBackend):
         except ValueError as exc:
             raise JournalError(self.corrupt(number, f"not JSON ({exc})")) from None
         if not isinstance(entry, dict) or entry.get("op_code") not in OPERATIONS:
-            raise JournalError(self.corrupt(number, "not an Optuna journal operation (no op_code 0-10)"))
+            raise JournalError(
+                self.corrupt(number, "not an Optuna journal operation (no op_code 0-10)")
+            )
         return entry
 
     def corrupt(self, number: int, why: str) -> str:
         """The one-line message for entry (line) ``number``."""
-        return (f"{self.path}: line {number} is not a journal entry: {why}; the {number - 1} lines before it are "
-                f"intact: move the file aside, or keep them with `head -n {number - 1}`")
+        return (
+            f"{self.path}: line {number} is not a journal entry: {why}; the {number - 1} lines before it are "
+            f"intact: move the file aside, or keep them with `head -n {number - 1}`"
+        )
 
 
 def _last_line_end(fd: int, size: int, chunk: int = 1 << 16) -> int:
@@ -150,7 +164,7 @@ def _last_line_end(fd: int, size: int, chunk: int = 1 << 16) -> int:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _warn(message: str) -> None:

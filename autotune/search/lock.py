@@ -34,28 +34,41 @@ def hold_folder(folder: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"{folder} is in use by {_holder(fd)}: wait for it to end, or give another --out "
-                              "(to add a worker to the same study, use --storage and a folder of its own)") from None
+            raise ConfigError(
+                f"{folder} is in use by {_holder(fd)}: wait for it to end, or give another --out "
+                "(to add a worker to the same study, use --storage and a folder of its own)"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(_me()).encode(), 0)
         yield
     finally:
-        os.close(fd)  # releases the lock; the file stays (removing it would race a tuner opening it)
+        os.close(
+            fd
+        )  # releases the lock; the file stays (removing it would race a tuner opening it)
 
 
 def _open_lock(folder: Path) -> int:
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"--out {folder}: is a file, not a folder; give a folder for the run (it is created if needed)")
+        raise ConfigError(
+            f"--out {folder}: is a file, not a folder; give a folder for the run (it is created if needed)"
+        )
     try:
         folder.mkdir(parents=True, exist_ok=True)
         return os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise ConfigError(f"--out {folder}: cannot write there ({exc.strerror}); give a folder you can write") from None
+        raise ConfigError(
+            f"--out {folder}: cannot write there ({exc.strerror}); give a folder you can write"
+        ) from None
 
 
 def _me() -> dict[str, object]:
     since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    return {"host": socket.gethostname(), "pid": os.getpid(), "since": since, "command": " ".join(sys.argv)}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "since": since,
+        "command": " ".join(sys.argv),
+    }
 
 
 def _holder(fd: int) -> str:

@@ -34,7 +34,9 @@ def flags(record: TrialRecord | None) -> list[str]:
     if spread > WIDE_SPREAD:
         out.append(f"step-time spread {100 * spread:.0f} % of the median")
     if record.host is not None and record.host.others_busy > BUSY:
-        out.append(f"other processes used {100 * record.host.others_busy:.0f} % of the host's CPUs at its start")
+        out.append(
+            f"other processes used {100 * record.host.others_busy:.0f} % of the host's CPUs at its start"
+        )
     return out
 
 

@@ -47,12 +47,24 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     old = json.loads(path.read_text()) if path.exists() else {}
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     info = {
-        "study_name": opts.study_name, "storage": redact(opts.storage) if opts.storage else None, "workload": opts.base.workload,
-        "preset": opts.base.preset, "space": opts.space.name, "nproc": opts.nproc, "trials": opts.trials,
-        "steps": opts.steps, "warmup": opts.warmup, "batch_size": opts.base.batch_size,
-        "memory_budget_bytes": opts.memory_budget, "sampler": opts.sampler, "seed": opts.seed,
-        "guidance": opts.guidance, "stage_trials": opts.stage_trials, "prune": opts.prune,
-        "confirm_rounds": opts.confirm_rounds, "converge_after": opts.converge_after,
+        "study_name": opts.study_name,
+        "storage": redact(opts.storage) if opts.storage else None,
+        "workload": opts.base.workload,
+        "preset": opts.base.preset,
+        "space": opts.space.name,
+        "nproc": opts.nproc,
+        "trials": opts.trials,
+        "steps": opts.steps,
+        "warmup": opts.warmup,
+        "batch_size": opts.base.batch_size,
+        "memory_budget_bytes": opts.memory_budget,
+        "sampler": opts.sampler,
+        "seed": opts.seed,
+        "guidance": opts.guidance,
+        "stage_trials": opts.stage_trials,
+        "prune": opts.prune,
+        "confirm_rounds": opts.confirm_rounds,
+        "converge_after": opts.converge_after,
         "started_at": old.get("started_at", now) if not finished or old else now,
         "finished_at": now if finished else None,
     }
@@ -61,15 +73,18 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     return path
 
 
-def winner_of(study: optuna.Study, confirmation: Confirmation | None) -> optuna.trial.FrozenTrial | None:
+def winner_of(
+    study: optuna.Study, confirmation: Confirmation | None
+) -> optuna.trial.FrozenTrial | None:
     """The trial ``best.yaml`` holds: the confirmed winner, else the study's best."""
     if confirmation is not None and confirmation.confirmed:
         return study.trials[confirmation.trial]
     return best_trial(study)
 
 
-def write_parity(opts: StudyOptions, study: optuna.Study,
-                 confirmation: Confirmation | None = None) -> dict[str, Any] | None:
+def write_parity(
+    opts: StudyOptions, study: optuna.Study, confirmation: Confirmation | None = None
+) -> dict[str, Any] | None:
     """Loss parity of the winner against the stock trial, from the losses both recorded."""
     from autotune.train.verify import compare, tolerance_for
 
@@ -95,8 +110,13 @@ def trials_to_fraction(study: optuna.Study, fraction: float = 0.95) -> int | Non
     return None
 
 
-def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.FrozenTrial,
-               confirmation: Confirmation | None = None, converged: Convergence | None = None) -> dict[str, Any]:
+def provenance(
+    opts: StudyOptions,
+    study: optuna.Study,
+    best: optuna.trial.FrozenTrial,
+    confirmation: Confirmation | None = None,
+    converged: Convergence | None = None,
+) -> dict[str, Any]:
     """Plain data describing how ``best`` was found and measured: with a confirmation, its samples/s,
     stock's and the speed-up are the confirmed ones (the study's own beside them)."""
     stock = stock_trial(study)
@@ -115,12 +135,15 @@ def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.Froze
         "trials": len(study.trials),
         "samples_per_s": confirmation.samples_per_s if confirmed else speed,
         "stock_samples_per_s": confirmation.stock_samples_per_s if confirmed else stock_speed,
-        "speedup_vs_stock": confirmation.speedup if confirmed else ((speed / stock_speed) if stock_speed else None),
+        "speedup_vs_stock": confirmation.speedup
+        if confirmed
+        else ((speed / stock_speed) if stock_speed else None),
         "confirmed": confirmed,
         "study_samples_per_s": speed,
         "study_stock_samples_per_s": stock_speed,
         # what the study's own trials said of its best, also where the confirmation kept stock
-        "study_speedup_vs_stock": confirmation.study_speedup if confirmation is not None
+        "study_speedup_vs_stock": confirmation.study_speedup
+        if confirmation is not None
         else ((speed / stock_speed) if stock_speed else None),
         "step_time_spread": a.step_time.spread,
         "confirmation": confirmation.to_dict() if confirmation is not None else None,
@@ -142,17 +165,28 @@ def provenance(opts: StudyOptions, study: optuna.Study, best: optuna.trial.Froze
     }
 
 
-def write_best(opts: StudyOptions, study: optuna.Study, parity: dict[str, Any] | None = None,
-               confirmation: Confirmation | None = None, converged: Convergence | None = None) -> Path:
+def write_best(
+    opts: StudyOptions,
+    study: optuna.Study,
+    parity: dict[str, Any] | None = None,
+    confirmation: Confirmation | None = None,
+    converged: Convergence | None = None,
+) -> Path:
     """Write the winning configuration to ``out/best.yaml``; no feasible trial is an error."""
     best = winner_of(study, confirmation)
     if best is None:
-        raise TrialError(f"no trial of study {opts.study_name!r} {why_no_best(study, opts.memory_budget)}; see "
-                         f"{opts.out / 'report.html'}, {opts.out / 'trials.csv'} and {opts.out / 'logs'}", "infeasible")
+        raise TrialError(
+            f"no trial of study {opts.study_name!r} {why_no_best(study, opts.memory_budget)}; see "
+            f"{opts.out / 'report.html'}, {opts.out / 'trials.csv'} and {opts.out / 'logs'}",
+            "infeasible",
+        )
     cfg = config_of(opts, best)
     cfg.provenance = provenance(opts, study, best, confirmation, converged)
     if parity is not None:
-        cfg.provenance["parity"] = {k: parity[k] for k in ("passed", "tolerance", "loss_rel_diff", "grad_norm_rel_diff", "steps")}
+        cfg.provenance["parity"] = {
+            k: parity[k]
+            for k in ("passed", "tolerance", "loss_rel_diff", "grad_norm_rel_diff", "steps")
+        }
     path = opts.out / "best.yaml"
     save_config(cfg, path)
     return path
@@ -165,8 +199,10 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
     ran = [m for t in done if measured(t) and (m := measurement_of(t)) is not None]
     if ran:
         low = min(m.memory.allocated_bytes for m in ran)
-        return (f"ran within the memory budget ({len(ran)} measured, the smallest peak {low / 2**30:.2f} GiB against "
-                f"--memory-budget {budget / 2**30:.2f} GiB)")
+        return (
+            f"ran within the memory budget ({len(ran)} measured, the smallest peak {low / 2**30:.2f} GiB against "
+            f"--memory-budget {budget / 2**30:.2f} GiB)"
+        )
     if not done:
         return "has finished (the study holds none)"
     failures = [f for t in done if (r := record_of(t)) is not None and (f := r.failure) is not None]
@@ -174,8 +210,9 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
         return f"gave a measurement ({len(done)} finished without one)"
     reason, count = Counter(f.reason for f in failures).most_common(1)[0]
     error = next(f.error for f in failures if f.reason == reason).strip().splitlines()
-    return (f"gave a measurement: all {len(done)} failed, {count} of them with reason {reason!r}"
-            + (f" ({error[0][:200]})" if error else ""))
+    return f"gave a measurement: all {len(done)} failed, {count} of them with reason {reason!r}" + (
+        f" ({error[0][:200]})" if error else ""
+    )
 
 
 def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
@@ -191,8 +228,16 @@ def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
         return False
     # a confirmation may have kept another trial (the runner-up, or stock) than the study's best
     found = prov.get("study_best_trial", prov.get("trial"))
-    unconfirmed = opts.confirm_rounds > 0 and not prov.get("confirmed") and best.number != getattr(stock_trial(study), "number", None)
-    return (prov.get("study"), found, prov.get("trials")) == (opts.study_name, best.number, len(study.trials)) and not unconfirmed
+    unconfirmed = (
+        opts.confirm_rounds > 0
+        and not prov.get("confirmed")
+        and best.number != getattr(stock_trial(study), "number", None)
+    )
+    return (prov.get("study"), found, prov.get("trials")) == (
+        opts.study_name,
+        best.number,
+        len(study.trials),
+    ) and not unconfirmed
 
 
 def write_trials(opts: StudyOptions, study: optuna.Study) -> Path:
@@ -213,7 +258,11 @@ def record_columns(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     profile = record.profile if record is not None else None
     failure = record.failure if record is not None else None
     host = record.host if record is not None else None
-    again = record.remeasure.measurement if record is not None and record.remeasure is not None else None
+    again = (
+        record.remeasure.measurement
+        if record is not None and record.remeasure is not None
+        else None
+    )
     spent = record.cost if record is not None else None
     columns = {
         "samples_per_s": m.samples_per_s if m else None,

@@ -23,8 +23,18 @@ from autotune.search.trials import (
 )
 
 
-def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: int, start: float, ran: int, todo: int,
-                  stage: Stage | None = None, budget_s: float | None = None, plateau: bool = False) -> str:
+def progress_line(
+    study: optuna.Study,
+    trial: FrozenTrial,
+    index: int,
+    total: int,
+    start: float,
+    ran: int,
+    todo: int,
+    stage: Stage | None = None,
+    budget_s: float | None = None,
+    plateau: bool = False,
+) -> str:
     """``trial 3/8 #2 [data_stall -> data]: 12.31 samples/s | best 12.31 (#2, 1.21x stock) | 0:45 elapsed, ~1:30 left``.
 
     The time left is the trials still to run at the pace so far, no more than the budget leaves, and
@@ -42,7 +52,11 @@ def progress_line(study: optuna.Study, trial: FrozenTrial, index: int, total: in
     elif trial.value is None:  # lost with its worker: no record
         what = "failed (interrupted)"
     else:
-        what = f"{trial.value:.2f} samples/s" + _noise_note(trial) + ("" if feasible(trial) else " (over the memory budget)")
+        what = (
+            f"{trial.value:.2f} samples/s"
+            + _noise_note(trial)
+            + ("" if feasible(trial) else " (over the memory budget)")
+        )
     if trial.user_attrs.get(STOCK):
         what += " [stock]"
     if trial.user_attrs.get(REFERENCE):
@@ -77,7 +91,11 @@ def _noise_note(trial: FrozenTrial) -> str:
     note = f" ±{50 * m.step_time.spread:.0f} %"
     again = record.remeasure
     if again is not None:
-        second = f"{again.measurement.samples_per_s:.2f}" if again.measurement else f"failed ({again.failure.reason})"
+        second = (
+            f"{again.measurement.samples_per_s:.2f}"
+            if again.measurement
+            else f"failed ({again.failure.reason})"
+        )
         note += f" (noisy, measured again: {m.samples_per_s:.2f} then {second})"
     elif flags(record):
         note += f" [noisy: {'; '.join(flags(record))}]"

@@ -60,11 +60,15 @@ def recover_lost(study: optuna.Study, *, own_folder: bool, grace_period_s: float
     lines = []
     for trial_id in lost:
         trial = study._storage.get_trial(trial_id)
-        record = TrialRecord.failed(INTERRUPTED, why.format(worker=trial.user_attrs.get(WORKER, "(unknown)")))
+        record = TrialRecord.failed(
+            INTERRUPTED, why.format(worker=trial.user_attrs.get(WORKER, "(unknown)"))
+        )
         if _fail(study, trial_id, record):
             again = requeue(study, study._storage.get_trial(trial_id))
-            lines.append(f"trial #{trial.number} was lost: {record.failure.error}; "
-                         + (f"queued again as #{again}" if again is not None else "not queued again"))
+            lines.append(
+                f"trial #{trial.number} was lost: {record.failure.error}; "
+                + (f"queued again as #{again}" if again is not None else "not queued again")
+            )
     return lines
 
 
@@ -115,12 +119,21 @@ def counted(study: optuna.Study) -> int:
     """Trials that count toward ``--trials``: finished or running, but not those queued again."""
     trials = study.get_trials(deepcopy=False)
     again = {t.user_attrs.get(QUEUED_AGAIN_FROM) for t in trials}
-    return sum(t.state != TrialState.WAITING and not (reason_of(t) in QUEUED_AGAIN and t.number in again)
-               for t in trials)
+    return sum(
+        t.state != TrialState.WAITING and not (reason_of(t) in QUEUED_AGAIN and t.number in again)
+        for t in trials
+    )
 
 
-def more_to_run(study: optuna.Study, trials: int, *, own_folder: bool, grace_period_s: float,
-                report: Callable[[str], None], deadline: float | None = None) -> bool:
+def more_to_run(
+    study: optuna.Study,
+    trials: int,
+    *,
+    own_folder: bool,
+    grace_period_s: float,
+    report: Callable[[str], None],
+    deadline: float | None = None,
+) -> bool:
     """Whether to start another trial: fewer than ``trials`` count. With enough, wait while other
     workers' trials run (one may be lost, and queued again) and until ``deadline``; False when done."""
     waiting = False
@@ -135,8 +148,10 @@ def more_to_run(study: optuna.Study, trials: int, *, own_folder: bool, grace_per
             return False
         if not waiting:
             workers = ", ".join(f"#{t.number} on {t.user_attrs.get(WORKER, '?')}" for t in running)
-            report(f"the study has its {trials} trials; waiting for those of other workers still running ({workers}) "
-                   f"to finish, or to be failed after {grace_period_s:.0f} s without a heartbeat")
+            report(
+                f"the study has its {trials} trials; waiting for those of other workers still running ({workers}) "
+                f"to finish, or to be failed after {grace_period_s:.0f} s without a heartbeat"
+            )
             waiting = True
         time.sleep(max(1.0, grace_period_s / 8))
 
@@ -149,7 +164,9 @@ def interruptible(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
         yield
     except (KeyboardInterrupt, SystemExit) as stop:
         name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else _signal_of(stop)
-        record = TrialRecord.failed(INTERRUPTED, f"the tuner was stopped by {name} while the trial ran")
+        record = TrialRecord.failed(
+            INTERRUPTED, f"the tuner was stopped by {name} while the trial ran"
+        )
         try:
             store(trial, record)
             study.tell(trial, state=TrialState.FAIL)

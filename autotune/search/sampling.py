@@ -22,7 +22,9 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         with warnings.catch_warnings():  # multivariate and group are "experimental" since 2.2
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5)
+            return optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, group=True, n_startup_trials=5
+            )
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
     if name == "random":
@@ -36,7 +38,9 @@ def make_pruner(prune: bool) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
     with warnings.catch_warnings():  # experimental since 3.6
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return ClearlyWorsePruner(optuna.pruners.WilcoxonPruner(p_threshold=PRUNE_P, n_startup_steps=2))
+        return ClearlyWorsePruner(
+            optuna.pruners.WilcoxonPruner(p_threshold=PRUNE_P, n_startup_steps=2)
+        )
 
 
 class ClearlyWorsePruner(optuna.pruners.BasePruner):
@@ -44,7 +48,9 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
     than ``ratio`` times the best trial's median step (a test needs more steps than a short
     window gives to call a 10x slower trial significant)."""
 
-    def __init__(self, inner: optuna.pruners.BasePruner, ratio: float = 0.5, min_steps: int = 2) -> None:
+    def __init__(
+        self, inner: optuna.pruners.BasePruner, ratio: float = 0.5, min_steps: int = 2
+    ) -> None:
         self.inner, self.ratio, self.min_steps = inner, ratio, min_steps
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:

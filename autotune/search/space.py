@@ -48,8 +48,20 @@ from autotune.errors import ConfigError, SearchSpaceError
 TYPES = ("int", "float", "categorical", "bool")
 GROUPS = ("data", "graphs", "compile", "comm", "precision", "optimizer", "model")
 REQUIREMENTS = ("cuda", "fp8")
-KNOB_KEYS = ("type", "low", "high", "log", "step", "choices", "when", "requires", "group", "doc", "remedy",
-             "remedy_several_ranks")
+KNOB_KEYS = (
+    "type",
+    "low",
+    "high",
+    "log",
+    "step",
+    "choices",
+    "when",
+    "requires",
+    "group",
+    "doc",
+    "remedy",
+    "remedy_several_ranks",
+)
 EMPTY = "none"  # how an empty list choice is named among Optuna's categorical values
 
 
@@ -123,24 +135,43 @@ class SearchSpace:
                 knob = dataclasses.replace(knob, remedy=remedy, remedy_several_ranks=None)
             if knob.remedy == "cores":
                 per_rank = (machine.cpus or os.cpu_count() or 1) // max(1, machine.world_size)
-                knob = dataclasses.replace(knob, remedy=int(min(knob.high, max(knob.low, per_rank - 2))))
+                knob = dataclasses.replace(
+                    knob, remedy=int(min(knob.high, max(knob.low, per_rank - 2)))
+                )
             if knob.requires and not have[knob.requires]:
                 notes.append(f"{knob.key}: dropped, needs {knob.requires}")
-            elif not fp8 and knob.key.startswith("precision.") and "fp8" in knob.choices and len(knob.choices) > 1:
+            elif (
+                not fp8
+                and knob.key.startswith("precision.")
+                and "fp8" in knob.choices
+                and len(knob.choices) > 1
+            ):
                 # a choice the machine cannot run would only make refused trials
-                notes.append(f"{knob.key}: choice fp8 dropped, needs a GPU of compute capability >= 8.9 and torchao")
-                kept.append(dataclasses.replace(knob, choices=tuple(c for c in knob.choices if c != "fp8"),
-                                                remedy=None if knob.remedy == "fp8" else knob.remedy))
+                notes.append(
+                    f"{knob.key}: choice fp8 dropped, needs a GPU of compute capability >= 8.9 and torchao"
+                )
+                kept.append(
+                    dataclasses.replace(
+                        knob,
+                        choices=tuple(c for c in knob.choices if c != "fp8"),
+                        remedy=None if knob.remedy == "fp8" else knob.remedy,
+                    )
+                )
             else:
                 kept.append(knob)
         names = {k.key for k in kept}
         # A dropped knob keeps its stock value on this machine (no CUDA: graphs.mode none), so a knob
         # conditional on it stays exactly where that value meets the condition, now without the condition.
         stock = TrainConfig()
-        final = [dataclasses.replace(k, when={c: a for c, a in k.when.items() if c in names}) for k in kept
-                 if all(c in names or get_value(stock, c) in a for c, a in k.when.items())]
+        final = [
+            dataclasses.replace(k, when={c: a for c, a in k.when.items() if c in names})
+            for k in kept
+            if all(c in names or get_value(stock, c) in a for c, a in k.when.items())
+        ]
         left = {k.key for k in final}
-        notes += [f"{k.key}: dropped, its condition's knob is dropped" for k in kept if k.key not in left]
+        notes += [
+            f"{k.key}: dropped, its condition's knob is dropped" for k in kept if k.key not in left
+        ]
         return dataclasses.replace(self, knobs=tuple(final)), notes
 
     def stock_params(self, base: TrainConfig) -> dict[str, Any]:
@@ -150,8 +181,12 @@ class SearchSpace:
             if knob.active(values):
                 values[knob.key] = get_value(base, knob.key)
                 if not knob.contains(values[knob.key]):
-                    raise _err(self.path, f"knobs.{knob.key}", f"the stock value {values[knob.key]!r} is outside the "
-                               "space; the stock configuration is the first trial, so the space must contain it")
+                    raise _err(
+                        self.path,
+                        f"knobs.{knob.key}",
+                        f"the stock value {values[knob.key]!r} is outside the "
+                        "space; the stock configuration is the first trial, so the space must contain it",
+                    )
         return {k.key: k.encode(values[k.key]) for k in self.knobs if k.key in values}
 
 
@@ -192,15 +227,21 @@ def _check_key(key: str) -> None:
     parts = config_key(key).split(".")
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(cls):
-            raise ConfigError(f"not a knob of the training configuration ({'.'.join(parts[:i])} has no fields)")
+            raise ConfigError(
+                f"not a knob of the training configuration ({'.'.join(parts[:i])} has no fields)"
+            )
         fields = {f.name: f for f in dataclasses.fields(cls)}
         if part not in fields or part in ("schema_version", "provenance", "workload", "preset"):
-            raise ConfigError(f"not a knob of the training configuration; allowed at this level: "
-                              f"{sorted(n for n in fields if n not in ('schema_version', 'provenance'))}")
+            raise ConfigError(
+                f"not a knob of the training configuration; allowed at this level: "
+                f"{sorted(n for n in fields if n not in ('schema_version', 'provenance'))}"
+            )
         hint = typing_hints(cls)[part]
         if getattr(hint, "__origin__", None) is dict:
             if len(parts) != i + 2:
-                raise ConfigError(f"name one entry of the mapping {'.'.join(parts[:i + 1])} (e.g. {'.'.join(parts[:i + 1])}.NAME)")
+                raise ConfigError(
+                    f"name one entry of the mapping {'.'.join(parts[: i + 1])} (e.g. {'.'.join(parts[: i + 1])}.NAME)"
+                )
             return
         cls = hint
     if dataclasses.is_dataclass(cls):
@@ -229,7 +270,9 @@ def _number(path: Path, where: str, value: Any) -> float:
 def _parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Knob:
     where = f"knobs.{key}"
     if not isinstance(spec, dict):
-        raise _err(path, where, f"{spec!r} has the wrong type; allowed: a mapping with 'type' and 'group'")
+        raise _err(
+            path, where, f"{spec!r} has the wrong type; allowed: a mapping with 'type' and 'group'"
+        )
     unknown = [k for k in spec if k not in KNOB_KEYS]
     if unknown:
         raise _err(path, f"{where}.{unknown[0]}", f"unknown key; allowed: {list(KNOB_KEYS)}")
@@ -246,7 +289,13 @@ def _parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kn
     requires = spec.get("requires")
     if requires is not None and requires not in REQUIREMENTS:
         raise _err(path, f"{where}.requires", f"{requires!r} is not one of {list(REQUIREMENTS)}")
-    kw: dict[str, Any] = {"key": key, "type": kind, "group": group, "requires": requires, "doc": str(spec.get("doc", ""))}
+    kw: dict[str, Any] = {
+        "key": key,
+        "type": kind,
+        "group": group,
+        "requires": requires,
+        "doc": str(spec.get("doc", "")),
+    }
     if kind in ("int", "float"):
         kw.update(_parse_range(path, where, kind, spec))
     else:
@@ -263,9 +312,17 @@ def _parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kn
     if "remedy_several_ranks" in spec:
         several = spec["remedy_several_ranks"]
         if knob.remedy is None:
-            raise _err(path, f"{where}.remedy_several_ranks", "needs a remedy (the one of a single rank) beside it")
+            raise _err(
+                path,
+                f"{where}.remedy_several_ranks",
+                "needs a remedy (the one of a single rank) beside it",
+            )
         if several is None or not knob.contains(several):
-            raise _err(path, f"{where}.remedy_several_ranks", f"{several!r} is not a value this knob can take")
+            raise _err(
+                path,
+                f"{where}.remedy_several_ranks",
+                f"{several!r} is not a value this knob can take",
+            )
         knob = dataclasses.replace(knob, remedy_several_ranks=several)
     return knob
 
@@ -276,11 +333,16 @@ def _parse_range(path: Path, where: str, kind: str, spec: dict) -> dict[str, Any
     for k in ("low", "high"):
         if k not in spec:
             raise _err(path, f"{where}.{k}", f"missing; a {kind} knob needs low and high")
-    low, high = _number(path, f"{where}.low", spec["low"]), _number(path, f"{where}.high", spec["high"])
+    low, high = (
+        _number(path, f"{where}.low", spec["low"]),
+        _number(path, f"{where}.high", spec["high"]),
+    )
     if kind == "int":
         for k in ("low", "high", "step"):
             if k in spec and not isinstance(spec[k], int):
-                raise _err(path, f"{where}.{k}", f"{spec[k]!r} has the wrong type; allowed: an integer")
+                raise _err(
+                    path, f"{where}.{k}", f"{spec[k]!r} has the wrong type; allowed: an integer"
+                )
     if not low <= high:
         raise _err(path, f"{where}.low", f"low <= high must hold, but got (low={low}, high={high})")
     log = spec.get("log", False)
@@ -290,7 +352,9 @@ def _parse_range(path: Path, where: str, kind: str, spec: dict) -> dict[str, Any
     if step is not None and _number(path, f"{where}.step", step) <= 0:
         raise _err(path, f"{where}.step", f"{step!r} is out of range; allowed: a number > 0")
     if log and low <= 0:
-        raise _err(path, f"{where}.low", f"{low!r} is out of range; allowed: a number > 0 when log is true")
+        raise _err(
+            path, f"{where}.low", f"{low!r} is out of range; allowed: a number > 0 when log is true"
+        )
     if log and step is not None and kind == "float":
         raise _err(path, f"{where}.step", "cannot be combined with log: true")
     return {"low": low, "high": high, "log": log, "step": step}
@@ -303,35 +367,65 @@ def _parse_choices(path: Path, where: str, kind: str, spec: dict) -> tuple[Any, 
     if kind == "bool":
         choices = spec.get("choices", [False, True])
         if not choices or not all(isinstance(c, bool) for c in choices):
-            raise _err(path, f"{where}.choices", f"{choices!r} is not allowed; allowed: a list of true/false")
+            raise _err(
+                path,
+                f"{where}.choices",
+                f"{choices!r} is not allowed; allowed: a list of true/false",
+            )
         return tuple(choices)
     choices = spec.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise _err(path, f"{where}.choices", f"{choices!r} is not allowed; allowed: a non-empty list")
+        raise _err(
+            path, f"{where}.choices", f"{choices!r} is not allowed; allowed: a non-empty list"
+        )
     for c in choices:
-        ok = c is None or isinstance(c, (bool, int, float, str)) or (isinstance(c, list) and all(isinstance(s, str) for s in c))
+        ok = (
+            c is None
+            or isinstance(c, (bool, int, float, str))
+            or (isinstance(c, list) and all(isinstance(s, str) for s in c))
+        )
         if not ok:
-            raise _err(path, f"{where}.choices", f"{c!r} is not allowed; allowed: null, numbers, strings or lists of names")
+            raise _err(
+                path,
+                f"{where}.choices",
+                f"{c!r} is not allowed; allowed: null, numbers, strings or lists of names",
+            )
     if any(isinstance(c, list) for c in choices) and not all(isinstance(c, list) for c in choices):
-        raise _err(path, f"{where}.choices", "mixes lists and single values; allowed: all lists or none")
+        raise _err(
+            path, f"{where}.choices", "mixes lists and single values; allowed: all lists or none"
+        )
     return tuple(choices)
 
 
-def _parse_when(path: Path, where: str, when: Any, earlier: dict[str, Knob]) -> dict[str, tuple[Any, ...]]:
+def _parse_when(
+    path: Path, where: str, when: Any, earlier: dict[str, Knob]
+) -> dict[str, tuple[Any, ...]]:
     if when is None:
         return {}
     if not isinstance(when, dict) or not when:
-        raise _err(path, f"{where}.when", f"{when!r} has the wrong type; allowed: a mapping of knob key to value(s)")
+        raise _err(
+            path,
+            f"{where}.when",
+            f"{when!r} has the wrong type; allowed: a mapping of knob key to value(s)",
+        )
     out = {}
     for other, value in when.items():
         if other not in earlier:
-            raise _err(path, f"{where}.when.{other}", f"not a knob listed before this one; allowed: {list(earlier)}")
-        listed = isinstance(value, list) and (not earlier[other].list_valued or
-                                              (bool(value) and all(isinstance(v, list) for v in value)))
+            raise _err(
+                path,
+                f"{where}.when.{other}",
+                f"not a knob listed before this one; allowed: {list(earlier)}",
+            )
+        listed = isinstance(value, list) and (
+            not earlier[other].list_valued
+            or (bool(value) and all(isinstance(v, list) for v in value))
+        )
         values = tuple(value) if listed else (value,)
         for v in values:
             if not earlier[other].contains(v):
-                raise _err(path, f"{where}.when.{other}", f"{v!r} is not a value knob {other} can take")
+                raise _err(
+                    path, f"{where}.when.{other}", f"{v!r} is not a value knob {other} can take"
+                )
         out[other] = values
     return out
 
@@ -358,8 +452,12 @@ def _check_variants(path: Path, knob: Knob, earlier: dict[str, Knob]) -> None:
             continue
         common = set(knob.when) & set(other.when)
         if not any(not set(knob.when[c]) & set(other.when[c]) for c in common):
-            raise _err(path, f"knobs.{knob.key}", f"sets {config_key(knob.key)} as knob {other.key} does; their 'when' "
-                       "conditions must exclude each other (give one knob disjoint values)")
+            raise _err(
+                path,
+                f"knobs.{knob.key}",
+                f"sets {config_key(knob.key)} as knob {other.key} does; their 'when' "
+                "conditions must exclude each other (give one knob disjoint values)",
+            )
 
 
 def region_names(knob: Knob) -> list[str]:
@@ -367,9 +465,16 @@ def region_names(knob: Knob) -> list[str]:
     parts = config_key(knob.key).split(".")
     if parts[:2] == ["precision", "regions"]:
         return [parts[2]]
-    if config_key(knob.key) in ("graphs.regions", "compile.regions", "checkpointing.regions", "model.freeze",
-                                "model.unfreeze"):
-        return list(dict.fromkeys(r for c in knob.choices if isinstance(c, list) for r in c if r != "all"))
+    if config_key(knob.key) in (
+        "graphs.regions",
+        "compile.regions",
+        "checkpointing.regions",
+        "model.freeze",
+        "model.unfreeze",
+    ):
+        return list(
+            dict.fromkeys(r for c in knob.choices if isinstance(c, list) for r in c if r != "all")
+        )
     return []
 
 
@@ -378,20 +483,28 @@ def check_regions(space: SearchSpace, regions: tuple[str, ...] | list[str], work
     for knob in space.knobs:
         for name in region_names(knob):
             if name not in regions:
-                raise SearchSpaceError(f"{space.path}: knobs.{knob.key}: {name!r} is not a region of workload "
-                                       f"{workload!r}; its regions: {sorted(regions)} (or run without --space: "
-                                       "a space made from its regions)")
+                raise SearchSpaceError(
+                    f"{space.path}: knobs.{knob.key}: {name!r} is not a region of workload "
+                    f"{workload!r}; its regions: {sorted(regions)} (or run without --space: "
+                    "a space made from its regions)"
+                )
 
 
 def parse_space(data: Any, path: Path) -> SearchSpace:
     if not isinstance(data, dict):
-        raise SearchSpaceError(f"{path}: {data!r} has the wrong type; allowed: a mapping with 'knobs'")
+        raise SearchSpaceError(
+            f"{path}: {data!r} has the wrong type; allowed: a mapping with 'knobs'"
+        )
     unknown = [k for k in data if k not in ("name", "description", "knobs")]
     if unknown:
         raise _err(path, str(unknown[0]), "unknown key; allowed: ['description', 'knobs', 'name']")
     knobs_data = data.get("knobs")
     if not isinstance(knobs_data, dict) or not knobs_data:
-        raise _err(path, "knobs", f"{knobs_data!r} is not allowed; allowed: a non-empty mapping of dotted keys")
+        raise _err(
+            path,
+            "knobs",
+            f"{knobs_data!r} is not allowed; allowed: a non-empty mapping of dotted keys",
+        )
     knobs: dict[str, Knob] = {}
     stock = TrainConfig()
     for key, spec in knobs_data.items():
@@ -400,7 +513,12 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
         _check_variants(path, knob, knobs)
         knobs[knob.key] = knob
     name = data.get("name", path.stem)
-    return SearchSpace(name=str(name), path=path, knobs=tuple(knobs.values()), description=str(data.get("description", "")))
+    return SearchSpace(
+        name=str(name),
+        path=path,
+        knobs=tuple(knobs.values()),
+        description=str(data.get("description", "")),
+    )
 
 
 def spaces_dir() -> Path:
@@ -423,7 +541,9 @@ def load_space(name_or_path: str | os.PathLike) -> SearchSpace:
     if not (text.endswith((".yaml", ".yml")) or os.sep in text or path.exists()):
         path = spaces_dir() / f"{text}.yaml"
         if not path.exists():
-            raise SearchSpaceError(f"search space {text!r} is unknown; known spaces: {list_spaces()} (or give a path to a YAML file)")
+            raise SearchSpaceError(
+                f"search space {text!r} is unknown; known spaces: {list_spaces()} (or give a path to a YAML file)"
+            )
     try:
         data = read_yaml(path)
     except SearchSpaceError:

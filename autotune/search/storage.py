@@ -45,11 +45,18 @@ SCHEMA_LOCK = int.from_bytes(b"autotune", "big")
 """PostgreSQL advisory lock held while Optuna creates its tables."""
 
 # Study.ask warns about heartbeats outside Study.optimize; :func:`heartbeat` does Optuna's part.
-warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+warnings.filterwarnings(
+    "ignore", message="Heartbeat of storage is supposed to be used with Study.optimize"
+)
 
 
-def open_storage(url: str | None, run_dir: Path, *, heartbeat_interval: int = HEARTBEAT_INTERVAL,
-                 grace_period: int = GRACE_PERIOD) -> BaseStorage:
+def open_storage(
+    url: str | None,
+    run_dir: Path,
+    *,
+    heartbeat_interval: int = HEARTBEAT_INTERVAL,
+    grace_period: int = GRACE_PERIOD,
+) -> BaseStorage:
     """The journal file ``run_dir/study.journal`` when ``url`` is None, else the database at ``url``.
 
     Raises :class:`ConfigError` naming ``--storage`` (never its password) when the URL is not a
@@ -60,26 +67,42 @@ def open_storage(url: str | None, run_dir: Path, *, heartbeat_interval: int = HE
         return open_journal(run_dir / JOURNAL)
     given = _parse(url)
     shown = redact(url)
-    parsed = given.set(drivername="postgresql+psycopg") if given.drivername in ("postgresql", "postgres") else given
+    parsed = (
+        given.set(drivername="postgresql+psycopg")
+        if given.drivername in ("postgresql", "postgres")
+        else given
+    )
     try:
         return _rdb_storage(parsed, heartbeat_interval, grace_period)
     except sqlalchemy.exc.NoSuchModuleError:
-        raise ConfigError(f"--storage {shown}: {parsed.drivername!r} is not a database SQLAlchemy knows "
-                          f"(e.g. postgresql://user:password@host:5432/db)") from None
+        raise ConfigError(
+            f"--storage {shown}: {parsed.drivername!r} is not a database SQLAlchemy knows "
+            f"(e.g. postgresql://user:password@host:5432/db)"
+        ) from None
     except ImportError as exc:
         missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
-        raise ConfigError(f"--storage {shown}: the database driver {missing!r} is not installed "
-                          f"(for PostgreSQL: pip install 'autotune[postgres]')") from None
+        raise ConfigError(
+            f"--storage {shown}: the database driver {missing!r} is not installed "
+            f"(for PostgreSQL: pip install 'autotune[postgres]')"
+        ) from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
-        raise ConfigError(f"--storage {shown}: cannot open the database: {_reason(exc, url)}") from None
+        raise ConfigError(
+            f"--storage {shown}: cannot open the database: {_reason(exc, url)}"
+        ) from None
 
 
-def _rdb_storage(url: URL, heartbeat_interval: int, grace_period: int) -> optuna.storages.RDBStorage:
+def _rdb_storage(
+    url: URL, heartbeat_interval: int, grace_period: int
+) -> optuna.storages.RDBStorage:
     def storage(**engine_kwargs: object) -> optuna.storages.RDBStorage:
         with warnings.catch_warnings():  # heartbeat_interval is "experimental" since Optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url.render_as_string(hide_password=False), engine_kwargs=engine_kwargs,
-                                              heartbeat_interval=heartbeat_interval, grace_period=grace_period)
+            return optuna.storages.RDBStorage(
+                url.render_as_string(hide_password=False),
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+            )
 
     if url.get_backend_name() != "postgresql":
         return storage()
@@ -87,14 +110,18 @@ def _rdb_storage(url: URL, heartbeat_interval: int, grace_period: int) -> optuna
     # IF NOT EXISTS is not atomic: "duplicate key ... pg_type_typname_nsp_index"); the first to
     # take this lock creates Optuna's tables, the others wait and find them.
     connect_args = {"connect_timeout": CONNECT_TIMEOUT}
-    engine = sqlalchemy.create_engine(url, connect_args=connect_args, poolclass=sqlalchemy.pool.NullPool)
+    engine = sqlalchemy.create_engine(
+        url, connect_args=connect_args, poolclass=sqlalchemy.pool.NullPool
+    )
     try:
         with engine.connect() as conn:
             conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK})
             try:
                 return storage(connect_args=connect_args)
             finally:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK})
+                conn.execute(
+                    sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK}
+                )
     finally:
         engine.dispose()
 
@@ -113,8 +140,10 @@ def _parse(url: str) -> URL:
     try:
         return make_url(url.strip())
     except sqlalchemy.exc.ArgumentError:
-        raise ConfigError(f"--storage {redact(url)!r} is not a database URL "
-                          f"(e.g. postgresql://user:password@host:5432/db)") from None
+        raise ConfigError(
+            f"--storage {redact(url)!r} is not a database URL "
+            f"(e.g. postgresql://user:password@host:5432/db)"
+        ) from None
 
 
 def _reason(exc: sqlalchemy.exc.SQLAlchemyError, url: str) -> str:

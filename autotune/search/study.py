@@ -155,10 +155,18 @@ def run_env(opts: StudyOptions) -> dict[str, str]:
 
 def open_study(opts: StudyOptions) -> optuna.Study:
     """Create the study with the stock configuration queued first, or load it to continue."""
-    storage = open_storage(opts.storage, opts.out, heartbeat_interval=max(1, opts.grace_period_s // 4),
-                           grace_period=opts.grace_period_s)
-    kwargs: dict[str, Any] = dict(study_name=opts.study_name, storage=storage,
-                                  sampler=make_sampler(opts.sampler, opts.seed), pruner=make_pruner(opts.prune))
+    storage = open_storage(
+        opts.storage,
+        opts.out,
+        heartbeat_interval=max(1, opts.grace_period_s // 4),
+        grace_period=opts.grace_period_s,
+    )
+    kwargs: dict[str, Any] = dict(
+        study_name=opts.study_name,
+        storage=storage,
+        sampler=make_sampler(opts.sampler, opts.seed),
+        pruner=make_pruner(opts.prune),
+    )
     try:  # of several workers starting at once, exactly one creates the study (its name is unique)
         study = optuna.create_study(direction="maximize", **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
@@ -174,15 +182,21 @@ def sample(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
         if not knob.active(values):
             continue
         if knob.type == "int":
-            param = trial.suggest_int(knob.key, int(knob.low), int(knob.high), step=int(knob.step or 1), log=knob.log)
+            param = trial.suggest_int(
+                knob.key, int(knob.low), int(knob.high), step=int(knob.step or 1), log=knob.log
+            )
         elif knob.type == "float":
             param = trial.suggest_float(knob.key, knob.low, knob.high, step=knob.step, log=knob.log)
         else:
             choices = [knob.encode(c) for c in knob.choices]
             try:
                 param = trial.suggest_categorical(knob.key, choices)
-            except ValueError as exc:  # a queued value (enqueue_trial, a shared study) this machine's space lacks
-                raise ConfigError(f"{knob.key}: a queued value is not one of this machine's choices ({exc})") from None
+            except (
+                ValueError
+            ) as exc:  # a queued value (enqueue_trial, a shared study) this machine's space lacks
+                raise ConfigError(
+                    f"{knob.key}: a queued value is not one of this machine's choices ({exc})"
+                ) from None
         values[knob.key] = knob.decode(param)
     return values
 
@@ -190,7 +204,9 @@ def sample(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
 def trial_config(base: TrainConfig, values: dict[str, Any]) -> TrainConfig:
     """``base`` with the knob values applied; per-region precisions equal to the default are left out."""
     cfg = apply_values(base, values)
-    cfg.precision.regions = {r: p for r, p in cfg.precision.regions.items() if p != cfg.precision.default}
+    cfg.precision.regions = {
+        r: p for r, p in cfg.precision.regions.items() if p != cfg.precision.default
+    }
     return cfg
 
 
@@ -206,8 +222,14 @@ def config_of_params(opts: StudyOptions, params: dict[str, Any]) -> TrainConfig:
     return trial_config(opts.base, values)
 
 
-def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions: tuple[str, ...],
-              timeout: float | None = None, queued: bool = False) -> tuple[TrialState, float | None]:
+def run_trial(
+    trial: optuna.Trial,
+    opts: StudyOptions,
+    machine: Machine,
+    regions: tuple[str, ...],
+    timeout: float | None = None,
+    queued: bool = False,
+) -> tuple[TrialState, float | None]:
     """Sample, check, measure and vet one trial; its state and value for ``study.tell``. ``timeout``
     shorter than ``opts.timeout_per_trial`` is the end of the time budget: a trial it stops fails
     with ``reason: budget``, not ``timeout`` (the configuration did not hang). ``queued``: the trial
@@ -223,8 +245,15 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
         return TrialState.FAIL, None
     search = not (trial.user_attrs.get(STOCK) or trial.user_attrs.get(REFERENCE))
     same = duplicate_of(trial) if search and not queued else None
-    if same is not None:  # what it would measure is known: the sampler learns nothing from running it
-        store(trial, TrialRecord.failed(DUPLICATE, f"the same configuration as trial #{same}, not run again"))
+    if (
+        same is not None
+    ):  # what it would measure is known: the sampler learns nothing from running it
+        store(
+            trial,
+            TrialRecord.failed(
+                DUPLICATE, f"the same configuration as trial #{same}, not run again"
+            ),
+        )
         return TrialState.FAIL, None
     log = opts.out / "logs" / f"trial-{trial.number:04d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -234,31 +263,59 @@ def run_trial(trial: optuna.Trial, opts: StudyOptions, machine: Machine, regions
 
     def on_step(step: int, seconds: float) -> bool:
         trial.report(per_step / seconds, step)
-        return step < opts.steps - 1 and trial.should_prune()  # the last step: the measurement is complete
+        return (
+            step < opts.steps - 1 and trial.should_prune()
+        )  # the last step: the measurement is complete
 
-    record = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=limit,
-                    log_path=log, on_step=on_step, profile_after=profile_dir if opts.profile_steps else None,
-                    profile_steps=opts.profile_steps, profile_if_above=float(best.value) if best else None,
-                    extra_env=run_env(opts))
+    record = launch(
+        cfg,
+        steps=opts.steps,
+        warmup=opts.warmup,
+        nproc=opts.nproc,
+        timeout=limit,
+        log_path=log,
+        on_step=on_step,
+        profile_after=profile_dir if opts.profile_steps else None,
+        profile_steps=opts.profile_steps,
+        profile_if_above=float(best.value) if best else None,
+        extra_env=run_env(opts),
+    )
     parity, noisy = None, False
     if search and record.measurement is not None:
-        record, parity, noisy = vet_trial(trial, record, cfg, opts, limit - (time.monotonic() - began))
+        record, parity, noisy = vet_trial(
+            trial, record, cfg, opts, limit - (time.monotonic() - began)
+        )
     remeasure = record.remeasure.cost if record.remeasure is not None else None
     record = replace(record, cost=with_wall(record.cost, time.monotonic() - began, remeasure))
-    return tell_record(trial, record, opts, profile_dir, budget_s=limit if limit < opts.timeout_per_trial else None,
-                       parity=parity, noisy=noisy)
+    return tell_record(
+        trial,
+        record,
+        opts,
+        profile_dir,
+        budget_s=limit if limit < opts.timeout_per_trial else None,
+        parity=parity,
+        noisy=noisy,
+    )
 
 
-def vet_trial(trial: optuna.Trial, record: TrialRecord, cfg: TrainConfig, opts: StudyOptions,
-              time_left: float) -> tuple[TrialRecord, dict[str, Any] | None, bool]:
+def vet_trial(
+    trial: optuna.Trial, record: TrialRecord, cfg: TrainConfig, opts: StudyOptions, time_left: float
+) -> tuple[TrialRecord, dict[str, Any] | None, bool]:
     """The trial's record with a second run where it was noisy and would lead, its parity with stock,
     and whether it stays noisy (see :mod:`autotune.search.vet`)."""
     study = trial.study
     parity = parity_with_stock(study, record, cfg)
     if needs_second_run(study, record) and (parity is None or parity["passed"]) and time_left > 0:
         log = opts.out / "logs" / f"trial-{trial.number:04d}-again.log"
-        again = launch(cfg, steps=opts.steps, warmup=opts.warmup, nproc=opts.nproc, timeout=time_left, log_path=log,
-                       extra_env=run_env(opts))
+        again = launch(
+            cfg,
+            steps=opts.steps,
+            warmup=opts.warmup,
+            nproc=opts.nproc,
+            timeout=time_left,
+            log_path=log,
+            extra_env=run_env(opts),
+        )
         record = replace(record, remeasure=again)
     return record, parity, not settled(record)
 
@@ -266,15 +323,24 @@ def vet_trial(trial: optuna.Trial, record: TrialRecord, cfg: TrainConfig, opts: 
 def duplicate_of(trial: optuna.Trial) -> int | None:
     """The number of a trial that ran (measured or pruned) with exactly this trial's parameters."""
     params = trial.params
-    for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+    for t in trial.study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
+    ):
         if t.number != trial.number and t.params == params and reason_of(t) != BUDGET:
             return t.number
     return None
 
 
-def tell_record(trial: optuna.Trial, record: TrialRecord, opts: StudyOptions, profile_dir: Path, *,
-                budget_s: float | None = None, parity: dict[str, Any] | None = None,
-                noisy: bool = False) -> tuple[TrialState, float | None]:
+def tell_record(
+    trial: optuna.Trial,
+    record: TrialRecord,
+    opts: StudyOptions,
+    profile_dir: Path,
+    *,
+    budget_s: float | None = None,
+    parity: dict[str, Any] | None = None,
+    noisy: bool = False,
+) -> tuple[TrialState, float | None]:
     """Store the run's record in the trial; the trial's state and value (see the module docstring).
     ``budget_s``: the run's timeout was the time left of ``--time-budget``: a timeout is then ``budget``."""
     failure = record.failure
@@ -283,8 +349,14 @@ def tell_record(trial: optuna.Trial, record: TrialRecord, opts: StudyOptions, pr
         measured = record.measurement
         constraint = (measured.memory.allocated_bytes - opts.memory_budget) / opts.memory_budget
         profiled = record.profile is not None and record.profile.buckets is not None
-        store(trial, record, constraint=constraint, profile_dir=str(profile_dir.relative_to(opts.out)) if profiled else None,
-              parity=parity, noisy=noisy)
+        store(
+            trial,
+            record,
+            constraint=constraint,
+            profile_dir=str(profile_dir.relative_to(opts.out)) if profiled else None,
+            parity=parity,
+            noisy=noisy,
+        )
         return TrialState.COMPLETE, trusted_value(record)
     if failure.reason == "pruned":
         store(trial, record)
@@ -294,7 +366,9 @@ def tell_record(trial: optuna.Trial, record: TrialRecord, opts: StudyOptions, pr
         store(trial, record, constraint=1.0)
         return TrialState.COMPLETE, 0.0
     if failure.reason == "timeout" and budget_s is not None:
-        record = TrialRecord.failed(BUDGET, f"stopped at the end of the time budget after {budget_s:.0f} s")
+        record = TrialRecord.failed(
+            BUDGET, f"stopped at the end of the time budget after {budget_s:.0f} s"
+        )
     store(trial, record)
     return TrialState.FAIL, None
 
@@ -314,8 +388,13 @@ def keep_traces(study: optuna.Study, guide: Guide, out: Path) -> None:
             trace.unlink(missing_ok=True)
 
 
-def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], report: Callable[[str], None] = print,
-              reserve: Callable[[optuna.Study], float] | None = None) -> StudyResult:
+def run_study(
+    opts: StudyOptions,
+    machine: Machine,
+    regions: tuple[str, ...],
+    report: Callable[[str], None] = print,
+    reserve: Callable[[optuna.Study], float] | None = None,
+) -> StudyResult:
     """Run trials until the study holds ``opts.trials`` finished ones (all workers together; those
     queued again do not count), the time budget ends (less ``reserve(study)`` seconds kept for what
     the caller does next), or it converges."""
@@ -342,17 +421,25 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
     if converged is not None:
         report(f"converged already: {converged.reason} (--converge-after 0 searches on)")
         return StudyResult(study, converged, deadline)
-    while more_to_run(study, opts.trials, own_folder=own_folder, grace_period_s=opts.grace_period_s, report=report,
-                      deadline=deadline):
+    while more_to_run(
+        study,
+        opts.trials,
+        own_folder=own_folder,
+        grace_period_s=opts.grace_period_s,
+        report=report,
+        deadline=deadline,
+    ):
         timeout = None
         if ran and deadline is not None:
             kept = reserve(study) if reserve is not None else 0.0
             left, typical = deadline - time.monotonic() - kept, typical_trial_s(study)
             if left <= 0 or (typical is not None and left < typical):
                 keeping = f" (keeping {kept:.0f} s to confirm the best)" if kept else ""
-                report(f"time budget of {opts.time_budget_s:.0f} s: {max(0.0, left):.0f} s left after {ran} trials of "
-                       f"this run{keeping}, a trial takes ~{typical or 0:.0f} s; stopping (the same command continues "
-                       "the study)")
+                report(
+                    f"time budget of {opts.time_budget_s:.0f} s: {max(0.0, left):.0f} s left after {ran} trials of "
+                    f"this run{keeping}, a trial takes ~{typical or 0:.0f} s; stopping (the same command continues "
+                    "the study)"
+                )
                 break
             timeout = left
         guide.load(study)  # another worker may have moved the stages on
@@ -362,7 +449,9 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
             fixed, stage = guide.next_trial(study, best_trial(study))
         with warnings.catch_warnings():  # experimental since 2.4
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.sampler = base_sampler if fixed is None else PartialFixedSampler(fixed, base_sampler)
+            study.sampler = (
+                base_sampler if fixed is None else PartialFixedSampler(fixed, base_sampler)
+            )
         if counted(study) >= opts.trials:  # another worker took the last trial while this one chose
             continue
         trial = study.ask()
@@ -374,10 +463,16 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         try:
             with heartbeat(study, trial), interruptible(study, trial):
                 state, value = run_trial(trial, opts, machine, regions, timeout, queued)
-            study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(trial, state=state)
-        except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it: its heartbeats were late
-            report(f"warning: trial #{trial.number} was failed by another worker while it ran (no heartbeat for "
-                   f"{opts.grace_period_s} s: is this machine overloaded?); its result is dropped")
+            study.tell(trial, value, state=state) if state == TrialState.COMPLETE else study.tell(
+                trial, state=state
+            )
+        except (
+            optuna.exceptions.UpdateFinishedTrialError
+        ):  # another worker failed it: its heartbeats were late
+            report(
+                f"warning: trial #{trial.number} was failed by another worker while it ran (no heartbeat for "
+                f"{opts.grace_period_s} s: is this machine overloaded?); its result is dropped"
+            )
             continue
         frozen = study.trials[trial.number]
         if reason_of(frozen) == BUDGET:  # not measured: measure it when the study continues
@@ -387,8 +482,20 @@ def run_study(opts: StudyOptions, machine: Machine, regions: tuple[str, ...], re
         converged = study_convergence(study, guide, opts)
         write_diagnosis(opts.out, guide, converged)
         ran += 1
-        report(progress_line(study, frozen, counted(study), opts.trials, start, ran, max(ran, opts.trials - done), stage,
-                             opts.time_budget_s, plateau=opts.plateau and opts.converge_after > 0))
+        report(
+            progress_line(
+                study,
+                frozen,
+                counted(study),
+                opts.trials,
+                start,
+                ran,
+                max(ran, opts.trials - done),
+                stage,
+                opts.time_budget_s,
+                plateau=opts.plateau and opts.converge_after > 0,
+            )
+        )
         if converged is not None:
             study.set_user_attr(CONVERGED, json.dumps(converged.to_dict()))
             report(f"converged: {converged.reason}")
@@ -401,11 +508,28 @@ def study_convergence(study: optuna.Study, guide: Guide, opts: StudyOptions) -> 
     search trial counts as a free one."""
     stages = guide.stages
     if not guide.enabled:
-        searched = [t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()
-                    and not (t.user_attrs.get(STOCK) or t.user_attrs.get(REFERENCE))]
-        stages = [Stage(stage=0, bottleneck=None, share=None, groups=["all"], knobs=[], incumbent=0,
-                        incumbent_samples_per_s=0.0, profile=None, buckets=None, dominant=None, kind="free",
-                        trials=searched)]
+        searched = [
+            t.number
+            for t in study.get_trials(deepcopy=False)
+            if t.state.is_finished()
+            and not (t.user_attrs.get(STOCK) or t.user_attrs.get(REFERENCE))
+        ]
+        stages = [
+            Stage(
+                stage=0,
+                bottleneck=None,
+                share=None,
+                groups=["all"],
+                knobs=[],
+                incumbent=0,
+                incumbent_samples_per_s=0.0,
+                profile=None,
+                buckets=None,
+                dominant=None,
+                kind="free",
+                trials=searched,
+            )
+        ]
     found = convergence(study, stages, opts.converge_after)
     if found is None and opts.plateau and opts.converge_after > 0:
         found = plateau(study, stages[-1].stage if stages else 0)
@@ -414,9 +538,14 @@ def study_convergence(study: optuna.Study, guide: Guide, opts: StudyOptions) -> 
 
 def typical_trial_s(study: optuna.Study) -> float | None:
     """The median wall time of the study's trials that ran (refused and budget-stopped ones aside)."""
-    spans = [span_s(t) for t in study.get_trials(deepcopy=False)
-             if t.state.is_finished() and t.datetime_start and t.datetime_complete
-             and reason_of(t) not in ("config", DUPLICATE, *QUEUED_AGAIN)]
+    spans = [
+        span_s(t)
+        for t in study.get_trials(deepcopy=False)
+        if t.state.is_finished()
+        and t.datetime_start
+        and t.datetime_complete
+        and reason_of(t) not in ("config", DUPLICATE, *QUEUED_AGAIN)
+    ]
     return statistics.median(spans) if spans else None
 
 
@@ -435,9 +564,11 @@ def check_space_unchanged(study: optuna.Study, space: SearchSpace) -> None:
                 try:
                     optuna.distributions.check_distribution_compatibility(dist, mine[key])
                 except ValueError:
-                    raise ConfigError(f"{space.path}: knobs.{key}: the space changed since study {study.study_name!r} "
-                                      f"began ({dist} then, {mine[key]} now); continue it with the old space or "
-                                      "start a new study with another --out") from None
+                    raise ConfigError(
+                        f"{space.path}: knobs.{key}: the space changed since study {study.study_name!r} "
+                        f"began ({dist} then, {mine[key]} now); continue it with the old space or "
+                        "start a new study with another --out"
+                    ) from None
 
 
 def write_diagnosis(out: Path, guide: Guide, converged: Convergence | None = None) -> None:

@@ -61,20 +61,37 @@ ERROR_CHARS = 2000
 """A failure's message kept in the study (a refused configuration can list many choices)."""
 
 
-def store(trial: optuna.Trial, record: TrialRecord, *, constraint: float | None = None,
-          profile_dir: str | None = None, parity: dict[str, Any] | None = None, noisy: bool = False) -> None:
+def store(
+    trial: optuna.Trial,
+    record: TrialRecord,
+    *,
+    constraint: float | None = None,
+    profile_dir: str | None = None,
+    parity: dict[str, Any] | None = None,
+    noisy: bool = False,
+) -> None:
     """Write ``record`` into the running ``trial``; ``constraint`` also goes to the sampler."""
-    for key, value in attrs_of(record, constraint=constraint, profile_dir=profile_dir, parity=parity, noisy=noisy).items():
+    for key, value in attrs_of(
+        record, constraint=constraint, profile_dir=profile_dir, parity=parity, noisy=noisy
+    ).items():
         trial.set_user_attr(key, value)
     if constraint is not None:
         trial.set_constraint("memory", constraint)
 
 
-def attrs_of(record: TrialRecord, *, constraint: float | None = None, profile_dir: str | None = None,
-             parity: dict[str, Any] | None = None, noisy: bool = False) -> dict[str, Any]:
+def attrs_of(
+    record: TrialRecord,
+    *,
+    constraint: float | None = None,
+    profile_dir: str | None = None,
+    parity: dict[str, Any] | None = None,
+    noisy: bool = False,
+) -> dict[str, Any]:
     """The user attributes :func:`store` writes for ``record`` (``optuna.trial.create_trial`` takes them too)."""
     if record.failure is not None and len(record.failure.error) > ERROR_CHARS:
-        record = replace(record, failure=replace(record.failure, error=record.failure.error[:ERROR_CHARS]))
+        record = replace(
+            record, failure=replace(record.failure, error=record.failure.error[:ERROR_CHARS])
+        )
     attrs: dict[str, Any] = {RECORD: record.to_json()}
     if constraint is not None:
         attrs[CONSTRAINT] = constraint
@@ -136,13 +153,22 @@ def measured(trial: FrozenTrial) -> bool:
 
 def feasible(trial: FrozenTrial) -> bool:
     """Complete, not failed (out of memory), within the memory budget."""
-    return trial.state == TrialState.COMPLETE and reason_of(trial) is None and constraint_of(trial)[0] <= 0
+    return (
+        trial.state == TrialState.COMPLETE
+        and reason_of(trial) is None
+        and constraint_of(trial)[0] <= 0
+    )
 
 
 def eligible(trial: FrozenTrial) -> bool:
     """Feasible, and neither a reference, nor noisy without a second run, nor failing loss parity."""
     a = trial.user_attrs
-    return feasible(trial) and not a.get(REFERENCE) and not a.get(NOISY) and parity_passed(trial) is not False
+    return (
+        feasible(trial)
+        and not a.get(REFERENCE)
+        and not a.get(NOISY)
+        and parity_passed(trial) is not False
+    )
 
 
 def parity_passed(trial: FrozenTrial) -> bool | None:
@@ -153,7 +179,9 @@ def parity_passed(trial: FrozenTrial) -> bool | None:
 
 def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The trials that may be the best, fastest first."""
-    return sorted((t for t in study.get_trials(deepcopy=False) if eligible(t)), key=lambda t: -t.value)
+    return sorted(
+        (t for t in study.get_trials(deepcopy=False) if eligible(t)), key=lambda t: -t.value
+    )
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -168,8 +196,14 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
 
 def stock_trial(study: optuna.Study) -> FrozenTrial | None:
     """The measurement of the stock configuration (not one stopped and queued again)."""
-    return next((t for t in study.get_trials(deepcopy=False)
-                 if t.user_attrs.get(STOCK) and reason_of(t) not in QUEUED_AGAIN), None)
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get(STOCK) and reason_of(t) not in QUEUED_AGAIN
+        ),
+        None,
+    )
 
 
 def _legacy(attrs: dict[str, Any]) -> TrialRecord | None:
@@ -188,15 +222,26 @@ def _legacy_measurement(attrs: dict[str, Any]) -> Measurement:
     environment = attrs.get("environment")
     return Measurement(
         samples_per_s=speed,
-        step_time=StepTimes(median_ms=median, p10_ms=spread.get("p10", median), p90_ms=spread.get("p90", median),
-                            min_ms=spread.get("min", median), max_ms=spread.get("max", median),
-                            mean_ms=spread.get("mean", median)),
+        step_time=StepTimes(
+            median_ms=median,
+            p10_ms=spread.get("p10", median),
+            p90_ms=spread.get("p90", median),
+            min_ms=spread.get("min", median),
+            max_ms=spread.get("max", median),
+            mean_ms=spread.get("mean", median),
+        ),
         memory=Memory(allocated_bytes=int(attrs.get("peak_memory_bytes", 0))),
-        loader=LoaderRate(window_samples_per_s=float(attrs.get("window_samples_per_s") or speed),
-                          loader_samples_per_s=attrs.get("loader_samples_per_s"), bound=bool(attrs.get("loader_bound", False))),
-        mfu=float(attrs.get("mfu", 0.0)), world_size=int(attrs.get("world_size", 1)),
-        losses=list(attrs.get("losses", [])), grad_norms=list(attrs.get("grad_norms", [])),
-        environment=(_json(environment) if isinstance(environment, str) else environment) or {})
+        loader=LoaderRate(
+            window_samples_per_s=float(attrs.get("window_samples_per_s") or speed),
+            loader_samples_per_s=attrs.get("loader_samples_per_s"),
+            bound=bool(attrs.get("loader_bound", False)),
+        ),
+        mfu=float(attrs.get("mfu", 0.0)),
+        world_size=int(attrs.get("world_size", 1)),
+        losses=list(attrs.get("losses", [])),
+        grad_norms=list(attrs.get("grad_norms", [])),
+        environment=(_json(environment) if isinstance(environment, str) else environment) or {},
+    )
 
 
 def _legacy_profile(attrs: dict[str, Any]) -> ProfileSummary | None:
@@ -205,9 +250,13 @@ def _legacy_profile(attrs: dict[str, Any]) -> ProfileSummary | None:
     if "buckets" not in attrs:
         return None
     raw = attrs["buckets"]
-    return ProfileSummary(profiled_step_ms=attrs.get("profiled_step_ms"), unprofiled_step_ms=attrs.get("unprofiled_step_ms"),
-                          overhead=attrs.get("profile_overhead"), buckets=_json(raw) if isinstance(raw, str) else raw,
-                          dominant=attrs.get("dominant"))
+    return ProfileSummary(
+        profiled_step_ms=attrs.get("profiled_step_ms"),
+        unprofiled_step_ms=attrs.get("unprofiled_step_ms"),
+        overhead=attrs.get("profile_overhead"),
+        buckets=_json(raw) if isinstance(raw, str) else raw,
+        dominant=attrs.get("dominant"),
+    )
 
 
 def _json(text: str) -> Any:

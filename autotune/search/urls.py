@@ -36,7 +36,9 @@ def redact(url: str) -> str:
     if parts.password is not None:
         user, _, host = netloc.rpartition("@")
         netloc = f"{user.partition(':')[0]}:{REDACTED}@{host}"
-    query = _QUERY_PAIR.sub(lambda m: f"{m[1]}={REDACTED}" if _SECRET_KEY.search(m[1]) else m[0], parts.query)
+    query = _QUERY_PAIR.sub(
+        lambda m: f"{m[1]}={REDACTED}" if _SECRET_KEY.search(m[1]) else m[0], parts.query
+    )
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 

@@ -23,7 +23,9 @@ from autotune.search.trials import best_trial, measurement_of, stock_trial
 from autotune.train.record import TrialRecord
 
 
-def parity_with_stock(study: optuna.Study, record: TrialRecord, cfg: TrainConfig) -> dict[str, Any] | None:
+def parity_with_stock(
+    study: optuna.Study, record: TrialRecord, cfg: TrainConfig
+) -> dict[str, Any] | None:
     """Loss parity of the record against the stock trial's losses (None: either has none)."""
     from autotune.train.verify import compare, tolerance_for
 
@@ -33,8 +35,14 @@ def parity_with_stock(study: optuna.Study, record: TrialRecord, cfg: TrainConfig
     if stock_m is None or m is None or not stock_m.losses or not m.losses:
         return None
     result = compare(stock_m, m, tolerance_for(cfg))
-    return {"passed": result.passed, "tolerance": result.tolerance, "loss_rel_diff": result.loss_rel_diff,
-            "grad_norm_rel_diff": result.grad_norm_rel_diff, "steps": result.steps, "stock_trial": stock.number}
+    return {
+        "passed": result.passed,
+        "tolerance": result.tolerance,
+        "loss_rel_diff": result.loss_rel_diff,
+        "grad_norm_rel_diff": result.grad_norm_rel_diff,
+        "steps": result.steps,
+        "stock_trial": stock.number,
+    }
 
 
 def needs_second_run(study: optuna.Study, record: TrialRecord) -> bool:
@@ -47,4 +55,6 @@ def needs_second_run(study: optuna.Study, record: TrialRecord) -> bool:
 
 def settled(record: TrialRecord) -> bool:
     """Not flagged, or measured again (``record.remeasure`` holds a measurement)."""
-    return not flags(record) or (record.remeasure is not None and record.remeasure.measurement is not None)
+    return not flags(record) or (
+        record.remeasure is not None and record.remeasure.measurement is not None
+    )

@@ -39,7 +39,12 @@ from safetensors.torch import load_file, save_file
 from autotune.errors import AutotuneError
 
 PREFIX = "checkpoint-"
-WEIGHTS, OPTIMIZER, SCHEDULER, RNG = "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pt"
+WEIGHTS, OPTIMIZER, SCHEDULER, RNG = (
+    "model.safetensors",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pt",
+)
 CONFIG, STATE = "config.yaml", "trainer_state.json"
 _NAME = re.compile(rf"{PREFIX}(\d+)\Z")
 
@@ -94,7 +99,11 @@ def checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
     """Complete checkpoint folders in ``output_dir`` by step, oldest first."""
     if not output_dir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _NAME.match(p.name))]
+    found = [
+        (int(m.group(1)), p)
+        for p in output_dir.iterdir()
+        if p.is_dir() and (m := _NAME.match(p.name))
+    ]
     return sorted(found)
 
 
@@ -122,7 +131,9 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
     for p in tmp.iterdir():
         _fsync(p)
     _fsync(tmp)
-    if final.exists():  # the same step written again (a job resumed after it): the new one replaces it
+    if (
+        final.exists()
+    ):  # the same step written again (a job resumed after it): the new one replaces it
         shutil.rmtree(final)
     tmp.rename(final)
     _fsync(output_dir)
@@ -135,7 +146,9 @@ def read_state(folder: Path) -> dict[str, Any]:
         state = json.loads((folder / STATE).read_text())
         files = state["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CorruptCheckpoint(f"{folder / STATE} is missing or unreadable ({type(exc).__name__})") from None
+        raise CorruptCheckpoint(
+            f"{folder / STATE} is missing or unreadable ({type(exc).__name__})"
+        ) from None
     for name, size in files.items():
         path = folder / name
         actual = path.stat().st_size if path.is_file() else None
@@ -154,11 +167,15 @@ def load(folder: Path) -> Loaded:
         scheduler = torch.load(folder / SCHEDULER, map_location="cpu", weights_only=True)
         rng = torch.load(folder / RNG, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001  any failure to read means: not this checkpoint
-        raise CorruptCheckpoint(f"{folder} does not load ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        raise CorruptCheckpoint(
+            f"{folder} does not load ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        ) from None
     return Loaded(folder, int(state["step"]), weights, optimizer, scheduler, rng, state)
 
 
-def latest(output_dir: Path, warn: Callable[[str], None], *, at: int | None = None) -> Loaded | None:
+def latest(
+    output_dir: Path, warn: Callable[[str], None], *, at: int | None = None
+) -> Loaded | None:
     """The newest checkpoint of ``output_dir`` that loads (or the one of step ``at``); each newer one
     that does not is skipped with a warning."""
     for step, path in reversed(checkpoints(output_dir)):
@@ -207,8 +224,9 @@ class Writer:
     def submit(self, snapshot: Snapshot, record: WriteRecord) -> None:
         self.wait()
         self.records.append(record)
-        self._thread = threading.Thread(target=self._run, args=(snapshot, record), name="autotune-checkpoint",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(snapshot, record), name="autotune-checkpoint", daemon=True
+        )
         self._thread.start()
 
     def _run(self, snapshot: Snapshot, record: WriteRecord) -> None:
@@ -227,4 +245,6 @@ class Writer:
             self._thread = None
         if self._error is not None:
             exc, self._error = self._error, None
-            raise AutotuneError(f"writing a checkpoint into {self.output_dir} failed: {type(exc).__name__}: {exc}")
+            raise AutotuneError(
+                f"writing a checkpoint into {self.output_dir} failed: {type(exc).__name__}: {exc}"
+            )

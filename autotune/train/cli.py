@@ -1,10 +1,10 @@
 """``autotune train`` and ``autotune verify``.
 
-    python -m autotune train --preset tiny --nproc 2 --steps 4 --json
-    python -m autotune train --config best.yaml --steps 50
-    python -m autotune train --config best.yaml --max-steps 2000 --save-steps 500 --output-dir runs/ft
-    python -m autotune export runs/ft/checkpoint-2000 --out runs/ft/export
-    python -m autotune verify --config best.yaml --steps 20
+python -m autotune train --preset tiny --nproc 2 --steps 4 --json
+python -m autotune train --config best.yaml --steps 50
+python -m autotune train --config best.yaml --max-steps 2000 --save-steps 500 --output-dir runs/ft
+python -m autotune export runs/ft/checkpoint-2000 --out runs/ft/export
+python -m autotune verify --config best.yaml --steps 20
 """
 
 from __future__ import annotations
@@ -20,46 +20,97 @@ from autotune.workloads.stock import stock_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a configuration with every knob applied: measure it (--steps) or run "
-                       "the training job (--max-steps, checkpoints, resume)")
+    p = sub.add_parser(
+        "train",
+        help="train a configuration with every knob applied: measure it (--steps) or run "
+        "the training job (--max-steps, checkpoints, resume)",
+    )
     _common(p)
-    p.add_argument("--steps", type=int, default=None, help="measured steps (after warm-up; default 20)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up steps, not measured (default 5)")
-    p.add_argument("--json", action="store_true", help="print the run's record (autotune.train.record) as one JSON object "
-                   "on the last line")
+    p.add_argument(
+        "--steps", type=int, default=None, help="measured steps (after warm-up; default 20)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=None, help="warm-up steps, not measured (default 5)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run's record (autotune.train.record) as one JSON object on the last line",
+    )
     job_cli.add_arguments(p)
     p.set_defaults(func=run_train)
 
-    e = sub.add_parser("export", help="write a job's checkpoint as an upstream checkpoint (Hugging Face safetensors)")
+    e = sub.add_parser(
+        "export",
+        help="write a job's checkpoint as an upstream checkpoint (Hugging Face safetensors)",
+    )
     e.add_argument("checkpoint", help="a job's checkpoint folder, D/checkpoint-<step>")
-    e.add_argument("--out", required=True, help="new or empty folder for model.safetensors.index.json and its shards")
-    e.add_argument("--max-shard-size", type=float, default=5.0, help="GB per shard (default 5, as save_pretrained)")
+    e.add_argument(
+        "--out",
+        required=True,
+        help="new or empty folder for model.safetensors.index.json and its shards",
+    )
+    e.add_argument(
+        "--max-shard-size",
+        type=float,
+        default=5.0,
+        help="GB per shard (default 5, as save_pretrained)",
+    )
     e.set_defaults(func=run_export)
 
-    pr = sub.add_parser("profile", help="profile a window of a configuration and classify its step time")
+    pr = sub.add_parser(
+        "profile", help="profile a window of a configuration and classify its step time"
+    )
     _common(pr)
-    pr.add_argument("--out", required=True, help="folder for the per-rank traces and classification.summary (must be new or empty)")
+    pr.add_argument(
+        "--out",
+        required=True,
+        help="folder for the per-rank traces and classification.summary (must be new or empty)",
+    )
     pr.add_argument("--steps", type=int, default=5, help="profiled (active) steps")
-    pr.add_argument("--warmup", type=int, default=5, help="unprofiled warm-up steps before the window")
-    pr.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
+    pr.add_argument(
+        "--warmup", type=int, default=5, help="unprofiled warm-up steps before the window"
+    )
+    pr.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object on the last line"
+    )
     pr.set_defaults(func=run_profile)
 
-    v = sub.add_parser("verify", help="loss parity of a configuration against the stock configuration")
+    v = sub.add_parser(
+        "verify", help="loss parity of a configuration against the stock configuration"
+    )
     _common(v)
     v.add_argument("--steps", type=int, default=20, help="steps trained by each configuration")
-    v.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
+    v.add_argument(
+        "--json", action="store_true", help="print the result as one JSON object on the last line"
+    )
     v.set_defaults(func=run_verify)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="configuration YAML (e.g. a run's best.yaml); default: the stock configuration")
-    p.add_argument("--workload", default=None, help="workload name, path/to/file.py:Class or package.module:Class "
-                   "(with no --config: its stock configuration)")
-    p.add_argument("--preset", default=None, help="model preset (default: the workload's, e.g. full on GPU and tiny on "
-                   "CPU for gr00t_n16)")
+    p.add_argument(
+        "--config",
+        help="configuration YAML (e.g. a run's best.yaml); default: the stock configuration",
+    )
+    p.add_argument(
+        "--workload",
+        default=None,
+        help="workload name, path/to/file.py:Class or package.module:Class "
+        "(with no --config: its stock configuration)",
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="model preset (default: the workload's, e.g. full on GPU and tiny on "
+        "CPU for gr00t_n16)",
+    )
     p.add_argument("--batch-size", type=int, default=None, help="samples per process per step")
-    p.add_argument("--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)")
-    p.add_argument("--nproc", type=int, default=1, help="processes (GPUs); several run through torchrun")
+    p.add_argument(
+        "--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)"
+    )
+    p.add_argument(
+        "--nproc", type=int, default=1, help="processes (GPUs); several run through torchrun"
+    )
 
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
@@ -103,22 +154,33 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _raise_failure(record: TrialRecord, what: str) -> None:
     if record.failure is not None:
-        raise TrialError(f"{what} failed ({record.failure.reason}): {record.failure.error}", record.failure.reason)
+        raise TrialError(
+            f"{what} failed ({record.failure.reason}): {record.failure.error}",
+            record.failure.reason,
+        )
 
 
 def _print(m: Measurement, cfg: TrainConfig) -> None:
     s, mem = m.step_time, m.memory
-    print(f"{cfg.workload}/{cfg.preset} on {m.world_size} x {m.device}, "
-          f"{m.batch_size} samples per process, {m.steps} measured steps")
+    print(
+        f"{cfg.workload}/{cfg.preset} on {m.world_size} x {m.device}, "
+        f"{m.batch_size} samples per process, {m.steps} measured steps"
+    )
     print(f"  samples/s     {m.samples_per_s:.2f}   tokens/s {m.tokens_per_s:.0f}")
     if m.loader.bound:
-        print(f"                loader-bound: the window ran at {m.loader.window_samples_per_s:.2f} from the workers' buffer, "
-              f"the {cfg.data.num_workers} workers sustain {m.loader.loader_samples_per_s:.2f}")
+        print(
+            f"                loader-bound: the window ran at {m.loader.window_samples_per_s:.2f} from the workers' buffer, "
+            f"the {cfg.data.num_workers} workers sustain {m.loader.loader_samples_per_s:.2f}"
+        )
     print(f"  step time     {s.median_ms:.1f} ms median (p10 {s.p10_ms:.1f}, p90 {s.p90_ms:.1f})")
-    print(f"  peak memory   {mem.allocated_bytes / 2**30:.2f} GiB allocated, {(mem.reserved_bytes or 0) / 2**30:.2f} GiB reserved")
+    print(
+        f"  peak memory   {mem.allocated_bytes / 2**30:.2f} GiB allocated, {(mem.reserved_bytes or 0) / 2**30:.2f} GiB reserved"
+    )
     print(f"  MFU           {100 * m.mfu:.1f} % of {m.matmul_tflops:.1f} TFLOP/s measured")
     if m.useful_mfu is not None:
-        print(f"  useful MFU    {100 * m.useful_mfu:.1f} % (the FLOPs that reach the loss or a gradient)")
+        print(
+            f"  useful MFU    {100 * m.useful_mfu:.1f} % (the FLOPs that reach the loss or a gradient)"
+        )
     print(f"  loss          {m.losses[0]:.4f} -> {m.losses[-1]:.4f}")
 
 
@@ -131,14 +193,18 @@ def run_verify(args: argparse.Namespace) -> int:
         print(json.dumps(res.to_dict()))
     else:
         verdict = "PASS" if res.passed else "FAIL"
-        print(f"{verdict}: loss mean differs by {100 * res.loss_rel_diff:.2f} %, gradient norm mean by "
-              f"{100 * res.grad_norm_rel_diff:.2f} % (tolerance {100 * res.tolerance:.0f} %) over {res.steps} steps; "
-              f"largest per-step difference: loss {100 * res.max_step_loss_rel_diff:.2f} %, "
-              f"gradient norm {100 * res.max_step_grad_norm_rel_diff:.2f} %")
+        print(
+            f"{verdict}: loss mean differs by {100 * res.loss_rel_diff:.2f} %, gradient norm mean by "
+            f"{100 * res.grad_norm_rel_diff:.2f} % (tolerance {100 * res.tolerance:.0f} %) over {res.steps} steps; "
+            f"largest per-step difference: loss {100 * res.max_step_loss_rel_diff:.2f} %, "
+            f"gradient norm {100 * res.max_step_grad_norm_rel_diff:.2f} %"
+        )
     if not res.passed:
-        raise ParityError(f"{args.config or 'the configuration'} does not train the same model as the stock configuration "
-                          f"(loss {100 * res.loss_rel_diff:.2f} %, gradient norm {100 * res.grad_norm_rel_diff:.2f} %, "
-                          f"tolerance {100 * res.tolerance:.0f} %)")
+        raise ParityError(
+            f"{args.config or 'the configuration'} does not train the same model as the stock configuration "
+            f"(loss {100 * res.loss_rel_diff:.2f} %, gradient norm {100 * res.grad_norm_rel_diff:.2f} %, "
+            f"tolerance {100 * res.tolerance:.0f} %)"
+        )
     return 0
 
 
@@ -152,9 +218,13 @@ def run_profile(args: argparse.Namespace) -> int:
     cfg = resolve_config(args)
     out = Path(args.out)
     if out.is_dir() and any(out.iterdir()):
-        raise ConfigError(f"--out {out}: the profile folder exists and is not empty; give a new folder")
+        raise ConfigError(
+            f"--out {out}: the profile folder exists and is not empty; give a new folder"
+        )
     output_folder(out)
-    record = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, profile_out=out.resolve())
+    record = launch(
+        cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, profile_out=out.resolve()
+    )
     _raise_failure(record, "profiling")
     if args.json:  # the classification in full, as rank 0 wrote it
         print(json.dumps(json.loads((out / "classification.summary").read_text())))
@@ -165,8 +235,10 @@ def run_profile(args: argparse.Namespace) -> int:
     profile = record.profile
     assert profile is not None and profile.overhead is not None
     print(render_text(classify(out)))
-    print(f"profiler overhead: {100 * profile.overhead:.1f} % "
-          f"(profiled {profile.profiled_step_ms:.1f} ms vs unprofiled {profile.unprofiled_step_ms:.1f} ms per step)")
+    print(
+        f"profiler overhead: {100 * profile.overhead:.1f} % "
+        f"(profiled {profile.profiled_step_ms:.1f} ms vs unprofiled {profile.unprofiled_step_ms:.1f} ms per step)"
+    )
     print(f"traces: {out}  (open them in https://ui.perfetto.dev)")
     return 0
 
@@ -174,8 +246,12 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from autotune.train.export import export_checkpoint
 
-    index = export_checkpoint(args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_size * 1e9))
+    index = export_checkpoint(
+        args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_size * 1e9)
+    )
     shards = len(set(index["weight_map"].values()))
-    print(f"{args.out}: {len(index['weight_map'])} tensors, {index['metadata']['total_size'] / 2**30:.2f} GiB "
-          f"in {shards} shard{'s' if shards > 1 else ''}")
+    print(
+        f"{args.out}: {len(index['weight_map'])} tensors, {index['metadata']['total_size'] / 2**30:.2f} GiB "
+        f"in {shards} shard{'s' if shards > 1 else ''}"
+    )
     return 0

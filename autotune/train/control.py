@@ -55,7 +55,9 @@ class Control:
             self._work.wait()
             agreed = (bool(self._buf[STOP]), bool(self._buf[PROFILE]))
         self._buf = torch.tensor(flags, dtype=torch.int32)
-        self._work = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        self._work = dist.all_reduce(
+            self._buf, op=dist.ReduceOp.MAX, group=self.group, async_op=True
+        )
         return agreed
 
     def drain(self) -> None:

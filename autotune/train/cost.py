@@ -27,7 +27,18 @@ from typing import Any
 
 from autotune.train.record import Cost
 
-PARTS = ("start", "build", "loader", "compile", "capture", "warmup", "measure", "profile", "remeasure", "other")
+PARTS = (
+    "start",
+    "build",
+    "loader",
+    "compile",
+    "capture",
+    "warmup",
+    "measure",
+    "profile",
+    "remeasure",
+    "other",
+)
 """Every part a cost may have, in the order of a run (``remeasure``: a second run of a noisy trial)."""
 
 PART_DOCS = {
@@ -120,7 +131,9 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return events
 
 
-def cost_of(events: list[dict[str, Any]], begin: float, end: float, extra: dict[str, float] | None = None) -> Cost:
+def cost_of(
+    events: list[dict[str, Any]], begin: float, end: float, extra: dict[str, float] | None = None
+) -> Cost:
     """The run's cost from ``begin`` to ``end`` (monotonic seconds): each instant goes to the innermost
     part open then, a part still open at the end (the run was killed) is closed there, and what no
     part holds is ``other``. ``extra``: parts timed outside the events (a re-measure), added as they are."""
@@ -148,7 +161,11 @@ def cost_of(events: list[dict[str, Any]], begin: float, end: float, extra: dict[
     for name, seconds in (extra or {}).items():
         totals[name] += seconds
     wall = end - begin + sum((extra or {}).values())
-    return Cost(wall_s=wall, parts={k: v for k, v in totals.items() if v > 0 or k == "other"}, compile_cache=counters)
+    return Cost(
+        wall_s=wall,
+        parts={k: v for k, v in totals.items() if v > 0 or k == "other"},
+        compile_cache=counters,
+    )
 
 
 def with_wall(run: Cost | None, wall_s: float, remeasure: Cost | None = None) -> Cost:
@@ -160,4 +177,8 @@ def with_wall(run: Cost | None, wall_s: float, remeasure: Cost | None = None) ->
     parts.setdefault("other", 0.0)
     rest = wall_s - sum(parts.values())
     parts["other"] += max(0.0, rest)
-    return Cost(wall_s=sum(parts.values()), parts=parts, compile_cache=dict(run.compile_cache) if run else {})
+    return Cost(
+        wall_s=sum(parts.values()),
+        parts=parts,
+        compile_cache=dict(run.compile_cache) if run else {},
+    )

@@ -38,7 +38,11 @@ def wrap_ddp(model: nn.Module, cfg: DDPConfig, device: torch.device) -> DDP:
     if cfg.comm_hook != "none":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        hook = default_hooks.bf16_compress_hook if cfg.comm_hook == "bf16" else default_hooks.fp16_compress_hook
+        hook = (
+            default_hooks.bf16_compress_hook
+            if cfg.comm_hook == "bf16"
+            else default_hooks.fp16_compress_hook
+        )
         ddp.register_comm_hook(None, hook)
     return ddp
 
@@ -72,14 +76,20 @@ class FlatGradReducer:
     gradients arrived in (broadcast, so that every rank has the same buckets), before any capture.
     """
 
-    def __init__(self, params: list[nn.Parameter], cfg: DDPConfig, world_size: int, overlap: bool = False) -> None:
+    def __init__(
+        self, params: list[nn.Parameter], cfg: DDPConfig, world_size: int, overlap: bool = False
+    ) -> None:
         self.world, self.cfg, self.params = world_size, cfg, list(params)
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self.overlap = overlap and world_size > 1
-        self._average = world_size > 1 and dist.get_backend() == "nccl"  # the collective divides (ReduceOp.AVG)
+        self._average = (
+            world_size > 1 and dist.get_backend() == "nccl"
+        )  # the collective divides (ReduceOp.AVG)
         self._works: list[tuple[torch.Tensor, torch.Tensor, object]] = []
         self._started = 0  # buckets started this step, from the last one backwards
-        self._arrived: list[int] | None = [] if self.overlap else None  # first step: parameter indices, in order
+        self._arrived: list[int] | None = (
+            [] if self.overlap else None
+        )  # first step: parameter indices, in order
         self._layout(self.params)
         for p in self.params:
             p.register_post_accumulate_grad_hook(self._ready)
@@ -89,7 +99,9 @@ class FlatGradReducer:
         old = {id(p): p.grad for p in order}
         self.buffers: list[torch.Tensor] = []
         self._views: dict[int, torch.Tensor] = {}
-        spans: list[tuple[int, nn.Parameter, int, int]] = []  # (buffer index, parameter, start, end)
+        spans: list[
+            tuple[int, nn.Parameter, int, int]
+        ] = []  # (buffer index, parameter, start, end)
         for dtype in sorted({p.dtype for p in order}, key=str):
             group = [p for p in order if p.dtype == dtype]
             flat = torch.zeros(sum(p.numel() for p in group), dtype=dtype, device=group[0].device)
@@ -103,8 +115,11 @@ class FlatGradReducer:
                 offset += p.numel()
             self.buffers.append(flat)
         cap = int(self.cfg.bucket_cap_mb * 2**20)
-        ranges = [(n, i, min(i + cap // b.element_size(), b.numel()))
-                  for n, b in enumerate(self.buffers) for i in range(0, b.numel(), cap // b.element_size())]
+        ranges = [
+            (n, i, min(i + cap // b.element_size(), b.numel()))
+            for n, b in enumerate(self.buffers)
+            for i in range(0, b.numel(), cap // b.element_size())
+        ]
         self.buckets = [self.buffers[n][i:j] for n, i, j in ranges]
         # each parameter: the buckets its gradient lies in; each bucket: how many parameters it waits for
         self._of_param: dict[int, list[int]] = {}
@@ -143,7 +158,11 @@ class FlatGradReducer:
             if only_ready and self._pending[k] > 0:
                 return
             bucket = self.buckets[k]
-            send = bucket.to(torch.bfloat16 if hook == "bf16" else torch.float16) if hook != "none" else bucket
+            send = (
+                bucket.to(torch.bfloat16 if hook == "bf16" else torch.float16)
+                if hook != "none"
+                else bucket
+            )
             self._works.append((bucket, send, dist.all_reduce(send, op=op, async_op=True)))
             self._started += 1
 
@@ -155,7 +174,9 @@ class FlatGradReducer:
                 p.grad = view
         if self.world == 1:
             return
-        self._start(only_ready=False)  # every bucket the hooks did not start (all of them without overlap)
+        self._start(
+            only_ready=False
+        )  # every bucket the hooks did not start (all of them without overlap)
         for _, _, work in self._works:
             work.wait()
         for bucket, send, _ in self._works:
@@ -176,7 +197,9 @@ class FlatGradReducer:
         if capturing:  # a graph holds the buffers' addresses: keep this layout
             return
         seen = list(dict.fromkeys(arrived))
-        order = seen + sorted(set(range(len(self.params))) - set(seen))  # no gradient this step: last
+        order = seen + sorted(
+            set(range(len(self.params))) - set(seen)
+        )  # no gradient this step: last
         order_t = torch.tensor(order, dtype=torch.int64, device=self.buffers[0].device)
         dist.broadcast(order_t, src=0)
         # the first gradient to arrive goes to the end of the buffers, whose buckets start first

@@ -48,7 +48,10 @@ def _oom_counter_files() -> list[Path]:
         if controllers == "":  # cgroup v2
             files += [CGROUP_ROOT / rel / "memory.events", CGROUP_ROOT / "memory.events"]
         elif "memory" in controllers.split(","):  # cgroup v1
-            files += [CGROUP_ROOT / "memory" / rel / "memory.oom_control", CGROUP_ROOT / "memory" / "memory.oom_control"]
+            files += [
+                CGROUP_ROOT / "memory" / rel / "memory.oom_control",
+                CGROUP_ROOT / "memory" / "memory.oom_control",
+            ]
     return [f for f in files if f.is_file()]
 
 
@@ -86,8 +89,9 @@ def killed_by_oom(oom_before: int | None, pids: Iterable[int]) -> bool | None:
     return None if after is None and logged is None else False
 
 
-def exit_failure(code: int, *, oom_before: int | None, pids: Iterable[int] = (),
-                 log_text: str = "") -> tuple[str, str]:
+def exit_failure(
+    code: int, *, oom_before: int | None, pids: Iterable[int] = (), log_text: str = ""
+) -> tuple[str, str]:
     """(reason, message) of a run that ended with exit code ``code`` and no result.
 
     With torchrun (``code`` 1 and its failure report in ``log_text``) the failed rank's own exit

@@ -24,7 +24,9 @@ from autotune.train import checkpoint, knobs, precision
 from autotune.weights import INDEX, fingerprint, load_upstream, upstream_tensors, write_checkpoint
 from autotune.workloads import get_workload
 
-_WEIGHT_FILE = re.compile(r"(model.*\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin)\Z")
+_WEIGHT_FILE = re.compile(
+    r"(model.*\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin)\Z"
+)
 
 
 def _device_for(state: dict) -> torch.device:
@@ -32,8 +34,10 @@ def _device_for(state: dict) -> torch.device:
     kind = state.get("init_device", "cpu")
     if kind == "cuda" and not state.get("init_from"):
         if not torch.cuda.is_available():
-            raise ConfigError("the job initialised its frozen weights at random on CUDA (no --init-from): export it "
-                              "on a machine with a GPU")
+            raise ConfigError(
+                "the job initialised its frozen weights at random on CUDA (no --init-from): export it "
+                "on a machine with a GPU"
+            )
         return torch.device("cuda", 0)
     return torch.device("cpu")
 
@@ -47,7 +51,9 @@ def build_trained_model(folder: Path) -> tuple[torch.nn.Module, str]:
         raise ConfigError(str(exc)) from None
     cfg = config_from_dict(state["config"])
     workload = get_workload(cfg.workload)
-    torch.manual_seed(cfg.seed)  # as Session does: the same random frozen weights without --init-from
+    torch.manual_seed(
+        cfg.seed
+    )  # as Session does: the same random frozen weights without --init-from
     model = workload.build_model(cfg.preset, _device_for(state))
     regions = workload.regions(model)
     knobs.apply_trainability(regions, cfg)
@@ -56,28 +62,38 @@ def build_trained_model(folder: Path) -> tuple[torch.nn.Module, str]:
     if init:
         path = Path(init["path"])
         if not path.is_dir():
-            raise ConfigError(f"{folder} was trained from --init-from {path}, which export needs for the frozen "
-                              f"weights and is not there")
+            raise ConfigError(
+                f"{folder} was trained from --init-from {path}, which export needs for the frozen "
+                f"weights and is not there"
+            )
         if fingerprint(path) != init["fingerprint"]:
             raise ConfigError(f"{path} no longer holds the weights {folder} was trained from")
         load_upstream(model, path, cfg.workload, cfg.preset)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     if set(params) != set(loaded.weights):
-        raise ConfigError(f"{folder / checkpoint.WEIGHTS}: its weights are not the trainable parameters of "
-                          f"{cfg.workload}/{cfg.preset} under its configuration")
+        raise ConfigError(
+            f"{folder / checkpoint.WEIGHTS}: its weights are not the trainable parameters of "
+            f"{cfg.workload}/{cfg.preset} under its configuration"
+        )
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(loaded.weights[name])
     return model.to("cpu"), cfg.workload
 
 
-def export_checkpoint(folder: str | os.PathLike, out: str | os.PathLike, *, max_shard_bytes: int = 5 * 10**9) -> dict:
+def export_checkpoint(
+    folder: str | os.PathLike, out: str | os.PathLike, *, max_shard_bytes: int = 5 * 10**9
+) -> dict:
     """Write the model of the job checkpoint ``folder`` into ``out`` in the upstream layout; the index."""
     folder, out = Path(folder), Path(out)
     if not (folder / checkpoint.STATE).is_file():
-        raise ConfigError(f"{folder}: not a job checkpoint (no {checkpoint.STATE}); give D/checkpoint-<step>")
+        raise ConfigError(
+            f"{folder}: not a job checkpoint (no {checkpoint.STATE}); give D/checkpoint-<step>"
+        )
     model, workload = build_trained_model(folder)
-    index = write_checkpoint(upstream_tensors(model, workload), out, max_shard_bytes=max_shard_bytes)
+    index = write_checkpoint(
+        upstream_tensors(model, workload), out, max_shard_bytes=max_shard_bytes
+    )
     init = checkpoint.read_state(folder).get("init_from")
     if init and Path(init["path"]).is_dir():
         for f in Path(init["path"]).iterdir():

@@ -31,10 +31,14 @@ Call = tuple[tuple, dict]
 
 
 def _detached(value):
-    return tree_map_only(torch.Tensor, lambda a: a.detach().clone().requires_grad_(a.requires_grad), value)
+    return tree_map_only(
+        torch.Tensor, lambda a: a.detach().clone().requires_grad_(a.requires_grad), value
+    )
 
 
-def record_region_inputs(model: nn.Module, modules: list[nn.Module], run: Callable[[], None]) -> list[tuple[nn.Module, Call]]:
+def record_region_inputs(
+    model: nn.Module, modules: list[nn.Module], run: Callable[[], None]
+) -> list[tuple[nn.Module, Call]]:
     """Run ``run()`` once and record, in execution order, each module's first call (its positional
     and keyword arguments, tensors detached copies)."""
     seen: dict[int, Call] = {}
@@ -71,7 +75,9 @@ class FlatCall(nn.Module):
 
     def __init__(self, module: nn.Module, call: Call) -> None:
         super().__init__()
-        self.inner = module  # its parameters are the graph's (make_graphed_callables reads .parameters())
+        self.inner = (
+            module  # its parameters are the graph's (make_graphed_callables reads .parameters())
+        )
         self.inner_forward = module.forward
         leaves, self.in_spec = tree_flatten(call)
         self.in_constants = [None if torch.is_tensor(x) else x for x in leaves]
@@ -82,23 +88,32 @@ class FlatCall(nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         it = iter(tensors)
-        args, kwargs = tree_unflatten([next(it) if t else c for t, c in zip(self.in_tensor, self.in_constants)], self.in_spec)
+        args, kwargs = tree_unflatten(
+            [next(it) if t else c for t, c in zip(self.in_tensor, self.in_constants)], self.in_spec
+        )
         leaves, self.out_spec = tree_flatten(self.inner_forward(*args, **kwargs))
         self.out_constants = [None if torch.is_tensor(x) else x for x in leaves]
         return tuple(x for x in leaves if torch.is_tensor(x))
 
     def tensors(self, args: tuple, kwargs: dict) -> tuple[torch.Tensor, ...]:
         leaves, spec = tree_flatten((tuple(args), dict(kwargs)))
-        ok = spec == self.in_spec and all(torch.is_tensor(x) if t else _same(x, c)
-                                          for x, t, c in zip(leaves, self.in_tensor, self.in_constants))
+        ok = spec == self.in_spec and all(
+            torch.is_tensor(x) if t else _same(x, c)
+            for x, t, c in zip(leaves, self.in_tensor, self.in_constants)
+        )
         if not ok:
-            raise TrialError(f"graphs.regions: {type(self.inner).__name__} was called with other non-tensor arguments "
-                             "than when its graph was captured; a captured region needs the same call every step", "config")
+            raise TrialError(
+                f"graphs.regions: {type(self.inner).__name__} was called with other non-tensor arguments "
+                "than when its graph was captured; a captured region needs the same call every step",
+                "config",
+            )
         return tuple(x for x in leaves if torch.is_tensor(x))
 
     def output(self, tensors: tuple[torch.Tensor, ...]):
         it = iter(tensors)
-        return tree_unflatten([next(it) if c is None else c for c in self.out_constants], self.out_spec)
+        return tree_unflatten(
+            [next(it) if c is None else c for c in self.out_constants], self.out_spec
+        )
 
 
 class _ForwardGraph:
@@ -145,14 +160,19 @@ def graph_regions(recorded: list[tuple[nn.Module, Call]], warmup: int) -> None:
         if (module, flat) not in trainable:
             module.forward = _replay(flat, _ForwardGraph(flat, pool, warmup))
     if trainable:
-        graphed = torch.cuda.make_graphed_callables(tuple(f for _, f in trainable), tuple(f.sample for _, f in trainable),
-                                                    num_warmup_iters=warmup)
+        graphed = torch.cuda.make_graphed_callables(
+            tuple(f for _, f in trainable),
+            tuple(f.sample for _, f in trainable),
+            num_warmup_iters=warmup,
+        )
         for (module, flat), g in zip(trainable, graphed):
             module.forward = _replay(flat, g)
 
 
 def _needs_backward(module: nn.Module, args: tuple) -> bool:
-    return any(p.requires_grad for p in module.parameters()) or any(torch.is_tensor(a) and a.requires_grad for a in args)
+    return any(p.requires_grad for p in module.parameters()) or any(
+        torch.is_tensor(a) and a.requires_grad for a in args
+    )
 
 
 class StepGraph:
@@ -166,9 +186,14 @@ class StepGraph:
     update will read exist then, at the addresses every replay writes them to.
     """
 
-    def __init__(self, forward_backward: Callable[[dict], torch.Tensor], update: Callable[[], torch.Tensor],
-                 static_batch: dict[str, torch.Tensor], reduce_grads: Callable[[], None] | None,
-                 before_update: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        forward_backward: Callable[[dict], torch.Tensor],
+        update: Callable[[], torch.Tensor],
+        static_batch: dict[str, torch.Tensor],
+        reduce_grads: Callable[[], None] | None,
+        before_update: Callable[[], None] | None = None,
+    ) -> None:
         self.static_batch = static_batch
         self.reduce_grads = reduce_grads
         self.fwd_bwd, self.update = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
@@ -205,13 +230,24 @@ class OverlapStepGraph:
     ``before_update()`` runs once between the captures of ``rest`` and ``update``, outside both.
     """
 
-    def __init__(self, prefix: Callable[[dict], object], rest: Callable[[object, dict], tuple[torch.Tensor, torch.Tensor]],
-                 update: Callable[[], None], static_batch: dict[str, torch.Tensor],
-                 before_update: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        prefix: Callable[[dict], object],
+        rest: Callable[[object, dict], tuple[torch.Tensor, torch.Tensor]],
+        update: Callable[[], None],
+        static_batch: dict[str, torch.Tensor],
+        before_update: Callable[[], None] | None = None,
+    ) -> None:
         self.static_batch = static_batch
-        self.g_prefix, self.g_rest, self.g_update = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        self.g_prefix, self.g_rest, self.g_update = (
+            torch.cuda.CUDAGraph(),
+            torch.cuda.CUDAGraph(),
+            torch.cuda.CUDAGraph(),
+        )
         pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(self.g_prefix, pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local"):
+        with torch.cuda.graph(
+            self.g_prefix, pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local"
+        ):
             self.carry = prefix(static_batch)
         with torch.cuda.graph(self.g_rest, pool=pool, capture_error_mode="thread_local"):
             self.loss, self.grad_norm = rest(self.carry, static_batch)

@@ -33,8 +33,12 @@ _STOPPING = threading.Event()
 def main(argv: list[str]) -> int:
     fd, folder, sep, *command = argv
     assert sep == "--" and command, "usage: guard FD FOLDER -- ARGV..."
-    children: list[subprocess.Popen] = []  # held: a collected Popen may reap the child behind our waitpid
-    return guard(int(fd), folder, lambda: children.append(subprocess.Popen(command)) or children[0].pid)
+    children: list[
+        subprocess.Popen
+    ] = []  # held: a collected Popen may reap the child behind our waitpid
+    return guard(
+        int(fd), folder, lambda: children.append(subprocess.Popen(command)) or children[0].pid
+    )
 
 
 def guard(fd: int, folder: str, start: Callable[[], int]) -> int:
@@ -48,12 +52,16 @@ def guard(fd: int, folder: str, start: Callable[[], int]) -> int:
     try:
         _, status = os.waitpid(child, 0)
         code = os.waitstatus_to_exitcode(status)
-    except ChildProcessError:  # the watcher killed it and reaped it first (psutil waits on what it kills)
+    except (
+        ChildProcessError
+    ):  # the watcher killed it and reaped it first (psutil waits on what it kills)
         code = -signal.SIGKILL
     if _STOPPING.is_set():  # the tuner is gone and the watcher is cleaning up: it ends this process
         threading.Event().wait()
     if code < 0:
-        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+        with contextlib.suppress(
+            OSError, ValueError
+        ):  # SIGKILL and SIGSTOP have no handler to reset
             signal.signal(-code, signal.SIG_DFL)
         sys.stdout.flush()
         sys.stderr.flush()

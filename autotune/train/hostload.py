@@ -46,5 +46,9 @@ def read_host_load(probe_s: float = PROBE_S) -> HostLoad:
     total = total1 - total0
     others = max(0.0, (busy1 - busy0) - (own1 - own0))
     share = min(1.0, others / total) if total > 0 else 0.0
-    return HostLoad(others_busy=share, load_average=os.getloadavg()[0] / cpus, cpus=cpus,
-                    probe_s=time.perf_counter() - start)
+    return HostLoad(
+        others_busy=share,
+        load_average=os.getloadavg()[0] / cpus,
+        cpus=cpus,
+        probe_s=time.perf_counter() - start,
+    )

@@ -155,8 +155,10 @@ class Job:
         if self.rank != 0 and chosen is not None:
             loaded = checkpoint.latest(self.out, self.warn, at=chosen)
             if loaded is None:
-                raise ConfigError(f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen}, which rank 0 resumes "
-                                  f"from (is --output-dir on a file system every node shares?)")
+                raise ConfigError(
+                    f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen}, which rank 0 resumes "
+                    f"from (is --output-dir on a file system every node shares?)"
+                )
         return loaded if chosen is not None else None
 
     def _init_weights(self, loaded: checkpoint.Loaded | None) -> dict[str, Any] | None:
@@ -166,23 +168,37 @@ class Job:
         before = (loaded.state.get("init_from") if loaded else None) or None
         if opts.init_from is None:
             if before:
-                raise ConfigError(f"{loaded.path} was trained from --init-from {before['path']}; give it again to resume")
+                raise ConfigError(
+                    f"{loaded.path} was trained from --init-from {before['path']}; give it again to resume"
+                )
             return None
         record = {"path": str(opts.init_from), "fingerprint": fingerprint(opts.init_from)}
         if before and before.get("fingerprint") != record["fingerprint"]:
-            self.warn(f"{loaded.path} was trained from {before['path']}; --init-from {opts.init_from} holds other weights")
-        load_upstream(self.session.model, opts.init_from, cfg.workload, cfg.preset, masters=state.masters(self.session))
+            self.warn(
+                f"{loaded.path} was trained from {before['path']}; --init-from {opts.init_from} holds other weights"
+            )
+        load_upstream(
+            self.session.model,
+            opts.init_from,
+            cfg.workload,
+            cfg.preset,
+            masters=state.masters(self.session),
+        )
         self.session.weights_loaded()  # e.g. the frozen q/k/v copies of model.fused_frozen_qkv
         return record
 
     def _restore(self, loaded: checkpoint.Loaded) -> int:
         st = loaded.state
         if (st.get("workload"), st.get("preset")) != (self.cfg.workload, self.cfg.preset):
-            raise ConfigError(f"{loaded.path} is of {st.get('workload')}/{st.get('preset')}; this job trains "
-                              f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir")
+            raise ConfigError(
+                f"{loaded.path} is of {st.get('workload')}/{st.get('preset')}; this job trains "
+                f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir"
+            )
         if st.get("max_steps") != self.opts.max_steps:
-            self.warn(f"{loaded.path} was trained towards --max-steps {st.get('max_steps')}; the schedule now spans "
-                      f"{self.opts.max_steps}")
+            self.warn(
+                f"{loaded.path} was trained towards --max-steps {st.get('max_steps')}; the schedule now spans "
+                f"{self.opts.max_steps}"
+            )
         state.load_weights(self.session, loaded.weights, str(loaded.path))
         state.load_optimizer(self.session, loaded.optimizer)
         state.load_schedule(self.session, loaded.scheduler)
@@ -190,8 +206,14 @@ class Job:
 
     def _batches(self, next_draw: int):
         s, cfg = self.session, self.cfg
-        loader = s.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=self.rank,
-                                        world_size=self.world)
+        loader = s.workload.make_loader(
+            cfg.preset,
+            cfg.data,
+            cfg.batch_size,
+            seed=cfg.seed,
+            rank=self.rank,
+            world_size=self.world,
+        )
         self.num_samples = len(loader.dataset) if hasattr(loader, "dataset") else None
         shield_workers(loader)
         return s.batches(position_loader(loader, next_draw, cfg.batch_size, self.world))
@@ -221,7 +243,9 @@ class Job:
             if self.rank < len(loaded.rng):
                 state.set_rng_state(loaded.rng[self.rank], self.device)
             else:
-                self.warn(f"{loaded.path} has random states for {len(loaded.rng)} ranks; rank {self.rank} starts afresh")
+                self.warn(
+                    f"{loaded.path} has random states for {len(loaded.rng)} ranks; rank {self.rank} starts afresh"
+                )
         else:
             state.set_rng_state(fresh_rng, self.device)  # whatever building the loader drew
         self.next_draw0 = next_draw
@@ -248,15 +272,37 @@ class Job:
         cfg = self.cfg
         draws = cfg.batch_size * self.world
         next_draw = self.next_draw0 + (step - self.start) * draws
-        st = {"step": step, "max_steps": self.opts.max_steps, "workload": cfg.workload, "preset": cfg.preset,
-              "world_size": self.world, "batch_size": cfg.batch_size,
-              "data": {"next_draw": next_draw, "draws_per_step": draws, "num_samples": self.num_samples,
-                       "epoch": next_draw // self.num_samples if self.num_samples else None},
-              "init_from": self.init_record, "init_device": self.device.type, "config": to_dict(cfg)}
-        snap = checkpoint.Snapshot(step, weights, optimizer, state.schedule_to_host(self.session), rngs, st,
-                                   dump_config(cfg))
-        record = checkpoint.WriteRecord(step, str(self.out / f"{checkpoint.PREFIX}{step}"),
-                                        snapshot_s=time.perf_counter() - begin)
+        st = {
+            "step": step,
+            "max_steps": self.opts.max_steps,
+            "workload": cfg.workload,
+            "preset": cfg.preset,
+            "world_size": self.world,
+            "batch_size": cfg.batch_size,
+            "data": {
+                "next_draw": next_draw,
+                "draws_per_step": draws,
+                "num_samples": self.num_samples,
+                "epoch": next_draw // self.num_samples if self.num_samples else None,
+            },
+            "init_from": self.init_record,
+            "init_device": self.device.type,
+            "config": to_dict(cfg),
+        }
+        snap = checkpoint.Snapshot(
+            step,
+            weights,
+            optimizer,
+            state.schedule_to_host(self.session),
+            rngs,
+            st,
+            dump_config(cfg),
+        )
+        record = checkpoint.WriteRecord(
+            step,
+            str(self.out / f"{checkpoint.PREFIX}{step}"),
+            snapshot_s=time.perf_counter() - begin,
+        )
         self.writer.submit(snap, record)
 
     # -- result ------------------------------------------------------------------------------------
@@ -265,23 +311,35 @@ class Job:
         if bad is not None:
             raise TrialError(f"the loss is not finite at step {self.start + bad + 1}", "nan")
         self.writer.wait()
-        steady = self.times[min(len(self.times) - 1, warmup_steps(self.cfg, 0)):] if self.times else []
+        steady = (
+            self.times[min(len(self.times) - 1, warmup_steps(self.cfg, 0)) :] if self.times else []
+        )
         draws = self.cfg.batch_size * self.world
         median = statistics.median(steady) if steady else None
         return JobResult(
-            start_step=self.start + 1, final_step=self.start + len(self.losses), max_steps=self.opts.max_steps,
-            losses=self.losses, grad_norms=self.norms, resumed_from=str(loaded.path) if loaded else None,
-            preempted=preempted, checkpoints=[r.to_dict() for r in self.writer.records],
+            start_step=self.start + 1,
+            final_step=self.start + len(self.losses),
+            max_steps=self.opts.max_steps,
+            losses=self.losses,
+            grad_norms=self.norms,
+            resumed_from=str(loaded.path) if loaded else None,
+            preempted=preempted,
+            checkpoints=[r.to_dict() for r in self.writer.records],
             samples_per_s=draws / median if median else None,
             samples_per_s_overall=draws * len(steady) / sum(steady) if steady else None,
-            step_time_ms=median * 1e3 if median else None, steady_steps=len(steady), steady_s=sum(steady),
-            world_size=self.world, batch_size=self.cfg.batch_size,
-            output_dir=str(self.out), init_from=str(self.opts.init_from) if self.opts.init_from else None,
-            warnings=self.warnings, profile=loop.profile, host_buffers_s=self.buffers_s,
+            step_time_ms=median * 1e3 if median else None,
+            steady_steps=len(steady),
+            steady_s=sum(steady),
+            world_size=self.world,
+            batch_size=self.cfg.batch_size,
+            output_dir=str(self.out),
+            init_from=str(self.opts.init_from) if self.opts.init_from else None,
+            warnings=self.warnings,
+            profile=loop.profile,
+            host_buffers_s=self.buffers_s,
         )
 
 
 def run_job(cfg: TrainConfig, opts: JobOptions) -> JobResult:
     """Train ``cfg`` as one rank of the job ``opts`` describes (see the module docstring)."""
     return Job(cfg, opts).run()
-

@@ -18,35 +18,71 @@ from autotune.errors import ConfigError, TrialError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    job = p.add_argument_group("training job (with --max-steps; without it, train measures --steps steps)")
-    job.add_argument("--max-steps", type=int, help="train steps 1..N (the learning-rate schedule spans N)")
-    job.add_argument("--output-dir", type=Path, help="checkpoints, metrics.jsonl and tensorboard/; the same "
-                     "command again resumes after its newest complete checkpoint")
-    job.add_argument("--save-steps", type=int, help="write D/checkpoint-<step> every K steps (and at the end)")
+    job = p.add_argument_group(
+        "training job (with --max-steps; without it, train measures --steps steps)"
+    )
+    job.add_argument(
+        "--max-steps", type=int, help="train steps 1..N (the learning-rate schedule spans N)"
+    )
+    job.add_argument(
+        "--output-dir",
+        type=Path,
+        help="checkpoints, metrics.jsonl and tensorboard/; the same "
+        "command again resumes after its newest complete checkpoint",
+    )
+    job.add_argument(
+        "--save-steps", type=int, help="write D/checkpoint-<step> every K steps (and at the end)"
+    )
     job.add_argument("--save-total-limit", type=int, help="keep only the newest L checkpoints")
     job.add_argument("--log-steps", type=int, default=10, help="metrics every M steps (default 10)")
-    job.add_argument("--init-from", type=Path, help="start from an upstream checkpoint (Hugging Face safetensors "
-                     "with model.safetensors.index.json, e.g. the released GR00T N1.6 weights)")
-    job.add_argument("--stop-at", type=int, help="train up to this step of the schedule, save and exit 0")
+    job.add_argument(
+        "--init-from",
+        type=Path,
+        help="start from an upstream checkpoint (Hugging Face safetensors "
+        "with model.safetensors.index.json, e.g. the released GR00T N1.6 weights)",
+    )
+    job.add_argument(
+        "--stop-at", type=int, help="train up to this step of the schedule, save and exit 0"
+    )
     job.add_argument("--no-progress", action="store_true", help="no progress bar")
-    job.add_argument("--nnodes", type=int, default=1, help="nodes (torchrun's rendezvous; run the command on each)")
+    job.add_argument(
+        "--nnodes",
+        type=int,
+        default=1,
+        help="nodes (torchrun's rendezvous; run the command on each)",
+    )
     job.add_argument("--node-rank", type=int, default=0, help="this node's rank among --nnodes")
-    job.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous (torchrun's --rdzv-endpoint)")
-    job.add_argument("--rdzv-backend", default="static", help="torchrun's rendezvous backend: static (ranks by "
-                     "--node-rank, the endpoint is the master) or c10d")
-    job.add_argument("--rdzv-id", default="autotune", help="torchrun's --rdzv-id (the same on every node)")
+    job.add_argument(
+        "--rdzv-endpoint", help="HOST:PORT of the rendezvous (torchrun's --rdzv-endpoint)"
+    )
+    job.add_argument(
+        "--rdzv-backend",
+        default="static",
+        help="torchrun's rendezvous backend: static (ranks by "
+        "--node-rank, the endpoint is the master) or c10d",
+    )
+    job.add_argument(
+        "--rdzv-id", default="autotune", help="torchrun's --rdzv-id (the same on every node)"
+    )
 
 
 def check_mode(args: argparse.Namespace) -> None:
     """The measuring run and the job take different options: refuse a mix."""
-    job_only = [f for f in ("output_dir", "save_steps", "save_total_limit", "init_from", "stop_at")
-                if getattr(args, f, None) is not None]
+    job_only = [
+        f
+        for f in ("output_dir", "save_steps", "save_total_limit", "init_from", "stop_at")
+        if getattr(args, f, None) is not None
+    ]
     if args.max_steps is None:
         if job_only:
-            raise ConfigError(f"--{job_only[0].replace('_', '-')} belongs to a training job: give --max-steps N")
+            raise ConfigError(
+                f"--{job_only[0].replace('_', '-')} belongs to a training job: give --max-steps N"
+            )
         return
     if args.steps is not None or args.warmup is not None:
-        raise ConfigError("--steps/--warmup measure a run; a training job takes --max-steps (its steps all train)")
+        raise ConfigError(
+            "--steps/--warmup measure a run; a training job takes --max-steps (its steps all train)"
+        )
     if args.output_dir is None:
         raise ConfigError("--max-steps needs --output-dir (where checkpoints and metrics go)")
 
@@ -55,15 +91,25 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
     from autotune.train.job import JobOptions, run_job
     from autotune.train.job_launch import Nodes, launch_job
 
-    opts = JobOptions(max_steps=args.max_steps, output_dir=args.output_dir.resolve(), save_steps=args.save_steps,
-                      save_total_limit=args.save_total_limit, log_steps=args.log_steps,
-                      init_from=args.init_from.resolve() if args.init_from else None, stop_at=args.stop_at,
-                      progress=not args.no_progress)
-    nodes = Nodes(args.nproc, args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_backend, args.rdzv_id)
+    opts = JobOptions(
+        max_steps=args.max_steps,
+        output_dir=args.output_dir.resolve(),
+        save_steps=args.save_steps,
+        save_total_limit=args.save_total_limit,
+        log_steps=args.log_steps,
+        init_from=args.init_from.resolve() if args.init_from else None,
+        stop_at=args.stop_at,
+        progress=not args.no_progress,
+    )
+    nodes = Nodes(
+        args.nproc, args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_backend, args.rdzv_id
+    )
     if nodes.several:
         code, result = launch_job(cfg, opts, nodes, debug=getattr(args, "debug", False))
         if result is not None and "error" in result:
-            raise TrialError(f"training failed ({result['reason']}): {result['error']}", result["reason"])
+            raise TrialError(
+                f"training failed ({result['reason']}): {result['error']}", result["reason"]
+            )
         if code != 0:
             raise TrialError(f"torchrun exited with code {code}", "crash")
         if result is None:  # rank 0 runs on another node
@@ -82,13 +128,19 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
 def _print(r: dict) -> None:
     trained = len(r["losses"])
     where = f"resumed from {r['resumed_from']}" if r["resumed_from"] else "from the start"
-    print(f"trained steps {r['start_step']}..{r['final_step']} of {r['max_steps']} ({trained} steps, {where})"
-          + ("; stopped by SIGTERM" if r["preempted"] else ""))
+    print(
+        f"trained steps {r['start_step']}..{r['final_step']} of {r['max_steps']} ({trained} steps, {where})"
+        + ("; stopped by SIGTERM" if r["preempted"] else "")
+    )
     if trained:
         print(f"  loss          {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
     if r["samples_per_s"]:
-        print(f"  samples/s     {r['samples_per_s']:.2f} (median step {r['step_time_ms']:.1f} ms); "
-              f"{r['samples_per_s_overall']:.2f} with every stall")
+        print(
+            f"  samples/s     {r['samples_per_s']:.2f} (median step {r['step_time_ms']:.1f} ms); "
+            f"{r['samples_per_s_overall']:.2f} with every stall"
+        )
     for c in r["checkpoints"]:
-        print(f"  {c['path']}  {c['bytes'] / 2**30:.2f} GiB, {c['snapshot_s']:.2f} s at the step, "
-              f"{c['write_s']:.1f} s written in the background")
+        print(
+            f"  {c['path']}  {c['bytes'] / 2**30:.2f} GiB, {c['snapshot_s']:.2f} s at the step, "
+            f"{c['write_s']:.1f} s written in the background"
+        )

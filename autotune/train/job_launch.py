@@ -46,8 +46,13 @@ def torchrun_command(nodes: Nodes, worker: list[str]) -> list[str]:
     if nodes.rdzv_endpoint is None:
         cmd.append("--standalone")
     else:
-        cmd += [f"--nnodes={nodes.nnodes}", f"--node-rank={nodes.node_rank}", f"--rdzv-endpoint={nodes.rdzv_endpoint}",
-                f"--rdzv-backend={nodes.rdzv_backend}", f"--rdzv-id={nodes.rdzv_id}"]
+        cmd += [
+            f"--nnodes={nodes.nnodes}",
+            f"--node-rank={nodes.node_rank}",
+            f"--rdzv-endpoint={nodes.rdzv_endpoint}",
+            f"--rdzv-backend={nodes.rdzv_backend}",
+            f"--rdzv-id={nodes.rdzv_id}",
+        ]
     return cmd + ["-m", "autotune.train.job_worker", *worker]
 
 
@@ -76,12 +81,21 @@ def _forward_sigterm(proc: subprocess.Popen):
     return None
 
 
-def launch_job(cfg: TrainConfig, opts: JobOptions, nodes: Nodes, *, debug: bool = False) -> tuple[int, dict[str, Any] | None]:
+def launch_job(
+    cfg: TrainConfig, opts: JobOptions, nodes: Nodes, *, debug: bool = False
+) -> tuple[int, dict[str, Any] | None]:
     """Run the job's ranks on this node through torchrun; (exit code, rank 0's result if it ran here)."""
     with tempfile.TemporaryDirectory(prefix="autotune-job-") as tmp:
         config_path, result_path = Path(tmp) / "config.yaml", Path(tmp) / "result.json"
         save_config(cfg, config_path)
-        worker = ["--config", str(config_path), "--options", _options_json(opts), "--result", str(result_path)]
+        worker = [
+            "--config",
+            str(config_path),
+            "--options",
+            _options_json(opts),
+            "--result",
+            str(result_path),
+        ]
         if debug:
             worker.append("--debug")
         env = training_env(cfg, nodes.nproc)

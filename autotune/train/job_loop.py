@@ -92,7 +92,9 @@ class Loop:
         loss, norm = self.job.session.step(self._next_batch(profiling))
         self.log.push(loss, norm)
         self.step += 1
-        if self.step == self.job.start + 1:  # the optimizer has its state now: its host copies' buffers
+        if (
+            self.step == self.job.start + 1
+        ):  # the optimizer has its state now: its host copies' buffers
             self.job.reserve()
         self._consume(self.log.poll())
 
@@ -123,8 +125,16 @@ class Loop:
         rate = cfg.batch_size * job.world / median if median else None
         loss = statistics.fmean(w[1] for w in window)
         lr = cfg.optimizer.lr * job.session.schedule.lr_lambdas[0](step - 1)
-        self.metrics.scalars(step, {"loss": loss, "grad_norm": statistics.fmean(w[2] for w in window), "lr": lr,
-                                    "samples_per_s": rate, "step_time_ms": median * 1e3 if median else None})
+        self.metrics.scalars(
+            step,
+            {
+                "loss": loss,
+                "grad_norm": statistics.fmean(w[2] for w in window),
+                "lr": lr,
+                "samples_per_s": rate,
+                "step_time_ms": median * 1e3 if median else None,
+            },
+        )
         self.progress.show(step, job.opts.max_steps, loss, rate)
         warning = self.watch.observe(step, rate) if rate is not None else None
         if warning:
@@ -144,8 +154,10 @@ class Loop:
         self.saved.add(self.step)
         record = self.job.writer.records[-1] if self.job.rank == 0 else None
         if record is not None:
-            self.progress.write(f"checkpoint-{self.step}: {record.snapshot_s:.2f} s at the step boundary, "
-                                f"written in the background")
+            self.progress.write(
+                f"checkpoint-{self.step}: {record.snapshot_s:.2f} s at the step boundary, "
+                f"written in the background"
+            )
 
     def _room(self) -> int:
         every = self.job.opts.save_steps
@@ -157,22 +169,40 @@ class Loop:
 
         job, n = self.job, self.job.opts.profile_steps
         out = job.out / "profiles" / f"step-{self.step + 1}"
-        window = profile_window(lambda: self._one(profiling=True), out_dir=out, rank=job.rank, world_size=job.world,
-                                wait=1, warmup=1, active=n, unprofiled_steps=1)
+        window = profile_window(
+            lambda: self._one(profiling=True),
+            out_dir=out,
+            rank=job.rank,
+            world_size=job.world,
+            wait=1,
+            warmup=1,
+            active=n,
+            unprofiled_steps=1,
+        )
         job.control.barrier()
         self._profiled = True
         if self.watch is None:
             return
         self.watch.profile_wanted = False
         found = classify(out).to_dict()
-        summary = {"profiled_step_ms": window.profiled_step_ms, "unprofiled_step_ms": window.unprofiled_step_ms,
-                   "classification": found}
+        summary = {
+            "profiled_step_ms": window.profiled_step_ms,
+            "unprofiled_step_ms": window.unprofiled_step_ms,
+            "classification": found,
+        }
         write_text_atomic(out / "classification.summary", json.dumps(summary, indent=1))
         cause = likely_cause(found)
-        self.profile = {"step": self.step, "folder": str(out), "buckets": found["buckets"],
-                        "dominant": found["dominant"], "cause": cause}
+        self.profile = {
+            "step": self.step,
+            "folder": str(out),
+            "buckets": found["buckets"],
+            "dominant": found["dominant"],
+            "cause": cause,
+        }
         job.warnings.append(cause)
-        self.progress.write(f"autotune: {cause} (profile of steps {self.step - n} to {self.step - 1}: {out})")
+        self.progress.write(
+            f"autotune: {cause} (profile of steps {self.step - n} to {self.step - 1}: {out})"
+        )
         self.metrics.event({"step": self.step, "event": "profile", **self.profile})
 
     # -- the loop ---------------------------------------------------------------------------------

@@ -35,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001  reported on one line, the exit code says it failed
         reason, message = classify_exception(exc)
         result = {"error": message, "reason": reason}
-        print(traceback.format_exc() if args.debug else f"autotune: error (rank {rank}): {message}",
-              file=sys.stderr, flush=True)
+        print(
+            traceback.format_exc() if args.debug else f"autotune: error (rank {rank}): {message}",
+            file=sys.stderr,
+            flush=True,
+        )
         code = 1
     if rank == 0:
         write_text_atomic(args.result, json.dumps(result))

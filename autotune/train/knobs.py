@@ -89,5 +89,9 @@ def attention_context(backend: str) -> contextlib.AbstractContextManager:
     }[backend]
     # Memory-efficient and math kernels stay allowed as fallbacks for shapes the chosen kernel does not support
     # (e.g. boolean masks, which flash attention does not take).
-    fallback = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH] if torch.cuda.is_available() else [SDPBackend.MATH]
+    fallback = (
+        [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+        if torch.cuda.is_available()
+        else [SDPBackend.MATH]
+    )
     return sdpa_kernel(list(dict.fromkeys([choice, *fallback])))

@@ -27,25 +27,65 @@ from autotune.train.hostload import read_host_load
 from autotune.train.procgroup import PREFIX, TrialProcess, reap_orphans, start_trial, stop_trial
 from autotune.train.record import TrialRecord
 
-MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+MULTI_GPU_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
-def command(config_path: str, out: str, steps: int, warmup: int, nproc: int, profile_out: str | None = None,
-            extra: list[str] | None = None) -> list[str]:
-    worker = ["--config", config_path, "--steps", str(steps), "--warmup", str(warmup), "--out", out, *(extra or [])]
+def command(
+    config_path: str,
+    out: str,
+    steps: int,
+    warmup: int,
+    nproc: int,
+    profile_out: str | None = None,
+    extra: list[str] | None = None,
+) -> list[str]:
+    worker = [
+        "--config",
+        config_path,
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--out",
+        out,
+        *(extra or []),
+    ]
     if profile_out:
         worker += ["--profile-out", str(profile_out)]
     if nproc == 1:
         return [sys.executable, "-m", "autotune.train.worker", *worker]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "autotune.train.worker", *worker]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "autotune.train.worker",
+        *worker,
+    ]
 
 
-def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1, timeout: float | None = None,
-           log_path: str | os.PathLike | None = None, extra_env: dict[str, str] | None = None,
-           profile_out: str | os.PathLike | None = None, profile_after: str | os.PathLike | None = None,
-           profile_steps: int = 3, profile_if_above: float | None = None,
-           on_step: Callable[[int, float], bool] | None = None, read_host: bool = True) -> TrialRecord:
+def launch(
+    cfg: TrainConfig,
+    *,
+    steps: int = 20,
+    warmup: int = 5,
+    nproc: int = 1,
+    timeout: float | None = None,
+    log_path: str | os.PathLike | None = None,
+    extra_env: dict[str, str] | None = None,
+    profile_out: str | os.PathLike | None = None,
+    profile_after: str | os.PathLike | None = None,
+    profile_steps: int = 3,
+    profile_if_above: float | None = None,
+    on_step: Callable[[int, float], bool] | None = None,
+    read_host: bool = True,
+) -> TrialRecord:
     """The run's record: its measurement, or its failure (reasons: timeout, crash, oom, nan, pruned, ...).
 
     With ``profile_out`` the processes profile a window into that folder instead of training
@@ -66,14 +106,29 @@ def launch(cfg: TrainConfig, *, steps: int = 20, warmup: int = 5, nproc: int = 1
         costs = Path(tmp) / "costs"
         begin = time.monotonic()
         costs.write_text(json.dumps({"t": begin, "ev": "begin", "part": "start"}) + "\n")
-        record = _run(cfg, Path(tmp), costs, steps=steps, warmup=warmup, nproc=nproc, timeout=timeout,
-                      log_path=log_path, extra_env=extra_env, profile_out=profile_out, profile_after=profile_after,
-                      profile_steps=profile_steps, profile_if_above=profile_if_above, on_step=on_step)
+        record = _run(
+            cfg,
+            Path(tmp),
+            costs,
+            steps=steps,
+            warmup=warmup,
+            nproc=nproc,
+            timeout=timeout,
+            log_path=log_path,
+            extra_env=extra_env,
+            profile_out=profile_out,
+            profile_after=profile_after,
+            profile_steps=profile_steps,
+            profile_if_above=profile_if_above,
+            on_step=on_step,
+        )
         spent = cost.cost_of(cost.read_events(costs), begin, time.monotonic())
     return replace(record, host=host, cost=spent)
 
 
-def training_env(cfg: TrainConfig, nproc: int, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+def training_env(
+    cfg: TrainConfig, nproc: int, extra_env: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of training processes started from here (a trial's, a job's under torchrun): this
     process's, the multi-GPU settings, the caller's extras, then the variables of the configuration's
     kernel knobs (read when CUDA starts in the child)."""
@@ -82,9 +137,23 @@ def training_env(cfg: TrainConfig, nproc: int, extra_env: dict[str, str] | None 
     return env
 
 
-def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, nproc: int, timeout: float | None,
-         log_path, extra_env, profile_out, profile_after, profile_steps: int, profile_if_above: float | None,
-         on_step) -> TrialRecord:
+def _run(
+    cfg: TrainConfig,
+    tmp: Path,
+    costs: Path,
+    *,
+    steps: int,
+    warmup: int,
+    nproc: int,
+    timeout: float | None,
+    log_path,
+    extra_env,
+    profile_out,
+    profile_after,
+    profile_steps: int,
+    profile_if_above: float | None,
+    on_step,
+) -> TrialRecord:
     config_path, out = str(tmp / "config.yaml"), str(tmp / "result.json")
     progress = tmp / "progress"
     save_config(cfg, config_path)
@@ -94,7 +163,9 @@ def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, n
         extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]
         if profile_if_above is not None:
             extra += ["--profile-if-above", repr(float(profile_if_above))]
-    argv = command(config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra)
+    argv = command(
+        config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra
+    )
     log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
     oom_before = oom_kills()
     try:
@@ -107,7 +178,9 @@ def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, n
             worker = proc.worker_pid()
             stop_trial(proc)  # stray children (loader workers, ranks) never outlive the run
         if stopped is not None:
-            return TrialRecord.failed("pruned", f"pruned after {stopped} measured steps", steps_run=stopped)
+            return TrialRecord.failed(
+                "pruned", f"pruned after {stopped} measured steps", steps_run=stopped
+            )
     finally:
         if log is not subprocess.DEVNULL:
             log.close()
@@ -121,8 +194,12 @@ def _run(cfg: TrainConfig, tmp: Path, costs: Path, *, steps: int, warmup: int, n
     return _no_result(proc, worker, oom_before, log_path)
 
 
-def _no_result(proc: TrialProcess, worker: int | None, oom_before: int | None,
-               log_path: str | os.PathLike | None) -> TrialRecord:
+def _no_result(
+    proc: TrialProcess,
+    worker: int | None,
+    oom_before: int | None,
+    log_path: str | os.PathLike | None,
+) -> TrialRecord:
     """The failure of a run that left no record: its exit status, read as what really happened."""
     log_text = ""
     if log_path:
@@ -133,12 +210,18 @@ def _no_result(proc: TrialProcess, worker: int | None, oom_before: int | None,
         except OSError:
             pass
     pids = [p for p in (proc.popen.pid, worker) if p]
-    reason, message = exit_failure(proc.popen.returncode, oom_before=oom_before, pids=pids, log_text=log_text)
+    reason, message = exit_failure(
+        proc.popen.returncode, oom_before=oom_before, pids=pids, log_text=log_text
+    )
     return TrialRecord.failed(reason, message)
 
 
-def _wait(proc: subprocess.Popen, timeout: float | None, progress: Path | None,
-          on_step: Callable[[int, float], bool] | None) -> int | None:
+def _wait(
+    proc: subprocess.Popen,
+    timeout: float | None,
+    progress: Path | None,
+    on_step: Callable[[int, float], bool] | None,
+) -> int | None:
     """Wait for the run; with a progress file, feed ``on_step`` and return the step count if it says stop."""
     if progress is None or on_step is None:
         proc.wait(timeout=timeout)

@@ -43,7 +43,10 @@ def reset_peak_memory(device: torch.device) -> None:
 def peak_memory(device: torch.device) -> dict[str, int]:
     """Peak allocated and reserved device memory; on CPU the process's peak resident set."""
     if device.type == "cuda":
-        return {"allocated": torch.cuda.max_memory_allocated(device), "reserved": torch.cuda.max_memory_reserved(device)}
+        return {
+            "allocated": torch.cuda.max_memory_allocated(device),
+            "reserved": torch.cuda.max_memory_reserved(device),
+        }
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"allocated": rss, "reserved": rss}
 
@@ -121,4 +124,6 @@ class Stats:
     def of(cls, values: list[float]) -> Stats:
         s = sorted(values)
         q = lambda f: s[min(len(s) - 1, int(round(f * (len(s) - 1))))]  # noqa: E731
-        return cls(statistics.median(s), statistics.fmean(s), q(0.1), q(0.9), s[0], s[-1], list(values))
+        return cls(
+            statistics.median(s), statistics.fmean(s), q(0.1), q(0.9), s[0], s[-1], list(values)
+        )

@@ -19,8 +19,13 @@ from autotune.train.optim_master import MasterAdamW
 from autotune.train.optim_streams import StreamedAdamW
 
 
-def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturable: bool,
-                    masters: dict[int, torch.Tensor] | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    param_groups: list[dict],
+    cfg: OptimizerConfig,
+    *,
+    capturable: bool,
+    masters: dict[int, torch.Tensor] | None = None,
+) -> torch.optim.Optimizer:
     """``capturable``: the step runs inside a CUDA graph (learning rate and step count on device).
     ``compiled`` and ``master`` are capturable whatever the graphs: their learning rates are device
     tensors. ``masters``: with ``master``, the fp32 masters of the parameters stored in bf16
@@ -28,7 +33,9 @@ def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturabl
     if cfg.impl == "compiled":
         return CompiledAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.impl == "master":
-        return MasterAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, masters=masters or {})
+        return MasterAdamW(
+            param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, masters=masters or {}
+        )
     kwargs = dict(betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.impl == "fused":
         kwargs["fused"] = True
@@ -47,8 +54,13 @@ def build_optimizer(param_groups: list[dict], cfg: OptimizerConfig, *, capturabl
     return torch.optim.AdamW(param_groups, lr=lr, **kwargs)
 
 
-def rebuild_optimizer(optimizer: torch.optim.Optimizer, impl: str, *, capturable: bool,
-                      masters: dict[int, torch.Tensor] | None = None) -> torch.optim.Optimizer:
+def rebuild_optimizer(
+    optimizer: torch.optim.Optimizer,
+    impl: str,
+    *,
+    capturable: bool,
+    masters: dict[int, torch.Tensor] | None = None,
+) -> torch.optim.Optimizer:
     """``optimizer`` (a fresh one, of a class with torch's ``fused``/``foreach`` options: Adam, AdamW,
     SGD, ...) made again over its own groups and hyper-parameters, with ``impl``'s kernels
     (``master``: a torch AdamW made again as :class:`MasterAdamW`)."""
@@ -58,28 +70,52 @@ def rebuild_optimizer(optimizer: torch.optim.Optimizer, impl: str, *, capturable
     defaults = dict(optimizer.defaults)
     if impl == "master":
         if cls is not torch.optim.AdamW:
-            raise ConfigError(f"optimizer.impl: 'master' is refused: it replaces torch's AdamW, not a {cls.__name__}")
+            raise ConfigError(
+                f"optimizer.impl: 'master' is refused: it replaces torch's AdamW, not a {cls.__name__}"
+            )
         if defaults.get("amsgrad") or defaults.get("maximize"):
-            raise ConfigError("optimizer.impl: 'master' is refused: it has no amsgrad or maximize variant")
-        groups = [{k: v for k, v in g.items() if k in ("params", "lr", "weight_decay", "betas", "eps")}
-                  for g in optimizer.param_groups]
-        return MasterAdamW(groups, lr=float(defaults["lr"]), betas=tuple(defaults["betas"]), eps=defaults["eps"],
-                           masters=masters or {})
+            raise ConfigError(
+                "optimizer.impl: 'master' is refused: it has no amsgrad or maximize variant"
+            )
+        groups = [
+            {k: v for k, v in g.items() if k in ("params", "lr", "weight_decay", "betas", "eps")}
+            for g in optimizer.param_groups
+        ]
+        return MasterAdamW(
+            groups,
+            lr=float(defaults["lr"]),
+            betas=tuple(defaults["betas"]),
+            eps=defaults["eps"],
+            masters=masters or {},
+        )
     if "foreach" not in defaults:
-        raise ConfigError(f"optimizer.impl: a {cls.__name__} has no foreach/fused kernels to choose; use a torch.optim "
-                          "optimizer such as AdamW")
+        raise ConfigError(
+            f"optimizer.impl: a {cls.__name__} has no foreach/fused kernels to choose; use a torch.optim "
+            "optimizer such as AdamW"
+        )
     if impl == "fused" and "fused" not in defaults:
-        raise ConfigError(f"optimizer.impl: 'fused' is refused: torch's {cls.__name__} has no fused kernel")
-    defaults.update(foreach=impl == "foreach", **({"fused": impl == "fused"} if "fused" in defaults else {}))
+        raise ConfigError(
+            f"optimizer.impl: 'fused' is refused: torch's {cls.__name__} has no fused kernel"
+        )
+    defaults.update(
+        foreach=impl == "foreach", **({"fused": impl == "fused"} if "fused" in defaults else {})
+    )
     if capturable:
         if "capturable" not in defaults:
-            raise ConfigError(f"graphs.mode: 'step' is refused: torch's {cls.__name__} cannot step inside a CUDA graph")
+            raise ConfigError(
+                f"graphs.mode: 'step' is refused: torch's {cls.__name__} cannot step inside a CUDA graph"
+            )
         defaults["capturable"] = True
-    groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused", "capturable")} for g in optimizer.param_groups]
+    groups = [
+        {k: v for k, v in g.items() if k not in ("foreach", "fused", "capturable")}
+        for g in optimizer.param_groups
+    ]
     return cls(groups, **defaults)
 
 
-def build_schedule(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig) -> torch.optim.lr_scheduler.LambdaLR:
+def build_schedule(
+    optimizer: torch.optim.Optimizer, cfg: OptimizerConfig
+) -> torch.optim.lr_scheduler.LambdaLR:
     warmup = int(cfg.warmup_ratio * cfg.total_steps)
     if cfg.schedule == "cosine":
         warmup = max(1, warmup)
@@ -100,10 +136,14 @@ def clip_and_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     if max_norm > 0:
         return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
     grads = [p.grad for p in params if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+    return torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+    )
 
 
-def clip_and_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_and_step(
+    optimizer: torch.optim.Optimizer, params: list[torch.Tensor], max_norm: float
+) -> torch.Tensor:
     """Clip the gradients to ``max_norm`` and step; returns the norm before clipping (no host sync).
 
     A fused AdamW takes the clipping as its gradient scale (each gradient divided by
@@ -115,12 +155,16 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], 
         return optimizer.clip_and_step(max_norm)
     if isinstance(optimizer, StreamedAdamW):  # clips shard by shard
         return optimizer.clip_and_step(params, max_norm)
-    fused = bool(optimizer.defaults.get("fused")) and getattr(optimizer, "_step_supports_amp_scaling", False)
+    fused = bool(optimizer.defaults.get("fused")) and getattr(
+        optimizer, "_step_supports_amp_scaling", False
+    )
     if max_norm <= 0 or not fused:
         norm = clip_and_norm(params, max_norm)
         optimizer.step()
         return norm
-    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=True)
+    norm = torch.nn.utils.get_total_norm(
+        [p.grad for p in params if p.grad is not None], foreach=True
+    )
     # clip_grad_norm_'s coefficient, inverted; in fp32 whatever the gradients' dtype (the fused kernels
     # take no bf16 scale: "expected scalar type Float but found BFloat16" with bf16 trainable weights)
     optimizer.grad_scale = torch.clamp((norm.float() + 1e-6) / max_norm, min=1.0)

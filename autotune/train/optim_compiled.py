@@ -29,9 +29,19 @@ per-tensor hyper-parameters as device tensors, make two graphs (the chunk and th
 every chunk reuses; 8 tensors a kernel still move tens of MB per launch where the tensors are large."""
 
 
-def clipped_adamw(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-                  exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], weight_decays: list[torch.Tensor],
-                  lr: torch.Tensor, beta1: float, beta2: float, eps: float, coef: torch.Tensor | None) -> None:
+def clipped_adamw(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    steps: list[torch.Tensor],
+    weight_decays: list[torch.Tensor],
+    lr: torch.Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    coef: torch.Tensor | None,
+) -> None:
     """AdamW on a chunk of flat tensors, each gradient multiplied by ``coef`` first (None: not
     clipped); ``weight_decays`` are 0-d tensors, one per tensor (its group's value), ``lr`` the
     chunk's 0-d learning rate.
@@ -69,14 +79,16 @@ def flat(t: torch.Tensor) -> torch.Tensor:
     """A 1-D tensor on ``t``'s memory that is not a view of it: Dynamo guards a view's base (its rank
     and strides), which would recompile the update for chunks of differently shaped tensors."""
     assert t.is_contiguous(), "parameters, gradients and moments are contiguous"
-    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), t.storage_offset(), (t.numel(),), (1,))
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+        t.untyped_storage(), t.storage_offset(), (t.numel(),), (1,)
+    )
 
 
 def _cut(rows: list[tuple], lr: torch.Tensor) -> list[tuple]:
     """Rows of (param, grad, exp_avg, exp_avg_sq, step, wd) as chunks of ``CHUNK`` lists, with ``lr``."""
     out = []
     for i in range(0, len(rows), CHUNK):
-        columns = [list(c) for c in zip(*rows[i:i + CHUNK])]
+        columns = [list(c) for c in zip(*rows[i : i + CHUNK])]
         out.append((*columns, lr))
     return out
 
@@ -88,16 +100,36 @@ class CompiledAdamW(ClipsInStep, torch.optim.AdamW):
     ``clip_and_step(max_norm)`` does the same and returns the gradient norm before clipping.
     """
 
-    def __init__(self, param_groups: list[dict], *, lr: float, betas: tuple[float, float], eps: float) -> None:
+    def __init__(
+        self, param_groups: list[dict], *, lr: float, betas: tuple[float, float], eps: float
+    ) -> None:
         device = param_groups[0]["params"][0].device
-        super().__init__(param_groups, lr=torch.tensor(lr, device=device), betas=betas, eps=eps,
-                         foreach=True, capturable=True)
+        super().__init__(
+            param_groups,
+            lr=torch.tensor(lr, device=device),
+            betas=betas,
+            eps=eps,
+            foreach=True,
+            capturable=True,
+        )
         beta1, beta2 = betas
 
         def update(params, grads, exp_avgs, exp_avg_sqs, steps, weight_decays, lr, coef):
             # the betas and eps as constants of the graph: as arguments of a dynamic graph they would be
             # traced as symbolic floats
-            clipped_adamw(params, grads, exp_avgs, exp_avg_sqs, steps, weight_decays, lr, beta1, beta2, eps, coef)
+            clipped_adamw(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                steps,
+                weight_decays,
+                lr,
+                beta1,
+                beta2,
+                eps,
+                coef,
+            )
 
         self._update = torch.compile(update, fullgraph=True, dynamic=True)
         self._flat: dict[int, tuple[torch.Tensor, ...]] = {}
@@ -111,8 +143,16 @@ class CompiledAdamW(ClipsInStep, torch.optim.AdamW):
                 st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                 st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            wd = torch.tensor(float(weight_decay), device=p.device)  # one per tensor: no aliasing among the inputs
-            self._flat[id(p)] = (flat(p), flat(st["exp_avg"]), flat(st["exp_avg_sq"]), st["step"], wd)
+            wd = torch.tensor(
+                float(weight_decay), device=p.device
+            )  # one per tensor: no aliasing among the inputs
+            self._flat[id(p)] = (
+                flat(p),
+                flat(st["exp_avg"]),
+                flat(st["exp_avg_sq"]),
+                st["step"],
+                wd,
+            )
         return self._flat[id(p)]
 
     def _chunks(self) -> list[tuple]:
@@ -140,10 +180,17 @@ class CompiledAdamW(ClipsInStep, torch.optim.AdamW):
     def step(self, closure=None, *, max_norm: float = 0.0):
         loss = run_closure(closure)
         chunks = self._chunks()
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g for c in chunks for g in c[1]])))
-        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0) if max_norm > 0 else None  # clip_grad_norm_'s
+        norm = torch.linalg.vector_norm(
+            torch.stack(torch._foreach_norm([g for c in chunks for g in c[1]]))
+        )
+        coef = (
+            torch.clamp(max_norm / (norm + 1e-6), max=1.0) if max_norm > 0 else None
+        )  # clip_grad_norm_'s
         # sizes are symbols: without duck sizing, chunks whose tensors happen to share sizes reuse the graph too
-        with fx_config.patch(use_duck_shape=False), torch._dynamo.config.patch(specialize_float=True):
+        with (
+            fx_config.patch(use_duck_shape=False),
+            torch._dynamo.config.patch(specialize_float=True),
+        ):
             for chunk in chunks:
                 self._update(*chunk, coef)
         self.last_norm = norm

@@ -74,27 +74,44 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
     ``clip_and_step(max_norm)`` does the same and returns the norm before clipping.
     """
 
-    def __init__(self, param_groups: list[dict], *, lr: float, betas: tuple[float, float], eps: float,
-                 masters: dict[int, torch.Tensor]) -> None:
+    def __init__(
+        self,
+        param_groups: list[dict],
+        *,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        masters: dict[int, torch.Tensor],
+    ) -> None:
         device = param_groups[0]["params"][0].device
         super().__init__(param_groups, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=0.0))
         if len({(tuple(g["betas"]), g["eps"]) for g in self.param_groups}) > 1:
-            raise ConfigError("optimizer.impl: 'master' takes one betas and eps for every parameter group")
+            raise ConfigError(
+                "optimizer.impl: 'master' takes one betas and eps for every parameter group"
+            )
         self.device = device
         self._device_lrs()
         self.use_kernels = device.type == "cuda"
         """Run the Triton kernels (on CUDA; the CPU runs them only in Triton's interpreter, for tests)."""
         self._params = [p for g in self.param_groups for p in g["params"]]
         self._index = {id(p): i for i, p in enumerate(self._params)}
-        self._group_of = torch.tensor([i for i, g in enumerate(self.param_groups) for _ in g["params"]], device=device)
-        self._decay = torch.tensor([float(g["weight_decay"]) for g in self.param_groups for _ in g["params"]],
-                                   dtype=torch.float32, device=device)
+        self._group_of = torch.tensor(
+            [i for i, g in enumerate(self.param_groups) for _ in g["params"]], device=device
+        )
+        self._decay = torch.tensor(
+            [float(g["weight_decay"]) for g in self.param_groups for _ in g["params"]],
+            dtype=torch.float32,
+            device=device,
+        )
         self._steps = torch.zeros(len(self._params), dtype=torch.float32, device=device)
         self._masters = {i: masters[id(p)] for i, p in enumerate(self._params) if id(p) in masters}
         for i, p in enumerate(self._params):
             value = self._masters.get(i, p)
-            self.state[p] = {"step": self._steps[i], "exp_avg": torch.zeros_like(value, dtype=torch.float32),
-                             "exp_avg_sq": torch.zeros_like(value, dtype=torch.float32)}
+            self.state[p] = {
+                "step": self._steps[i],
+                "exp_avg": torch.zeros_like(value, dtype=torch.float32),
+                "exp_avg_sq": torch.zeros_like(value, dtype=torch.float32),
+            }
         self._clip = torch.ones((), dtype=torch.float32, device=device)
         """The clip coefficient of the next update (:meth:`prepare_update` sets it)."""
         self._lrs = torch.zeros(len(self.param_groups), dtype=torch.float32, device=device)
@@ -108,7 +125,9 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         """Each group's learning rate as a device tensor: the schedule fills it, a captured step reads it."""
         for group in self.param_groups:
             if not isinstance(group["lr"], torch.Tensor):
-                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
+                group["lr"] = torch.tensor(
+                    float(group["lr"]), dtype=torch.float32, device=self.device
+                )
 
     # -- masters --------------------------------------------------------------------------------
     def master(self, p: torch.Tensor) -> torch.Tensor | None:
@@ -145,7 +164,9 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         (:meth:`prepare`) when some tensors have no gradient."""
         if self._mask is None or self._mask[0] != active:
             if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("MasterAdamW: the tensors with gradients changed since prepare()")
+                raise RuntimeError(
+                    "MasterAdamW: the tensors with gradients changed since prepare()"
+                )
             mask = torch.zeros(len(self._params), dtype=torch.float32)
             mask[active] = 1.0
             self._mask = (list(active), mask.to(self.device))
@@ -177,18 +198,31 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         if signature == self._signature:
             return self._tables
         if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("MasterAdamW: the gradients moved since prepare(); call it before capturing the update")
+            raise RuntimeError(
+                "MasterAdamW: the gradients moved since prepare(); call it before capturing the update"
+            )
         self._signature = signature
         kinds: dict[tuple[torch.dtype, bool], list[int]] = {}
         for i in active:
             g, p = self._params[i].grad, self._params[i]
-            tensors = [g, p, self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"], self._masters.get(i, p)]
-            if not all(_aligned(t) for t in tensors) or g.dtype not in (torch.bfloat16, torch.float32):
+            tensors = [
+                g,
+                p,
+                self.state[p]["exp_avg"],
+                self.state[p]["exp_avg_sq"],
+                self._masters.get(i, p),
+            ]
+            if not all(_aligned(t) for t in tensors) or g.dtype not in (
+                torch.bfloat16,
+                torch.float32,
+            ):
                 self._tables = None
                 return None
             kinds.setdefault((g.dtype, i in self._masters), []).append(i)
-        self._tables = [self._table(dtype, has_master, idx)
-                        for (dtype, has_master), idx in sorted(kinds.items(), key=lambda kv: str(kv[0]))]
+        self._tables = [
+            self._table(dtype, has_master, idx)
+            for (dtype, has_master), idx in sorted(kinds.items(), key=lambda kv: str(kv[0]))
+        ]
         return self._tables
 
     def _table(self, dtype: torch.dtype, has_master: bool, idx: list[int]) -> Table:
@@ -199,20 +233,41 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         nblocks = (numel + BLOCK - 1) // BLOCK
         blk_tensor = torch.repeat_interleave(torch.arange(len(idx), dtype=torch.int32), nblocks)
         first = torch.cumsum(nblocks, 0) - nblocks
-        blk_start = (torch.arange(int(nblocks.sum()), dtype=torch.int64) - torch.repeat_interleave(first, nblocks)) * BLOCK
-        columns = {"g": [p.grad for p in params], "p": [self._masters[i] if has_master else self._params[i] for i in idx],
-                   "m": [self.state[p]["exp_avg"] for p in params], "v": [self.state[p]["exp_avg_sq"] for p in params]}
-        columns["w"] = params if has_master else columns["p"]  # no weight to write: any fp32 column stands in
+        blk_start = (
+            torch.arange(int(nblocks.sum()), dtype=torch.int64)
+            - torch.repeat_interleave(first, nblocks)
+        ) * BLOCK
+        columns = {
+            "g": [p.grad for p in params],
+            "p": [self._masters[i] if has_master else self._params[i] for i in idx],
+            "m": [self.state[p]["exp_avg"] for p in params],
+            "v": [self.state[p]["exp_avg_sq"] for p in params],
+        }
+        columns["w"] = (
+            params if has_master else columns["p"]
+        )  # no weight to write: any fp32 column stands in
         base = {k: ts[0] for k, ts in columns.items()}
-        off = {k: torch.tensor([(t.data_ptr() - base[k].data_ptr()) // t.element_size() for t in ts], dtype=torch.int64)
-               for k, ts in columns.items()}
+        off = {
+            k: torch.tensor(
+                [(t.data_ptr() - base[k].data_ptr()) // t.element_size() for t in ts],
+                dtype=torch.int64,
+            )
+            for k, ts in columns.items()
+        }
+
         def dev(t: torch.Tensor) -> torch.Tensor:
             return t.to(self.device)
 
-        return Table(has_weight=has_master, blocks=int(nblocks.sum()),
-                     blk_tensor=dev(blk_tensor), blk_start=dev(blk_start), numel=dev(numel),
-                     index=dev(torch.tensor(idx, dtype=torch.int64)), base=base,
-                     off={k: dev(v) for k, v in off.items()})
+        return Table(
+            has_weight=has_master,
+            blocks=int(nblocks.sum()),
+            blk_tensor=dev(blk_tensor),
+            blk_start=dev(blk_start),
+            numel=dev(numel),
+            index=dev(torch.tensor(idx, dtype=torch.int64)),
+            base=base,
+            off={k: dev(v) for k, v in off.items()},
+        )
 
     # -- the step -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -232,10 +287,14 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
             return torch.zeros((), device=self.device)
         norm = self._norm(active)
         if max_norm > 0:
-            self._clip.copy_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))  # clip_grad_norm_'s coefficient
+            self._clip.copy_(
+                torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+            )  # clip_grad_norm_'s coefficient
         else:
             self._clip.fill_(1.0)
-        self._lrs.copy_(torch.stack([torch.as_tensor(g["lr"], device=self.device) for g in self.param_groups]))
+        self._lrs.copy_(
+            torch.stack([torch.as_tensor(g["lr"], device=self.device) for g in self.param_groups])
+        )
         return norm
 
     @torch.no_grad()
@@ -272,7 +331,11 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         for i in active:
             g = self._params[i].grad
             by_dtype.setdefault(g.dtype, []).append(g)
-        norms = [n for grads in by_dtype.values() for n in torch._foreach_norm(grads, 2, dtype=torch.float32)]
+        norms = [
+            n
+            for grads in by_dtype.values()
+            for n in torch._foreach_norm(grads, 2, dtype=torch.float32)
+        ]
         return torch.linalg.vector_norm(torch.stack(norms))
 
     def _coefs(self, active: list[int]) -> torch.Tensor:
@@ -289,8 +352,15 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         bc2_sqrt = torch.sqrt(1 - torch.pow(beta2, self._steps))
         return torch.stack([step_size, bc2_sqrt, 1 - lr * self._decay])
 
-    def _torch_update(self, active: list[int], coefs: torch.Tensor, clip: torch.Tensor,
-                      beta1: float, beta2: float, eps: float) -> None:
+    def _torch_update(
+        self,
+        active: list[int],
+        coefs: torch.Tensor,
+        clip: torch.Tensor,
+        beta1: float,
+        beta2: float,
+        eps: float,
+    ) -> None:
         """The kernels' arithmetic as torch ops, tensor by tensor."""
         for i in active:
             p = self._params[i]

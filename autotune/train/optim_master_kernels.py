@@ -37,8 +37,23 @@ def _index(off_tab, t, offs, ALIGN: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, mask, c, step_size, bc2_sqrt, decay, beta1, beta2, eps,
-                 HAS_W: tl.constexpr, MASKED: tl.constexpr):
+def _adamw_block(
+    g_ptr,
+    p_ptr,
+    m_ptr,
+    v_ptr,
+    w_ptr,
+    mask,
+    c,
+    step_size,
+    bc2_sqrt,
+    decay,
+    beta1,
+    beta2,
+    eps,
+    HAS_W: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     if MASKED:
         g = tl.load(g_ptr, mask=mask, other=0.0).to(tl.float32)
         p = tl.load(p_ptr, mask=mask)
@@ -70,9 +85,31 @@ def _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, mask, c, step_size, bc2_sqrt
 
 
 @triton.jit
-def _adamw_kernel(blk_tensor, blk_start, g_base, p_base, m_base, v_base, w_base, g_off, p_off, m_off, v_off, w_off,
-                  numel_tab, index_tab, coefs, clip, n_all, beta1, beta2, eps,
-                  G_ALIGN: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+def _adamw_kernel(
+    blk_tensor,
+    blk_start,
+    g_base,
+    p_base,
+    m_base,
+    v_base,
+    w_base,
+    g_off,
+    p_off,
+    m_off,
+    v_off,
+    w_off,
+    numel_tab,
+    index_tab,
+    coefs,
+    clip,
+    n_all,
+    beta1,
+    beta2,
+    eps,
+    G_ALIGN: tl.constexpr,
+    HAS_W: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     pid = tl.program_id(0)
     t = tl.load(blk_tensor + pid)
     start = tl.multiple_of(tl.load(blk_start + pid), BLOCK)
@@ -89,11 +126,41 @@ def _adamw_kernel(blk_tensor, blk_start, g_base, p_base, m_base, v_base, w_base,
     v_ptr = v_base + _index(v_off, t, offs, 4, BLOCK)
     w_ptr = w_base + _index(w_off, t, offs, 8, BLOCK)
     if start + BLOCK <= n:
-        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, None, c, step_size, bc2_sqrt, decay, beta1, beta2, eps,
-                     HAS_W, False)
+        _adamw_block(
+            g_ptr,
+            p_ptr,
+            m_ptr,
+            v_ptr,
+            w_ptr,
+            None,
+            c,
+            step_size,
+            bc2_sqrt,
+            decay,
+            beta1,
+            beta2,
+            eps,
+            HAS_W,
+            False,
+        )
     else:
-        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, offs < n, c, step_size, bc2_sqrt, decay, beta1, beta2, eps,
-                     HAS_W, True)
+        _adamw_block(
+            g_ptr,
+            p_ptr,
+            m_ptr,
+            v_ptr,
+            w_ptr,
+            offs < n,
+            c,
+            step_size,
+            bc2_sqrt,
+            decay,
+            beta1,
+            beta2,
+            eps,
+            HAS_W,
+            True,
+        )
 
 
 NORM_BLOCKS = 8
@@ -102,8 +169,18 @@ work for a program's table lookups to hide behind."""
 
 
 @triton.jit
-def _sumsq_kernel(blk_tensor, blk_start, g_base, g_off, numel_tab, out, n_blocks,
-                  G_ALIGN: tl.constexpr, BLOCK: tl.constexpr, NORM_BLOCKS: tl.constexpr):
+def _sumsq_kernel(
+    blk_tensor,
+    blk_start,
+    g_base,
+    g_off,
+    numel_tab,
+    out,
+    n_blocks,
+    G_ALIGN: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NORM_BLOCKS: tl.constexpr,
+):
     """``out[program]``: the sum of the squares (fp32) of the gradient elements of its blocks."""
     pid = tl.program_id(0)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -127,9 +204,19 @@ def sumsq(table) -> torch.Tensor:
     """The sum of the squares of every gradient element of ``table``, in fp32 (a 0-d device tensor)."""
     programs = triton.cdiv(table.blocks, NORM_BLOCKS)
     out = torch.empty(programs, dtype=torch.float32, device=table.blk_tensor.device)
-    _sumsq_kernel[(programs,)](table.blk_tensor, table.blk_start, table.base["g"], table.off["g"], table.numel, out,
-                               table.blocks, G_ALIGN=_align(table.base["g"]), BLOCK=BLOCK, NORM_BLOCKS=NORM_BLOCKS,
-                               num_warps=WARPS)
+    _sumsq_kernel[(programs,)](
+        table.blk_tensor,
+        table.blk_start,
+        table.base["g"],
+        table.off["g"],
+        table.numel,
+        out,
+        table.blocks,
+        G_ALIGN=_align(table.base["g"]),
+        BLOCK=BLOCK,
+        NORM_BLOCKS=NORM_BLOCKS,
+        num_warps=WARPS,
+    )
     return out.sum()
 
 
@@ -138,11 +225,35 @@ def _align(t: torch.Tensor) -> int:
     return 16 // t.element_size()
 
 
-def adamw(table, coefs: torch.Tensor, clip: torch.Tensor, beta1: float, beta2: float, eps: float) -> None:
+def adamw(
+    table, coefs: torch.Tensor, clip: torch.Tensor, beta1: float, beta2: float, eps: float
+) -> None:
     """The clipped AdamW update of every tensor of ``table``; ``coefs`` is [3, n]: step size, the
     square root of the second bias correction and the decay factor of each optimizer tensor."""
     b, o = table.base, table.off
-    _adamw_kernel[(table.blocks,)](table.blk_tensor, table.blk_start, b["g"], b["p"], b["m"], b["v"], b["w"],
-                                   o["g"], o["p"], o["m"], o["v"], o["w"], table.numel, table.index, coefs, clip,
-                                   coefs.shape[1], beta1, beta2, eps, G_ALIGN=_align(b["g"]), HAS_W=table.has_weight,
-                                   BLOCK=BLOCK, num_warps=WARPS)
+    _adamw_kernel[(table.blocks,)](
+        table.blk_tensor,
+        table.blk_start,
+        b["g"],
+        b["p"],
+        b["m"],
+        b["v"],
+        b["w"],
+        o["g"],
+        o["p"],
+        o["m"],
+        o["v"],
+        o["w"],
+        table.numel,
+        table.index,
+        coefs,
+        clip,
+        coefs.shape[1],
+        beta1,
+        beta2,
+        eps,
+        G_ALIGN=_align(b["g"]),
+        HAS_W=table.has_weight,
+        BLOCK=BLOCK,
+        num_warps=WARPS,
+    )

@@ -101,7 +101,9 @@ class StreamedAdamW(torch.optim.AdamW):
                 # reuses that memory only after its next fork, i.e. after what the current stream does here
                 terms.update(zip(map(id, mine), torch._foreach_norm([p.grad for p in mine])))
         self._join()
-        return torch.linalg.vector_norm(torch.stack([terms[id(p)] for p in params if id(p) in terms]))
+        return torch.linalg.vector_norm(
+            torch.stack([terms[id(p)] for p in params if id(p) in terms])
+        )
 
     def clip_and_step(self, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
         norm = self.grad_norm(params)
@@ -109,7 +111,9 @@ class StreamedAdamW(torch.optim.AdamW):
             self.step()
             return norm
         if self.defaults.get("fused"):
-            self.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)  # clip_grad_norm_'s coefficient, inverted
+            self.grad_scale = torch.clamp(
+                (norm + 1e-6) / max_norm, min=1.0
+            )  # clip_grad_norm_'s coefficient, inverted
             try:
                 self.step()
             finally:

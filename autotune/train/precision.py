@@ -29,7 +29,9 @@ def _cast(value, dtype: torch.dtype):
     return tree_map_only(torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() else t, value)
 
 
-def _wrap_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None, cache: bool) -> None:
+def _wrap_forward(
+    module: nn.Module, device_type: str, dtype: torch.dtype | None, cache: bool
+) -> None:
     forward = module.forward
 
     if dtype is None:
@@ -73,7 +75,9 @@ def set_param_dtypes(regions: dict[str, list[nn.Module]], cfg: PrecisionConfig) 
         p.data = p.data.to(dtype)
 
 
-def autocast_only_params(regions: dict[str, list[nn.Module]], cfg: PrecisionConfig) -> list[nn.Parameter]:
+def autocast_only_params(
+    regions: dict[str, list[nn.Module]], cfg: PrecisionConfig
+) -> list[nn.Parameter]:
     """The trainable fp32 parameters whose every use is a plain ``nn.Linear`` in a bf16 region.
 
     Autocast casts such a weight (and bias) to bf16 before the GEMM and its bf16 gradient back to
@@ -90,7 +94,9 @@ def autocast_only_params(regions: dict[str, list[nn.Module]], cfg: PrecisionConf
                 linear = type(sub).forward is nn.Linear.forward
                 for p in sub.parameters(recurse=False):
                     uses.setdefault(id(p), (p, []))[1].append(plain_bf16 and linear)
-    return [p for p, ok in uses.values() if all(ok) and p.requires_grad and p.dtype == torch.float32]
+    return [
+        p for p, ok in uses.values() if all(ok) and p.requires_grad and p.dtype == torch.float32
+    ]
 
 
 def apply_precision(
@@ -114,8 +120,12 @@ def apply_precision(
 def fp8_eligible(mod: nn.Module, fqn: str = "") -> bool:
     """Linear layers whose dimensions fp8 GEMMs take (multiples of 16), except those a workload marks
     ``few_rows`` (applied to one row per sample: the weight's scaling would cost more than the GEMM)."""
-    return (isinstance(mod, nn.Linear) and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
-            and not getattr(mod, "few_rows", False))
+    return (
+        isinstance(mod, nn.Linear)
+        and mod.in_features % 16 == 0
+        and mod.out_features % 16 == 0
+        and not getattr(mod, "few_rows", False)
+    )
 
 
 def _convert_fp8(modules: list[nn.Module]) -> None:

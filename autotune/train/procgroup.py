@@ -62,8 +62,14 @@ class TrialProcess:
             return None
 
 
-def start_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | int,
-                fork: Callable[..., subprocess.Popen | None] | None = None) -> TrialProcess:
+def start_trial(
+    argv: list[str],
+    *,
+    folder: str,
+    env: dict[str, str],
+    log: IO | int,
+    fork: Callable[..., subprocess.Popen | None] | None = None,
+) -> TrialProcess:
     """Start ``argv`` under a guard, in a session of its own, with its output to ``log``: forked by
     ``fork`` (``zygote_client.fork_trial``) where it returns a guard, else executed."""
     _write_owner(folder)
@@ -74,7 +80,12 @@ def start_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | 
         if popen is None:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "autotune.train.guard", str(guard_end), folder, "--", *argv],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, pass_fds=(guard_end,))
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                pass_fds=(guard_end,),
+            )
     except BaseException:
         os.close(tuner_end)
         raise
@@ -117,7 +128,9 @@ def _processes_of(folder: Path) -> list[psutil.Process]:
         env = p.info["environ"]
         if p.pid == me or not env:
             continue
-        if env.get(MARKER) == folder.name or (session is not None and FAMILY in env and _sid(p.pid) == session):
+        if env.get(MARKER) == folder.name or (
+            session is not None and FAMILY in env and _sid(p.pid) == session
+        ):
             found.append(p)
     return found
 
@@ -149,7 +162,11 @@ def reap_orphans(root: str | os.PathLike | None = None) -> list[str]:
     ``owner.json``) is left alone.
     """
     root = Path(root or tempfile.gettempdir())
-    orphans = [(folder, owner) for folder in root.glob(f"{PREFIX}*") if (owner := _dead_owner(folder)) is not None]
+    orphans = [
+        (folder, owner)
+        for folder in root.glob(f"{PREFIX}*")
+        if (owner := _dead_owner(folder)) is not None
+    ]
     if not orphans:
         return []
     notes = []
@@ -161,7 +178,9 @@ def reap_orphans(root: str | os.PathLike | None = None) -> list[str]:
         psutil.wait_procs(procs, timeout=5)
         shutil.rmtree(folder, ignore_errors=True)
         killed = f"killed its processes {sorted(p.pid for p in procs)} and " if procs else ""
-        notes.append(f"{killed}removed {folder}: a trial of autotune (pid {owner['pid']}), which was killed")
+        notes.append(
+            f"{killed}removed {folder}: a trial of autotune (pid {owner['pid']}), which was killed"
+        )
     return notes
 
 
@@ -175,7 +194,9 @@ def _dead_owner(folder: Path) -> dict | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:
-        alive = abs(psutil.Process(pid).create_time() - started) < 1.0  # not a new process with a reused pid
+        alive = (
+            abs(psutil.Process(pid).create_time() - started) < 1.0
+        )  # not a new process with a reused pid
     except psutil.Error:
         alive = False
     return None if alive else owner

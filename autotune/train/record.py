@@ -147,9 +147,15 @@ class ProfileSummary:
         if not summary:
             return None
         cls_ = summary.get("classification") or {}
-        return cls(profiled_step_ms=summary.get("profiled_step_ms"), unprofiled_step_ms=summary.get("unprofiled_step_ms"),
-                   overhead=summary.get("overhead"), buckets=cls_.get("buckets"), dominant=cls_.get("dominant"),
-                   step_time_ms=cls_.get("step_time_ms"), error=summary.get("error"))
+        return cls(
+            profiled_step_ms=summary.get("profiled_step_ms"),
+            unprofiled_step_ms=summary.get("unprofiled_step_ms"),
+            overhead=summary.get("overhead"),
+            buckets=cls_.get("buckets"),
+            dominant=cls_.get("dominant"),
+            step_time_ms=cls_.get("step_time_ms"),
+            error=summary.get("error"),
+        )
 
 
 @dataclass(frozen=True)
@@ -218,8 +224,12 @@ class TrialRecord:
         return self.failure is None
 
     @classmethod
-    def failed(cls, reason: str, error: str, *, traceback: str | None = None, steps_run: int | None = None) -> TrialRecord:
-        return cls(failure=Failure(reason=reason, error=error, traceback=traceback, steps_run=steps_run))
+    def failed(
+        cls, reason: str, error: str, *, traceback: str | None = None, steps_run: int | None = None
+    ) -> TrialRecord:
+        return cls(
+            failure=Failure(reason=reason, error=error, traceback=traceback, steps_run=steps_run)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -229,7 +239,9 @@ class TrialRecord:
         """The record of ``to_dict``'s data; a bad shape raises ConfigError naming ``where`` and the key."""
         version = data.get("version", VERSION) if isinstance(data, dict) else VERSION
         if isinstance(version, int) and version > VERSION:
-            raise ConfigError(f"{where}: version {version} is newer than this autotune reads ({VERSION}); upgrade autotune")
+            raise ConfigError(
+                f"{where}: version {version} is newer than this autotune reads ({VERSION}); upgrade autotune"
+            )
         try:
             return from_dict(cls, data, where)
         except TypeError as exc:  # a required field missing

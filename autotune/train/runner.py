@@ -86,23 +86,55 @@ class TrainResult:
         s = self.step_time_spread_ms
         measurement = Measurement(
             samples_per_s=self.samples_per_s,
-            step_time=StepTimes(median_ms=self.step_time_ms, p10_ms=s["p10"], p90_ms=s["p90"], min_ms=s["min"],
-                                max_ms=s["max"], mean_ms=s["mean"]),
-            memory=Memory(allocated_bytes=self.peak_memory_bytes, reserved_bytes=self.peak_reserved_bytes,
-                          per_rank=[RankMemory(int(r["allocated"]), int(r["reserved"])) for r in self.peak_memory_per_rank]),
-            loader=LoaderRate(window_samples_per_s=self.window_samples_per_s or self.samples_per_s,
-                              loader_samples_per_s=self.loader_samples_per_s, bound=self.loader_bound),
-            mfu=self.mfu, world_size=self.world_size, losses=list(self.losses), grad_norms=list(self.grad_norms),
-            environment=dict(self.environment), tokens_per_s=self.tokens_per_s, matmul_tflops=self.matmul_tflops,
-            flops_per_sample=self.flops_per_sample, batch_size=self.batch_size, steps=self.steps,
-            warmup_steps=self.warmup_steps, wall_s=self.wall_s, device=self.device,
-            ddp=DDPBuckets(**self.ddp) if self.ddp is not None else None, config=self.config,
-            useful_flops_per_sample=self.useful_flops_per_sample, useful_mfu=self.useful_mfu)
+            step_time=StepTimes(
+                median_ms=self.step_time_ms,
+                p10_ms=s["p10"],
+                p90_ms=s["p90"],
+                min_ms=s["min"],
+                max_ms=s["max"],
+                mean_ms=s["mean"],
+            ),
+            memory=Memory(
+                allocated_bytes=self.peak_memory_bytes,
+                reserved_bytes=self.peak_reserved_bytes,
+                per_rank=[
+                    RankMemory(int(r["allocated"]), int(r["reserved"]))
+                    for r in self.peak_memory_per_rank
+                ],
+            ),
+            loader=LoaderRate(
+                window_samples_per_s=self.window_samples_per_s or self.samples_per_s,
+                loader_samples_per_s=self.loader_samples_per_s,
+                bound=self.loader_bound,
+            ),
+            mfu=self.mfu,
+            world_size=self.world_size,
+            losses=list(self.losses),
+            grad_norms=list(self.grad_norms),
+            environment=dict(self.environment),
+            tokens_per_s=self.tokens_per_s,
+            matmul_tflops=self.matmul_tflops,
+            flops_per_sample=self.flops_per_sample,
+            batch_size=self.batch_size,
+            steps=self.steps,
+            warmup_steps=self.warmup_steps,
+            wall_s=self.wall_s,
+            device=self.device,
+            ddp=DDPBuckets(**self.ddp) if self.ddp is not None else None,
+            config=self.config,
+            useful_flops_per_sample=self.useful_flops_per_sample,
+            useful_mfu=self.useful_mfu,
+        )
         return TrialRecord(measurement=measurement, profile=ProfileSummary.of_summary(self.profile))
 
 
 def environment(device: torch.device, world: int) -> dict[str, Any]:
-    env = {"torch": torch.__version__, "python": platform.python_version(), "world_size": world, "device": device.type}
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "world_size": world,
+        "device": device.type,
+    }
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
@@ -133,9 +165,17 @@ def _sustained(seconds: float, load_times: list[float], cfg: TrainConfig) -> flo
     return max(seconds, cfg.batch_size / rate) if rate else seconds
 
 
-def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hook=None,
-                 progress: Callable[[float], None] | None = None, profile_out: str | Path | None = None,
-                 profile_steps: int = 3, profile_if_above: float | None = None) -> TrainResult:
+def run_training(
+    cfg: TrainConfig,
+    steps: int = 20,
+    warmup: int = 5,
+    *,
+    step_hook=None,
+    progress: Callable[[float], None] | None = None,
+    profile_out: str | Path | None = None,
+    profile_steps: int = 3,
+    profile_if_above: float | None = None,
+) -> TrainResult:
     """Train ``warmup`` + ``steps`` steps; measure the last ``steps`` (rank 0's result is aggregated).
 
     ``step_hook(i)``, if given, is called after each step (the profiler's ``step()``).
@@ -150,9 +190,13 @@ def run_training(cfg: TrainConfig, steps: int = 20, warmup: int = 5, *, step_hoo
         cost.write_counters()  # compiles are done: a run the pruner kills mid-measure keeps these
         with cost.part("measure"):
             measured = _measure(window, steps, step_hook, progress)
-        ranks = Throughput.across_ranks(measured, cfg, window.session.world)  # the same on every rank
+        ranks = Throughput.across_ranks(
+            measured, cfg, window.session.world
+        )  # the same on every rank
         profile = None
-        if profile_out is not None and (profile_if_above is None or ranks.samples_per_s >= profile_if_above):
+        if profile_out is not None and (
+            profile_if_above is None or ranks.samples_per_s >= profile_if_above
+        ):
             with cost.part("profile"):
                 profile = _profile_after(window, profile_out, profile_steps)
         matmul = matmul_rate(window.session.device)
@@ -173,7 +217,9 @@ class Measured:
     grad_norms: list[float]
 
 
-def _measure(window: Window, steps: int, step_hook, progress: Callable[[float], None] | None) -> Measured:
+def _measure(
+    window: Window, steps: int, step_hook, progress: Callable[[float], None] | None
+) -> Measured:
     """Time ``steps`` steps with the device synchronised only at both ends; a loss that is not
     finite raises ``TrialError`` (reason ``nan``)."""
     session, cfg = window.session, window.session.cfg
@@ -190,13 +236,18 @@ def _measure(window: Window, steps: int, step_hook, progress: Callable[[float], 
             _feed(progress, timer.poll(), session.load_times, cfg)
     step_times, wall = timer.finish()
     if progress:
-        _feed(progress, step_times[timer.polled:], session.load_times, cfg)
+        _feed(progress, step_times[timer.polled :], session.load_times, cfg)
     losses, norms = _finite_losses(window)
     loads = session.load_times[first_load:] or session.load_times
     return Measured(step_times, wall, loads, peak_memory(session.device), losses, norms)
 
 
-def _feed(progress: Callable[[float], None], seconds: list[float], load_times: list[float], cfg: TrainConfig) -> None:
+def _feed(
+    progress: Callable[[float], None],
+    seconds: list[float],
+    load_times: list[float],
+    cfg: TrainConfig,
+) -> None:
     for s in seconds:
         progress(_sustained(s, load_times, cfg))
 
@@ -234,21 +285,41 @@ class Throughput:
 
     @property
     def samples_per_s(self) -> float:
-        return self.window_rate if self.loader_rate is None else min(self.window_rate, self.loader_rate)
+        return (
+            self.window_rate
+            if self.loader_rate is None
+            else min(self.window_rate, self.loader_rate)
+        )
 
     @classmethod
     def across_ranks(cls, measured: Measured, cfg: TrainConfig, world: int) -> Throughput:
-        rank_loader = sustained_loader_rate(measured.load_times, cfg.data.num_workers, cfg.batch_size)
-        per_rank = _gather({"step_times": measured.step_times, "memory": measured.memory, "loader": rank_loader}, world)
-        step_max = [max(r["step_times"][i] for r in per_rank) for i in range(len(measured.step_times))]
+        rank_loader = sustained_loader_rate(
+            measured.load_times, cfg.data.num_workers, cfg.batch_size
+        )
+        per_rank = _gather(
+            {"step_times": measured.step_times, "memory": measured.memory, "loader": rank_loader},
+            world,
+        )
+        step_max = [
+            max(r["step_times"][i] for r in per_rank) for i in range(len(measured.step_times))
+        ]
         stats = Stats.of(step_max)
         loaders = [r["loader"] for r in per_rank if r["loader"] is not None]
-        return cls(stats, cfg.batch_size * world / stats.median, min(loaders) * world if loaders else None,
-                   [r["memory"] for r in per_rank])
+        return cls(
+            stats,
+            cfg.batch_size * world / stats.median,
+            min(loaders) * world if loaders else None,
+            [r["memory"] for r in per_rank],
+        )
 
 
-def _result(window: Window, measured: Measured, ranks: Throughput, profile: dict[str, Any] | None,
-            matmul: float) -> TrainResult:
+def _result(
+    window: Window,
+    measured: Measured,
+    ranks: Throughput,
+    profile: dict[str, Any] | None,
+    matmul: float,
+) -> TrainResult:
     session, cfg = window.session, window.session.cfg
     world, stats, samples_per_s = session.world, ranks.stats, ranks.samples_per_s
     flops = session.workload.flops_per_sample(cfg.preset)
@@ -257,8 +328,13 @@ def _result(window: Window, measured: Measured, ranks: Throughput, profile: dict
         samples_per_s=samples_per_s,
         tokens_per_s=samples_per_s * session.workload.tokens_per_sample(cfg.preset),
         step_time_ms=stats.median * 1e3,
-        step_time_spread_ms={"p10": stats.p10 * 1e3, "p90": stats.p90 * 1e3, "min": stats.minimum * 1e3,
-                             "max": stats.maximum * 1e3, "mean": stats.mean * 1e3},
+        step_time_spread_ms={
+            "p10": stats.p10 * 1e3,
+            "p90": stats.p90 * 1e3,
+            "min": stats.minimum * 1e3,
+            "max": stats.maximum * 1e3,
+            "mean": stats.mean * 1e3,
+        },
         peak_memory_bytes=max(m["allocated"] for m in ranks.memory),
         peak_reserved_bytes=max(m["reserved"] for m in ranks.memory),
         peak_memory_per_rank=ranks.memory,
@@ -290,8 +366,13 @@ def ddp_buckets(ddp) -> dict[str, Any]:
     info = ddp._get_ddp_logging_data()
     sizes = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes") or ""
     sizes = [int(x) for x in str(sizes).split(",") if x.strip()]
-    return {"num_buckets": len(sizes), "bucket_sizes": sizes, "bucket_cap_bytes": info.get("bucket_cap_bytes"),
-            "num_buckets_reduced": info.get("num_buckets_reduced"), "static_graph": bool(info.get("static_graph", 0))}
+    return {
+        "num_buckets": len(sizes),
+        "bucket_sizes": sizes,
+        "bucket_cap_bytes": info.get("bucket_cap_bytes"),
+        "num_buckets_reduced": info.get("num_buckets_reduced"),
+        "static_graph": bool(info.get("static_graph", 0)),
+    }
 
 
 def _gather(obj: dict, world: int) -> list[dict]:
@@ -300,4 +381,3 @@ def _gather(obj: dict, world: int) -> list[dict]:
     out: list = [None] * world
     dist.all_gather_object(out, obj)
     return out
-

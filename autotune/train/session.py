@@ -36,18 +36,32 @@ class Session:
     the knobs are applied to a model built elsewhere instead.
     """
 
-    def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, local_rank: int = 0, *,
-                 model: nn.Module | None = None, workload: Workload | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        rank: int = 0,
+        world_size: int = 1,
+        local_rank: int = 0,
+        *,
+        model: nn.Module | None = None,
+        workload: Workload | None = None,
+    ) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world_size
-        self.load_times: list[float] = []  # seconds each host batch took in its worker (see batches)
+        self.load_times: list[
+            float
+        ] = []  # seconds each host batch took in its worker (see batches)
         machine = Machine.current(world_size)
         check_machine(cfg, machine)  # before the workload's module (module:Class) is imported
         self.workload = workload or get_workload(cfg.workload)
         self.device = resolve_device(cfg, local_rank)
         if model is None:
             self.workload.check_preset(cfg.preset)
-            self.workload.fit_data(cfg.preset, cfg.data)  # the dataset's shapes, before any model is built
-            meta = contract.checked_model(self.workload, self.workload.build_model(cfg.preset, "meta"))
+            self.workload.fit_data(
+                cfg.preset, cfg.data
+            )  # the dataset's shapes, before any model is built
+            meta = contract.checked_model(
+                self.workload, self.workload.build_model(cfg.preset, "meta")
+            )
             check_data(cfg, self.workload.data_sources(), self.workload.data_fields)
         else:
             meta = contract.checked_model(self.workload, model)
@@ -56,20 +70,35 @@ class Session:
         del meta
 
         if model is None:
-            torch.manual_seed(cfg.seed)  # same initial weights on every rank and in every configuration
-            model = contract.checked_model(self.workload, self.workload.build_model(cfg.preset, self.device))
+            torch.manual_seed(
+                cfg.seed
+            )  # same initial weights on every rank and in every configuration
+            model = contract.checked_model(
+                self.workload, self.workload.build_model(cfg.preset, self.device)
+            )
         self.model = model.to(self.device)
-        self.workload.apply_model_options(self.model, cfg.model)  # before compile: it traces what they choose
+        self.workload.apply_model_options(
+            self.model, cfg.model
+        )  # before compile: it traces what they choose
         self.model.train()
-        self.regions = contract.checked_regions(self.workload, self.model, self.workload.regions(self.model))
+        self.regions = contract.checked_regions(
+            self.workload, self.model, self.workload.regions(self.model)
+        )
         blocks = contract.checked_blocks(self.workload, self.model, self.regions)
         knobs.apply_trainability(self.regions, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        precision.apply_precision(self.regions, cfg.precision, self.device, graphs=cfg.graphs.enabled)
+        precision.apply_precision(
+            self.regions, cfg.precision, self.device, graphs=cfg.graphs.enabled
+        )
         self.workload.prepare_model(self.model)  # copies of frozen weights, in the dtype just set
         # before anything captures or traces the weights: their dtype is part of what is captured
-        self.masters = (optim_master.bf16_with_masters(precision.autocast_only_params(self.regions, cfg.precision))
-                        if cfg.optimizer.impl == "master" else {})
+        self.masters = (
+            optim_master.bf16_with_masters(
+                precision.autocast_only_params(self.regions, cfg.precision)
+            )
+            if cfg.optimizer.impl == "master"
+            else {}
+        )
         knobs.apply_checkpointing(blocks, cfg.checkpointing.regions)
         knobs.apply_compile(self.model, blocks, cfg.compile)
         self.split = self._loss_split() if cfg.optimizer.overlap else None
@@ -78,7 +107,11 @@ class Session:
         # Different randomness per rank (noise, times, dropout), as in data-parallel training.
         torch.manual_seed(cfg.seed * 1000 + rank + 1)
 
-        self.scaler = torch.amp.GradScaler(self.device.type) if precision.needs_scaler(cfg.precision) else None
+        self.scaler = (
+            torch.amp.GradScaler(self.device.type)
+            if precision.needs_scaler(cfg.precision)
+            else None
+        )
         step_graph = cfg.graphs.mode == "step"
         if cfg.graphs.mode == "regions":
             with cost.part("capture"):
@@ -88,7 +121,9 @@ class Session:
         if step_graph and world_size > 1:
             # several ranks: gradients in flat buffers, all-reduced in buckets. One rank needs none of it
             # (see _capture_step)
-            self.reducer = distributed.FlatGradReducer(self.params, cfg.ddp, world_size, overlap=cfg.ddp.graph_overlap)
+            self.reducer = distributed.FlatGradReducer(
+                self.params, cfg.ddp, world_size, overlap=cfg.ddp.graph_overlap
+            )
         elif world_size > 1:
             self.ddp = distributed.wrap_ddp(self.model, cfg.ddp, self.device)
         self.optimizer, self.schedule = self._optimizer(step_graph)
@@ -100,15 +135,23 @@ class Session:
         weights refresh them, in place."""
         self.workload.prepare_model(self.model)
 
-    def _optimizer(self, capturable: bool) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    def _optimizer(
+        self, capturable: bool
+    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
         """AdamW at ``cfg.optimizer`` over the workload's groups and its schedule; or the workload's own
         optimizer (``Workload.optimizer``: the user's, through ``autotune.api``) rebuilt with the knob's kernels."""
         own = getattr(self.workload, "optimizer", None)
         if own is not None:
-            opt = optim.rebuild_optimizer(own, self.cfg.optimizer.impl, capturable=capturable, masters=self.masters)
-            return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)  # its rates, as the user set them
+            opt = optim.rebuild_optimizer(
+                own, self.cfg.optimizer.impl, capturable=capturable, masters=self.masters
+            )
+            return opt, torch.optim.lr_scheduler.LambdaLR(
+                opt, lambda step: 1.0
+            )  # its rates, as the user set them
         groups = self.workload.param_groups(self.model, self.cfg.optimizer.weight_decay)
-        opt = optim.build_optimizer(groups, self.cfg.optimizer, capturable=capturable, masters=self.masters)
+        opt = optim.build_optimizer(
+            groups, self.cfg.optimizer, capturable=capturable, masters=self.masters
+        )
         return opt, optim.build_schedule(opt, self.cfg.optimizer)
 
     def _loss_split(self) -> LossSplit:
@@ -116,15 +159,27 @@ class Session:
         as a whole where the whole model is (they are what the steps call then)."""
         split = self.workload.split_loss(self.model)
         if split is None:
-            raise IncompatibleConfigError(f"optimizer.overlap: refused: workload {self.workload.name!r} does not split "
-                                          "its loss into a frozen prefix and the rest (Workload.split_loss)")
-        trained = [n for n in split.regions if any(p.requires_grad for m in self.regions[n] for p in m.parameters())]
+            raise IncompatibleConfigError(
+                f"optimizer.overlap: refused: workload {self.workload.name!r} does not split "
+                "its loss into a frozen prefix and the rest (Workload.split_loss)"
+            )
+        trained = [
+            n
+            for n in split.regions
+            if any(p.requires_grad for m in self.regions[n] for p in m.parameters())
+        ]
         if trained:
-            raise IncompatibleConfigError(f"optimizer.overlap: refused: the prefix's regions {trained} train "
-                                          "(model.unfreeze), and the update beside it would write the weights it reads")
+            raise IncompatibleConfigError(
+                f"optimizer.overlap: refused: the prefix's regions {trained} train "
+                "(model.unfreeze), and the update beside it would write the weights it reads"
+            )
         if "all" in self.cfg.compile.regions:
             kwargs = knobs.compile_kwargs(self.cfg.compile)
-            split = LossSplit(torch.compile(split.prefix, **kwargs), torch.compile(split.rest, **kwargs), split.regions)
+            split = LossSplit(
+                torch.compile(split.prefix, **kwargs),
+                torch.compile(split.rest, **kwargs),
+                split.regions,
+            )
         return split
 
     # -- eager and region-graph steps -------------------------------------------------------
@@ -164,8 +219,11 @@ class Session:
 
     def _capture_regions(self) -> None:
         gen = torch.Generator().manual_seed(self.cfg.seed)
-        sample = contract.checked_batch(self.workload, self.workload.synthetic_batch(
-            self.cfg.preset, self.cfg.batch_size, self.device, gen), "synthetic_batch")
+        sample = contract.checked_batch(
+            self.workload,
+            self.workload.synthetic_batch(self.cfg.preset, self.cfg.batch_size, self.device, gen),
+            "synthetic_batch",
+        )
         modules = [m for name in self.cfg.graphs.regions for m in self.regions[name]]
         state = torch.cuda.get_rng_state(self.device)
 
@@ -199,7 +257,9 @@ class Session:
                 self.reducer.begin()
             loss = self._forward(b)
             loss.backward()
-            if inside:  # the buckets' all-reduces, started by the backward's hooks, captured with it
+            if (
+                inside
+            ):  # the buckets' all-reduces, started by the backward's hooks, captured with it
                 self.reducer()
             return loss.detach()
 

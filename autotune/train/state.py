@@ -32,10 +32,19 @@ class _Flat:
             offsets.append(total)
             total += -(-n // self.ALIGN) * self.ALIGN
         self.flat = torch.empty(max(total, 1), dtype=torch.uint8)
-        if pin:  # not page-locked (a locked-memory limit): the copies are synchronous, still correct
-            self.pin = int(torch.cuda.cudart().cudaHostRegister(self.flat.data_ptr(), self.flat.numel(), 0)) == 0
-        self.views = {name: self.flat[off : off + n].view(dtype).view(shape)
-                      for (name, shape, dtype), off, n in zip(layout, offsets, sizes)}
+        if (
+            pin
+        ):  # not page-locked (a locked-memory limit): the copies are synchronous, still correct
+            self.pin = (
+                int(
+                    torch.cuda.cudart().cudaHostRegister(self.flat.data_ptr(), self.flat.numel(), 0)
+                )
+                == 0
+            )
+        self.views = {
+            name: self.flat[off : off + n].view(dtype).view(shape)
+            for (name, shape, dtype), off, n in zip(layout, offsets, sizes)
+        }
 
     def release(self) -> None:
         if self.pin:
@@ -77,7 +86,9 @@ class HostBuffers:
             self._flat(group, tensors)
         return time.perf_counter() - start
 
-    def copy(self, groups: dict[str, dict[str, torch.Tensor]]) -> dict[str, dict[str, torch.Tensor]]:
+    def copy(
+        self, groups: dict[str, dict[str, torch.Tensor]]
+    ) -> dict[str, dict[str, torch.Tensor]]:
         """Host copies of every group's tensors (valid until the next call)."""
         out = {}
         for group, tensors in groups.items():
@@ -149,7 +160,9 @@ def reserve(session: Session, buffers: HostBuffers) -> float:
     return buffers.reserve(groups)
 
 
-def capture(session: Session, buffers: HostBuffers) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def capture(
+    session: Session, buffers: HostBuffers
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(trainable weights, optimizer state dict) copied to host memory at this step boundary (an
     update that ``optimizer.overlap`` holds for the next step is applied first)."""
     session.flush()
@@ -168,8 +181,11 @@ def schedule_to_host(session: Session) -> dict[str, Any]:
 def rng_state(device: torch.device) -> dict[str, Any]:
     """This process's random states (NumPy's as plain values, so that ``weights_only`` loads them)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
-             "torch": torch.get_rng_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+        "torch": torch.get_rng_state(),
+    }
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
@@ -193,12 +209,16 @@ def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str)
     missing, extra = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
     shapes = [n for n in params.keys() & weights.keys() if params[n].shape != weights[n].shape]
     if missing or extra or shapes:
-        raise ConfigError(f"{where}: its trainable weights do not fit this configuration (missing {missing[:3]}, "
-                          f"unexpected {extra[:3]}, misshapen {shapes[:3]}); was it trained with another preset or "
-                          f"model.freeze / model.unfreeze?")
+        raise ConfigError(
+            f"{where}: its trainable weights do not fit this configuration (missing {missing[:3]}, "
+            f"unexpected {extra[:3]}, misshapen {shapes[:3]}); was it trained with another preset or "
+            f"model.freeze / model.unfreeze?"
+        )
     for n, p in session.model.named_parameters():
         if n in params:
-            p.copy_(weights[n])  # a bf16 parameter takes its master's value rounded, as the optimizer writes it
+            p.copy_(
+                weights[n]
+            )  # a bf16 parameter takes its master's value rounded, as the optimizer writes it
             if params[n] is not p:
                 params[n].copy_(weights[n])
 

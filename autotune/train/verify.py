@@ -75,18 +75,31 @@ def compare(stock: Trained, other: Trained, tolerance: float) -> ParityResult:
         grad_norm_rel_diff=grad_d,
         max_step_loss_rel_diff=max(_rel(a, b) for a, b in zip(ol[:n], sl[:n])),
         max_step_grad_norm_rel_diff=max(_rel(a, b) for a, b in zip(og[:n], sg[:n])),
-        steps=n, stock_losses=sl[:n], losses=ol[:n], stock_grad_norms=sg[:n], grad_norms=og[:n],
+        steps=n,
+        stock_losses=sl[:n],
+        losses=ol[:n],
+        stock_grad_norms=sg[:n],
+        grad_norms=og[:n],
     )
 
 
-def verify(cfg: TrainConfig, *, steps: int = 20, nproc: int = 1, timeout: float | None = None,
-           stock: TrialRecord | None = None) -> ParityResult:
+def verify(
+    cfg: TrainConfig,
+    *,
+    steps: int = 20,
+    nproc: int = 1,
+    timeout: float | None = None,
+    stock: TrialRecord | None = None,
+) -> ParityResult:
     """Train the stock configuration (unless its record is given) and ``cfg``; compare them."""
     if stock is None:
         stock = launch(stock_like(cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
     other = launch(cfg, steps=steps, warmup=0, nproc=nproc, timeout=timeout)
     for name, record in (("stock", stock), ("candidate", other)):
         if record.failure is not None:
-            raise TrialError(f"verify: the {name} configuration failed: {record.failure.error}", record.failure.reason)
+            raise TrialError(
+                f"verify: the {name} configuration failed: {record.failure.error}",
+                record.failure.reason,
+            )
     assert stock.measurement is not None and other.measurement is not None
     return compare(stock.measurement, other.measurement, tolerance_for(cfg))

@@ -38,8 +38,15 @@ class Progress:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=None,
-                            file=sys.stderr, desc="train")
+            self.bar = tqdm(
+                total=total,
+                initial=initial,
+                unit="step",
+                dynamic_ncols=True,
+                disable=None,
+                file=sys.stderr,
+                desc="train",
+            )
             if self.bar.disable:
                 self.bar = None
 
@@ -52,7 +59,11 @@ class Progress:
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{loss:.4f}", samples_s=rate, refresh=False)
         elif self.enabled:
-            print(f"step {step}/{total}  loss {loss:.4f}  samples/s {rate}", file=sys.stderr, flush=True)
+            print(
+                f"step {step}/{total}  loss {loss:.4f}  samples/s {rate}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def write(self, line: str) -> None:
         if self.bar is not None:
@@ -70,13 +81,17 @@ class MetricsLog:
         from torch.utils.tensorboard import SummaryWriter
 
         self.jsonl = output_dir / "metrics.jsonl"
-        if self.jsonl.exists():  # a job killed before its first checkpoint starts again from nothing
+        if (
+            self.jsonl.exists()
+        ):  # a job killed before its first checkpoint starts again from nothing
             self._truncate(start_step)
         self.tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"), purge_step=start_step + 1)
         self._file = open(self.jsonl, "a", buffering=1)  # noqa: SIM115  closed by close()
 
     def _truncate(self, start_step: int) -> None:
-        kept = [line for line in self.jsonl.read_text().splitlines() if _step_of(line) <= start_step]
+        kept = [
+            line for line in self.jsonl.read_text().splitlines() if _step_of(line) <= start_step
+        ]
         tmp = self.jsonl.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.jsonl)
@@ -119,13 +134,17 @@ class ThroughputWatch:
             return None
         self.warned = self.profile_wanted = True
         short = 1 - samples_per_s / self.expected
-        return (f"throughput: {samples_per_s:.1f} samples/s at step {step} is {100 * short:.0f} % below the "
-                f"{self.expected:.1f} that best.yaml's provenance measured; profiling a few steps for the cause")
+        return (
+            f"throughput: {samples_per_s:.1f} samples/s at step {step} is {100 * short:.0f} % below the "
+            f"{self.expected:.1f} that best.yaml's provenance measured; profiling a few steps for the cause"
+        )
 
 
 def likely_cause(classification: dict[str, Any]) -> str:
     """One line: the dominant bucket of a classified profile window and what it usually means."""
     bucket = classification["dominant"]
     share = classification["buckets"][bucket]
-    shares = ", ".join(f"{b} {100 * s:.0f} %" for b, s in classification["buckets"].items() if s >= 0.01)
+    shares = ", ".join(
+        f"{b} {100 * s:.0f} %" for b, s in classification["buckets"].items() if s >= 0.01
+    )
     return f"likely cause: {bucket} ({100 * share:.0f} % of the step): {CAUSES.get(bucket, bucket)} [{shares}]"

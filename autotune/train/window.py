@@ -78,7 +78,9 @@ class Window:
 
 
 @contextlib.contextmanager
-def open_window(cfg: TrainConfig, warmup: int, step_hook: Callable[[int], None] | None = None) -> Iterator[Window]:
+def open_window(
+    cfg: TrainConfig, warmup: int, step_hook: Callable[[int], None] | None = None
+) -> Iterator[Window]:
     """The session of ``cfg`` on this rank (``torchrun``'s environment), warmed up for
     ``warmup_steps(cfg, warmup)`` steps (``step_hook(i)`` after each); closed on exit."""
     with cost.part("build"):
@@ -86,8 +88,9 @@ def open_window(cfg: TrainConfig, warmup: int, step_hook: Callable[[int], None] 
         session = Session(cfg, rank, world, local)
     try:
         with cost.part("loader"):
-            loader = session.workload.make_loader(cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank,
-                                                  world_size=world)
+            loader = session.workload.make_loader(
+                cfg.preset, cfg.data, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world
+            )
         window = Window(session, session.batches(loader))
         window.warm_up(warmup_steps(cfg, warmup), step_hook)
         yield window

@@ -55,13 +55,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--profile-out", default=None, help="profile a window into this folder instead of training")
-    ap.add_argument("--profile-after", default=None, help="after the measured steps, profile a window into this folder")
-    ap.add_argument("--profile-steps", type=int, default=3, help="profiled steps of --profile-after")
-    ap.add_argument("--profile-if-above", type=float, default=None, metavar="SAMPLES_PER_S",
-                    help="with --profile-after: profile only a run whose samples/s is at least this")
-    ap.add_argument("--progress", default=None, help="append each measured step's seconds to this file (rank 0)")
-    ap.add_argument("--costs", default=None, help="append where the run's time goes to this file (rank 0)")
+    ap.add_argument(
+        "--profile-out", default=None, help="profile a window into this folder instead of training"
+    )
+    ap.add_argument(
+        "--profile-after",
+        default=None,
+        help="after the measured steps, profile a window into this folder",
+    )
+    ap.add_argument(
+        "--profile-steps", type=int, default=3, help="profiled steps of --profile-after"
+    )
+    ap.add_argument(
+        "--profile-if-above",
+        type=float,
+        default=None,
+        metavar="SAMPLES_PER_S",
+        help="with --profile-after: profile only a run whose samples/s is at least this",
+    )
+    ap.add_argument(
+        "--progress", default=None, help="append each measured step's seconds to this file (rank 0)"
+    )
+    ap.add_argument(
+        "--costs", default=None, help="append where the run's time goes to this file (rank 0)"
+    )
     args = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     cost.install(args.costs if rank == 0 else None)
@@ -70,20 +87,30 @@ def main(argv: list[str] | None = None) -> int:
             from autotune.train.profile_run import profile_config
 
             cost.event("end", "start")
-            summary = profile_config(load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps)
+            summary = profile_config(
+                load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps
+            )
             record = TrialRecord(profile=ProfileSummary.of_summary(summary))
         else:
             from autotune.train.runner import run_training
 
             cost.event("end", "start")  # the launcher began it: interpreter and imports are done
             progress = _progress_writer(args.progress) if args.progress and rank == 0 else None
-            record = run_training(load_config(args.config), steps=args.steps, warmup=args.warmup, progress=progress,
-                                  profile_out=args.profile_after, profile_steps=args.profile_steps,
-                                  profile_if_above=args.profile_if_above).record()
+            record = run_training(
+                load_config(args.config),
+                steps=args.steps,
+                warmup=args.warmup,
+                progress=progress,
+                profile_out=args.profile_after,
+                profile_steps=args.profile_steps,
+                profile_if_above=args.profile_if_above,
+            ).record()
         code = 0
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)
-        record = TrialRecord.failed(reason, message, traceback=traceback.format_exc()[-TRACEBACK_CHARS:])
+        record = TrialRecord.failed(
+            reason, message, traceback=traceback.format_exc()[-TRACEBACK_CHARS:]
+        )
         code = 1
     cost.write_counters()
     if rank == 0 or code:

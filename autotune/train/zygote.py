@@ -68,7 +68,9 @@ def main(argv: list[str]) -> int:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD writes to the wake-up pipe
+    signal.signal(
+        signal.SIGCHLD, lambda *_: None
+    )  # a handler, so that SIGCHLD writes to the wake-up pipe
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     _serve(listener, lifeline, wake_r)
@@ -87,7 +89,10 @@ def _serve(listener: socket.socket, lifeline: int, wake: int) -> None:
                 os._exit(0)  # the tuner is gone; each trial's guard sees it too and cleans up
             elif key.data == "accept":
                 conn, _ = listener.accept()
-                pid = _start(conn, [listener.fileno(), lifeline, wake, *(c.fileno() for c in waiting.values())])
+                pid = _start(
+                    conn,
+                    [listener.fileno(), lifeline, wake, *(c.fileno() for c in waiting.values())],
+                )
                 if pid is None:
                     conn.close()
                 else:
@@ -107,7 +112,9 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
             return
         conn = waiting.pop(pid, None)
         if conn is not None:
-            _answer(conn, {"exit": os.waitstatus_to_exitcode(status)})  # unless the tuner stopped waiting
+            _answer(
+                conn, {"exit": os.waitstatus_to_exitcode(status)}
+            )  # unless the tuner stopped waiting
             conn.close()
 
 

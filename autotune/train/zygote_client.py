@@ -29,12 +29,17 @@ from autotune.train.procgroup import FAMILY, MARKER
 
 ENABLE_ENV = "AUTOTUNE_WARM_START"
 WORKER = "autotune.train.worker"
-LATE_READ = frozenset({
-    MARKER, "CUDA_DEVICE_MAX_CONNECTIONS",  # the trial's marker (never the zygote's); CUDA's, at its context
-    "TMPDIR", "AUTOTUNE_CACHE",  # read when used (the forked guard forgets tempfile's cached folder)
-    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",  # read when Inductor first writes its caches
-    "PYTEST_CURRENT_TEST",  # pytest's, new for every test; no part of a trial reads it
-})
+LATE_READ = frozenset(
+    {
+        MARKER,
+        "CUDA_DEVICE_MAX_CONNECTIONS",  # the trial's marker (never the zygote's); CUDA's, at its context
+        "TMPDIR",
+        "AUTOTUNE_CACHE",  # read when used (the forked guard forgets tempfile's cached folder)
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",  # read when Inductor first writes its caches
+        "PYTEST_CURRENT_TEST",  # pytest's, new for every test; no part of a trial reads it
+    }
+)
 """Variables a zygote need not share with its trials: read after the worker starts, or never."""
 READY_S = 120.0
 """How long a new zygote may take to import torch before its trial is executed instead."""
@@ -90,7 +95,9 @@ class Zygote:
     """One zygote process: started with an environment and a working folder, ended with :meth:`close`."""
 
     def __init__(self, env: dict[str, str], cwd: str) -> None:
-        self._dir = tempfile.mkdtemp(prefix="autotune-zygote-")  # 0700: only this user may ask for forks
+        self._dir = tempfile.mkdtemp(
+            prefix="autotune-zygote-"
+        )  # 0700: only this user may ask for forks
         if len(self._dir) > 90:  # a Unix socket's path has room for 107 bytes
             os.rmdir(self._dir)
             self._dir = tempfile.mkdtemp(prefix="autotune-zygote-", dir="/tmp")
@@ -99,8 +106,14 @@ class Zygote:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autotune.train.zygote", str(life_r), self.path],
-                env={**env, FAMILY: "1"}, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(life_r,))
+                env={**env, FAMILY: "1"},
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(life_r,),
+            )
         finally:
             os.close(life_r)
         self.running = 0
@@ -118,16 +131,30 @@ class Zygote:
             line = self.proc.stdout.readline() if sel.select(READY_S) else b""
             sel.close()
             self._ready = line == b"ready\n"
-            if not self._ready:  # it refused (CUDA), or cannot start here: each trial would pay for another
+            if (
+                not self._ready
+            ):  # it refused (CUDA), or cannot start here: each trial would pay for another
                 _refused.append(line.decode(errors="replace").strip() or "the zygote did not start")
         return self._ready
 
-    def fork(self, args: list[str], *, folder: str, env: dict[str, str], cwd: str, log: int, guard_end: int,
-             done) -> ForkedGuard:
+    def fork(
+        self,
+        args: list[str],
+        *,
+        folder: str,
+        env: dict[str, str],
+        cwd: str,
+        log: int,
+        guard_end: int,
+        done,
+    ) -> ForkedGuard:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.path)
-            request = json.dumps({"folder": folder, "env": env, "cwd": cwd, "args": args}).encode() + b"\n"
+            request = (
+                json.dumps({"folder": folder, "env": env, "cwd": cwd, "args": args}).encode()
+                + b"\n"
+            )
             socket.send_fds(conn, [request], [log, guard_end])
             conn.settimeout(30)
             data, fds, _, _ = socket.recv_fds(conn, 4096, 1)
@@ -142,7 +169,9 @@ class Zygote:
         return ForkedGuard(conn, int(answer["pid"]), fds[0], [WORKER, *args], done)
 
     def close(self) -> None:
-        os.close(self._life_w)  # the zygote ends at end-of-file; the trials it forked keep their guards
+        os.close(
+            self._life_w
+        )  # the zygote ends at end-of-file; the trials it forked keep their guards
         self.proc.stdout.close()
         try:
             self.proc.wait(timeout=10)
@@ -156,16 +185,23 @@ class Zygote:
 
 _lock = threading.Lock()
 _zygotes: dict[tuple, Zygote] = {}
-_refused: list[str] = []  # why a zygote did not start (its imports loaded CUDA, ...): no more are tried
+_refused: list[
+    str
+] = []  # why a zygote did not start (its imports loaded CUDA, ...): no more are tried
 
 
 def enabled() -> bool:
-    return (os.environ.get(ENABLE_ENV, "1") != "0" and hasattr(os, "pidfd_open") and sys.platform == "linux"
-            and not _refused)
+    return (
+        os.environ.get(ENABLE_ENV, "1") != "0"
+        and hasattr(os, "pidfd_open")
+        and sys.platform == "linux"
+        and not _refused
+    )
 
 
-def fork_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | int,
-               guard_end: int) -> ForkedGuard | None:
+def fork_trial(
+    argv: list[str], *, folder: str, env: dict[str, str], log: IO | int, guard_end: int
+) -> ForkedGuard | None:
     """``argv`` forked from a warm zygote under a guard, or None where it is to be executed."""
     if not enabled() or argv[:3] != [sys.executable, "-m", WORKER]:
         return None
@@ -176,8 +212,15 @@ def fork_trial(argv: list[str], *, folder: str, env: dict[str, str], log: IO | i
     log_fd = log.fileno() if hasattr(log, "fileno") else None
     devnull = os.open(os.devnull, os.O_WRONLY) if log_fd is None else None
     try:
-        return zygote.fork(argv[3:], folder=folder, env=env, cwd=cwd, log=devnull if log_fd is None else log_fd,
-                           guard_end=guard_end, done=lambda: _finished(zygote))
+        return zygote.fork(
+            argv[3:],
+            folder=folder,
+            env=env,
+            cwd=cwd,
+            log=devnull if log_fd is None else log_fd,
+            guard_end=guard_end,
+            done=lambda: _finished(zygote),
+        )
     except (OSError, ValueError):
         _retire(zygote)
         return None
@@ -199,7 +242,9 @@ def _zygote_for(env: dict[str, str], cwd: str) -> Zygote | None:
                 if other.running == 0:
                     del _zygotes[other_key]
                     other.close()
-            zygote = _zygotes[key] = Zygote({k: v for k, v in env.items() if k not in LATE_READ}, cwd)
+            zygote = _zygotes[key] = Zygote(
+                {k: v for k, v in env.items() if k not in LATE_READ}, cwd
+            )
     if zygote.ready() and zygote.proc.poll() is None:
         return zygote
     _retire(zygote)

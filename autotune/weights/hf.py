@@ -43,13 +43,17 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
     if not index.is_file():
         if (folder / SINGLE).is_file():
             return None
-        raise DataError(f"{folder}: neither {INDEX} nor {SINGLE} is there (a Hugging Face checkpoint folder has one)")
+        raise DataError(
+            f"{folder}: neither {INDEX} nor {SINGLE} is there (a Hugging Face checkpoint folder has one)"
+        )
     try:
         data = json.loads(index.read_text())
         weight_map = data["weight_map"]
         assert isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
     except (ValueError, KeyError, TypeError, AssertionError):
-        raise DataError(f"{index}: not an index of shards (needs a 'weight_map' of key -> file)") from None
+        raise DataError(
+            f"{index}: not an index of shards (needs a 'weight_map' of key -> file)"
+        ) from None
     return weight_map
 
 
@@ -57,7 +61,9 @@ def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
     """Every tensor of the checkpoint in ``folder``: its shard, shape and dtype (headers only)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise DataError(f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})")
+        raise DataError(
+            f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})"
+        )
     weight_map = _weight_map(folder)
     files = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
     infos: dict[str, TensorInfo] = {}
@@ -71,15 +77,23 @@ def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
                     piece = f.get_slice(key)
                     infos[key] = TensorInfo(key, path, tuple(piece.get_shape()), piece.get_dtype())
         except Exception as exc:  # noqa: BLE001  safetensors raises its own error types, and OSError
-            raise DataError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0]})") from None
+            raise DataError(
+                f"{path}: not a readable safetensors file ({str(exc).splitlines()[0]})"
+            ) from None
     if weight_map is not None:
-        astray = sorted(k for k, f in weight_map.items() if k not in infos or infos[k].path.name != f)
+        astray = sorted(
+            k for k, f in weight_map.items() if k not in infos or infos[k].path.name != f
+        )
         if astray:
-            raise DataError(f"{folder / INDEX}: {len(astray)} keys are not in the shard the index names, e.g. {astray[0]}")
+            raise DataError(
+                f"{folder / INDEX}: {len(astray)} keys are not in the shard the index names, e.g. {astray[0]}"
+            )
     return infos
 
 
-def read_tensors(infos: dict[str, TensorInfo], keys: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+def read_tensors(
+    infos: dict[str, TensorInfo], keys: list[str]
+) -> Iterator[tuple[str, torch.Tensor]]:
     """The tensors of ``keys``, shard by shard (each shard opened once)."""
     by_file: dict[Path, list[str]] = {}
     for key in keys:
@@ -104,8 +118,12 @@ def fingerprint(folder: str | os.PathLike) -> str:
     return h.hexdigest()[:16]
 
 
-def write_checkpoint(tensors: dict[str, torch.Tensor], out: str | os.PathLike, *,
-                     max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> dict:
+def write_checkpoint(
+    tensors: dict[str, torch.Tensor],
+    out: str | os.PathLike,
+    *,
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+) -> dict:
     """Write ``tensors`` as shards and their index into the new or empty folder ``out``.
 
     The files are written into a sibling folder and moved into ``out`` when all are written, so a

@@ -31,7 +31,9 @@ class LoadReport:
     """Upstream keys the replica has no module for -> why they are left out."""
 
 
-def _shapes_mismatch(bound: BoundMap, params: dict[str, nn.Parameter], infos: dict[str, TensorInfo]) -> list[str]:
+def _shapes_mismatch(
+    bound: BoundMap, params: dict[str, nn.Parameter], infos: dict[str, TensorInfo]
+) -> list[str]:
     bad = []
     for name, (key, transform) in bound.to_upstream.items():
         info = infos.get(key)
@@ -44,12 +46,15 @@ def _shapes_mismatch(bound: BoundMap, params: dict[str, nn.Parameter], infos: di
 
 
 def _listed(what: str, items: list[str], most: int = 3) -> str:
-    shown = ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+    shown = ", ".join(items[:most]) + (
+        f" and {len(items) - most} more" if len(items) > most else ""
+    )
     return f"{len(items)} {what} ({shown})"
 
 
-def check_fit(model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None
-              ) -> tuple[BoundMap, dict[str, TensorInfo], dict[str, str]]:
+def check_fit(
+    model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None
+) -> tuple[BoundMap, dict[str, TensorInfo], dict[str, str]]:
     """(bound map, the checkpoint's tensors by canonical key, ignored keys) or one ConfigError line."""
     bound = load_name_map(workload).bind(model)
     raw = read_layout(folder)
@@ -59,8 +64,15 @@ def check_fit(model: nn.Module, folder: str | os.PathLike, workload: str, preset
     ignored = {k: why for k in infos if k not in bound.to_replica and (why := bound.why_ignored(k))}
     unexpected = [k for k in infos if k not in bound.to_replica and k not in ignored]
     misshapen = _shapes_mismatch(bound, params, infos)
-    problems = [_listed(what, items) for what, items in
-                (("missing keys", missing), ("unexpected keys", unexpected), ("misshapen keys", misshapen)) if items]
+    problems = [
+        _listed(what, items)
+        for what, items in (
+            ("missing keys", missing),
+            ("unexpected keys", unexpected),
+            ("misshapen keys", misshapen),
+        )
+        if items
+    ]
     if problems:
         target = f"preset {preset} of {workload}" if preset else workload
         raise ConfigError(f"{folder}: does not fit {target}: " + "; ".join(problems))
@@ -68,8 +80,14 @@ def check_fit(model: nn.Module, folder: str | os.PathLike, workload: str, preset
 
 
 @torch.no_grad()
-def load_upstream(model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None, *,
-                  masters: dict[str, torch.Tensor] | None = None) -> LoadReport:
+def load_upstream(
+    model: nn.Module,
+    folder: str | os.PathLike,
+    workload: str,
+    preset: str | None = None,
+    *,
+    masters: dict[str, torch.Tensor] | None = None,
+) -> LoadReport:
     """Set every parameter of ``model`` from the upstream checkpoint in ``folder`` (see the module);
     ``masters``: fp32 copies of some parameters by name (a training session's ``optimizer.impl:
     master`` stores those parameters in bf16), set from the checkpoint at its precision too."""

@@ -56,7 +56,9 @@ def _regex(template: str, where: str) -> re.Pattern:
     for m in _PLACEHOLDER.finditer(template):
         name, choices, plus = m.groups()
         if plus is not None:
-            raise ConfigError(f"{where}: {template!r}: an offset ({{{name}+{plus}}}) belongs on the upstream side")
+            raise ConfigError(
+                f"{where}: {template!r}: an offset ({{{name}+{plus}}}) belongs on the upstream side"
+            )
         parts.append(re.escape(template[pos : m.start()]))
         parts.append(f"(?P<{name}>{choices or _FIXED.get(name, '.+')})")
         pos = m.end()
@@ -127,16 +129,37 @@ def load_name_map(workload: str) -> NameMap:
     path = HERE / f"{workload}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in HERE.glob("*.yaml"))
-        raise WorkloadError(f"workload {workload!r} has no upstream name map; maps exist for {known}")
+        raise WorkloadError(
+            f"workload {workload!r} has no upstream name map; maps exist for {known}"
+        )
     data = yaml.safe_load(path.read_text())
     rows = []
     for n, r in enumerate(data["rows"]):
         where = f"{path}: rows[{n}]"
         missing = {m.group(1) for m in _PLACEHOLDER.finditer(r["upstream"])} - {
-            m.group(1) for m in _PLACEHOLDER.finditer(r["replica"])}
+            m.group(1) for m in _PLACEHOLDER.finditer(r["replica"])
+        }
         if missing:
-            raise WorkloadError(f"{where}: the upstream pattern uses {sorted(missing)}, which the replica pattern lacks")
-        rows.append(Row(r["replica"], r["upstream"], make_transform(r.get("transform"), where), r["source"],
-                        _regex(r["replica"], where)))
-    ignored = tuple(Ignored(_regex(i["upstream"], f"{path}: ignore"), i["why"]) for i in data.get("ignore", []))
-    return NameMap(workload, path, dict(data.get("counts", {})), tuple(rows), ignored, dict(data.get("aliases", {})))
+            raise WorkloadError(
+                f"{where}: the upstream pattern uses {sorted(missing)}, which the replica pattern lacks"
+            )
+        rows.append(
+            Row(
+                r["replica"],
+                r["upstream"],
+                make_transform(r.get("transform"), where),
+                r["source"],
+                _regex(r["replica"], where),
+            )
+        )
+    ignored = tuple(
+        Ignored(_regex(i["upstream"], f"{path}: ignore"), i["why"]) for i in data.get("ignore", [])
+    )
+    return NameMap(
+        workload,
+        path,
+        dict(data.get("counts", {})),
+        tuple(rows),
+        ignored,
+        dict(data.get("aliases", {})),
+    )

@@ -19,12 +19,22 @@ from autotune.errors import ConfigError
 def _patch_to_upstream(w: torch.Tensor, channels: int) -> torch.Tensor:
     """Linear weight [out, C*s*s] on (channel, row, column) patches -> on (row, column, channel)."""
     s = int(round((w.shape[1] // channels) ** 0.5))
-    return w.reshape(w.shape[0], channels, s, s).permute(0, 2, 3, 1).reshape(w.shape[0], -1).contiguous()
+    return (
+        w.reshape(w.shape[0], channels, s, s)
+        .permute(0, 2, 3, 1)
+        .reshape(w.shape[0], -1)
+        .contiguous()
+    )
 
 
 def _patch_to_replica(w: torch.Tensor, channels: int) -> torch.Tensor:
     s = int(round((w.shape[1] // channels) ** 0.5))
-    return w.reshape(w.shape[0], s, s, channels).permute(0, 3, 1, 2).reshape(w.shape[0], -1).contiguous()
+    return (
+        w.reshape(w.shape[0], s, s, channels)
+        .permute(0, 3, 1, 2)
+        .reshape(w.shape[0], -1)
+        .contiguous()
+    )
 
 
 def _unshuffle_to_upstream(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -63,10 +73,18 @@ IDENTITY = Transform("identity", _identity, _identity)
 
 _FACTORIES: dict[str, Callable[..., Transform]] = {
     "patch_channels_last": lambda channels: Transform(
-        "patch_channels_last", lambda w: _patch_to_upstream(w, channels), lambda w: _patch_to_replica(w, channels)),
+        "patch_channels_last",
+        lambda w: _patch_to_upstream(w, channels),
+        lambda w: _patch_to_replica(w, channels),
+    ),
     "unshuffle_channels": lambda groups: Transform(
-        "unshuffle_channels", lambda x: _unshuffle_to_upstream(x, groups), lambda x: _unshuffle_to_replica(x, groups)),
-    "swap_time_features": lambda: Transform("swap_time_features", _swap_time_features, _swap_time_features),
+        "unshuffle_channels",
+        lambda x: _unshuffle_to_upstream(x, groups),
+        lambda x: _unshuffle_to_replica(x, groups),
+    ),
+    "swap_time_features": lambda: Transform(
+        "swap_time_features", _swap_time_features, _swap_time_features
+    ),
 }
 
 

@@ -115,7 +115,11 @@ class Workload(ABC):
 
     @abstractmethod
     def synthetic_batch(
-        self, preset: str, batch_size: int, device: str | torch.device, generator: torch.Generator | None = None
+        self,
+        preset: str,
+        batch_size: int,
+        device: str | torch.device,
+        generator: torch.Generator | None = None,
     ) -> Batch:
         """A random batch with the shapes and dtypes of the real data."""
 
@@ -146,20 +150,24 @@ class Workload(ABC):
         from autotune.errors import IncompatibleConfigError
 
         if options.category_matmul != "gather":
-            raise IncompatibleConfigError(f"model.category_matmul: {options.category_matmul!r} is refused: workload "
-                                          f"{self.name!r} has no per-category layers; allowed: 'gather'")
+            raise IncompatibleConfigError(
+                f"model.category_matmul: {options.category_matmul!r} is refused: workload "
+                f"{self.name!r} has no per-category layers; allowed: 'gather'"
+            )
         for key, lacks in _LAYER_KNOBS.items():
             if getattr(options, key):
-                raise IncompatibleConfigError(f"model.{key}: true is refused: workload {self.name!r} {lacks}; "
-                                              "allowed: false")
+                raise IncompatibleConfigError(
+                    f"model.{key}: true is refused: workload {self.name!r} {lacks}; allowed: false"
+                )
 
     def prepare_model(self, model: nn.Module) -> None:
         """Called once the model's weights have their final dtype and device, before anything compiles
         or captures it: layers that keep a derived copy of frozen weights make it here. Default: nothing."""
         return None
 
-    def dataset(self, preset: str, data: DataConfig, *, seed: int, rank: int = 0,
-                world_size: int = 1) -> torch.utils.data.Dataset | None:
+    def dataset(
+        self, preset: str, data: DataConfig, *, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.utils.data.Dataset | None:
         """The workload's own samples (see the module docstring); None: synthetic batches only."""
         return None
 
@@ -169,11 +177,21 @@ class Workload(ABC):
 
     def data_sources(self) -> tuple[str, ...]:
         """Names ``data.source`` may take, the workload's own data first; ``synthetic`` is always one."""
-        own = type(self).dataset is not Workload.dataset or type(self).make_loader is not Workload.make_loader
+        own = (
+            type(self).dataset is not Workload.dataset
+            or type(self).make_loader is not Workload.make_loader
+        )
         return ("dataset", "synthetic") if own else ("synthetic",)
 
     def make_loader(
-        self, preset: str, data: DataConfig, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1
+        self,
+        preset: str,
+        data: DataConfig,
+        batch_size: int,
+        *,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> Iterable[Batch]:
         """Host batches: of :meth:`dataset` through autotune's loader, or synthetic ones."""
         if data.source != "synthetic" and type(self).dataset is not Workload.dataset:
@@ -182,8 +200,18 @@ class Workload(ABC):
 
             ds = self.dataset(preset, data, seed=seed, rank=rank, world_size=world_size)
             if ds is None:
-                raise broken(self, "dataset", "returned None; it must return a torch.utils.data dataset")
-            return dataset_loader(ds, data, batch_size, seed=seed, rank=rank, world_size=world_size, collate=self.collate)
+                raise broken(
+                    self, "dataset", "returned None; it must return a torch.utils.data dataset"
+                )
+            return dataset_loader(
+                ds,
+                data,
+                batch_size,
+                seed=seed,
+                rank=rank,
+                world_size=world_size,
+                collate=self.collate,
+            )
         from autotune.workloads.synthetic import SyntheticLoader
 
         return SyntheticLoader(self, preset, batch_size, seed=seed + rank)
@@ -194,7 +222,9 @@ class Workload(ABC):
 
     def optimizer_config(self, preset: str) -> OptimizerConfig:
         """The optimizer's hyper-parameters: torch's AdamW defaults, a constant rate, no clipping."""
-        return OptimizerConfig(lr=1e-3, weight_decay=1e-2, warmup_ratio=0.0, schedule="constant", grad_clip=0.0)
+        return OptimizerConfig(
+            lr=1e-3, weight_decay=1e-2, warmup_ratio=0.0, schedule="constant", grad_clip=0.0
+        )
 
     def stock_config(self, preset: str) -> TrainConfig:
         """The configuration of an untuned training job (see the module docstring)."""
@@ -219,11 +249,16 @@ class Workload(ABC):
         for _, p in model.named_parameters():
             if p.requires_grad:
                 (decay if p.ndim >= 2 else no_decay).append(p)
-        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        groups = [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
         return [g for g in groups if g["params"]]
 
     def check_preset(self, preset: str) -> None:
         from autotune.errors import WorkloadError
 
         if preset not in self.presets:
-            raise WorkloadError(f"preset {preset!r} of workload {self.name!r} is unknown; known presets: {list(self.presets)}")
+            raise WorkloadError(
+                f"preset {preset!r} of workload {self.name!r} is unknown; known presets: {list(self.presets)}"
+            )

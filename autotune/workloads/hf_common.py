@@ -19,7 +19,9 @@ def require_transformers():
     try:
         import transformers
     except ImportError:
-        raise WorkloadError("this workload needs Hugging Face transformers: pip install 'autotune[hf]'") from None
+        raise WorkloadError(
+            "this workload needs Hugging Face transformers: pip install 'autotune[hf]'"
+        ) from None
     return transformers
 
 

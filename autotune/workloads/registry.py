@@ -61,11 +61,15 @@ def _import_spec(spec: str) -> Workload:
     try:
         obj = getattr(_load_module(source), attr)
     except (ImportError, AttributeError, SyntaxError) as exc:
-        raise WorkloadError(f"workload {spec!r} cannot be imported: {exc}; give path/to/file.py:Class or "
-                            "package.module:Class") from None
+        raise WorkloadError(
+            f"workload {spec!r} cannot be imported: {exc}; give path/to/file.py:Class or "
+            "package.module:Class"
+        ) from None
     workload = obj() if isinstance(obj, type) else obj
     if not isinstance(workload, Workload):
-        raise WorkloadError(f"workload {spec!r}: {attr} is a {type(workload).__name__}, not an autotune.workloads.Workload")
+        raise WorkloadError(
+            f"workload {spec!r}: {attr} is a {type(workload).__name__}, not an autotune.workloads.Workload"
+        )
     register_workload(workload, replace=True)
     _REGISTRY[spec] = workload
     return workload
@@ -86,5 +90,7 @@ def get_workload(name: str) -> Workload:
         raise WorkloadError(f"workload {name!r}: name the class too, as {name}:ClassName")
     _load_entry_points()
     if name not in _REGISTRY:
-        raise WorkloadError(f"workload {name!r} is unknown; known workloads: {sorted(_REGISTRY)} (or give package.module:Class)")
+        raise WorkloadError(
+            f"workload {name!r} is unknown; known workloads: {sorted(_REGISTRY)} (or give package.module:Class)"
+        )
     return _REGISTRY[name]

@@ -15,7 +15,9 @@ from autotune.config import TrainConfig
 from autotune.workloads.registry import get_workload
 
 
-def stock_config(workload: str, preset: str | None = None, *, cuda: bool | None = None) -> TrainConfig:
+def stock_config(
+    workload: str, preset: str | None = None, *, cuda: bool | None = None
+) -> TrainConfig:
     """The stock configuration of ``workload`` at ``preset`` (None: the workload's preset for this machine)."""
     w = get_workload(workload)
     preset = preset or w.preset_for(torch.cuda.is_available() if cuda is None else cuda)

@@ -24,7 +24,10 @@ def test_a_folder_of_one_rank_gives_its_trace(tmp_path):
 
 
 def test_a_folder_of_two_ranks_asks_for_one_file():
-    with pytest.raises(TraceFormatError, match=r"two_ranks: 2 traces \(rank0.pt.trace.json.gz, rank1.pt.trace.json.gz\).*give one of the files"):
+    with pytest.raises(
+        TraceFormatError,
+        match=r"two_ranks: 2 traces \(rank0.pt.trace.json.gz, rank1.pt.trace.json.gz\).*give one of the files",
+    ):
         one_trace(DATA / "two_ranks")
 
 

@@ -41,35 +41,61 @@ def test_entries_from_names_and_files(tmp_path):
     assert best.config.preset == "tiny" and best.config.batch_size == 2
     assert best.config.data.source == "synthetic"
     assert best.config.ddp.bucket_cap_mb == 50.0 and best.config.data.num_workers == 0
-    assert best.adjusted == {"preset": ["full", "tiny"], "batch_size": [16, 2], "data.source": [None, "synthetic"],
-                            "data.video_backend": [None, "pyav"]}
+    assert best.adjusted == {
+        "preset": ["full", "tiny"],
+        "batch_size": [16, 2],
+        "data.source": [None, "synthetic"],
+        "data.video_backend": [None, "pyav"],
+    }
     assert best.provenance["trial"] == 3 and best.config.provenance is None
     assert load_config(path).preset == "full"  # the file itself is not touched
 
 
 def test_unknown_entry_names_the_choices():
-    with pytest.raises(ConfigError, match=r"'stok' is neither a configuration name \[.*'stock'.*\] nor a configuration file"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'stok' is neither a configuration name \[.*'stock'.*\] nor a configuration file",
+    ):
         resolve(["stok"], TINY)
 
 
-def _run(samples_per_s: float, losses: list[float], useful_flops_per_sample: float | None = None, **extra) -> dict:
+def _run(
+    samples_per_s: float, losses: list[float], useful_flops_per_sample: float | None = None, **extra
+) -> dict:
     m = measurement(samples_per_s, peak=3 * 2**30, losses=losses, flops_per_sample=1e12)
-    m = replace(m, step_time=replace(m.step_time, p10_ms=90.0, p90_ms=110.0), useful_flops_per_sample=useful_flops_per_sample)
+    m = replace(
+        m,
+        step_time=replace(m.step_time, p10_ms=90.0, p90_ms=110.0),
+        useful_flops_per_sample=useful_flops_per_sample,
+    )
     return {"record": TrialRecord(measurement=m).to_dict(), **extra}
 
 
 def test_table_rows_speedup_mfu_parity_and_errors():
     parity = {"passed": True, "loss_rel_diff": 0.001, "grad_norm_rel_diff": 0.002}
     results = {
-        "command": "python -m autotune.benchmarks.gpu_suite", "args": {"preset": "full", "batch_size": 16, "nproc": 1},
+        "command": "python -m autotune.benchmarks.gpu_suite",
+        "args": {"preset": "full", "batch_size": 16, "nproc": 1},
         "matmul": {"flops": 1e15, "tflops": 1000.0, "dtype": "bf16", "n": 8192, "device": "H200"},
-        "runs": {"stock": _run(50.0, [1.0]), "x/best": _run(150.0, [1.0], parity=parity, useful_flops_per_sample=0.9e12),
-                 "compile_all": {"record": TrialRecord.failed("compile", "boom").to_dict()},
-                 "x/best+fp8": {"skipped": "precision: refused"}},
-        "profiles": {"x/best": {"overhead": 0.04, "profiled_step_ms": 104.0, "unprofiled_step_ms": 100.0,
-                                "buckets": {"compute_serial": 0.9, "other": 0.1}, "dominant": "compute_serial",
-                                "top_kernels": [{"name": "FusedAdam", "total_ms": 80.0, "count": 425, "share": 0.2}],
-                                "profiled_steps": 5}},
+        "runs": {
+            "stock": _run(50.0, [1.0]),
+            "x/best": _run(150.0, [1.0], parity=parity, useful_flops_per_sample=0.9e12),
+            "compile_all": {"record": TrialRecord.failed("compile", "boom").to_dict()},
+            "x/best+fp8": {"skipped": "precision: refused"},
+        },
+        "profiles": {
+            "x/best": {
+                "overhead": 0.04,
+                "profiled_step_ms": 104.0,
+                "unprofiled_step_ms": 100.0,
+                "buckets": {"compute_serial": 0.9, "other": 0.1},
+                "dominant": "compute_serial",
+                "top_kernels": [
+                    {"name": "FusedAdam", "total_ms": 80.0, "count": 425, "share": 0.2}
+                ],
+                "profiled_steps": 5,
+            }
+        },
     }
     stock, best, failed, skipped = rows(results)
     assert stock["speedup_vs_stock"] == 1.0 and best["speedup_vs_stock"] == pytest.approx(3.0)
@@ -79,7 +105,10 @@ def test_table_rows_speedup_mfu_parity_and_errors():
     assert best["parity_passed"] is True and stock["parity_passed"] is None
     assert failed == {"name": "compile_all", "error": "boom", "reason": "compile"}
     text = markdown(results)
-    assert "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % / 13.5 % | 3.00 | PASS 0.10 % / 0.20 % |" in text
+    assert (
+        "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % / 13.5 % | 3.00 | PASS 0.10 % / 0.20 % |"
+        in text
+    )
     assert "| x/best+fp8 | skipped: precision: refused |" in text
     assert "  -   16.00 ms    85.0 launches  FusedAdam" in text
     assert "| compile_all | ERROR (compile): boom" in text
@@ -91,10 +120,35 @@ def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
     """The lead's command on the tiny preset: a stock row, a best.yaml row, the profile of the fastest."""
     path = _best_yaml(tmp_path)
     out = tmp_path / "out" / "headline.json"
-    cmd = [sys.executable, "-m", "autotune.benchmarks.gpu_suite", "--preset", "tiny", "--batch-size", "2",
-           "--source", "synthetic", "--steps", "2", "--warmup", "1", "--profile-steps", "1", "--timeout", "240",
-           "--configs", str(path), "stock", "--json", str(out), "--profile-dir", str(tmp_path / "prof")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2])
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune.benchmarks.gpu_suite",
+        "--preset",
+        "tiny",
+        "--batch-size",
+        "2",
+        "--source",
+        "synthetic",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "1",
+        "--timeout",
+        "240",
+        "--configs",
+        str(path),
+        "stock",
+        "--json",
+        str(out),
+        "--profile-dir",
+        str(tmp_path / "prof"),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2]
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = json.loads(out.read_text())
     assert list(got["runs"]) == ["stock", "study1/best"]  # stock first, whatever the order given
@@ -112,9 +166,11 @@ def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
     assert got["matmul"]["dtype"] == ("bf16" if torch.cuda.is_available() else "fp32")
     table = {r["name"]: r for r in got["table"]}
     assert table["stock"]["speedup_vs_stock"] == 1.0
-    assert table["study1/best"]["speedup_vs_stock"] == pytest.approx(speed["study1/best"] / speed["stock"])
+    assert table["study1/best"]["speedup_vs_stock"] == pytest.approx(
+        speed["study1/best"] / speed["stock"]
+    )
     assert 0 < table["study1/best"]["mfu"] < 1
-    (name, prof), = got["profiles"].items()
+    ((name, prof),) = got["profiles"].items()
     fastest = max(speed, key=speed.get)
     assert name == fastest, prof
     assert isinstance(prof["overhead"], float) and prof["unprofiled_step_ms"] > 0
@@ -132,10 +188,17 @@ def test_variants_on_the_best_file_and_rows_fitted_to_a_cpu():
     best, exact, fp8 = resolve(["best-1gpu", "best-1gpu+exact", "best-1gpu+exact_fp8_dit"], TINY)
     assert exact.name == "full-1gpu-h200-v4/best+exact" and exact.source == best.source
     assert exact.config.model.skip_dead_work and exact.config.model.category_matmul == "grouped"
-    assert (exact.config.optimizer.impl, exact.config.optimizer.streams) == ("fused", 2)  # the file's, and the variant's
-    assert exact.config.graphs.mode == "step" and exact.describe()["variant"]["optimizer"] == {"streams": 2}
+    assert (exact.config.optimizer.impl, exact.config.optimizer.streams) == (
+        "fused",
+        2,
+    )  # the file's, and the variant's
+    assert exact.config.graphs.mode == "step" and exact.describe()["variant"]["optimizer"] == {
+        "streams": 2
+    }
     assert fp8.config.precision.regions == {"dit": "fp8"}
-    (model,) = resolve(["best-1gpu+model"], TINY)  # the model group alone: the optimizer stays the file's
+    (model,) = resolve(
+        ["best-1gpu+model"], TINY
+    )  # the model group alone: the optimizer stays the file's
     assert model.config.model.skip_dead_work and model.config.model.category_matmul == "grouped"
     assert (model.config.optimizer.impl, model.config.optimizer.streams) == ("fused", 1)
     regions = ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]
@@ -144,23 +207,41 @@ def test_variants_on_the_best_file_and_rows_fitted_to_a_cpu():
         reset(entry, ["compile.regions"])
     assert fit_to_machine(exact, cpu, regions) is None
     assert exact.config.graphs.mode == "none" and exact.config.data.device_prefetch == 0
-    assert exact.adjusted["graphs.mode"] == ["step", "none"] and exact.adjusted["compile.regions"] == [["all"], []]
+    assert exact.adjusted["graphs.mode"] == ["step", "none"] and exact.adjusted[
+        "compile.regions"
+    ] == [["all"], []]
     assert exact.config.model.skip_dead_work  # what the row measures is kept
-    assert fit_to_machine(fp8, cpu, regions) == "precision: refused: fp8 training needs a CUDA device"
-    with pytest.raises(ConfigError, match=r"variant 'fast' of 'full-1gpu-h200-v4/best' is unknown; allowed: \[.*'exact'"):
+    assert (
+        fit_to_machine(fp8, cpu, regions) == "precision: refused: fp8 training needs a CUDA device"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"variant 'fast' of 'full-1gpu-h200-v4/best' is unknown; allowed: \[.*'exact'",
+    ):
         resolve(["best-1gpu+fast"], TINY)
-    with pytest.raises(ConfigError, match=r"--reset: 'optimizer.speed' is not a key of the training configuration"):
+    with pytest.raises(
+        ConfigError, match=r"--reset: 'optimizer.speed' is not a key of the training configuration"
+    ):
         reset(best, ["optimizer.speed"])
 
 
 def test_the_v10_best_takes_the_master_and_overlap_variants():
     best, master, overlap = resolve(["best-v10", "best-v10+master", "best-v10+issue23"], TINY)
-    assert best.config.model.bias_in_activation and (best.config.optimizer.impl, best.config.optimizer.streams) == ("fused", 2)
-    assert (master.config.optimizer.impl, master.config.optimizer.streams, master.config.optimizer.overlap) == ("master", 1, False)
+    assert best.config.model.bias_in_activation and (
+        best.config.optimizer.impl,
+        best.config.optimizer.streams,
+    ) == ("fused", 2)
+    assert (
+        master.config.optimizer.impl,
+        master.config.optimizer.streams,
+        master.config.optimizer.overlap,
+    ) == ("master", 1, False)
     assert (overlap.config.optimizer.impl, overlap.config.optimizer.overlap) == ("master", True)
     fp8 = resolve(["best-v10+issue23_fp8_vision"], TINY)[0]
     assert fp8.config.precision.regions["vision"] == "fp8" and fp8.config.optimizer.overlap
-    assert fp8.config.precision.regions.get("dit") == overlap.config.precision.regions.get("dit")  # only the vision tower changes
+    assert fp8.config.precision.regions.get("dit") == overlap.config.precision.regions.get(
+        "dit"
+    )  # only the vision tower changes
 
 
 def test_the_v11_best_is_master_and_takes_the_attended_variant():
@@ -168,10 +249,21 @@ def test_the_v11_best_is_master_and_takes_the_attended_variant():
     assert best.config.optimizer.impl == "master" and not best.config.model.attended_kv_only
     assert attended.config.model.attended_kv_only and attended.config.optimizer.impl == "master"
     both = resolve(["best-v11+attended_epilogue"], TINY)[0]
-    assert both.config.model.attended_kv_only and both.config.model.gelu_epilogue and both.config.model.bias_in_activation
+    assert (
+        both.config.model.attended_kv_only
+        and both.config.model.gelu_epilogue
+        and both.config.model.bias_in_activation
+    )
 
 
 def test_the_v12_best_has_the_attended_keys_and_the_epilogue_and_takes_the_fused_qkv_variant():
     best, fused = resolve(["best-v12", "best-v12+fused_qkv"], TINY)
-    assert best.config.model.attended_kv_only and best.config.model.gelu_epilogue and not best.config.model.fused_frozen_qkv
-    assert fused.config.model.fused_frozen_qkv and fused.config.optimizer.impl == best.config.optimizer.impl == "master"
+    assert (
+        best.config.model.attended_kv_only
+        and best.config.model.gelu_epilogue
+        and not best.config.model.fused_frozen_qkv
+    )
+    assert (
+        fused.config.model.fused_frozen_qkv
+        and fused.config.optimizer.impl == best.config.optimizer.impl == "master"
+    )

@@ -16,7 +16,10 @@ from autotune.workloads.gr00t_n16.presets import get_preset
 def test_formats_compared_on_the_same_episodes(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
     spec = replace(spec_for(read_spec(get_preset("tiny")), 2), frames=10)
-    for fmt in ("v2.1", "v3.0"):  # made here, in this process: a spawned maker costs seconds of imports
+    for fmt in (
+        "v2.1",
+        "v3.0",
+    ):  # made here, in this process: a spawned maker costs seconds of imports
         make_dataset(cache_path(replace(spec, format=fmt)), replace(spec, format=fmt))
     out = tmp_path / "loader.json"
     argv = ["--preset", "tiny", "--format", "v2.1", "v3.0", "--workers", "0", "--batches", "2", "--warmup", "0",

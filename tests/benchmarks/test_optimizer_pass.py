@@ -12,7 +12,9 @@ def test_the_layout_puts_only_linear_weights_of_bf16_regions_in_bf16():
     shapes = [s for items, _ in groups for s in items]
     assert {wd for _, wd in groups} == {1e-5, 0.0}
     assert any(bf16 for _, bf16 in shapes) and not all(bf16 for _, bf16 in shapes)
-    assert all(len(s) <= 2 for s, bf16 in shapes if bf16)  # never a projector's [slots, in, out] slot weight
+    assert all(
+        len(s) <= 2 for s, bf16 in shapes if bf16
+    )  # never a projector's [slots, in, out] slot weight
 
 
 def test_a_cpu_run_writes_each_row(tmp_path, capsys):

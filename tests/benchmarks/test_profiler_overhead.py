@@ -12,14 +12,22 @@ from autotune.profiling import BUCKETS
 
 def test_summary_takes_the_medians_of_the_rounds():
     runs = [
-        {"profiled_ms": p, "unprofiled_ms": u, "events_per_step": {"host_op": 9}, "json_mb": 1.0, "dominant": "other"}
+        {
+            "profiled_ms": p,
+            "unprofiled_ms": u,
+            "events_per_step": {"host_op": 9},
+            "json_mb": 1.0,
+            "dominant": "other",
+        }
         for p, u in ((12.0, 10.0), (11.0, 10.0), (30.0, 9.0))
     ]
     got = _summary([*runs, {"detail": "ops", "error": "RuntimeError: boom"}])
     assert (got["profiled_ms"], got["unprofiled_ms"]) == (12.0, 10.0)
     assert got["overhead"] == pytest.approx(0.2)
     assert got["rounds"] == [(12.0, 10.0), (11.0, 10.0), (30.0, 9.0)]
-    assert _summary([{"detail": "spans", "error": "RuntimeError: boom"}]) == {"error": "RuntimeError: boom"}
+    assert _summary([{"detail": "spans", "error": "RuntimeError: boom"}]) == {
+        "error": "RuntimeError: boom"
+    }
 
 
 @pytest.mark.slow

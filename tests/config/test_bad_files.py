@@ -16,28 +16,39 @@ from autotune.errors import ConfigError
 from tests.clirun import autotune, one_line_error
 
 LOUD = "tests.config.loud:Workload"
-BINARY = bytes(range(128, 256)) * 2 + b"\x00\xff"  # what `head -c 300 /dev/urandom` gives: not UTF-8
+BINARY = (
+    bytes(range(128, 256)) * 2 + b"\x00\xff"
+)  # what `head -c 300 /dev/urandom` gives: not UTF-8
 
 
 def test_a_binary_config_file_is_one_line(tmp_path):
     (tmp_path / "b.yaml").write_bytes(BINARY)
     line = one_line_error(autotune("train", "--config", tmp_path / "b.yaml"))
-    assert line == f"autotune: error: {tmp_path / 'b.yaml'}: not a text file (byte 0 is not UTF-8); expected YAML text"
+    assert (
+        line
+        == f"autotune: error: {tmp_path / 'b.yaml'}: not a text file (byte 0 is not UTF-8); expected YAML text"
+    )
 
 
 def test_a_binary_space_file_is_one_line(tmp_path):
     (tmp_path / "b.yaml").write_bytes(BINARY)
-    line = one_line_error(autotune("run", "--space", tmp_path / "b.yaml", "--out", tmp_path / "run"))
+    line = one_line_error(
+        autotune("run", "--space", tmp_path / "b.yaml", "--out", tmp_path / "run")
+    )
     assert f"{tmp_path / 'b.yaml'}: not a text file" in line
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("text", ["", "\n\n", "# best.yaml, to be filled in\n"], ids=["empty", "blank", "comment"])
+@pytest.mark.parametrize(
+    "text", ["", "\n\n", "# best.yaml, to be filled in\n"], ids=["empty", "blank", "comment"]
+)
 def test_an_empty_config_file_is_refused_not_read_as_defaults(tmp_path, text):
     (tmp_path / "e.yaml").write_text(text)
     line = one_line_error(autotune("train", "--config", tmp_path / "e.yaml"))
-    assert line == (f"autotune: error: {tmp_path / 'e.yaml'}: the file is empty (no YAML document in it); "
-                    "expected a mapping of keys")
+    assert line == (
+        f"autotune: error: {tmp_path / 'e.yaml'}: the file is empty (no YAML document in it); "
+        "expected a mapping of keys"
+    )
 
 
 def test_an_explicit_empty_mapping_is_still_the_defaults(tmp_path):
@@ -52,18 +63,26 @@ def test_a_duplicate_key_in_a_space_file_names_the_key(tmp_path):
                      "  data.num_workers: {type: int, low: 0, high: 2, group: data}\n"
                      "  optimizer.impl: {type: categorical, choices: [fused], group: optimizer}\n")  # fmt: skip
     line = one_line_error(autotune("run", "--space", space, "--out", tmp_path / "run"))
-    assert line == (f"autotune: error: {space}: knobs.optimizer.impl: duplicate key at line 4 (first at line 2); "
-                    "a key may appear once")
+    assert line == (
+        f"autotune: error: {space}: knobs.optimizer.impl: duplicate key at line 4 (first at line 2); "
+        "a key may appear once"
+    )
 
 
 def test_a_duplicate_key_in_a_config_file_names_the_key(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("preset: tiny\nddp:\n  bucket_cap_mb: 25\n  static_graph: true\n  bucket_cap_mb: 50\n")
+    cfg.write_text(
+        "preset: tiny\nddp:\n  bucket_cap_mb: 25\n  static_graph: true\n  bucket_cap_mb: 50\n"
+    )
     line = one_line_error(autotune("train", "--config", cfg))
-    assert line.endswith(f"{cfg}: ddp.bucket_cap_mb: duplicate key at line 5 (first at line 3); a key may appear once")
+    assert line.endswith(
+        f"{cfg}: ddp.bucket_cap_mb: duplicate key at line 5 (first at line 3); a key may appear once"
+    )
 
 
-@pytest.mark.parametrize("text", ["a: {x: 1, x: 2}\n", "a:\n- {x: 1, x: 2}\n", '"1": a\n1: b\n"1": c\n'])
+@pytest.mark.parametrize(
+    "text", ["a: {x: 1, x: 2}\n", "a:\n- {x: 1, x: 2}\n", '"1": a\n1: b\n"1": c\n']
+)
 def test_duplicates_anywhere_are_found_and_merges_may_override(tmp_path, text):
     (tmp_path / "d.yaml").write_text(text)
     with pytest.raises(ConfigError, match=r"d\.yaml: .*duplicate key"):
@@ -95,7 +114,7 @@ def test_a_corrupt_parquet_is_one_line(tmp_path):
     path = root / "data/chunk-000/episode_000000.parquet"
     assert pq.read_table(path).num_rows == 4
     raw = bytearray(path.read_bytes())
-    raw[len(raw) // 2: len(raw) // 2 + 40] = b"x" * 40  # the footer's metadata (thrift) is broken
+    raw[len(raw) // 2 : len(raw) // 2 + 40] = b"x" * 40  # the footer's metadata (thrift) is broken
     path.write_bytes(bytes(raw))
     line = one_line_error(autotune("data", "check", root))
     assert line.startswith(f"autotune: error: {path}: not a readable parquet file (")
@@ -110,7 +129,9 @@ def _config(tmp_path, text):
 def test_a_module_workload_is_imported_only_after_the_file_is_validated(tmp_path):
     line = one_line_error(autotune("train", "--config", _config(tmp_path, "batch_size: 0\n")))
     assert line.endswith("w.yaml: batch_size: 0 is out of range; allowed: an integer >= 1")
-    line = one_line_error(autotune("train", "--config", _config(tmp_path, "graphs: {mode: step}\n")))
+    line = one_line_error(
+        autotune("train", "--config", _config(tmp_path, "graphs: {mode: step}\n"))
+    )
     assert line == "autotune: error: graphs.mode: refused: CUDA graphs need a CUDA device"
     # a valid file reaches the module (so the lines above would have shown its import)
     proc = autotune("train", "--config", _config(tmp_path, "batch_size: 2\n"), "--steps", "1", "--warmup", "0",
@@ -118,7 +139,9 @@ def test_a_module_workload_is_imported_only_after_the_file_is_validated(tmp_path
     assert "tests.config.loud was imported" in one_line_error(proc)
 
 
-@pytest.mark.skipif(os.geteuid() == 0 or shutil.which("chmod") is None, reason="root reads every file")
+@pytest.mark.skipif(
+    os.geteuid() == 0 or shutil.which("chmod") is None, reason="root reads every file"
+)
 def test_an_unreadable_config_is_one_line(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("preset: tiny\n")

@@ -34,16 +34,37 @@ def test_partial_file_takes_defaults(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("ddp:\n  bucket_cap_mb: -3\n", r"cfg\.yaml: ddp\.bucket_cap_mb: -3\.0 is out of range; allowed: a number > 0"),
-        ("ddp:\n  bucket_size: 3\n", r"ddp\.bucket_size: unknown key; allowed: \['broadcast_buffers', 'bucket_cap_mb'"),
+        (
+            "ddp:\n  bucket_cap_mb: -3\n",
+            r"cfg\.yaml: ddp\.bucket_cap_mb: -3\.0 is out of range; allowed: a number > 0",
+        ),
+        (
+            "ddp:\n  bucket_size: 3\n",
+            r"ddp\.bucket_size: unknown key; allowed: \['broadcast_buffers', 'bucket_cap_mb'",
+        ),
         ("nonsense: 1\n", r"nonsense: unknown key; allowed: \["),
         ("batch_size: sixteen\n", r"batch_size: 'sixteen' has the wrong type; allowed: an integer"),
         ("batch_size: 0\n", r"batch_size: 0 is out of range; allowed: an integer >= 1"),
-        ("ddp:\n  static_graph: 1\n", r"ddp\.static_graph: 1 has the wrong type; allowed: true or false"),
-        ("precision:\n  regions:\n    dit: fp4\n", r"precision\.regions\.dit: 'fp4' is not one of the choices; allowed: \['fp32', 'bf16', 'fp16', 'fp8'\]"),
-        ("graphs:\n  mode: always\n", r"graphs\.mode: 'always' is not one of the choices; allowed: \['none', 'regions', 'step'\]"),
-        ("data:\n  num_workers: 0\n  prefetch_factor: 4\n", r"data\.prefetch_factor: 4 is set; allowed: null when num_workers is 0"),
-        ("optimizer:\n  betas: [0.9]\n", r"optimizer\.betas: \[0\.9\] is out of range; allowed: two numbers in \[0, 1\)"),
+        (
+            "ddp:\n  static_graph: 1\n",
+            r"ddp\.static_graph: 1 has the wrong type; allowed: true or false",
+        ),
+        (
+            "precision:\n  regions:\n    dit: fp4\n",
+            r"precision\.regions\.dit: 'fp4' is not one of the choices; allowed: \['fp32', 'bf16', 'fp16', 'fp8'\]",
+        ),
+        (
+            "graphs:\n  mode: always\n",
+            r"graphs\.mode: 'always' is not one of the choices; allowed: \['none', 'regions', 'step'\]",
+        ),
+        (
+            "data:\n  num_workers: 0\n  prefetch_factor: 4\n",
+            r"data\.prefetch_factor: 4 is set; allowed: null when num_workers is 0",
+        ),
+        (
+            "optimizer:\n  betas: [0.9]\n",
+            r"optimizer\.betas: \[0\.9\] is out of range; allowed: two numbers in \[0, 1\)",
+        ),
         ("schema_version: 7\n", r"schema_version: 7 is not supported; allowed: 1"),
         ("ddp: 5\n", r"ddp: 5 has the wrong type; allowed: a mapping"),
         ("- a\n- b\n", r"the configuration: \['a', 'b'\] has the wrong type; allowed: a mapping"),

@@ -12,7 +12,9 @@ from autotune.errors import ConfigError, IncompatibleConfigError
 def test_each_set_kernel_knob_names_its_variable_and_unset_ones_none():
     assert KernelConfig().environment() == {}
     assert KernelConfig(cuda_device_max_connections=8, cublaslt_workspace_kib=1).environment() == {
-        "CUDA_DEVICE_MAX_CONNECTIONS": "8", "CUBLASLT_WORKSPACE_SIZE": "1"}
+        "CUDA_DEVICE_MAX_CONNECTIONS": "8",
+        "CUBLASLT_WORKSPACE_SIZE": "1",
+    }
 
 
 @pytest.mark.parametrize("value", [0, -4, 1 << 21])
@@ -23,7 +25,10 @@ def test_a_workspace_out_of_range_is_refused_naming_the_key(value):
 
 def test_the_workspace_knob_needs_a_cuda_device():
     cfg = config_from_dict({"kernels": {"cublaslt_workspace_kib": 1}})
-    with pytest.raises(IncompatibleConfigError, match="kernels.cublaslt_workspace_kib: refused: CUBLASLT_WORKSPACE_SIZE"):
+    with pytest.raises(
+        IncompatibleConfigError,
+        match="kernels.cublaslt_workspace_kib: refused: CUBLASLT_WORKSPACE_SIZE",
+    ):
         check_machine(cfg, Machine(cuda=False))
     check_machine(cfg, Machine(cuda=True, capability=(9, 0)))
     check_machine(TrainConfig(), Machine(cuda=False))

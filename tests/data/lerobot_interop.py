@@ -28,13 +28,19 @@ def write(root: Path) -> None:
 
     shutil.rmtree(root, ignore_errors=True)
     features = {
-        "observation.state": {"dtype": "float32", "shape": (8,), "names": [f"s{i}" for i in range(8)]},
+        "observation.state": {
+            "dtype": "float32",
+            "shape": (8,),
+            "names": [f"s{i}" for i in range(8)],
+        },
         "action": {"dtype": "float32", "shape": (7,), "names": [f"a{i}" for i in range(7)]},
     }
     for v in VIEWS:
         features[f"observation.images.{v}"] = {"dtype": "video", "shape": (48, 64, 3),
                                                "names": ["height", "width", "channels"]}  # fmt: skip
-    ds = LeRobotDataset.create(repo_id="local/test", fps=10, root=root, features=features, robot_type="so100")
+    ds = LeRobotDataset.create(
+        repo_id="local/test", fps=10, root=root, features=features, robot_type="so100"
+    )
     rng = np.random.default_rng(0)
     for ep, n in enumerate([12, 9, 15]):
         for _ in range(n):

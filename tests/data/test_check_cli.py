@@ -30,7 +30,10 @@ def test_make_then_check(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"made {root}: LeRobot v2.1, 2 episodes, 100 frames")
     assert main(["data", "check", str(root)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"OK {root}: LeRobot v2.1, 2 episodes, 100 frames at 20 fps") and "front 32x32 h264" in out
+    assert (
+        out.startswith(f"OK {root}: LeRobot v2.1, 2 episodes, 100 frames at 20 fps")
+        and "front 32x32 h264" in out
+    )
 
 
 def test_check_reports_a_truncated_video(broken_copy, capsys):
@@ -38,7 +41,10 @@ def test_check_reports_a_truncated_video(broken_copy, capsys):
     mp4.write_bytes(mp4.read_bytes()[:-2000])
     assert main(["data", "check", str(broken_copy)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"autotune: error: {mp4}: ") and "frames decoded; its episodes need 60" in err
+    assert (
+        err.startswith(f"autotune: error: {mp4}: ")
+        and "frames decoded; its episodes need 60" in err
+    )
     assert err.count("\n") == 1
 
 
@@ -59,8 +65,7 @@ def test_check_reports_a_video_shorter_than_its_episode(broken_copy, tmp_path, c
     capsys.readouterr()
     assert main(["data", "check", str(broken_copy)]) == 2
     assert (
-        f"{broken_copy / mp4}: 40 frames decoded; its episodes need 60"
-        in capsys.readouterr().err
+        f"{broken_copy / mp4}: 40 frames decoded; its episodes need 60" in capsys.readouterr().err
     )
 
 

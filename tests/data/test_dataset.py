@@ -107,8 +107,14 @@ def test_corrupt_mp4(broken_copy, damage):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\xff" * 64 + data[64:])
     ds = Gr00tDataset(broken_copy, TINY)
-    problem = "frame 55 not found: the stream ends before it" if damage == "truncate" else "cannot open the video"
-    with pytest.raises(DataError, match=rf"observation\.images\.wrist/episode_000001\.mp4: {problem}"):
+    problem = (
+        "frame 55 not found: the stream ends before it"
+        if damage == "truncate"
+        else "cannot open the video"
+    )
+    with pytest.raises(
+        DataError, match=rf"observation\.images\.wrist/episode_000001\.mp4: {problem}"
+    ):
         ds.sample(1, 55)
 
 
@@ -136,7 +142,8 @@ def test_missing_backend_is_a_clear_error(tiny_dataset, backend):
         ds = Gr00tDataset(tiny_dataset, TINY, video_backend=backend)
         reference = Gr00tDataset(tiny_dataset, TINY)
         assert (
-            torch.stack(ds.read_frames(0, 37)).int() - torch.stack(reference.read_frames(0, 37)).int()
+            torch.stack(ds.read_frames(0, 37)).int()
+            - torch.stack(reference.read_frames(0, 37)).int()
         ).abs().float().mean() < 2
         return
     with pytest.raises(DataError, match=f"video backend '{backend}' is not installed"):
@@ -169,5 +176,16 @@ def test_the_generic_reader_takes_another_workloads_shapes(tiny_dataset):
 )  # fmt: skip
 def test_a_spec_the_dataset_cannot_fill_is_refused(tiny_dataset, over, message):
     with pytest.raises(DataError, match=message):
-        LeRobotDataset(tiny_dataset, ReadSpec(**{"views": 1, "image_size": 32, "state_dim": 8,
-                                                 "action_dim": 7, "action_horizon": 4, **over}))
+        LeRobotDataset(
+            tiny_dataset,
+            ReadSpec(
+                **{
+                    "views": 1,
+                    "image_size": 32,
+                    "state_dim": 8,
+                    "action_dim": 7,
+                    "action_horizon": 4,
+                    **over,
+                }
+            ),
+        )

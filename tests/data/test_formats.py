@@ -39,7 +39,16 @@ SPEC = ReadSpec(views=2, image_size=32, state_dim=16, action_dim=16, action_hori
 
 
 def made(tmp_path_factory, name: str, **spec) -> object:
-    base = {"episodes": 3, "views": 2, "size": 48, "width": 64, "frames": 12, "fps": 10, "codec": "av1", "extras": False}
+    base = {
+        "episodes": 3,
+        "views": 2,
+        "size": 48,
+        "width": 64,
+        "frames": 12,
+        "fps": 10,
+        "codec": "av1",
+        "extras": False,
+    }
     return make_dataset(tmp_path_factory.mktemp(name) / "ds", MakeSpec(**{**base, **spec}))
 
 
@@ -77,7 +86,9 @@ def test_v3_layout_is_lerobots(v3_av1):
 def test_v21_layout_is_lerobots(v21_av1):
     info = json.loads((v21_av1 / "meta/info.json").read_text())
     assert set(info) == V21_INFO_KEYS and info["codebase_version"] == "v2.1"
-    assert not (v21_av1 / "meta/stats.json").exists() and not (v21_av1 / "meta/modality.json").exists()
+    assert (
+        not (v21_av1 / "meta/stats.json").exists() and not (v21_av1 / "meta/modality.json").exists()
+    )
     row = json.loads((v21_av1 / "meta/episodes_stats.jsonl").read_text().splitlines()[1])
     assert row["episode_index"] == 1 and row["stats"]["observation.state"]["count"] == [12]
 
@@ -97,7 +108,9 @@ def test_a_v3_frame_is_the_episodes_frame(v3_av1, v21_av1):
     """Frame 5 of episode 2 decodes, in both layouts, to the frame rendered for (episode 2, frame 5)."""
     truth = {}
     for ep in range(3):
-        renderer = FrameRenderer((48, 64), 12, rng_for(0, 5, ep, 1))  # make.py's stream of (episode, wrist)
+        renderer = FrameRenderer(
+            (48, 64), 12, rng_for(0, 5, ep, 1)
+        )  # make.py's stream of (episode, wrist)
         truth |= {(ep, i): renderer.frame(i).astype(float) for i in range(12)}
     for root in (v3_av1, v21_av1):
         got = LeRobotDataset(root, SPEC).read_frames(2, 5)[1].permute(1, 2, 0).numpy().astype(float)
@@ -111,7 +124,9 @@ def test_stats_aggregated_from_episodes_match_the_whole(v3_copy, v21_av1):
     from_index = load_meta(v3_copy).stats  # v3.0: the stats/ columns of the episode index
     from_jsonl = load_meta(v21_av1).stats  # v2.1: meta/episodes_stats.jsonl
     table = pq.read_table(v3_copy / "data/chunk-000/file-000.parquet")
-    state = np.stack(table.column("observation.state").to_numpy(zero_copy_only=False)).astype(np.float64)
+    state = np.stack(table.column("observation.state").to_numpy(zero_copy_only=False)).astype(
+        np.float64
+    )
     for stats in (stats_json, from_index, from_jsonl):
         s = stats["observation.state"]
         np.testing.assert_allclose(s["mean"], state.mean(0), atol=1e-6)
@@ -134,7 +149,11 @@ def test_v20_reads_its_stats_json(v21_av1, tmp_path):
 def test_v3_with_a_file_per_episode(tmp_path_factory):
     root = made(tmp_path_factory, "split", format="v3.0", views=1, codec="h264", file_mb=1e-6)
     meta = load_meta(root)
-    assert [e.data_file.name for e in meta.episodes] == ["file-000.parquet", "file-001.parquet", "file-002.parquet"]
+    assert [e.data_file.name for e in meta.episodes] == [
+        "file-000.parquet",
+        "file-001.parquet",
+        "file-002.parquet",
+    ]
     assert [e.first_row for e in meta.episodes] == [0, 0, 0]
     assert [e.videos["observation.images.front"].first_frame for e in meta.episodes] == [0, 0, 0]
     assert LeRobotDataset(root, ReadSpec(1, 32, 8, 7, 4)).sample(2, 11)["state"].shape == (8,)
@@ -158,22 +177,38 @@ def test_modality_json_as_isaac_gr00t_writes_it(v3_copy):
     """Sub-keys by name with start/end (original_key defaulted), views in file order, the
     annotation's column; the vector is the sub-keys concatenated, each normalised on its own."""
     modality = {
-        "state": {"arm": {"start": 0, "end": 5, "absolute": True}, "gripper": {"start": 7, "end": 8}},
-        "action": {"arm": {"start": 0, "end": 6, "original_key": "action", "normalization": "mean_std"}},
+        "state": {
+            "arm": {"start": 0, "end": 5, "absolute": True},
+            "gripper": {"start": 7, "end": 8},
+        },
+        "action": {
+            "arm": {"start": 0, "end": 6, "original_key": "action", "normalization": "mean_std"}
+        },
         "video": {"wrist": {"original_key": "observation.images.wrist"}},
         "annotation": {"human.task_description": {"original_key": "task_index"}},
     }
     (v3_copy / "meta/modality.json").write_text(json.dumps(modality))
     meta = load_meta(v3_copy)
-    assert (meta.state_dim, meta.action_dim, meta.video_keys) == (6, 6, ["observation.images.wrist"])
+    assert (meta.state_dim, meta.action_dim, meta.video_keys) == (
+        6,
+        6,
+        ["observation.images.wrist"],
+    )
     ds = LeRobotDataset(meta, ReadSpec(1, 32, 8, 8, 4))
-    raw = pq.read_table(v3_copy / "data/chunk-000/file-000.parquet").column("observation.state").to_pylist()[12]
+    raw = (
+        pq.read_table(v3_copy / "data/chunk-000/file-000.parquet")
+        .column("observation.state")
+        .to_pylist()[12]
+    )
     lo, hi = meta.stats["observation.state"]["min"], meta.stats["observation.state"]["max"]
     expected = [2 * (raw[i] - lo[i]) / (hi[i] - lo[i]) - 1 for i in (0, 1, 2, 3, 4, 7)]
     sample = ds.sample(1, 0)
     assert sample["state"][:6].tolist() == pytest.approx(expected, abs=1e-5)
     assert sample["state_mask"].tolist() == [True] * 6 + [False] * 2
-    assert sample["action"][0, :6].abs().max() > 0 and sample["action_mask"][0].tolist() == [True] * 6 + [False] * 2
+    assert (
+        sample["action"][0, :6].abs().max() > 0
+        and sample["action_mask"][0].tolist() == [True] * 6 + [False] * 2
+    )
 
 
 @pytest.mark.parametrize(
@@ -198,14 +233,22 @@ def test_corrupt_v3_episode_index_is_one_line_naming_the_file(v3_copy, capsys):
     index.write_bytes(b"PAR1" + index.read_bytes()[100:])
     assert main(["data", "check", str(v3_copy)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"autotune: error: {index}: not a readable parquet file") and err.count("\n") == 1
+    assert (
+        err.startswith(f"autotune: error: {index}: not a readable parquet file")
+        and err.count("\n") == 1
+    )
 
 
 def test_v3_episode_index_without_a_column_names_it(v3_copy, capsys):
     index = v3_copy / "meta/episodes/chunk-000/file-000.parquet"
-    pq.write_table(pq.read_table(index).drop_columns(["videos/observation.images.wrist/from_timestamp"]), index)
+    pq.write_table(
+        pq.read_table(index).drop_columns(["videos/observation.images.wrist/from_timestamp"]), index
+    )
     assert main(["data", "check", str(v3_copy)]) == 2
-    assert f"{index}: missing column 'videos/observation.images.wrist/from_timestamp'" in capsys.readouterr().err
+    assert (
+        f"{index}: missing column 'videos/observation.images.wrist/from_timestamp'"
+        in capsys.readouterr().err
+    )
 
 
 def test_v3_episode_index_out_of_step_with_the_data(v3_copy):
@@ -214,7 +257,9 @@ def test_v3_episode_index_out_of_step_with_the_data(v3_copy):
     from_index = table.column("dataset_from_index").to_pylist()
     pq.write_table(table.set_column(table.column_names.index("dataset_from_index"), "dataset_from_index",
                                     [[from_index[0], from_index[1] + 1, from_index[2]]]), index)  # fmt: skip
-    with pytest.raises(DataError, match=rf"{index}: episode 1: expected episode 1 with length >= 1"):
+    with pytest.raises(
+        DataError, match=rf"{index}: episode 1: expected episode 1 with length >= 1"
+    ):
         load_meta(v3_copy)
 
 
@@ -232,10 +277,18 @@ def test_unsupported_version_and_template(v3_copy):
     info_path = v3_copy / "meta/info.json"
     info = json.loads(info_path.read_text())
     info_path.write_text(json.dumps({**info, "codebase_version": "v1.6"}))
-    with pytest.raises(DataError, match=r"codebase_version 'v1\.6' is not supported; supported: \['v2\.0', 'v2\.1', 'v3\.0'\]"):
+    with pytest.raises(
+        DataError,
+        match=r"codebase_version 'v1\.6' is not supported; supported: \['v2\.0', 'v2\.1', 'v3\.0'\]",
+    ):
         load_meta(v3_copy)
-    info_path.write_text(json.dumps({**info, "data_path": "data/{episode_chunk:03d}/{episode_index}.parquet"}))
-    with pytest.raises(DataError, match=r"data_path .* has placeholder 'episode_chunk'; this codebase version allows"):
+    info_path.write_text(
+        json.dumps({**info, "data_path": "data/{episode_chunk:03d}/{episode_index}.parquet"})
+    )
+    with pytest.raises(
+        DataError,
+        match=r"data_path .* has placeholder 'episode_chunk'; this codebase version allows",
+    ):
         load_meta(v3_copy)
 
 
@@ -251,7 +304,11 @@ def test_check_reports_what_it_found(v3_av1, capsys):
 
 def test_a_same_seed_v3_dataset_has_the_same_bytes(v3_av1, tmp_path_factory):
     again = made(tmp_path_factory, "again", format="v3.0")
-    for rel in ("data/chunk-000/file-000.parquet", "meta/episodes/chunk-000/file-000.parquet", "meta/tasks.parquet"):
+    for rel in (
+        "data/chunk-000/file-000.parquet",
+        "meta/episodes/chunk-000/file-000.parquet",
+        "meta/tasks.parquet",
+    ):
         assert (again / rel).read_bytes() == (v3_av1 / rel).read_bytes(), rel
     frames = [LeRobotDataset(r, SPEC).read_frames(1, 3)[0] for r in (v3_av1, again)]
     assert torch.equal(*frames)
@@ -265,7 +322,9 @@ def test_v3_batches_are_the_same_from_workers(v3_av1):
     ds = LeRobotDataset(v3_av1, SPEC)
 
     def first(workers: int) -> dict:
-        data = DataConfig(dataset=str(v3_av1), num_workers=workers, persistent_workers=False, pin_memory=False)
+        data = DataConfig(
+            dataset=str(v3_av1), num_workers=workers, persistent_workers=False, pin_memory=False
+        )
         batch = next(iter(build_host_loader(ds, data, 4, seed=3)))
         return {k: v for k, v in batch.items() if k != "load_s"}
 

@@ -111,7 +111,9 @@ def test_null_dataset_is_made_once_in_the_cache(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     made = list((tmp_path / "datasets").iterdir())
-    assert [p.name for p in made if not p.name.startswith(".")] == ["lerobot-v2.1-h264-panda-e2-v2-s64-seed0"]
+    assert [p.name for p in made if not p.name.startswith(".")] == [
+        "lerobot-v2.1-h264-panda-e2-v2-s64-seed0"
+    ]
     assert (
         loaders[0].dataset.meta.root
         == loaders[1].dataset.meta.root
@@ -124,7 +126,14 @@ def test_null_dataset_is_made_once_in_the_cache(tmp_path, monkeypatch):
 def test_workers_started_afresh_make_the_same_timed_batches(tiny_dataset, context):
     """spawn and forkserver workers unpickle the (timed) dataset: same batches as fork, each timed."""
     fork = batches(tiny_dataset, 2, seed=3, workers=1, prefetch_factor=1, persistent_workers=False)
-    fresh = batches(tiny_dataset, 2, seed=3, workers=1, prefetch_factor=1, persistent_workers=False,
-                    multiprocessing_context=context)
+    fresh = batches(
+        tiny_dataset,
+        2,
+        seed=3,
+        workers=1,
+        prefetch_factor=1,
+        persistent_workers=False,
+        multiprocessing_context=context,
+    )
     for a, b in zip(fork, fresh):
         assert all(torch.equal(a[k], b[k]) for k in BATCH_KEYS) and bool((b[LOAD_KEY] > 0).all())

@@ -24,13 +24,22 @@ def decoded(path) -> list[np.ndarray]:
         return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
-META_FILES = ("info.json", "episodes.jsonl", "tasks.jsonl", "episodes_stats.jsonl", "modality.json", "tokenizer.json")
+META_FILES = (
+    "info.json",
+    "episodes.jsonl",
+    "tasks.jsonl",
+    "episodes_stats.jsonl",
+    "modality.json",
+    "tokenizer.json",
+)
 
 
 def test_layout_and_meta(tiny_dataset):
     for name in META_FILES:
         assert (tiny_dataset / "meta" / name).is_file(), name
-    assert not (tiny_dataset / "meta/stats.json").exists()  # lerobot 0.3 (v2.1) writes per-episode stats only
+    assert not (
+        tiny_dataset / "meta/stats.json"
+    ).exists()  # lerobot 0.3 (v2.1) writes per-episode stats only
     info = json.loads((tiny_dataset / "meta/info.json").read_text())
     assert info["codebase_version"] == "v2.1" and info["total_videos"] == 6
     assert info["total_episodes"] == 3 and info["total_frames"] == 180
@@ -39,7 +48,10 @@ def test_layout_and_meta(tiny_dataset):
     assert [e.length for e in meta.episodes] == [60, 60, 60]
     assert meta.video_keys == ["observation.images.front", "observation.images.wrist"]
     assert all(task.endswith(".") and task[0].isupper() for task in meta.tasks.values())
-    rows = [json.loads(line) for line in (tiny_dataset / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (tiny_dataset / "meta/episodes_stats.jsonl").read_text().splitlines()
+    ]
     assert [r["episode_index"] for r in rows] == [0, 1, 2]
     assert set(rows[0]["stats"]["action"]) == {"mean", "std", "min", "max", "count"}
     vocab = json.loads((tiny_dataset / "meta/tokenizer.json").read_text())["vocab"]

@@ -45,7 +45,9 @@ def test_tokenizer_round_trips_through_json(tmp_path):
 
 def frames(views: int = 2, size: int | tuple[int, int] = 64, seed: int = 0) -> torch.Tensor:
     h, w = (size, size) if isinstance(size, int) else size
-    return torch.randint(0, 256, (views, 3, h, w), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+    return torch.randint(
+        0, 256, (views, 3, h, w), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,7 +55,9 @@ def frames(views: int = 2, size: int | tuple[int, int] = 64, seed: int = 0) -> t
     [(64, 64, (56, 56)), (256, 256, (252, 252)), (80, 64, (56, 56)), ((480, 640), 256, (252, 336))],
 )
 def test_augment_shapes(size, short, out):
-    x = augment(frames(size=size), AugmentSpec(out, short_edge=short), torch.Generator().manual_seed(0))
+    x = augment(
+        frames(size=size), AugmentSpec(out, short_edge=short), torch.Generator().manual_seed(0)
+    )
     assert x.shape == (2, 3, *out) and x.dtype == torch.uint8
 
 
@@ -109,11 +113,15 @@ def _reference_hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("kind", ["uniform", "8-bit", "gray", "black", "white"])
 def test_hue_rotation_gives_the_textbook_formulas_bits(kind):
     g = torch.Generator().manual_seed(3)
-    x = {"uniform": lambda: torch.rand(2, 3, 40, 40, generator=g),
-         "8-bit": lambda: torch.randint(0, 256, (2, 3, 40, 40), generator=g).float() / 255,  # ties between channels
-         "gray": lambda: torch.rand(2, 1, 40, 40, generator=g).expand(-1, 3, -1, -1),
-         "black": lambda: torch.zeros(1, 3, 4, 4),
-         "white": lambda: torch.ones(1, 3, 4, 4)}[kind]()
+    x = {
+        "uniform": lambda: torch.rand(2, 3, 40, 40, generator=g),
+        "8-bit": lambda: (
+            torch.randint(0, 256, (2, 3, 40, 40), generator=g).float() / 255
+        ),  # ties between channels
+        "gray": lambda: torch.rand(2, 1, 40, 40, generator=g).expand(-1, 3, -1, -1),
+        "black": lambda: torch.zeros(1, 3, 4, 4),
+        "white": lambda: torch.ones(1, 3, 4, 4),
+    }[kind]()
     hsv = _reference_rgb_to_hsv(x)
     assert torch.equal(rgb_to_hsv(x), hsv)
     assert torch.equal(hsv_to_rgb(hsv), _reference_hsv_to_rgb(hsv))

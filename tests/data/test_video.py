@@ -19,7 +19,9 @@ ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1"}
 def _video(tmp_path: Path, codec: str, fmt: str = "v2.1") -> Path:
     if ENCODERS[codec] not in av.codecs_available:
         pytest.skip(f"this PyAV has no {ENCODERS[codec]}")
-    root = make_dataset(tmp_path / codec, MakeSpec(episodes=2, views=1, size=64, frames=45, codec=codec, format=fmt))
+    root = make_dataset(
+        tmp_path / codec, MakeSpec(episodes=2, views=1, size=64, frames=45, codec=codec, format=fmt)
+    )
     return sorted(root.glob("videos/**/*.mp4"))[-1]
 
 
@@ -28,7 +30,9 @@ def _every_frame(path: Path) -> list[np.ndarray]:
         return [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
 
 
-@pytest.mark.parametrize("codec,fmt", [("h264", "v2.1"), ("h264", "v3.0"), ("hevc", "v2.1"), ("av1", "v2.1")])
+@pytest.mark.parametrize(
+    "codec,fmt", [("h264", "v2.1"), ("h264", "v3.0"), ("hevc", "v2.1"), ("av1", "v2.1")]
+)
 def test_each_frame_in_any_order_is_the_plain_decodes(tmp_path, codec, fmt):
     path = _video(tmp_path, codec, fmt)
     truth = _every_frame(path)

@@ -51,7 +51,9 @@ def _timing(span: dict, device: list[dict], launches: list[dict]) -> dict[str, f
     return {
         "window_us": round(span.get("dur", 0), 1),
         "graph_launch_call_us": round(sum(e.get("dur", 0) for e in launches), 1),
-        "first_kernel_after_launch_us": round(runs[0][0] - first_launch, 1) if runs and first_launch is not None else None,
+        "first_kernel_after_launch_us": round(runs[0][0] - first_launch, 1)
+        if runs and first_launch is not None
+        else None,
         "device_busy_us": round(busy, 1),
         "median_kernel_us": round(median(e - s for s, e in runs), 2) if runs else None,
         "median_gap_us": round(median(gaps), 2) if gaps else None,
@@ -75,7 +77,10 @@ def census(path: str | Path) -> dict[str, Any]:
     device = [e for e in events if e.get("cat") in DEVICE]
     spans: dict[str, dict] = {}
     for e in events:
-        if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") in ("user_annotation", "cpu_op"):
+        if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") in (
+            "user_annotation",
+            "cpu_op",
+        ):
             spans.setdefault(e["name"], e)
     steps, inside = [], 0
     for name, span in sorted(spans.items(), key=lambda kv: kv[1]["ts"]):
@@ -83,15 +88,17 @@ def census(path: str | Path) -> dict[str, Any]:
         mine = [e for e in device if lo <= e["ts"] < hi]
         inside += len(mine)
         how = Counter(_relation(e, graph_ids, call_ids) for e in mine)
-        steps.append({
-            "step": name,
-            "device_events": len(mine),
-            "graph_kernels": len(mine) - sum(lo <= e["ts"] < hi for e in eager),
-            "correlation": dict(how),
-            "graph_launches": sum(lo <= e["ts"] < hi for e in launches),
-            "streams": sorted({(e.get("args") or {}).get("stream") for e in mine}, key=str),
-            **_timing(span, mine, [e for e in launches if lo <= e["ts"] < hi]),
-        })
+        steps.append(
+            {
+                "step": name,
+                "device_events": len(mine),
+                "graph_kernels": len(mine) - sum(lo <= e["ts"] < hi for e in eager),
+                "correlation": dict(how),
+                "graph_launches": sum(lo <= e["ts"] < hi for e in launches),
+                "streams": sorted({(e.get("args") or {}).get("stream") for e in mine}, key=str),
+                **_timing(span, mine, [e for e in launches if lo <= e["ts"] < hi]),
+            }
+        )
     graph_args = sorted({k for e in device for k in (e.get("args") or {}) if "graph" in k.lower()})
     return {
         "categories": dict(Counter(e.get("cat") for e in events)),
@@ -124,7 +131,9 @@ def check_graph_replays(folder: Path, want: int) -> str:
     if not found["device_events"] and not any(c in found["categories"] for c in RUNTIME):
         raise GraphKernelsNotTraced(f"the profiler recorded no CUDA activity at all; {facts}")
     if not any(s["graph_kernels"] for s in found["steps"]):
-        raise GraphKernelsNotTraced(f"the profiler traced none of the replayed graph's kernels; {facts}")
+        raise GraphKernelsNotTraced(
+            f"the profiler traced none of the replayed graph's kernels; {facts}"
+        )
     assert found["graph_launches"] >= 1, f"no cudaGraphLaunch call in the trace; {facts}"
     graph_kernels = [s["graph_kernels"] for s in found["steps"]]
     assert graph_kernels == [want] * len(graph_kernels), (

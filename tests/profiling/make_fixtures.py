@@ -143,7 +143,9 @@ class _Stream:
         return start
 
 
-def _kernel(b: TraceBuilder, stream: _Stream, name: str, host_ts: float, dur: float, tid=None) -> None:
+def _kernel(
+    b: TraceBuilder, stream: _Stream, name: str, host_ts: float, dur: float, tid=None
+) -> None:
     b.launch(name, host_ts, 8, stream.run(host_ts + 8, dur), dur, tid=tid)
 
 
@@ -209,7 +211,9 @@ def main() -> None:
         two_ranks(rank).write(DATA / "two_ranks" / f"rank{rank}.pt.trace.json.gz")
     cpu_only().write(DATA / "cpu_only.json.gz")
     for workers in LOADERS:
-        loader_run(workers).write(DATA / "kineto_2021" / f"resnet_workers{workers}.pt.trace.json.gz")
+        loader_run(workers).write(
+            DATA / "kineto_2021" / f"resnet_workers{workers}.pt.trace.json.gz"
+        )
 
 
 if __name__ == "__main__":

@@ -167,6 +167,8 @@ def graph_replay_worker(_index: int, out_dir: str, earlier_session: bool) -> Non
     """
     if earlier_session:
         y = torch.zeros(1, device="cuda")
-        profile_window(lambda: y.add_(1.0), out_dir=Path(out_dir, "earlier"), active=1, unprofiled_steps=1)
+        profile_window(
+            lambda: y.add_(1.0), out_dir=Path(out_dir, "earlier"), active=1, unprofiled_steps=1
+        )
     graph = capture_graph()
     profile_window(graph.replay, out_dir=Path(out_dir, "graph"), active=3, unprofiled_steps=3)

@@ -69,8 +69,11 @@ def _mtia() -> TraceBuilder:
 
 def test_an_mtia_trace_is_refused_naming_the_accelerator(tmp_path):
     path = _mtia().write(tmp_path / "mtia.json")
-    with pytest.raises(TraceFormatError, match=r"mtia\.json: a trace of MTIA accelerator activity \(1 mtia_ccp_events, "
-                                               r"1 mtia_runtime events\)"):
+    with pytest.raises(
+        TraceFormatError,
+        match=r"mtia\.json: a trace of MTIA accelerator activity \(1 mtia_ccp_events, "
+        r"1 mtia_runtime events\)",
+    ):
         classify(path)
     line = one_line_error(autotune("classify", path))
     assert "MTIA accelerator" in line and "CUDA or ROCm GPU traces and CPU-only traces" in line
@@ -78,8 +81,19 @@ def test_an_mtia_trace_is_refused_naming_the_accelerator(tmp_path):
 
 def test_a_range_profiler_trace_is_refused(tmp_path):
     b = gpu_basic()
-    b._x("cuda_profiler_range", "gemm", 30, 30, 0, 0, {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 9})
-    with pytest.raises(TraceFormatError, match=r"r\.json: a trace of CUPTI's range profiler \(1 cuda_profiler_range"):
+    b._x(
+        "cuda_profiler_range",
+        "gemm",
+        30,
+        30,
+        0,
+        0,
+        {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 9},
+    )
+    with pytest.raises(
+        TraceFormatError,
+        match=r"r\.json: a trace of CUPTI's range profiler \(1 cuda_profiler_range",
+    ):
         classify(b.write(tmp_path / "r.json"))
 
 
@@ -112,8 +126,10 @@ def test_a_cpu_trace_of_a_gpu_machine_says_so(tmp_path):
     everything = DEVICE_CATS | {"cuda_runtime", "ac2g", "gpu_user_annotation"}
     got = classify(_stripped(tmp_path, everything, deviceProperties=[{"id": 0}, {"id": 1}]))
     assert got.device == "cpu"
-    assert got.notes == ("the profiler saw 2 GPU(s) on the machine (deviceProperties) but traced no GPU activity: "
-                         "classified as a CPU-only run (profile with ProfilerActivity.CUDA for GPU work)",)
+    assert got.notes == (
+        "the profiler saw 2 GPU(s) on the machine (deviceProperties) but traced no GPU activity: "
+        "classified as a CPU-only run (profile with ProfilerActivity.CUDA for GPU work)",
+    )
     proc = autotune("classify", tmp_path / "stripped.json.gz")
     assert proc.returncode == 0 and "note: the profiler saw 2 GPU(s)" in proc.stdout
 
@@ -126,7 +142,9 @@ def test_runtime_calls_without_launches_are_a_cpu_run_with_a_note(tmp_path):
     b.runtime("cudaGetDeviceCount", 2, 1)
     b.runtime("cudaDeviceSynchronize", 80, 2)
     got = classify(b.write(tmp_path / "cpu.json"))
-    assert got.device == "cpu" and got.notes[0].startswith("the profiler recorded 2 CUDA runtime calls but traced no GPU")
+    assert got.device == "cpu" and got.notes[0].startswith(
+        "the profiler recorded 2 CUDA runtime calls but traced no GPU"
+    )
 
 
 def test_classify_refuses_a_negative_duration_naming_the_event(tmp_path):
@@ -136,8 +154,10 @@ def test_classify_refuses_a_negative_duration_naming_the_event(tmp_path):
     b.op("aten::add", 40, -5)
     path = b.write(tmp_path / "neg.json")
     line = one_line_error(autotune("classify", path))
-    assert line == (f"autotune: error: {path}: event 'aten::add' at ts 1700000000040.0 has a negative duration "
-                    "(-5.0 us); a complete event needs a time and a dur >= 0")
+    assert line == (
+        f"autotune: error: {path}: event 'aten::add' at ts 1700000000040.0 has a negative duration "
+        "(-5.0 us); a complete event needs a time and a dur >= 0"
+    )
 
 
 def test_pre_window_kernels_of_the_fixtures_belong_to_no_step():

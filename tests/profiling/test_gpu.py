@@ -57,8 +57,12 @@ def test_thousands_of_tiny_kernels_are_launch_overhead(tmp_path, detail):
         for _ in range(2000):
             x.add_(1.0)
 
-    result, got = _profile(step, tmp_path, f"tiny_{detail}", active=3, unprofiled_steps=3, detail=detail)
-    print(f"{detail}: profiled {result.profiled_step_ms:.2f} ms, unprofiled {result.unprofiled_step_ms:.2f} ms")
+    result, got = _profile(
+        step, tmp_path, f"tiny_{detail}", active=3, unprofiled_steps=3, detail=detail
+    )
+    print(
+        f"{detail}: profiled {result.profiled_step_ms:.2f} ms, unprofiled {result.unprofiled_step_ms:.2f} ms"
+    )
     assert result.detail == detail
     [trace] = load_traces(tmp_path)
     operators = int((trace.host.category == Category.HOST_OP).sum())

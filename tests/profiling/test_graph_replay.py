@@ -24,7 +24,11 @@ DATA = Path(__file__).parent / "data"
 
 
 def _steps(result):
-    return [(s.step, s.start_ns, s.end_ns, s.kernels, s.buckets_ns) for r in result.ranks for s in r.steps]
+    return [
+        (s.step, s.start_ns, s.end_ns, s.kernels, s.buckets_ns)
+        for r in result.ranks
+        for s in r.steps
+    ]
 
 
 @pytest.mark.parametrize("shape", GRAPH_SHAPES)
@@ -52,13 +56,35 @@ def test_attribution_says_how_each_kernel_was_found(shape):
 
 
 def test_launch_names_of_runtime_and_driver():
-    names = ["cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "cuGraphLaunch_ptsz", "hipGraphLaunch",
-             "cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync",
-             "CUDAGraph::replay", "cudaGraphInstantiate", "aten::fill_",
-             "cudaDeviceSynchronize", "cudaStreamSynchronize_v3020", "cuEventSynchronize", "hipDeviceSynchronize",
-             "cudaMemcpy", "hipMemcpyWithStream", "cuMemcpyDtoH_v2"]
+    names = [
+        "cudaGraphLaunch",
+        "cudaGraphLaunch_v10000",
+        "cuGraphLaunch",
+        "cuGraphLaunch_ptsz",
+        "hipGraphLaunch",
+        "cudaLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaMemcpyAsync",
+        "cudaMemsetAsync",
+        "CUDAGraph::replay",
+        "cudaGraphInstantiate",
+        "aten::fill_",
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize_v3020",
+        "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "cudaMemcpy",
+        "hipMemcpyWithStream",
+        "cuMemcpyDtoH_v2",
+    ]
     kinds = [HostKind(k) for k in kinds_of(HOST_TABLE, names)]
-    assert kinds == [HostKind.GRAPH_LAUNCH] * 5 + [HostKind.LAUNCH] * 4 + [HostKind.COMPUTE] * 3 + [HostKind.SYNC] * 7
+    assert (
+        kinds
+        == [HostKind.GRAPH_LAUNCH] * 5
+        + [HostKind.LAUNCH] * 4
+        + [HostKind.COMPUTE] * 3
+        + [HostKind.SYNC] * 7
+    )
 
 
 def _replays(tmp_path: Path, **kw) -> Path:
@@ -139,21 +165,36 @@ def test_the_gpu_test_check_passes_on_every_shape(tmp_path, shape):
     _gpu_test_trace(tmp_path, shape)
     facts = check_graph_replays(tmp_path, want=400)
     steps = census(tmp_path / "rank0.pt.trace.json.gz")["steps"]
-    assert [(s["device_events"], s["graph_kernels"], s["graph_launches"]) for s in steps] == [(402, 400, 1)] * 3
-    relation = {"launch": "graph_launch", "none": "no_correlation", "zero": "unmatched", "foreign": "unmatched"}.get(shape)
+    assert [(s["device_events"], s["graph_kernels"], s["graph_launches"]) for s in steps] == [
+        (402, 400, 1)
+    ] * 3
+    relation = {
+        "launch": "graph_launch",
+        "none": "no_correlation",
+        "zero": "unmatched",
+        "foreign": "unmatched",
+    }.get(shape)
     if relation:
         assert steps[0]["correlation"] == {relation: 400, "other_call": 2}
     else:
-        assert steps[0]["correlation"] == {"graph_launch": 3, "no_correlation": 397, "other_call": 2}
+        assert steps[0]["correlation"] == {
+            "graph_launch": 3,
+            "no_correlation": 397,
+            "other_call": 2,
+        }
     assert '"graph_launches": 3' in facts and "CUDA" in facts
 
 
 def test_the_gpu_test_check_tells_what_is_missing(tmp_path):
     _gpu_test_trace(tmp_path / "none", "foreign", kernels=0)
-    with pytest.raises(GraphKernelsNotTraced, match=r"traced none of the replayed graph's kernels; .*census"):
+    with pytest.raises(
+        GraphKernelsNotTraced, match=r"traced none of the replayed graph's kernels; .*census"
+    ):
         check_graph_replays(tmp_path / "none", want=400)
     _gpu_test_trace(tmp_path / "some", "launch", kernels=300)
-    with pytest.raises(AssertionError, match=r"holds \[300, 300, 300\] graph kernels per step, not 400; .*census"):
+    with pytest.raises(
+        AssertionError, match=r"holds \[300, 300, 300\] graph kernels per step, not 400; .*census"
+    ):
         check_graph_replays(tmp_path / "some", want=400)
 
 
@@ -165,7 +206,10 @@ def test_a_gpu_trace_without_device_events_is_an_error(tmp_path):
     b.runtime("cudaLaunchKernel", 4, 3)
     b.graph_launch(20, 5, [])
     path = b.write(tmp_path / "rank0.pt.trace.json.gz")
-    with pytest.raises(TraceFormatError, match=r"rank0\.pt\.trace\.json\.gz: 2 kernel launches but no device activity"):
+    with pytest.raises(
+        TraceFormatError,
+        match=r"rank0\.pt\.trace\.json\.gz: 2 kernel launches but no device activity",
+    ):
         classify(path)
 
 
@@ -185,7 +229,9 @@ def _h200_replay_trace(folder: Path, kernel_us: float, spacing_us: float) -> Pat
     launch's correlation id, the first 100 µs after the call begins, then cudaDeviceSynchronize."""
     b = TraceBuilder()
     for n, t in ((3, 0), (4, 10_000), (5, 20_000)):
-        replay = [(f"elementwise_{j % 2}", t + 150 + spacing_us * j, kernel_us, 7) for j in range(400)]
+        replay = [
+            (f"elementwise_{j % 2}", t + 150 + spacing_us * j, kernel_us, 7) for j in range(400)
+        ]
         b.graph_launch(t + 50, 1000, replay, "launch")
         end = replay[-1][1] + kernel_us
         b.runtime("cudaDeviceSynchronize", t + 1050, end - (t + 1050))
@@ -201,10 +247,19 @@ def test_tiny_graph_kernels_paced_by_the_launch_are_launch_overhead(tmp_path):
     assert [s.kernels for s in got.ranks[0].steps] == [400] * 3
     for s in got.ranks[0].steps:
         # [0, 50) Python, [50, 1148.5) launch and kernels, [1148.5, 1298.5) after the sync.
-        assert s.buckets_ns == {"compute_serial": 400_000, "comm_wait": 0, "data_stall": 0,
-                                "launch_overhead": 698_500, "sync_wait": 0, "other": 200_000}
+        assert s.buckets_ns == {
+            "compute_serial": 400_000,
+            "comm_wait": 0,
+            "data_stall": 0,
+            "launch_overhead": 698_500,
+            "sync_wait": 0,
+            "other": 200_000,
+        }
     assert got.dominant == "launch_overhead"
-    with pytest.raises(AssertionError, match=r"buckets \{'compute_serial': 0.30.*'launch_overhead': 0.53.*median_gap_us"):
+    with pytest.raises(
+        AssertionError,
+        match=r"buckets \{'compute_serial': 0.30.*'launch_overhead': 0.53.*median_gap_us",
+    ):
         check_graph_replays(tmp_path, want=400)
 
 

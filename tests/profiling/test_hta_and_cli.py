@@ -104,6 +104,10 @@ def test_device_kinds_agree_with_hta_kernel_types():
     from autotune.profiling.kinds import DEVICE_TABLE, DeviceKind, kinds_of
 
     ours = dict(zip(H200_NAMES, kinds_of(DEVICE_TABLE, list(H200_NAMES))))
-    as_hta = {DeviceKind.COMM: "COMMUNICATION", DeviceKind.MEMORY: "MEMORY", DeviceKind.COMPUTE: "COMPUTATION"}
+    as_hta = {
+        DeviceKind.COMM: "COMMUNICATION",
+        DeviceKind.MEMORY: "MEMORY",
+        DeviceKind.COMPUTE: "COMPUTATION",
+    }
     assert {n: as_hta[DeviceKind(k)] for n, k in ours.items()} == H200_NAMES
     assert {n: get_kernel_type(n) for n in H200_NAMES} == H200_NAMES

@@ -11,7 +11,12 @@ from autotune.profiling import BUCKETS, ClassifyOptions, classify
 from autotune.profiling.synth import TraceBuilder
 from autotune.profiling.trace import RankTrace, load_trace
 
-KERNELS = ("gemm_kernel", "ncclDevKernel_AllReduce", "Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH (Device -> Pageable)")
+KERNELS = (
+    "gemm_kernel",
+    "ncclDevKernel_AllReduce",
+    "Memcpy HtoD (Pinned -> Device)",
+    "Memcpy DtoH (Device -> Pageable)",
+)
 HOST_NAMES = (
     "aten::mm",
     "aten::view",

@@ -32,13 +32,25 @@ def test_a_host_blocked_in_a_pageable_copy_is_sync_wait(tmp_path):
     [step] = got.ranks[0].steps
     # compute [25, 225) + [940, 945); sync [225, 940) + [945, 950); launch [10, 25) (mm before its
     # kernel) + [950, 960) (aten::to after the copy); other [0, 10) + [960, 1000).
-    assert step.buckets_ns == {"compute_serial": 205_000, "comm_wait": 0, "launch_overhead": 25_000,
-                               "sync_wait": 720_000, "data_stall": 0, "other": 50_000}
+    assert step.buckets_ns == {
+        "compute_serial": 205_000,
+        "comm_wait": 0,
+        "launch_overhead": 25_000,
+        "sync_wait": 720_000,
+        "data_stall": 0,
+        "other": 50_000,
+    }
     assert got.dominant == "sync_wait"
     [site] = got.sync_calls
-    assert (site.call, site.under, site.total_ns, site.count) == ("cudaMemcpyAsync", "aten::to", 908_000, 1)
-    assert got.to_dict()["sync_calls"] == [{"call": "cudaMemcpyAsync", "under": "aten::to", "total_ms": 0.908,
-                                            "count": 1}]
+    assert (site.call, site.under, site.total_ns, site.count) == (
+        "cudaMemcpyAsync",
+        "aten::to",
+        908_000,
+        1,
+    )
+    assert got.to_dict()["sync_calls"] == [
+        {"call": "cudaMemcpyAsync", "under": "aten::to", "total_ms": 0.908, "count": 1}
+    ]
 
 
 def test_the_same_copy_into_pinned_memory_does_not_block(tmp_path):
@@ -57,15 +69,23 @@ def test_a_device_synchronize_with_short_kernel_gaps_stays_launch_overhead(tmp_p
     b.step(1, 0, 2000)
     b.op("aten::add", 5, 100)
     for i in range(10):
-        b.launch("add_kernel", 10 + 5 * i, 4, 100 + 12 * i, 10)  # [100, 218): 10 kernels, 2 us apart
+        b.launch(
+            "add_kernel", 10 + 5 * i, 4, 100 + 12 * i, 10
+        )  # [100, 218): 10 kernels, 2 us apart
     b.launch("tail_kernel", 90, 4, 1218, 10)  # waits on something untraced: 1000 us idle before it
     b.runtime("cudaDeviceSynchronize", 106, 1114)
     got = classify(b.write(tmp_path / "rank0.pt.trace.json.gz"))
     [step] = got.ranks[0].steps
     # [0, 5) other; [5, 100) aten::add before the first kernel: launch; [100, 218) kernels and
     # 9 gaps of 2 us (launch); [218, 1218) idle inside the sync; [1218, 1228) the tail; then other.
-    assert step.buckets_ns == {"compute_serial": 110_000, "comm_wait": 0, "launch_overhead": 95_000 + 18_000,
-                               "sync_wait": 1_000_000, "data_stall": 0, "other": 5_000 + 772_000}
+    assert step.buckets_ns == {
+        "compute_serial": 110_000,
+        "comm_wait": 0,
+        "launch_overhead": 95_000 + 18_000,
+        "sync_wait": 1_000_000,
+        "data_stall": 0,
+        "other": 5_000 + 772_000,
+    }
     assert [(s.call, s.under) for s in got.sync_calls] == [("cudaDeviceSynchronize", None)]
 
 

@@ -74,7 +74,10 @@ def test_bad_window_is_a_config_error(tmp_path):
 def test_gloo_ddp_two_ranks_waits_on_communication(tmp_path):
     try:
         torch.multiprocessing.spawn(
-            programs.ddp_worker, args=(2, free_port(), str(tmp_path), "ddp-run"), nprocs=2, join=True
+            programs.ddp_worker,
+            args=(2, free_port(), str(tmp_path), "ddp-run"),
+            nprocs=2,
+            join=True,
         )
     except torch.multiprocessing.ProcessExitedException as exc:
         # Once, in CI, a rank aborted in gloo's teardown ("terminate called without an active

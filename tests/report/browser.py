@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
 
 # Every <img>: its source's first characters and whether it decoded; every resource the page loaded.
 _INSPECT = """JSON.stringify({
@@ -86,7 +88,10 @@ def _errors(events: list[dict]) -> list[str]:
     for e in events:
         method, p = e.get("method"), e.get("params", {})
         if method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-            out.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            out.append(
+                "console: "
+                + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+            )
         elif method == "Runtime.exceptionThrown":
             out.append("exception: " + p.get("exceptionDetails", {}).get("text", ""))
         elif method == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
@@ -99,9 +104,20 @@ def chromium(width: int = 1280, height: int = 900):
     """A headless Chromium with its DevTools endpoint; yields the page target's websocket URL."""
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
         proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--remote-debugging-port=0",
-             f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                CHROMIUM,
+                "--headless",
+                "--disable-gpu",
+                "--no-sandbox",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + 30
@@ -144,11 +160,27 @@ def open_page(path: Path, screenshot: Path | None = None, width: int = 1280) -> 
                 cdp.call(f"{domain}.enable")
             cdp.call("Page.navigate", url=path.resolve().as_uri())
             cdp.wait_for("Page.loadEventFired")
-            found = json.loads(cdp.call("Runtime.evaluate", expression=_INSPECT, returnByValue=True)["result"]["value"])
-            result = PageResult(errors=_errors(cdp.events), images=found["images"], resources=found["resources"])
+            found = json.loads(
+                cdp.call("Runtime.evaluate", expression=_INSPECT, returnByValue=True)["result"][
+                    "value"
+                ]
+            )
+            result = PageResult(
+                errors=_errors(cdp.events), images=found["images"], resources=found["resources"]
+            )
             if screenshot is not None:
-                shot = cdp.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                                clip={"x": 0, "y": 0, "width": width, "height": min(found["height"], 16000), "scale": 1})
+                shot = cdp.call(
+                    "Page.captureScreenshot",
+                    format="png",
+                    captureBeyondViewport=True,
+                    clip={
+                        "x": 0,
+                        "y": 0,
+                        "width": width,
+                        "height": min(found["height"], 16000),
+                        "scale": 1,
+                    },
+                )
                 screenshot.write_bytes(base64.b64decode(shot["data"]))
                 result.screenshot = screenshot
             return result
@@ -173,7 +205,9 @@ def _visit(cdp: _Cdp, href: str, downloads: Path) -> Followed:
     if nav.get("errorText"):
         return Followed(href, error=nav["errorText"])
     cdp.wait_for("Page.loadEventFired")
-    text = cdp.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)["result"]["value"]
+    text = cdp.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)[
+        "result"
+    ]["value"]
     return Followed(href, text=text)
 
 
@@ -181,8 +215,12 @@ def _wait_download(cdp: _Cdp, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while True:
         begun = [e["params"] for e in cdp.events if e.get("method") == "Page.downloadWillBegin"]
-        done = [e["params"] for e in cdp.events if e.get("method") == "Page.downloadProgress"
-                and e["params"].get("state") in ("completed", "canceled")]
+        done = [
+            e["params"]
+            for e in cdp.events
+            if e.get("method") == "Page.downloadProgress"
+            and e["params"].get("state") in ("completed", "canceled")
+        ]
         if begun and done:
             if done[-1]["state"] != "completed":
                 raise RuntimeError(f"the download of {begun[0]['url']} was canceled")
@@ -204,7 +242,9 @@ def follow(path: Path, selectors: list[str], downloads: Path) -> list[Followed]:
         try:
             for domain in ("Page", "Runtime"):
                 cdp.call(f"{domain}.enable")
-            cdp.call("Page.setDownloadBehavior", behavior="allow", downloadPath=str(downloads.resolve()))
+            cdp.call(
+                "Page.setDownloadBehavior", behavior="allow", downloadPath=str(downloads.resolve())
+            )
             found = []
             for selector in selectors:
                 cdp.events.clear()

@@ -29,40 +29,72 @@ def test_report_of_a_cpu_study_holds_the_study(quick_run):
     s = report.summary
 
     assert report.study_name == "gr00t_n16-tiny-quick" and report.status == "finished"
-    pruned = [t.number for t in study.trials if t.state == TrialState.PRUNED]  # pruning may stop a slow trial
+    pruned = [
+        t.number for t in study.trials if t.state == TrialState.PRUNED
+    ]  # pruning may stop a slow trial
     # a configuration the sampler drew again is not run (skipped), neither measured nor failed
-    assert (s.trials, s.finished, s.pruned, s.complete + s.skipped, s.failed, s.running) == (3, 3, len(pruned), 3 - len(pruned), 0, 0)
+    assert (s.trials, s.finished, s.pruned, s.complete + s.skipped, s.failed, s.running) == (
+        3,
+        3,
+        len(pruned),
+        3 - len(pruned),
+        0,
+        0,
+    )
     assert s.stock_trial == 0 and s.stock_samples_per_s == study.trials[0].value
     assert s.best_trial == prov["trial"] and s.best_samples_per_s == prov["samples_per_s"]
     # references are measured for comparison, never the best
-    assert s.best_samples_per_s == max(t.value for t in study.trials
-                                       if t.state == TrialState.COMPLETE and not t.user_attrs.get("reference"))
+    assert s.best_samples_per_s == max(
+        t.value
+        for t in study.trials
+        if t.state == TrialState.COMPLETE and not t.user_attrs.get("reference")
+    )
     assert s.speedup == pytest.approx(prov["speedup_vs_stock"])
-    assert s.best_peak_memory_bytes == prov["peak_memory_bytes"] and s.memory_budget_bytes == prov["memory_budget_bytes"]
+    assert (
+        s.best_peak_memory_bytes == prov["peak_memory_bytes"]
+        and s.memory_budget_bytes == prov["memory_budget_bytes"]
+    )
     assert s.best_mfu == prov["mfu"] and 0 < s.tuning_time_s < 900
     assert s.best_useful_mfu == prov["useful_mfu"] and 0 < s.stock_useful_mfu < s.stock_mfu
 
     assert [t.number for t in report.trials] == [0, 1, 2]
     for row, t in zip(report.trials, study.trials):
-        if row.outcome == "duplicate":  # the sampler drew a measured configuration again: skipped, not run, no log
+        if (
+            row.outcome == "duplicate"
+        ):  # the sampler drew a measured configuration again: skipped, not run, no log
             assert row.state == "FAIL" and row.log is None and row.samples_per_s is None
             continue
         assert row.state == t.state.name and row.log == f"logs/trial-{t.number:04d}.log"
         if t.number in pruned:
-            assert row.outcome == "pruned" and row.samples_per_s == t.intermediate_values[max(t.intermediate_values)]
+            assert (
+                row.outcome == "pruned"
+                and row.samples_per_s == t.intermediate_values[max(t.intermediate_values)]
+            )
         else:
             assert row.outcome == "ok" and row.samples_per_s == t.value
     assert [t.stock for t in report.trials] == [True, False, False]
-    assert [t.reference for t in report.trials] == [None, REFERENCE, None]  # measured right after stock
+    assert [t.reference for t in report.trials] == [
+        None,
+        REFERENCE,
+        None,
+    ]  # measured right after stock
     ref = study.trials[1]
     assert ref.params["optimizer.impl"] == "fused"
     ratio = ref.value / s.stock_samples_per_s if ref.state == TrialState.COMPLETE else None
     assert s.references == {REFERENCE: pytest.approx(ratio) if ratio else None}
     assert [t.number for t in report.trials if t.best] == [s.best_trial]
-    fastest = max((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
-    assert report.trial(fastest.number).pareto  # the fastest trial (a reference too) is on the front whatever its memory
+    fastest = max(
+        (t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value
+    )
+    assert report.trial(
+        fastest.number
+    ).pareto  # the fastest trial (a reference too) is on the front whatever its memory
     assert report.param_names == sorted(k.key for k in load_space("quick").knobs)
-    assert report.importances is not None and set(report.importances) <= set(report.param_names) or s.complete < 2
+    assert (
+        report.importances is not None
+        and set(report.importances) <= set(report.param_names)
+        or s.complete < 2
+    )
     assert report.best_yaml == (quick_run / "best.yaml").read_text()
     assert report.best_params == study.trials[s.best_trial].params
     assert report.environment["device"] == "cpu" and report.environment["world_size"] == 1
@@ -78,11 +110,16 @@ def test_failed_and_pruned_trials_are_reported_with_their_reason(failed_run):
     assert crash.state == "FAIL" and crash.outcome in ("error", "crash") and crash.failed
     assert "this batch size always crashes" in crash.error
     assert refused.state == "FAIL" and refused.outcome == "config" and refused.failed
-    assert "a queued value is not one of this machine's choices" in refused.error and refused.log is None  # refused before launch
+    assert (
+        "a queued value is not one of this machine's choices" in refused.error
+        and refused.log is None
+    )  # refused before launch
     assert pruned.state == "PRUNED" and pruned.outcome == "pruned" and not pruned.failed
     assert 0 < pruned.samples_per_s < ok.samples_per_s  # its last reported step
     assert s.best_trial == 0 and s.speedup == 1.0
-    assert report.profiles == [] and any("holds no profiles" in n for n in report.notes)  # --profile-steps 0
+    assert report.profiles == [] and any(
+        "holds no profiles" in n for n in report.notes
+    )  # --profile-steps 0
 
 
 def test_diagnosis_profiles_and_parity_of_a_guided_run(quick_run):
@@ -90,23 +127,37 @@ def test_diagnosis_profiles_and_parity_of_a_guided_run(quick_run):
     report = build_report(quick_run)
     study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=journal(quick_run))
     diagnosis = json.loads((quick_run / "diagnosis.json").read_text())["stages"]
-    assert [asdict(st) for st in report.stages] == [{**asdict(Stage(stage=0)), **raw} for raw in diagnosis]
+    assert [asdict(st) for st in report.stages] == [
+        {**asdict(Stage(stage=0)), **raw} for raw in diagnosis
+    ]
     first = report.stages[0]  # its incumbent: the faster of stock (#0) and the reference (#1)
     assert first.incumbent in (0, 1) and first.profile == f"profiles/trial-{first.incumbent:04d}"
     staged = {n: st.stage for st in report.stages for n in st.trials}
     assert {t.number: t.stage for t in report.trials if t.stage is not None} == staged
-    assert all(t.group == study.trials[t.number].user_attrs["group"] for t in report.trials if t.stage)
+    assert all(
+        t.group == study.trials[t.number].user_attrs["group"] for t in report.trials if t.stage
+    )
 
     stock, best = report.stock_profile, report.best_profile
     assert stock.trial == 0 and stock.path == "profiles/trial-0000" and stock.device == "cpu"
-    assert stock.traces == ["profiles/trial-0000/rank0.pt.trace.json.gz"] and (quick_run / stock.traces[0]).is_file()
-    assert [r.rank for r in stock.ranks] == [0] and sum(stock.ranks[0].buckets.values()) == pytest.approx(1.0)
+    assert (
+        stock.traces == ["profiles/trial-0000/rank0.pt.trace.json.gz"]
+        and (quick_run / stock.traces[0]).is_file()
+    )
+    assert [r.rank for r in stock.ranks] == [0] and sum(
+        stock.ranks[0].buckets.values()
+    ) == pytest.approx(1.0)
     assert stock.top_kernels and stock.top_kernels[0].name.startswith("aten::")
     assert best.trial == report.summary.best_trial and best.ranks
-    assert [p.trial for p in report.profiles] == sorted(int(d.name[6:]) for d in (quick_run / "profiles").iterdir())
+    assert [p.trial for p in report.profiles] == sorted(
+        int(d.name[6:]) for d in (quick_run / "profiles").iterdir()
+    )
 
     parity = json.loads((quick_run / "parity.json").read_text())
-    assert report.summary.parity.passed == parity["passed"] and report.summary.parity.tolerance == parity["tolerance"]
+    assert (
+        report.summary.parity.passed == parity["passed"]
+        and report.summary.parity.tolerance == parity["tolerance"]
+    )
     assert report.summary.parity.loss_rel_diff == parity["loss_rel_diff"]
 
 
@@ -122,13 +173,18 @@ def test_interrupted_study_is_reported_as_such(quick_run, tmp_path):
     assert report.status == "running or interrupted"
     assert (report.summary.trials, report.summary.finished, report.summary.running) == (4, 3, 1)
     assert report.trials[3].state == "RUNNING" and report.trials[3].samples_per_s is None
-    assert report.best_yaml is None and report.best_params == report.trial(report.summary.best_trial).params
+    assert (
+        report.best_yaml is None
+        and report.best_params == report.trial(report.summary.best_trial).params
+    )
     assert any("best.yaml is not written yet" in n for n in report.notes)
     # the page says the study has not ended, not that it ran to --trials
     from autotune.report import write_report
 
     html = write_report(run).read_text()
-    ended = re.search(r'how the study ended</div><div class="v">(.*?)</div><div class="d">(.*?)</div>', html).groups()
+    ended = re.search(
+        r'how the study ended</div><div class="v">(.*?)</div><div class="d">(.*?)</div>', html
+    ).groups()
     assert ended == ("not ended", "still running, or stopped before it ended (no best.yaml)"), ended
     assert "1 running or queued" in html
 
@@ -137,8 +193,11 @@ def test_oom_and_over_budget_trials(tmp_path, monkeypatch):
     """The tuner's outcomes a CPU cannot produce, from a study run with ``launch`` faked (tests/search)."""
     from tests.search.test_outcomes import GIB, run
 
-    code, _, out = run(tmp_path, monkeypatch, {100: (10.0, 1 * GIB), 200: "oom", 300: (50.0, 20 * GIB),
-                                               400: (12.0, 2 * GIB)})
+    code, _, out = run(
+        tmp_path,
+        monkeypatch,
+        {100: (10.0, 1 * GIB), 200: "oom", 300: (50.0, 20 * GIB), 400: (12.0, 2 * GIB)},
+    )
     assert code == 0
     report = build_report(out)
     outcomes = [t.outcome for t in report.trials]
@@ -165,14 +224,19 @@ def test_a_storage_with_several_studies_needs_a_name(failed_run, tmp_path):
 
 def test_a_study_in_a_database_needs_its_password(quick_run, tmp_path):
     """run.json keeps a database URL without its password: the report asks for it, then reads the study."""
-    server = os.environ.get("AUTOTUNE_TEST_POSTGRES") or pytest.skip("AUTOTUNE_TEST_POSTGRES is not set (.ci/run sets it)")
+    server = os.environ.get("AUTOTUNE_TEST_POSTGRES") or pytest.skip(
+        "AUTOTUNE_TEST_POSTGRES is not set (.ci/run sets it)"
+    )
     psycopg = pytest.importorskip("psycopg")
     from sqlalchemy.engine import make_url
 
     from autotune.errors import ReportError
     from autotune.search.storage import open_storage
 
-    admin, name = make_url(server).set(drivername="postgresql"), f"autotune_report_{uuid.uuid4().hex[:8]}"
+    admin, name = (
+        make_url(server).set(drivername="postgresql"),
+        f"autotune_report_{uuid.uuid4().hex[:8]}",
+    )
     with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
@@ -180,14 +244,25 @@ def test_a_study_in_a_database_needs_its_password(quick_run, tmp_path):
         run = tmp_path / "run"
         shutil.copytree(quick_run, run)
         (run / "study.journal").unlink()
-        optuna.copy_study(from_study_name="gr00t_n16-tiny-quick", from_storage=journal(quick_run),
-                          to_storage=open_storage(url.render_as_string(hide_password=False), run))
+        optuna.copy_study(
+            from_study_name="gr00t_n16-tiny-quick",
+            from_storage=journal(quick_run),
+            to_storage=open_storage(url.render_as_string(hide_password=False), run),
+        )
         info = json.loads((run / "run.json").read_text())
-        (run / "run.json").write_text(json.dumps({**info, "storage": url.render_as_string(hide_password=True)}))
-        with pytest.raises(ReportError, match=r"the study is in the database postgresql://.*:\*\*\*@.*--storage URL"):
+        (run / "run.json").write_text(
+            json.dumps({**info, "storage": url.render_as_string(hide_password=True)})
+        )
+        with pytest.raises(
+            ReportError,
+            match=r"the study is in the database postgresql://.*:\*\*\*@.*--storage URL",
+        ):
             build_report(run)
         report = build_report(run, storage=url.render_as_string(hide_password=False))
-        assert report.summary == build_report(quick_run).summary and report.stages == build_report(quick_run).stages
+        assert (
+            report.summary == build_report(quick_run).summary
+            and report.stages == build_report(quick_run).stages
+        )
     finally:
         with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
@@ -201,7 +276,10 @@ def test_importances_cover_only_the_knobs_that_varied():
     from autotune.report.model import varied_params
 
     dists = {"a": IntDistribution(0, 4), "b": CategoricalDistribution(["x", "y"])}
-    trials = [create_trial(params={"a": a, "b": "x"}, distributions=dists, value=float(a)) for a in (0, 2, 4)]
+    trials = [
+        create_trial(params={"a": a, "b": "x"}, distributions=dists, value=float(a))
+        for a in (0, 2, 4)
+    ]
     assert varied_params(trials) == ["a"]
     trials.append(create_trial(params={"a": 1}, distributions={"a": dists["a"]}, value=1.0))
     assert varied_params(trials) == ["a"] and varied_params([]) == []
@@ -216,16 +294,38 @@ def test_a_loader_bound_trial_shows_what_its_window_ran_at(tmp_path):
     from tests.records import measured
 
     bound = attrs_of(measured(230.0, window=652.0, bound=True, peak=1), constraint=-0.5)
-    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=bound)
+    t = create_trial(
+        params={"x": 0.5},
+        distributions={"x": FloatDistribution(0, 1)},
+        value=230.0,
+        user_attrs=bound,
+    )
     row = trial_row(t, tmp_path, stock=False, best=True, pareto=False)
-    assert (row.samples_per_s, row.window_samples_per_s, row.peak_memory_bytes, row.outcome) == (230.0, 652.0, 1, "ok")
-    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0,
-                     user_attrs=attrs_of(measured(230.0, peak=1)))
+    assert (row.samples_per_s, row.window_samples_per_s, row.peak_memory_bytes, row.outcome) == (
+        230.0,
+        652.0,
+        1,
+        "ok",
+    )
+    t = create_trial(
+        params={"x": 0.5},
+        distributions={"x": FloatDistribution(0, 1)},
+        value=230.0,
+        user_attrs=attrs_of(measured(230.0, peak=1)),
+    )
     assert trial_row(t, tmp_path, stock=False, best=True, pareto=False).window_samples_per_s is None
     # a trial of a study written before the record: its flat attributes read the same
-    old = {"samples_per_s": 230.0, "window_samples_per_s": 652.0, "loader_bound": True, "peak_memory_bytes": 1, "mfu": 0.1,
-           "constraint": -0.5}
-    t = create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=old)
+    old = {
+        "samples_per_s": 230.0,
+        "window_samples_per_s": 652.0,
+        "loader_bound": True,
+        "peak_memory_bytes": 1,
+        "mfu": 0.1,
+        "constraint": -0.5,
+    }
+    t = create_trial(
+        params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=old
+    )
     old_row = trial_row(t, tmp_path, stock=False, best=True, pareto=False)
     assert old_row.step_time_spread == 0.0  # no step times in the flat attributes
     assert replace(old_row, step_time_spread=row.step_time_spread) == row
@@ -242,7 +342,10 @@ def test_a_loader_first_stage_says_why_in_the_chain(quick_run, tmp_path):
     (run / "diagnosis.json").write_text(json.dumps(diagnosis))
     assert build_report(run).stages[0].loader_bound
     html = write_report(run).read_text()
-    assert "bottleneck <b>data_stall</b> (10.0 % of the step, waiting on a loader that set the measured rate)" in html
+    assert (
+        "bottleneck <b>data_stall</b> (10.0 % of the step, waiting on a loader that set the measured rate)"
+        in html
+    )
     assert html.count("waiting on a loader") == 1  # the other stages: the profile's share alone
 
 
@@ -273,12 +376,29 @@ def test_a_confirmation_that_kept_another_trial_is_what_the_summary_shows(quick_
     best = build_report(run).summary.best_trial
     kept = next(t for t in build_report(run).trials if t.number != best and t.mfu is not None)
     note = "measured again, the study's best ran slower"
-    prov.update(trial=kept.number, study_best_trial=best, confirmed=True,
-                confirmation={"trial": kept.number, "stock_trial": 0, "speedup": 1.0, "samples_per_s": 5.0,
-                              "stock_samples_per_s": 5.0, "rounds": 2, "note": note})
+    prov.update(
+        trial=kept.number,
+        study_best_trial=best,
+        confirmed=True,
+        confirmation={
+            "trial": kept.number,
+            "stock_trial": 0,
+            "speedup": 1.0,
+            "samples_per_s": 5.0,
+            "stock_samples_per_s": 5.0,
+            "rounds": 2,
+            "note": note,
+        },
+    )
     (run / "best.yaml").write_text(yaml.safe_dump(data))
     report = build_report(run)
     assert report.summary.best_trial == kept.number and report.summary.speedup == 1.0
-    assert report.summary.best_mfu == kept.mfu and report.summary.best_peak_memory_bytes == kept.peak_memory_bytes
-    assert any(f"not the study's best #{best}: the confirmation kept it ({note})" in n for n in report.notes), report.notes
+    assert (
+        report.summary.best_mfu == kept.mfu
+        and report.summary.best_peak_memory_bytes == kept.peak_memory_bytes
+    )
+    assert any(
+        f"not the study's best #{best}: the confirmation kept it ({note})" in n
+        for n in report.notes
+    ), report.notes
     assert not any("is now" in n for n in report.notes)

@@ -40,7 +40,9 @@ class Workload(Gr00tN16):
             next(iter(torch.utils.data.DataLoader(_Hang(), batch_size=1, num_workers=2)))
         if batch_size == HOG:
             _hog = [b"\1" * (64 << 20) for _ in range(1024)]  # noqa: F841  written: the cgroup's limit stops it
-        loader = super().make_loader(preset, data, batch_size, seed=seed, rank=rank, world_size=world_size)
+        loader = super().make_loader(
+            preset, data, batch_size, seed=seed, rank=rank, world_size=world_size
+        )
         return _slow(loader) if batch_size == SLOW else loader
 
 

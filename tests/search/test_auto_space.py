@@ -29,7 +29,9 @@ def facts():
 def test_no_sampled_combination_is_refused(facts, machine):
     space, _ = auto_space(facts, machine).for_machine(machine)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    study.enqueue_trial(space.stock_params(facts.stock))  # the stock configuration is a point of the space
+    study.enqueue_trial(
+        space.stock_params(facts.stock)
+    )  # the stock configuration is a point of the space
     for _ in range(300):
         cfg = trial_config(facts.stock, sample(study.ask(), space))
         check_compatible(cfg, machine, facts.regions)  # raises for a refused combination
@@ -37,15 +39,30 @@ def test_no_sampled_combination_is_refused(facts, machine):
 
 def test_every_group_on_two_gpus_and_only_runnable_knobs_on_a_cpu(facts):
     gpu, _ = auto_space(facts, GPU2).for_machine(GPU2)
-    assert {k.group for k in gpu.knobs} == {"data", "graphs", "compile", "precision", "optimizer", "comm"}
+    assert {k.group for k in gpu.knobs} == {
+        "data",
+        "graphs",
+        "compile",
+        "precision",
+        "optimizer",
+        "comm",
+    }
     keys = {k.key for k in gpu.knobs}
-    assert {"precision.regions.blocks", "checkpointing.regions", "compile.regions", "ddp.graph_overlap",
-            "data.device_prefetch", "precision.trainable_dtype"} <= keys
+    assert {
+        "precision.regions.blocks",
+        "checkpointing.regions",
+        "compile.regions",
+        "ddp.graph_overlap",
+        "data.device_prefetch",
+        "precision.trainable_dtype",
+    } <= keys
     compile_all = next(k for k in gpu.knobs if k.key == "compile.regions")
     assert ["inp", "blocks", "out"] in compile_all.choices and ["all"] in compile_all.choices
     cpu, notes = auto_space(facts, CPU1).for_machine(CPU1)
     assert {k.group for k in cpu.knobs} == {"data", "compile", "precision", "optimizer"}
-    assert all(k.requires is None for k in cpu.knobs) and any("graphs.mode: dropped" in n for n in notes)
+    assert all(k.requires is None for k in cpu.knobs) and any(
+        "graphs.mode: dropped" in n for n in notes
+    )
 
 
 def test_autotune_space_prints_a_space_file_that_loads(tmp_path, capsys):
@@ -58,15 +75,27 @@ def test_autotune_space_prints_a_space_file_that_loads(tmp_path, capsys):
 
 
 def test_a_space_naming_another_workloads_region_is_refused(facts):
-    with pytest.raises(SearchSpaceError, match=r"quick.yaml: knobs.checkpointing.regions: 'dit' is not a region of "
-                                               r"workload 'userjob'; its regions: \['blocks', 'inp', 'out'\]"):
+    with pytest.raises(
+        SearchSpaceError,
+        match=r"quick.yaml: knobs.checkpointing.regions: 'dit' is not a region of "
+        r"workload 'userjob'; its regions: \['blocks', 'inp', 'out'\]",
+    ):
         check_space_regions(load_space("quick"), facts)
 
 
 def test_variants_of_one_key_must_exclude_each_other(tmp_path):
-    knobs = {"graphs.mode": {"type": "categorical", "choices": ["none", "regions"], "group": "graphs"},
-             "compile.regions": {"type": "categorical", "choices": [[], ["all"]], "group": "compile"},
-             "compile.regions@g": {"type": "categorical", "choices": [[]], "when": {"graphs.mode": "regions"},
-                                   "group": "compile"}}
-    with pytest.raises(SearchSpaceError, match="compile.regions@g: sets compile.regions as knob compile.regions does"):
+    knobs = {
+        "graphs.mode": {"type": "categorical", "choices": ["none", "regions"], "group": "graphs"},
+        "compile.regions": {"type": "categorical", "choices": [[], ["all"]], "group": "compile"},
+        "compile.regions@g": {
+            "type": "categorical",
+            "choices": [[]],
+            "when": {"graphs.mode": "regions"},
+            "group": "compile",
+        },
+    }
+    with pytest.raises(
+        SearchSpaceError,
+        match="compile.regions@g: sets compile.regions as knob compile.regions does",
+    ):
         parse_space({"knobs": knobs}, tmp_path / "x.yaml")

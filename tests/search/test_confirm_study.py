@@ -59,15 +59,22 @@ def autotune(argv: list[str], logs: Path, burners: int = 0) -> str:
     hold open), and on a timeout the driver's whole process group is killed."""
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / "stdout").open("w") as out, (logs / "stderr").open("w") as err:
-        driver = subprocess.Popen([sys.executable, "-c", BURNING, str(burners), *argv], stdout=out, stderr=err,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        driver = subprocess.Popen(
+            [sys.executable, "-c", BURNING, str(burners), *argv],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             driver.wait(timeout=720)
         except subprocess.TimeoutExpired:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
     stderr = (logs / "stderr").read_text()
-    assert driver.returncode == 0, f"autotune {' '.join(argv)} exited {driver.returncode}: {stderr[-2000:]}"
+    assert driver.returncode == 0, (
+        f"autotune {' '.join(argv)} exited {driver.returncode}: {stderr[-2000:]}"
+    )
     return (logs / "stdout").read_text()
 
 
@@ -75,12 +82,32 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
     space = tmp_path / "opt.yaml"
     space.write_text(SPACE)
     out = tmp_path / "run"
-    argv = ["run", "--space", str(space), "--synthetic", "--steps", "3", "--warmup", "1", "--batch-size", "2",
-            "--profile-steps", "2", "--confirm-rounds", "1", "--out", str(out)]
-    autotune([*argv, "--trials", "1"], tmp_path / "busy", burners=BURNERS)  # the stock trial alone, on a host the burners share
+    argv = [
+        "run",
+        "--space",
+        str(space),
+        "--synthetic",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "2",
+        "--profile-steps",
+        "2",
+        "--confirm-rounds",
+        "1",
+        "--out",
+        str(out),
+    ]
+    autotune(
+        [*argv, "--trials", "1"], tmp_path / "busy", burners=BURNERS
+    )  # the stock trial alone, on a host the burners share
     printed = autotune(argv, tmp_path / "quiet")  # no --trials: it ends by itself
     assert "converged:" in printed
-    assert "confirming, round 1" in printed, "the burners did not make stock slower than a search trial"
+    assert "confirming, round 1" in printed, (
+        "the burners did not make stock slower than a search trial"
+    )
 
     prov = load_config(out / "best.yaml").provenance
     conf = prov["confirmation"]
@@ -89,14 +116,22 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
     # the study's numbers crowned the noise; the confirmed speed-up is what best.yaml and the output say
     assert study_speedup > 1.4
     assert prov["speedup_vs_stock"] == pytest.approx(conf["speedup"])
-    assert conf["speedup"] < study_speedup / 1.25 and conf["study_speedup"] == pytest.approx(study_speedup)
-    assert f"{prov['speedup_vs_stock']:.2f}x stock" in printed or "the stock configuration" in printed
-    assert all(r["wall_s"] > 0 and r["compile_s"] is not None for r in conf["runs"] if r["samples_per_s"])
+    assert conf["speedup"] < study_speedup / 1.25 and conf["study_speedup"] == pytest.approx(
+        study_speedup
+    )
+    assert (
+        f"{prov['speedup_vs_stock']:.2f}x stock" in printed or "the stock configuration" in printed
+    )
+    assert all(
+        r["wall_s"] > 0 and r["compile_s"] is not None for r in conf["runs"] if r["samples_per_s"]
+    )
     diagnosis = json.loads((out / "diagnosis.json").read_text())
     assert diagnosis["converged"]["reason"]
 
     # the stock trial was measured on a busy host, and its record says so
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
+    )
     study = optuna.load_study(study_name=prov["study"], storage=storage)
     stock = record_of(study.trials[0])
     assert stock.host is not None and stock.host.others_busy > 0.5
@@ -111,6 +146,8 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
         assert float(row["cost_wall_s"]) == pytest.approx(cost.wall_s)
         span = (trial.datetime_complete - trial.datetime_start).total_seconds()
         assert cost.wall_s == pytest.approx(span, rel=0.1, abs=1.0)
-        if record_of(trial).measurement is not None:  # the named parts, not "other", hold most of it
+        if (
+            record_of(trial).measurement is not None
+        ):  # the named parts, not "other", hold most of it
             assert cost.parts["start"] > 0 and cost.parts["build"] > 0 and cost.parts["measure"] > 0
             assert cost.parts["other"] < 0.5 * cost.wall_s

@@ -31,8 +31,26 @@ from tests.trialprocs import guard_of, trial_processes
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ["run", "--space", "quick", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1", "--batch-size", "2",
-       "--profile-steps", "0", "--seed", "1"]
+RUN = [
+    "run",
+    "--space",
+    "quick",
+    "--synthetic",
+    "--confirm-rounds",
+    "0",
+    "--converge-after",
+    "0",
+    "--steps",
+    "1",
+    "--warmup",
+    "1",
+    "--batch-size",
+    "2",
+    "--profile-steps",
+    "0",
+    "--seed",
+    "1",
+]
 NAME = "gr00t_n16-tiny-quick"
 HANG = "tests.search.crashy.Workload-tiny-hang"
 
@@ -61,6 +79,7 @@ def copy_of(study: Path, tmp_path: Path) -> Path:
 
 # A tuner started as a user would, on the crashy workload's hang (batch size 5, or 6 with loader workers).
 
+
 def hang_space(tmp_path: Path) -> Path:
     space = tmp_path / "hang.yaml"
     space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5, 6], group: data}\n")
@@ -68,16 +87,45 @@ def hang_space(tmp_path: Path) -> Path:
 
 
 def hang_argv(tmp_path: Path, batch_size: int, trials: int = 1) -> list[str]:
-    return ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(hang_space(tmp_path)),
-            "--trials", str(trials), "--synthetic", "--batch-size", str(batch_size), "--steps", "1", "--warmup", "1",
-            "--profile-steps", "0", "--confirm-rounds", "0", "--converge-after", "0", "--out", str(tmp_path / "run")]
+    return [
+        "run",
+        "--workload",
+        "tests.search.crashy:Workload",
+        "--preset",
+        "tiny",
+        "--space",
+        str(hang_space(tmp_path)),
+        "--trials",
+        str(trials),
+        "--synthetic",
+        "--batch-size",
+        str(batch_size),
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--out",
+        str(tmp_path / "run"),
+    ]
 
 
 def start_tuner(tmp_path: Path, argv: list[str], **env: str) -> subprocess.Popen:
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT), **env}
-    return subprocess.Popen([sys.executable, "-m", "autotune", *argv], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", *argv],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for_trial(tmp_path: Path, processes: int, seconds: float = 240.0) -> Path:
@@ -93,13 +141,18 @@ def wait_for_trial(tmp_path: Path, processes: int, seconds: float = 240.0) -> Pa
 
 def files_of(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder``, by its relative path, with its bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def gone(pids: list[int], seconds: float = 20.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+        if not any(
+            psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+            for p in pids
+        ):
             return True
         time.sleep(0.2)
     return False
@@ -115,13 +168,22 @@ def test_a_second_tuner_on_the_folder_is_refused_naming_the_first(tmp_path, caps
         assert main(hang_argv(tmp_path, 5)) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1, err
-        assert f"is in use by autotune run (pid {first.pid} on host {socket.gethostname()}, since " in err[0]
-        assert journal.read_bytes() == before and first.poll() is None  # the first tuner's trial runs on
+        assert (
+            f"is in use by autotune run (pid {first.pid} on host {socket.gethostname()}, since "
+            in err[0]
+        )
+        assert (
+            journal.read_bytes() == before and first.poll() is None
+        )  # the first tuner's trial runs on
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=60)
-    assert journal.read_bytes().startswith(before)  # the first tuner appended its trial's end, nothing rewritten
-    (stock,) = [t for t in journal_study(tmp_path / "run", HANG).trials if t.state != TrialState.WAITING]
+    assert journal.read_bytes().startswith(
+        before
+    )  # the first tuner appended its trial's end, nothing rewritten
+    (stock,) = [
+        t for t in journal_study(tmp_path / "run", HANG).trials if t.state != TrialState.WAITING
+    ]
     assert stock.user_attrs["stock"] and reason_of(stock) == "interrupted"
 
 
@@ -131,7 +193,9 @@ def test_a_killed_tuner_takes_its_trial_processes_and_folder_along(tmp_path):
     the journal still reads: its trial is RUNNING, for the next tuner to fail and measure again."""
     tuner = start_tuner(tmp_path, hang_argv(tmp_path, 6))
     folder = wait_for_trial(tmp_path, 4)  # the guard, the worker, two loader workers
-    pids = trial_processes(folder) + [p.pid for p in psutil.Process(tuner.pid).children()]  # and a zygote
+    pids = trial_processes(folder) + [
+        p.pid for p in psutil.Process(tuner.pid).children()
+    ]  # and a zygote
     before = files_of(tmp_path / "run")
     tuner.kill()
     tuner.wait()
@@ -140,7 +204,11 @@ def test_a_killed_tuner_takes_its_trial_processes_and_folder_along(tmp_path):
     time.sleep(1)  # a process left behind would write on meanwhile
     assert files_of(tmp_path / "run") == before
     (running,) = journal_study(tmp_path / "run", HANG).trials
-    assert running.state == TrialState.RUNNING and running.params == {"batch_size": 6} and running.user_attrs["stock"]
+    assert (
+        running.state == TrialState.RUNNING
+        and running.params == {"batch_size": 6}
+        and running.user_attrs["stock"]
+    )
 
 
 def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
@@ -160,7 +228,9 @@ def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
     journal = tmp_path / "run" / "study.journal"
     before = journal.read_bytes()
 
-    again = start_tuner(tmp_path, argv, CRASHY_HANG_S="0")  # the same command; this time batch size 6 trains
+    again = start_tuner(
+        tmp_path, argv, CRASHY_HANG_S="0"
+    )  # the same command; this time batch size 6 trains
     output = again.communicate(timeout=600)[0]
     assert again.returncode == 0, output
     assert f"removed {folder}: a trial of autotune (pid {tuner.pid}), which was killed" in output
@@ -168,8 +238,13 @@ def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
     assert journal.read_bytes().startswith(before)  # appended to, never rewritten
     lost, measured = journal_study(tmp_path / "run", HANG).trials
     assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted"
-    assert f"its tuner {socket.gethostname()}:{tuner.pid} stopped before the trial ended" in record_of(lost).failure.error
-    assert measured.state == TrialState.COMPLETE and measured.params == lost.params == {"batch_size": 6}
+    assert (
+        f"its tuner {socket.gethostname()}:{tuner.pid} stopped before the trial ended"
+        in record_of(lost).failure.error
+    )
+    assert measured.state == TrialState.COMPLETE and measured.params == lost.params == {
+        "batch_size": 6
+    }
     assert measured.user_attrs["queued_again_from"] == 0 and measured.user_attrs["stock"]
 
 
@@ -200,7 +275,11 @@ def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys
     assert summary(after)[0] == before[0]
     lost, again = after[1:]
     assert lost.params == before[1][3] and reason_of(lost) == "interrupted"
-    assert again.state == TrialState.COMPLETE and again.params == lost.params and again.user_attrs["queued_again_from"] == 1
+    assert (
+        again.state == TrialState.COMPLETE
+        and again.params == lost.params
+        and again.user_attrs["queued_again_from"] == 1
+    )
 
 
 @pytest.fixture
@@ -208,8 +287,12 @@ def small_disk(tmp_path):
     """A 32 MiB tmpfs of the test's own, to fill (mounting needs root: skipped elsewhere)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+    ):
         pytest.skip("no tmpfs can be mounted here (needs root)")
     try:
         yield disk
@@ -252,7 +335,9 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     argv = hang_argv(tmp_path, 2)
     argv[argv.index("--out") + 1] = str(out)
     first = start_tuner(tmp_path, argv)
-    assert first.wait(timeout=600) == 0, first.stdout.read()  # the stock trial (batch size 2) is measured
+    assert first.wait(timeout=600) == 0, (
+        first.stdout.read()
+    )  # the stock trial (batch size 2) is measured
     journal = out / "study.journal"
     study = optuna.load_study(study_name=HANG, storage=open_journal(journal))
     (stock_before,) = summary(study.trials)
@@ -268,11 +353,17 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     output = tuner.communicate(timeout=600)[0]
     assert tuner.returncode == 2, output
     assert "Traceback" not in output, output
-    assert (f"autotune: error: {journal}: cannot write the study's journal (No space left on device); nothing of the "
-            "last change was kept, the entries before it stand") in output.splitlines(), output
+    assert (
+        f"autotune: error: {journal}: cannot write the study's journal (No space left on device); nothing of the "
+        "last change was kept, the entries before it stand"
+    ) in output.splitlines(), output
     after = files_of(out)
-    logs = {k for k in before if k.startswith("logs/")}  # the trial's worker wrote its log while there was room
-    assert {k: v for k, v in after.items() if k not in logs} == {k: v for k, v in before.items() if k not in logs}
+    logs = {
+        k for k in before if k.startswith("logs/")
+    }  # the trial's worker wrote its log while there was room
+    assert {k: v for k, v in after.items() if k not in logs} == {
+        k: v for k, v in before.items() if k not in logs
+    }
     assert all(after[k].startswith(before[k]) for k in logs)
     assert gone(pids, 5) and not folder.exists()
 
@@ -280,11 +371,18 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     again = start_tuner(tmp_path, argv, CRASHY_HANG_S="0")
     output = again.communicate(timeout=600)[0]
     assert again.returncode == 0, output
-    assert f"trial #1 was lost: its tuner {socket.gethostname()}:{tuner.pid} stopped before the trial ended" in output
+    assert (
+        f"trial #1 was lost: its tuner {socket.gethostname()}:{tuner.pid} stopped before the trial ended"
+        in output
+    )
     assert journal.read_bytes().startswith(before["study.journal"])
     stock, lost, measured = journal_study(out, HANG).trials
     assert summary([stock]) == [stock_before]  # as the first run left it
-    assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted" and lost.params == {"batch_size": 5}
+    assert (
+        lost.state == TrialState.FAIL
+        and reason_of(lost) == "interrupted"
+        and lost.params == {"batch_size": 5}
+    )
     assert measured.state == TrialState.COMPLETE and measured.params == {"batch_size": 5}
     assert measured.user_attrs["queued_again_from"] == 1
 
@@ -300,9 +398,11 @@ def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_pat
         for argv in ([*RUN, "--trials", "3", "--out", str(out)], ["report", str(out)]):
             assert main(argv) == 2
             err = capsys.readouterr().err.strip().splitlines()
-            assert err == [f"autotune: error: {journal}: line {at + 1} is not a journal entry: not JSON (Expecting value: "
-                           f"line 1 column 1 (char 0)); the {at} lines before it are intact: move the file aside, or keep "
-                           f"them with `head -n {at}`"], err
+            assert err == [
+                f"autotune: error: {journal}: line {at + 1} is not a journal entry: not JSON (Expecting value: "
+                f"line 1 column 1 (char 0)); the {at} lines before it are intact: move the file aside, or keep "
+                f"them with `head -n {at}`"
+            ], err
         assert journal.read_bytes() == damaged
 
 
@@ -321,12 +421,28 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
     on a GPU): the same study run again with nothing new to try confirms it, and a third run leaves it."""
     out = copy_of(finished_study, tmp_path)
     study = journal_study(out)
-    stock = study.trials[0]  # a third trial that "beat stock by far": stock's configuration and measured record
-    study.add_trial(optuna.trial.create_trial(params=stock.params, distributions=stock.distributions,
-                                              value=100 * stock.value, user_attrs={k: v for k, v in stock.user_attrs.items() if k != "stock"}))
+    stock = study.trials[
+        0
+    ]  # a third trial that "beat stock by far": stock's configuration and measured record
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=stock.params,
+            distributions=stock.distributions,
+            value=100 * stock.value,
+            user_attrs={k: v for k, v in stock.user_attrs.items() if k != "stock"},
+        )
+    )
     assert main([*RUN, "--trials", "3", "--out", str(out)]) == 0
-    assert not load_config(out / "best.yaml").provenance["confirmed"] and "confirming" not in capsys.readouterr().out
-    again = [*RUN[:RUN.index("--confirm-rounds")], "--confirm-rounds", "1", *RUN[RUN.index("--confirm-rounds") + 2:]]
+    assert (
+        not load_config(out / "best.yaml").provenance["confirmed"]
+        and "confirming" not in capsys.readouterr().out
+    )
+    again = [
+        *RUN[: RUN.index("--confirm-rounds")],
+        "--confirm-rounds",
+        "1",
+        *RUN[RUN.index("--confirm-rounds") + 2 :],
+    ]
     assert main([*again, "--trials", "3", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "nothing new" not in printed and "confirming, round 1: trial #2" in printed
@@ -339,7 +455,10 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
 def test_trials_below_one_is_refused(tmp_path, capsys, trials):
     """Row 13: not the default count, not a "memory budget" error."""
     assert main([*RUN, "--trials", trials, "--out", str(tmp_path / "run")]) == 2
-    assert capsys.readouterr().err.strip() == f"autotune: error: --trials: {trials} is out of range; allowed: an integer >= 1"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"autotune: error: --trials: {trials} is out of range; allowed: an integer >= 1"
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -349,11 +468,26 @@ def test_out_that_cannot_be_written_is_one_line(finished_study, tmp_path, capsys
     afile.write_text("mine\n")
     cases = [
         ([*RUN, "--out", str(afile)], f"--out {afile}: is a file, not a folder"),
-        ([*RUN, "--out", "/proc/x"], "--out /proc/x: cannot write there (No such file or directory)"),
-        (["profile", "--preset", "tiny", "--out", str(afile)], f"--out {afile}: is a file, not a folder"),
-        (["profile", "--preset", "tiny", "--out", "/proc/x"], "--out /proc/x: cannot create the folder (No such file"),
-        (["report", str(finished_study), "--out", "/proc/x/r.html"], "--out /proc/x/r.html: cannot write the file"),
-        (["report", str(finished_study), "--out", str(tmp_path)], f"--out {tmp_path}: is a folder; give the file"),
+        (
+            [*RUN, "--out", "/proc/x"],
+            "--out /proc/x: cannot write there (No such file or directory)",
+        ),
+        (
+            ["profile", "--preset", "tiny", "--out", str(afile)],
+            f"--out {afile}: is a file, not a folder",
+        ),
+        (
+            ["profile", "--preset", "tiny", "--out", "/proc/x"],
+            "--out /proc/x: cannot create the folder (No such file",
+        ),
+        (
+            ["report", str(finished_study), "--out", "/proc/x/r.html"],
+            "--out /proc/x/r.html: cannot write the file",
+        ),
+        (
+            ["report", str(finished_study), "--out", str(tmp_path)],
+            f"--out {tmp_path}: is a folder; give the file",
+        ),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
@@ -365,14 +499,41 @@ def test_out_that_cannot_be_written_is_one_line(finished_study, tmp_path, capsys
 def test_a_study_whose_every_trial_fails_says_why_and_still_reports(tmp_path, capsys):
     """Row 12: not "no trial ran within the memory budget": the commonest failure, and report.html."""
     space = tmp_path / "s.yaml"
-    space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n")
-    argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
-            "--synthetic", "--batch-size", "3", "--steps", "1", "--warmup", "1", "--profile-steps", "0",
-            "--out", str(tmp_path / "run")]
+    space.write_text(
+        "knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n"
+    )
+    argv = [
+        "run",
+        "--workload",
+        "tests.search.crashy:Workload",
+        "--preset",
+        "tiny",
+        "--space",
+        str(space),
+        "--trials",
+        "1",
+        "--synthetic",
+        "--batch-size",
+        "3",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     assert main(argv) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
-    assert len(err) == 1 and "gave a measurement: all 1 failed, 1 of them with reason 'error' (RuntimeError: crashy: " \
-                              "this batch size always crashes)" in err[0], err
+    assert (
+        len(err) == 1
+        and "gave a measurement: all 1 failed, 1 of them with reason 'error' (RuntimeError: crashy: "
+        "this batch size always crashes)"
+        in err[0]
+    ), err
     assert "ran within the memory budget" not in err[0]
-    assert (tmp_path / "run" / "report.html").is_file() and f"report: {tmp_path / 'run' / 'report.html'}" in captured.out
+    assert (
+        tmp_path / "run" / "report.html"
+    ).is_file() and f"report: {tmp_path / 'run' / 'report.html'}" in captured.out

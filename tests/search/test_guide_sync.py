@@ -25,7 +25,9 @@ def _first_stage(tmp_path, buckets):
     study = optuna.create_study(direction="maximize")
     study.add_trial(create_trial(params={"graphs.mode": "none", "optimizer.impl": "foreach"}, distributions=DISTS,
                                  value=10.0, user_attrs={"buckets": json.dumps(buckets), "dominant": max(buckets, key=buckets.get)}))  # fmt: skip
-    guide = Guide(parse_space(SPACE, tmp_path / "s.yaml"), stage_trials=2, together=False)  # one remedy a stage
+    guide = Guide(
+        parse_space(SPACE, tmp_path / "s.yaml"), stage_trials=2, together=False
+    )  # one remedy a stage
     return guide.next_trial(study, study.trials[-1])[1]
 
 

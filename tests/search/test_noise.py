@@ -23,14 +23,23 @@ from autotune.train.cost import PARTS, cost_of, with_wall
 from autotune.train.record import HostLoad, StepTimes
 from tests.records import measured, measurement
 
-PRECISION = {"precision.regions.dit": ["bf16", "fp32", "fp8"], "precision.regions.vision": ["bf16", "fp32"],
-             "precision.frozen_dtype": ["bf16", "fp32"]}
+PRECISION = {
+    "precision.regions.dit": ["bf16", "fp32", "fp8"],
+    "precision.regions.vision": ["bf16", "fp32"],
+    "precision.frozen_dtype": ["bf16", "fp32"],
+}
 
 
 def add(study, params, value, dists, buckets=None, **attrs):
     record = measured(value, buckets=buckets)
-    study.add_trial(create_trial(params=params, distributions=dists, value=value,
-                                 user_attrs={**attrs_of(record), **attrs}))
+    study.add_trial(
+        create_trial(
+            params=params,
+            distributions=dists,
+            value=value,
+            user_attrs={**attrs_of(record), **attrs},
+        )
+    )
     return study.trials[-1]
 
 
@@ -41,19 +50,34 @@ def test_no_search_choice_raises_a_precision():
         for current in knob.choices:
             allowed = search_choices(knob, current)
             assert allowed[0] == current
-            assert all(PRECISION_RANK[v] <= PRECISION_RANK[current] for v in allowed), (knob.key, current, allowed)
+            assert all(PRECISION_RANK[v] <= PRECISION_RANK[current] for v in allowed), (
+                knob.key,
+                current,
+                allowed,
+            )
             assert not any(raises_precision(knob, current, v) for v in allowed)
     dit = next(k for k in load_space("gr00t_n16").knobs if k.key == "precision.regions.dit")
-    assert search_choices(dit, "fp32") == ("fp32", "bf16", "fp8") and search_choices(dit, "fp8") == ("fp8",)
+    assert search_choices(dit, "fp32") == ("fp32", "bf16", "fp8") and search_choices(
+        dit, "fp8"
+    ) == ("fp8",)
 
 
 def test_the_precision_stage_never_proposes_raising_a_region(tmp_path):
     """From an incumbent with fp32 and bf16 regions, every trial the guide proposes lowers one region alone."""
-    spec = {"knobs": {k: {"type": "categorical", "choices": c, "group": "precision"} for k, c in PRECISION.items()}}
+    spec = {
+        "knobs": {
+            k: {"type": "categorical", "choices": c, "group": "precision"}
+            for k, c in PRECISION.items()
+        }
+    }
     space = parse_space(spec, tmp_path / "s.yaml")
     dists = {k: CategoricalDistribution(c) for k, c in PRECISION.items()}
     study = optuna.create_study(direction="maximize")
-    start = {"precision.regions.dit": "bf16", "precision.regions.vision": "fp32", "precision.frozen_dtype": "bf16"}
+    start = {
+        "precision.regions.dit": "bf16",
+        "precision.regions.vision": "fp32",
+        "precision.frozen_dtype": "bf16",
+    }
     inc = add(study, start, 10.0, dists, buckets={"compute_serial": 1.0}, stock=True)
     guide = Guide(space, stage_trials=6)
     proposed = []
@@ -61,24 +85,41 @@ def test_the_precision_stage_never_proposes_raising_a_region(tmp_path):
         fixed, stage = guide.next_trial(study, inc)
         if stage.kind != "search":
             break
-        assert stage.groups == ["precision"] and set(fixed) == set(PRECISION)  # enumerated, nothing left to the sampler
+        assert stage.groups == ["precision"] and set(fixed) == set(
+            PRECISION
+        )  # enumerated, nothing left to the sampler
         proposed.append(fixed)
-        stage.trials.append(add(study, fixed, 12.0, dists).number)  # each pays: the stage goes on to the next move
-    assert proposed == [{**start, "precision.regions.dit": "fp8"}, {**start, "precision.regions.vision": "bf16"}]
+        stage.trials.append(
+            add(study, fixed, 12.0, dists).number
+        )  # each pays: the stage goes on to the next move
+    assert proposed == [
+        {**start, "precision.regions.dit": "fp8"},
+        {**start, "precision.regions.vision": "bf16"},
+    ]
     for p in proposed:
         assert all(PRECISION_RANK[p[k]] <= PRECISION_RANK[start[k]] for k in PRECISION)
         assert sum(p[k] != start[k] for k in PRECISION) == 1
 
 
 def test_a_search_stage_ends_at_its_first_trial_within_noise(tmp_path):
-    spec = {"knobs": {"ddp.comm_hook": {"type": "categorical", "choices": ["none", "bf16", "fp16"], "group": "comm"}}}
+    spec = {
+        "knobs": {
+            "ddp.comm_hook": {
+                "type": "categorical",
+                "choices": ["none", "bf16", "fp16"],
+                "group": "comm",
+            }
+        }
+    }
     space = parse_space(spec, tmp_path / "s.yaml")
     dists = {"ddp.comm_hook": CategoricalDistribution(["none", "bf16", "fp16"])}
     study = optuna.create_study(direction="maximize")
     inc = add(study, {"ddp.comm_hook": "none"}, 10.0, dists, buckets={"comm_wait": 1.0})
     guide = Guide(space, stage_trials=4)
     _, stage = guide.next_trial(study, inc)
-    stage.trials.append(add(study, {"ddp.comm_hook": "bf16"}, 10.1, dists).number)  # 1 %: within the 3 % floor
+    stage.trials.append(
+        add(study, {"ddp.comm_hook": "bf16"}, 10.1, dists).number
+    )  # 1 %: within the 3 % floor
     _, nxt = guide.next_trial(study, inc)
     assert nxt is not stage and nxt.kind == "free"
 
@@ -86,10 +127,19 @@ def test_a_search_stage_ends_at_its_first_trial_within_noise(tmp_path):
 def test_noise_flags_a_wide_spread_and_a_busy_host():
     steady = StepTimes(median_ms=200, p10_ms=190, p90_ms=210, min_ms=185, max_ms=215, mean_ms=200)
     quiet = measured(10.0, step_time=steady)
-    assert flags(quiet) == [] and margin(quiet.measurement, None) == pytest.approx(0.05)  # half the 10 % spread
-    wide = measurement(10.0, step_time=StepTimes(median_ms=200, p10_ms=100, p90_ms=900, min_ms=90, max_ms=950, mean_ms=300))
+    assert flags(quiet) == [] and margin(quiet.measurement, None) == pytest.approx(
+        0.05
+    )  # half the 10 % spread
+    wide = measurement(
+        10.0,
+        step_time=StepTimes(
+            median_ms=200, p10_ms=100, p90_ms=900, min_ms=90, max_ms=950, mean_ms=300
+        ),
+    )
     noisy = measured(10.0)
-    noisy = type(noisy)(measurement=wide, host=HostLoad(others_busy=0.9, load_average=3.0, cpus=2, probe_s=0.3))
+    noisy = type(noisy)(
+        measurement=wide, host=HostLoad(others_busy=0.9, load_average=3.0, cpus=2, probe_s=0.3)
+    )
     assert [f.split(" ")[0] for f in flags(noisy)] == ["step-time", "other"]
     assert margin(wide, quiet.measurement) == pytest.approx(2.0)
     again = type(noisy)(measurement=wide, remeasure=measured(6.0))
@@ -97,8 +147,20 @@ def test_noise_flags_a_wide_spread_and_a_busy_host():
 
 
 def free_stage(trials, incumbent=1):
-    return Stage(stage=3, bottleneck=None, share=None, groups=["all"], knobs=[], incumbent=incumbent,
-                 incumbent_samples_per_s=20.0, profile=None, buckets=None, dominant=None, kind="free", trials=trials)
+    return Stage(
+        stage=3,
+        bottleneck=None,
+        share=None,
+        groups=["all"],
+        knobs=[],
+        incumbent=incumbent,
+        incumbent_samples_per_s=20.0,
+        profile=None,
+        buckets=None,
+        dominant=None,
+        kind="free",
+        trials=trials,
+    )
 
 
 def test_a_study_converges_when_free_trials_find_nothing_within_noise():
@@ -110,7 +172,11 @@ def test_a_study_converges_when_free_trials_find_nothing_within_noise():
     assert convergence(study, [free_stage([2])]) is None  # one miss: not yet
     add(study, {"x": "d"}, 16.0, dists)
     done = convergence(study, [free_stage([2, 3])])
-    assert done is not None and done.best_trial == 1 and "the last 2 free trials found nothing" in done.reason
+    assert (
+        done is not None
+        and done.best_trial == 1
+        and "the last 2 free trials found nothing" in done.reason
+    )
     assert convergence(study, [free_stage([2, 3])], after=0) is None  # --converge-after 0: never
     # ties within noise keep the study going, up to twice as many free trials
     add(study, {"x": "e"}, 19.9, dists)
@@ -123,8 +189,13 @@ def test_a_study_converges_when_free_trials_find_nothing_within_noise():
 def timed(study, params, value, dists, start_s, span_s, step_time=None, state=None, **attrs):
     """A measured trial that ran from ``start_s`` for ``span_s`` seconds."""
     record = measured(value) if step_time is None else measured(value, step_time=step_time)
-    trial = create_trial(params=params, distributions=dists, value=value, user_attrs={**attrs_of(record), **attrs},
-                         **({} if state is None else {"state": state}))
+    trial = create_trial(
+        params=params,
+        distributions=dists,
+        value=value,
+        user_attrs={**attrs_of(record), **attrs},
+        **({} if state is None else {"state": state}),
+    )
     zero = datetime.datetime(2026, 12, 1, 12, 0, 0)
     trial.datetime_start = zero + datetime.timedelta(seconds=start_s)
     trial.datetime_complete = trial.datetime_start + datetime.timedelta(seconds=span_s)
@@ -143,7 +214,12 @@ def test_a_study_left_to_itself_stops_when_a_trial_more_would_search_longer_than
     assert plateau(study, 2) is None  # 60 s since, and another such trial: 120 s < 248 s
     timed(study, {"x": "d"}, 150.0, dists, 308, 217)
     done = plateau(study, 2)
-    assert done is not None and done.kind == "plateau" and done.best_trial == 1 and done.trials == [2, 3]
+    assert (
+        done is not None
+        and done.kind == "plateau"
+        and done.best_trial == 1
+        and done.trials == [2, 3]
+    )
     assert "found nothing beyond noise" in done.reason and "248 s" in done.reason
     assert plateau(study, 2, ratio=3.0) is None and plateau(study, 2, ratio=0) is None
     # a tie within noise of the best does not move where the best was reached
@@ -158,21 +234,29 @@ def test_a_noisy_loader_bound_stock_does_not_hide_a_best_five_times_faster():
     ``best * (1 - margin)``, stock counted as a tie with the best and the study searched on for 12 min."""
     dists = {"x": CategoricalDistribution(["a", "b", "c"])}
     study = optuna.create_study(direction="maximize")
-    wide = StepTimes(median_ms=218.5, p10_ms=187.9, p90_ms=662.4, min_ms=167.1, max_ms=743.4, mean_ms=383.3)
+    wide = StepTimes(
+        median_ms=218.5, p10_ms=187.9, p90_ms=662.4, min_ms=167.1, max_ms=743.4, mean_ms=383.3
+    )
     timed(study, {"x": "a"}, 39.27, dists, 0, 35, step_time=wide, stock=True)
     assert margin(measurement_of(study.trials[0]), None) > 1.0
     assert not within(39.27, 208.19, margin(measurement_of(study.trials[0]), None))
     assert within(208.19 / 2.0, 208.19, 1.0) and not within(208.19 / 2.1, 208.19, 1.0)
     assert plateau_left_s(study) is None  # stock is the best: the rule is not armed
     timed(study, {"x": "b"}, 208.19, dists, 35, 237)
-    assert plateau_left_s(study) == pytest.approx(272.0)  # #0 and #1 took 272 s: as long again at most
+    assert plateau_left_s(study) == pytest.approx(
+        272.0
+    )  # #0 and #1 took 272 s: as long again at most
     # the progress line's time left says so, rather than 29 more trials at this pace
     line = progress_line(study, study.trials[1], 2, 30, time.monotonic() - 272, 2, 30, plateau=True)
     assert line.endswith("~4:32 left unless a trial beats the best"), line
-    assert "unless" not in progress_line(study, study.trials[1], 2, 30, time.monotonic() - 272, 2, 30)
+    assert "unless" not in progress_line(
+        study, study.trials[1], 2, 30, time.monotonic() - 272, 2, 30
+    )
     timed(study, {"x": "c"}, 207.11, dists, 272, 194, state=optuna.trial.TrialState.PRUNED)
     done = plateau(study, 2)
-    assert done is not None and done.best_trial == 1 and done.trials == [2] and "272 s" in done.reason
+    assert (
+        done is not None and done.best_trial == 1 and done.trials == [2] and "272 s" in done.reason
+    )
     assert plateau_left_s(study) == pytest.approx(78.0)
 
 
@@ -194,17 +278,40 @@ def test_confirmation_keeps_the_faster_of_best_and_runner_up_and_falls_back_to_s
     assert [t.number for t in candidates(study)] == [1, 2] and best_trial(study).number == 1
 
     def runs(*rates):
-        return [Run(round=r, trial=n, samples_per_s=v) for r, per in enumerate(rates, 1) for n, v in per.items()]
+        return [
+            Run(round=r, trial=n, samples_per_s=v)
+            for r, per in enumerate(rates, 1)
+            for n, v in per.items()
+        ]
 
-    c = _summary(stock, [best, runner], runs({0: 10.0, 1: 12.0, 2: 13.0}, {0: 10.4, 1: 12.2, 2: 13.1}), 2.0, "")
-    assert c.trial == 2 and c.speedup == pytest.approx((1.3 + 13.1 / 10.4) / 2) and c.rounds == 2 and "runner-up" in c.note
+    c = _summary(
+        stock,
+        [best, runner],
+        runs({0: 10.0, 1: 12.0, 2: 13.0}, {0: 10.4, 1: 12.2, 2: 13.1}),
+        2.0,
+        "",
+    )
+    assert (
+        c.trial == 2
+        and c.speedup == pytest.approx((1.3 + 13.1 / 10.4) / 2)
+        and c.rounds == 2
+        and "runner-up" in c.note
+    )
     assert c.spread["0"] == pytest.approx(0.4 / 10.2)
     # the study said 2x; measured again, neither beats stock: best.yaml is stock
     c = _summary(stock, [best, runner], runs({0: 10.0, 1: 9.0, 2: 9.5}), 2.0, "")
     assert c.trial == 0 and c.speedup == 1.0 and "no configuration beat stock" in c.note
     # a host whose load swung between the runs (the shared CPU machine): the rounds whose steps were steady count
-    swung = [Run(1, 0, 2.23, 0.37), Run(1, 1, 2.08, 0.43), Run(2, 0, 0.43, 0.50), Run(2, 1, 2.09, 0.15),
-             Run(3, 0, 0.97, 0.04), Run(3, 1, 15.1, 8.5), Run(4, 0, 17.47, 0.03), Run(4, 1, 18.14, 0.03)]
+    swung = [
+        Run(1, 0, 2.23, 0.37),
+        Run(1, 1, 2.08, 0.43),
+        Run(2, 0, 0.43, 0.50),
+        Run(2, 1, 2.09, 0.15),
+        Run(3, 0, 0.97, 0.04),
+        Run(3, 1, 15.1, 8.5),
+        Run(4, 0, 17.47, 0.03),
+        Run(4, 1, 18.14, 0.03),
+    ]
     c = _summary(stock, [best], swung, 5.4, "")
     assert c.speedup == pytest.approx(18.14 / 17.47) and "round(s) 4 kept" in c.note
     c = _summary(stock, [best], [Run(1, 0, None, error="crash: x")], 2.0, "")
@@ -219,37 +326,90 @@ def test_a_loader_bound_stock_whose_steps_vary_by_nature_needs_no_extra_rounds()
     dists = {"x": CategoricalDistribution(["a", "b"])}
     study = optuna.create_study(direction="maximize")
     ms = 1e3 * 16 / 45.0
-    wide = StepTimes(median_ms=ms, p10_ms=0.9 * ms, p90_ms=1.67 * ms, min_ms=0.8 * ms, max_ms=3.5 * ms, mean_ms=ms)
-    study.add_trial(create_trial(params={"x": "a"}, distributions=dists, value=45.0,
-                                 user_attrs={**attrs_of(measured(45.0, step_time=wide)), "stock": True}))
+    wide = StepTimes(
+        median_ms=ms,
+        p10_ms=0.9 * ms,
+        p90_ms=1.67 * ms,
+        min_ms=0.8 * ms,
+        max_ms=3.5 * ms,
+        mean_ms=ms,
+    )
+    study.add_trial(
+        create_trial(
+            params={"x": "a"},
+            distributions=dists,
+            value=45.0,
+            user_attrs={**attrs_of(measured(45.0, step_time=wide)), "stock": True},
+        )
+    )
     stock = study.trials[-1]
     best = add(study, {"x": "b"}, 209.45, dists)
     assert natural_spread([stock], [])[0] == pytest.approx(0.77)
-    runs = [Run(1, 0, 39.08, 1.11, loader_bound=True), Run(1, 1, 209.15, 0.01),
-            Run(2, 0, 38.29, 2.83, loader_bound=True), Run(2, 1, 208.5, 0.02)]
-    assert not _wide(runs, [stock, best]) and clean_rounds(runs, natural_spread([stock, best], runs)) == {1, 2}
+    runs = [
+        Run(1, 0, 39.08, 1.11, loader_bound=True),
+        Run(1, 1, 209.15, 0.01),
+        Run(2, 0, 38.29, 2.83, loader_bound=True),
+        Run(2, 1, 208.5, 0.02),
+    ]
+    assert not _wide(runs, [stock, best]) and clean_rounds(
+        runs, natural_spread([stock, best], runs)
+    ) == {1, 2}
     c = _summary(stock, [best], runs, 4.66, "")
-    assert c.rounds == 2 and "kept" not in c.note and c.speedup == pytest.approx((209.15 / 39.08 + 208.5 / 38.29) / 2)
+    assert (
+        c.rounds == 2
+        and "kept" not in c.note
+        and c.speedup == pytest.approx((209.15 / 39.08 + 208.5 / 38.29) / 2)
+    )
     # the same stock read as host noise (not loader-bound) would have called for two more rounds
     assert _wide([replace(r, loader_bound=False) for r in runs], [stock, best])
     # the best's steps varied 25 % in round 2 against 1 % in round 1: another round, and round 2 not counted
     runs[3] = Run(2, 1, 190.0, 0.25)
-    assert _wide(runs, [stock, best]) and clean_rounds(runs, natural_spread([stock, best], runs)) == {1}
+    assert _wide(runs, [stock, best]) and clean_rounds(
+        runs, natural_spread([stock, best], runs)
+    ) == {1}
 
 
 def test_cost_parts_are_exclusive_and_add_up_to_the_wall_time():
-    ev = [(0, "begin", "start"), (1, "end", "start"), (1, "begin", "build"), (2, "end", "build"),
-          (2, "begin", "warmup"), (2, "begin", "loader"), (2.5, "end", "loader"), (2.5, "begin", "compile"),
-          (4, "end", "compile"), (6, "end", "warmup"), (6, "begin", "measure"), (8, "end", "measure"),
-          (8, "begin", "profile"), (9, "end", "profile")]
+    ev = [
+        (0, "begin", "start"),
+        (1, "end", "start"),
+        (1, "begin", "build"),
+        (2, "end", "build"),
+        (2, "begin", "warmup"),
+        (2, "begin", "loader"),
+        (2.5, "end", "loader"),
+        (2.5, "begin", "compile"),
+        (4, "end", "compile"),
+        (6, "end", "warmup"),
+        (6, "begin", "measure"),
+        (8, "end", "measure"),
+        (8, "begin", "profile"),
+        (9, "end", "profile"),
+    ]
     cost = cost_of([{"t": t, "ev": e, "part": p} for t, e, p in ev], 0.0, 10.0)
-    assert cost.parts == pytest.approx({"start": 1, "build": 1, "loader": 0.5, "compile": 1.5, "warmup": 2, "measure": 2,
-                                        "profile": 1, "other": 1})
-    assert sum(cost.parts.values()) == pytest.approx(cost.wall_s) == 10.0 and set(cost.parts) <= set(PARTS)
+    assert cost.parts == pytest.approx(
+        {
+            "start": 1,
+            "build": 1,
+            "loader": 0.5,
+            "compile": 1.5,
+            "warmup": 2,
+            "measure": 2,
+            "profile": 1,
+            "other": 1,
+        }
+    )
+    assert sum(cost.parts.values()) == pytest.approx(cost.wall_s) == 10.0 and set(
+        cost.parts
+    ) <= set(PARTS)
     # killed in the middle of its compile: the minutes went to compiling
     killed = cost_of([{"t": t, "ev": e, "part": p} for t, e, p in ev[:8]], 0.0, 100.0)
-    assert killed.parts["compile"] == pytest.approx(97.5) and sum(killed.parts.values()) == pytest.approx(100.0)
-    whole = with_wall(cost, 21.0, remeasure=cost)  # the trial's 21 s: its run, a second run, 1 s of the tuner's own
+    assert killed.parts["compile"] == pytest.approx(97.5) and sum(
+        killed.parts.values()
+    ) == pytest.approx(100.0)
+    whole = with_wall(
+        cost, 21.0, remeasure=cost
+    )  # the trial's 21 s: its run, a second run, 1 s of the tuner's own
     assert whole.parts["remeasure"] == 10.0 and whole.parts["other"] == pytest.approx(2.0)
     assert whole.wall_s == pytest.approx(sum(whole.parts.values())) == pytest.approx(21.0)
 
@@ -258,15 +418,29 @@ def test_the_report_marks_a_bad_overhead_and_shows_a_loader_bound_step_at_its_ra
     from autotune.report.parts import Profile, RankBuckets
 
     rank = RankBuckets(0, 174.0, {"compute_serial": 0.74, "data_stall": 0.26})
-    stock = Profile(path="profiles/trial-0000", trial=0, traces=[], overhead=16.57, step_time_ms=174.0, ranks=[rank])
-    assert stock.bad_overhead and not Profile(path="p", trial=1, traces=[], overhead=0.04).bad_overhead
+    stock = Profile(
+        path="profiles/trial-0000",
+        trial=0,
+        traces=[],
+        overhead=16.57,
+        step_time_ms=174.0,
+        ranks=[rank],
+    )
+    assert (
+        stock.bad_overhead and not Profile(path="p", trial=1, traces=[], overhead=0.04).bad_overhead
+    )
     assert Profile(path="p", trial=1, traces=[], overhead=-0.54).bad_overhead
-    assert stock.scaled(rank) == (174.0, rank.buckets)  # not loader-bound: the profiled step as it is
+    assert stock.scaled(rank) == (
+        174.0,
+        rank.buckets,
+    )  # not loader-bound: the profiled step as it is
     stock.measured_step_ms = 276.0  # its 2 workers held it to this
     ms, shares = stock.scaled(rank)
     assert ms == 276.0 and shares["data_stall"] == pytest.approx((0.26 * 174 + 102) / 276)
     assert sum(shares.values()) == pytest.approx(1.0)
-    assert shares["compute_serial"] * ms == pytest.approx(0.74 * 174)  # the compute the profile saw, unchanged
+    assert shares["compute_serial"] * ms == pytest.approx(
+        0.74 * 174
+    )  # the compute the profile saw, unchanged
 
 
 def test_no_confirmation_round_starts_that_cannot_run_the_best_before_the_deadline(tmp_path):
@@ -279,12 +453,29 @@ def test_no_confirmation_round_starts_that_cannot_run_the_best_before_the_deadli
 
     dists = {"x": CategoricalDistribution(["a", "b"])}
     study = optuna.create_study(direction="maximize")
-    for params, value, wall, compile_s in (({"x": "a"}, 79.5, 23.0, 0.0), ({"x": "b"}, 129.8, 504.0, 426.6)):
-        record = with_(measured(value), cost=Cost(wall_s=wall, parts={"compile": compile_s, "other": wall - compile_s}))
-        study.add_trial(create_trial(params=params, distributions=dists, value=value,
-                                     user_attrs={**attrs_of(record), **({"stock": True} if value < 100 else {})}))
-    opts = type("Opts", (), {"out": tmp_path})()  # nothing is launched: only the folder of an earlier confirmation
+    for params, value, wall, compile_s in (
+        ({"x": "a"}, 79.5, 23.0, 0.0),
+        ({"x": "b"}, 129.8, 504.0, 426.6),
+    ):
+        record = with_(
+            measured(value),
+            cost=Cost(wall_s=wall, parts={"compile": compile_s, "other": wall - compile_s}),
+        )
+        study.add_trial(
+            create_trial(
+                params=params,
+                distributions=dists,
+                value=value,
+                user_attrs={**attrs_of(record), **({"stock": True} if value < 100 else {})},
+            )
+        )
+    opts = type(
+        "Opts", (), {"out": tmp_path}
+    )()  # nothing is launched: only the folder of an earlier confirmation
     lines = []
     c = confirm(opts, study, 2, deadline=time.monotonic() + 73.0, report=lines.append)
     assert c is not None and not c.confirmed and c.runs == [] and lines == []
-    assert "the time budget ended before the confirmation did (a round of stock and #1 takes ~143 s" in c.note
+    assert (
+        "the time budget ended before the confirmation did (a round of stock and #1 takes ~143 s"
+        in c.note
+    )

@@ -31,21 +31,53 @@ def fake_launch(outcomes):
 
 def run(tmp_path, monkeypatch, outcomes, budget="10GiB"):
     space = tmp_path / "b.yaml"
-    space.write_text("knobs:\n  ddp.bucket_cap_mb: {type: categorical, choices: [100, 200, 300, 400], group: comm}\n")
+    space.write_text(
+        "knobs:\n  ddp.bucket_cap_mb: {type: categorical, choices: [100, 200, 300, 400], group: comm}\n"
+    )
     monkeypatch.setattr(study_mod, "launch", fake_launch(outcomes))
     out = tmp_path / "run"
-    study = optuna.create_study(study_name="gr00t_n16-tiny-b", direction="maximize", storage=optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal"))))
+    study = optuna.create_study(
+        study_name="gr00t_n16-tiny-b",
+        direction="maximize",
+        storage=optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal"))
+        ),
+    )
     study.enqueue_trial({"ddp.bucket_cap_mb": 100}, user_attrs={"stock": True})
     for mb in (200, 300, 400):
         study.enqueue_trial({"ddp.bucket_cap_mb": mb})
-    code = main(["run", "--preset", "tiny", "--space", str(space), "--trials", "4", "--memory-budget", budget,
-                 "--confirm-rounds", "0", "--converge-after", "0", "--out", str(out)])
-    return code, optuna.load_study(study_name="gr00t_n16-tiny-b", storage=study._storage).trials, out
+    code = main(
+        [
+            "run",
+            "--preset",
+            "tiny",
+            "--space",
+            str(space),
+            "--trials",
+            "4",
+            "--memory-budget",
+            budget,
+            "--confirm-rounds",
+            "0",
+            "--converge-after",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
+    return (
+        code,
+        optuna.load_study(study_name="gr00t_n16-tiny-b", storage=study._storage).trials,
+        out,
+    )
 
 
 def test_oom_is_an_infeasible_complete_trial_and_over_budget_loses(tmp_path, monkeypatch):
-    code, trials, out = run(tmp_path, monkeypatch, {100: (10.0, 1 * GIB), 200: "oom", 300: (50.0, 20 * GIB), 400: (12.0, 2 * GIB)})
+    code, trials, out = run(
+        tmp_path,
+        monkeypatch,
+        {100: (10.0, 1 * GIB), 200: "oom", 300: (50.0, 20 * GIB), 400: (12.0, 2 * GIB)},
+    )
     assert code == 0
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
     oom = trials[1]
@@ -53,12 +85,19 @@ def test_oom_is_an_infeasible_complete_trial_and_over_budget_loses(tmp_path, mon
     assert trials[2].user_attrs["constraint"] == pytest.approx(1.0)  # 20 GiB against 10 GiB
     assert trials[0].user_attrs["constraint"] == pytest.approx(-0.9)
     best = load_config(out / "best.yaml")  # the fastest (300 MB, 50/s) is over the budget
-    assert best.ddp.bucket_cap_mb == 400 and best.provenance["speedup_vs_stock"] == pytest.approx(1.2)
+    assert best.ddp.bucket_cap_mb == 400 and best.provenance["speedup_vs_stock"] == pytest.approx(
+        1.2
+    )
     assert best.provenance["memory_budget_bytes"] == 10 * GIB
 
 
 def test_no_feasible_trial_is_an_error(tmp_path, monkeypatch, capsys):
-    code, trials, out = run(tmp_path, monkeypatch, {m: (10.0, 4 * GIB) for m in (100, 200, 300, 400)}, budget="1GiB")
+    code, trials, out = run(
+        tmp_path, monkeypatch, {m: (10.0, 4 * GIB) for m in (100, 200, 300, 400)}, budget="1GiB"
+    )
     assert code == 2 and len(trials) == 4 and not (out / "best.yaml").exists()
-    assert "no trial of study 'gr00t_n16-tiny-b' ran within the memory budget" in capsys.readouterr().err
+    assert (
+        "no trial of study 'gr00t_n16-tiny-b' ran within the memory budget"
+        in capsys.readouterr().err
+    )
     assert (out / "trials.csv").exists()

@@ -39,7 +39,9 @@ from autotune.search.storage import open_storage
 from autotune.search.trials import reason_of, record_of
 from tests.ports import free_port
 
-psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')")
+psycopg = pytest.importorskip(
+    "psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -50,7 +52,9 @@ def _bindir() -> Path | None:
     found = shutil.which("initdb")
     candidates = [Path(found).resolve().parent] if found else []
     candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
-    return next((d for d in candidates if (d / "initdb").exists() and (d / "pg_ctl").exists()), None)
+    return next(
+        (d for d in candidates if (d / "initdb").exists() and (d / "pg_ctl").exists()), None
+    )
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +65,9 @@ def pg_server():
         return
     bindir = _bindir()
     if bindir is None:
-        pytest.skip("no PostgreSQL: set AUTOTUNE_TEST_POSTGRES or install postgresql (.ci/run does both)")
+        pytest.skip(
+            "no PostgreSQL: set AUTOTUNE_TEST_POSTGRES or install postgresql (.ci/run does both)"
+        )
     root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
     as_user: list[str] = []
     if os.geteuid() == 0:  # initdb refuses to run as root
@@ -69,13 +75,33 @@ def pg_server():
         as_user = ["runuser", "-u", "postgres", "--"]
     data, port = root / "data", free_port()
     run = dict(check=True, capture_output=True, cwd=root)
-    subprocess.run([*as_user, bindir / "initdb", "-D", data, "-U", "autotune", "--auth=trust", "--no-sync"], **run)
-    subprocess.run([*as_user, bindir / "pg_ctl", "-D", data, "-l", root / "log", "-w", "-o",
-                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"], **run)
+    subprocess.run(
+        [*as_user, bindir / "initdb", "-D", data, "-U", "autotune", "--auth=trust", "--no-sync"],
+        **run,
+    )
+    subprocess.run(
+        [
+            *as_user,
+            bindir / "pg_ctl",
+            "-D",
+            data,
+            "-l",
+            root / "log",
+            "-w",
+            "-o",
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        ],
+        **run,
+    )
     try:
         yield f"postgresql://autotune@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*as_user, bindir / "pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True, cwd=root)
+        subprocess.run(
+            [*as_user, bindir / "pg_ctl", "-D", data, "-m", "immediate", "stop"],
+            capture_output=True,
+            cwd=root,
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -94,10 +120,14 @@ def pg_url(pg_server):
 def test_open_storage_rejects_bad_urls(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^--storage 'nonsense' is not a database URL"):
         open_storage("nonsense", tmp_path)
-    with pytest.raises(ConfigError, match=r"^--storage foo://a/b: 'foo' is not a database SQLAlchemy knows"):
+    with pytest.raises(
+        ConfigError, match=r"^--storage foo://a/b: 'foo' is not a database SQLAlchemy knows"
+    ):
         open_storage("foo://a/b", tmp_path)
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the postgres extra were not installed
-    with pytest.raises(ConfigError, match=r"driver 'psycopg' is not installed \(for PostgreSQL: pip install"):
+    with pytest.raises(
+        ConfigError, match=r"driver 'psycopg' is not installed \(for PostgreSQL: pip install"
+    ):
         open_storage("postgresql://u:secret@127.0.0.1:1/x", tmp_path)
 
 
@@ -105,21 +135,44 @@ def test_unreachable_server_is_one_line_without_the_password(tmp_path):
     with pytest.raises(ConfigError) as err:
         open_storage("postgresql://nobody:hunter2@127.0.0.1:1/x", tmp_path)
     msg = str(err.value)
-    assert msg.startswith("--storage postgresql://nobody:***@127.0.0.1:1/x: cannot open the database: ")
+    assert msg.startswith(
+        "--storage postgresql://nobody:***@127.0.0.1:1/x: cannot open the database: "
+    )
     assert "Connection refused" in msg and "hunter2" not in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("postgresql://nobody:hunter2@127.0.0.1:1/x", "postgresql://nobody:***@127.0.0.1:1/x"),
-    ("postgresql://nobody@127.0.0.1:1/x?password=hunter2", "postgresql://nobody@127.0.0.1:1/x?password=***"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("postgresql://nobody:hunter2@127.0.0.1:1/x", "postgresql://nobody:***@127.0.0.1:1/x"),
+        (
+            "postgresql://nobody@127.0.0.1:1/x?password=hunter2",
+            "postgresql://nobody@127.0.0.1:1/x?password=***",
+        ),
+    ],
+)
 def test_bad_storage_exits_2_with_one_line(tmp_path, url, shown):
-    cmd = [sys.executable, "-m", "autotune", "run", "--storage", url,
-           "--space", "quick", "--synthetic", "--trials", "1", "--out", str(tmp_path / "run")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        "--storage",
+        url,
+        "--space",
+        "quick",
+        "--synthetic",
+        "--trials",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: --storage {shown}: cannot open"), done.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        f"autotune: error: --storage {shown}: cannot open"
+    ), done.stderr
     assert "hunter2" not in done.stderr + done.stdout
 
 
@@ -145,12 +198,20 @@ KILLED_WORKER = textwrap.dedent("""
 
 def test_trial_of_a_killed_worker_is_failed_by_the_next(pg_url, tmp_path):
     """Failed with its reason and queued again, by exactly one of the workers that look."""
-    worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, pg_url], stdout=subprocess.PIPE, text=True,
-                              env=ENV, cwd=tmp_path)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, pg_url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
     try:
         assert worker.stdout.readline().strip() == "0"
         time.sleep(1.5)  # the worker beats meanwhile: its trial is not stale
-        study = optuna.load_study(study_name="s", storage=open_storage(pg_url, tmp_path, heartbeat_interval=1, grace_period=2))
+        study = optuna.load_study(
+            study_name="s",
+            storage=open_storage(pg_url, tmp_path, heartbeat_interval=1, grace_period=2),
+        )
         assert recover_lost(study, own_folder=False, grace_period_s=2) == []
         assert study.trials[0].state == TrialState.RUNNING
     finally:
@@ -169,15 +230,51 @@ def test_trial_of_a_killed_worker_is_failed_by_the_next(pg_url, tmp_path):
 @pytest.mark.slow
 def test_two_workers_share_one_study(pg_url, tmp_path):
     """Two ``autotune run`` processes, one study: 4 finished trials in all, one stock trial, both worked."""
-    run = [sys.executable, "-m", "autotune", "run", "--storage", pg_url, "--space", "quick", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0",
-           "--steps", "2", "--warmup", "1", "--batch-size", "2", "--trials", "4",
-           "--profile-steps", "0", "--no-guidance"]  # the sharing, not the guidance, is under test here
-    workers = [subprocess.Popen([*run, "--out", str(tmp_path / f"worker{i}")], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=ENV, cwd=ROOT) for i in range(2)]
-    outputs = [w.communicate(timeout=600)[0] for w in workers]  # a guard against a hang: ~110 s at a load of 5
+    run = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        "--storage",
+        pg_url,
+        "--space",
+        "quick",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "2",
+        "--trials",
+        "4",
+        "--profile-steps",
+        "0",
+        "--no-guidance",
+    ]  # the sharing, not the guidance, is under test here
+    workers = [
+        subprocess.Popen(
+            [*run, "--out", str(tmp_path / f"worker{i}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=ENV,
+            cwd=ROOT,
+        )
+        for i in range(2)
+    ]
+    outputs = [
+        w.communicate(timeout=600)[0] for w in workers
+    ]  # a guard against a hang: ~110 s at a load of 5
     assert [w.returncode for w in workers] == [0, 0], "\n\n".join(outputs)
 
-    study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=open_storage(pg_url, tmp_path))
+    study = optuna.load_study(
+        study_name="gr00t_n16-tiny-quick", storage=open_storage(pg_url, tmp_path)
+    )
     assert [t.state.is_finished() for t in study.trials] == [True] * 4, "\n\n".join(outputs)
     assert sum(bool(t.user_attrs.get("stock")) for t in study.trials) == 1
     pids = {str(w.pid) for w in workers}
@@ -192,20 +289,57 @@ def test_a_password_in_the_query_or_the_environment_is_shown_nowhere(pg_url, tmp
     string; run.json, report.html and every line printed show it hidden."""
     url = make_url(pg_url)
     password = url.password or "not-needed"  # a server that trusts local users ignores it
-    query_url = url.set(password=None).update_query_dict({"password": password}).render_as_string(hide_password=False)
+    query_url = (
+        url.set(password=None)
+        .update_query_dict({"password": password})
+        .render_as_string(hide_password=False)
+    )
     out = tmp_path / "run"
     env = {**ENV, "AUTOTUNE_STORAGE": query_url}
-    run = [sys.executable, "-m", "autotune", "run", "--space", "quick", "--synthetic", "--trials", "1", "--steps", "1",
-           "--warmup", "1", "--batch-size", "2", "--profile-steps", "0", "--confirm-rounds", "0", "--out", str(out)]
+    run = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        "--space",
+        "quick",
+        "--synthetic",
+        "--trials",
+        "1",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "2",
+        "--profile-steps",
+        "0",
+        "--confirm-rounds",
+        "0",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    report = subprocess.run([sys.executable, "-m", "autotune", "report", str(out)], capture_output=True, text=True,
-                            env=env, cwd=ROOT, timeout=300)
+    report = subprocess.run(
+        [sys.executable, "-m", "autotune", "report", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stderr
     run_json = json.loads((out / "run.json").read_text())
     assert run_json["storage"].endswith(f"{url.database}?password=***")
-    for text in (done.stdout, done.stderr, report.stdout, report.stderr, (out / "run.json").read_text(),
-                 (out / "report.html").read_text()):
+    for text in (
+        done.stdout,
+        done.stderr,
+        report.stdout,
+        report.stderr,
+        (out / "run.json").read_text(),
+        (out / "report.html").read_text(),
+    ):
         assert f"password={password}" not in text
     assert "?password=***" in (out / "report.html").read_text()
     assert not (out / "study.journal").exists()  # the study is in the database
@@ -246,24 +380,64 @@ def test_a_killed_workers_trial_is_failed_and_measured_by_the_other(pg_url, tmp_
     its reason), and measures it again; the study ends with its stock trial measured."""
     space = tmp_path / "hang.yaml"
     space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n")
-    run = [sys.executable, "-m", "autotune", "run", "--storage", pg_url, "--workload", "tests.search.crashy:Workload",
-           "--preset", "tiny", "--space", str(space), "--trials", "1", "--synthetic", "--batch-size", "5", "--steps", "1",
-           "--warmup", "1", "--profile-steps", "0", "--grace-period", "10"]
-    a = subprocess.Popen([*run, "--out", str(tmp_path / "a")], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)  # batch size 5 hangs for an hour in A
+    run = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        "--storage",
+        pg_url,
+        "--workload",
+        "tests.search.crashy:Workload",
+        "--preset",
+        "tiny",
+        "--space",
+        str(space),
+        "--trials",
+        "1",
+        "--synthetic",
+        "--batch-size",
+        "5",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--grace-period",
+        "10",
+    ]
+    a = subprocess.Popen(
+        [*run, "--out", str(tmp_path / "a")],
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # batch size 5 hangs for an hour in A
     b = None
     try:
         storage = open_storage(pg_url, tmp_path)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not (
-                optuna.get_all_study_names(storage) and optuna.load_study(study_name=HANG, storage=storage).get_trials(
-                    states=(TrialState.RUNNING,))):
+            optuna.get_all_study_names(storage)
+            and optuna.load_study(study_name=HANG, storage=storage).get_trials(
+                states=(TrialState.RUNNING,)
+            )
+        ):
             time.sleep(0.5)
-        b = subprocess.Popen([*run, "--out", str(tmp_path / "b")], env={**ENV, "CRASHY_HANG_S": "0"}, cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        b = subprocess.Popen(
+            [*run, "--out", str(tmp_path / "b")],
+            env={**ENV, "CRASHY_HANG_S": "0"},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         lines, seen = _lines(b), []
         _until(lines, "waiting for those of other workers still running", seen)
-        (running,) = optuna.load_study(study_name=HANG, storage=storage).get_trials(states=(TrialState.RUNNING,))
+        (running,) = optuna.load_study(study_name=HANG, storage=storage).get_trials(
+            states=(TrialState.RUNNING,)
+        )
         a.kill()
         a.wait()
         _until(lines, "trial 1/1", seen)
@@ -274,11 +448,18 @@ def test_a_killed_workers_trial_is_failed_and_measured_by_the_other(pg_url, tmp_
                 proc.kill()
                 proc.wait()
     output = "".join(seen)
-    assert f"trial #0 was lost: its worker {socket.gethostname()}:{a.pid} stopped sending heartbeats for more than 10 s" in output
+    assert (
+        f"trial #0 was lost: its worker {socket.gethostname()}:{a.pid} stopped sending heartbeats for more than 10 s"
+        in output
+    )
     lost, again = optuna.load_study(study_name=HANG, storage=storage).trials
     assert lost.state == TrialState.FAIL and reason_of(lost) == "interrupted"
     # what A had written of its trial before the kill stands: number, parameters, start, attributes
-    assert (lost.number, lost.params, lost.datetime_start) == (running.number, running.params, running.datetime_start)
+    assert (lost.number, lost.params, lost.datetime_start) == (
+        running.number,
+        running.params,
+        running.datetime_start,
+    )
     assert lost.user_attrs.items() >= running.user_attrs.items()
     assert again.state == TrialState.COMPLETE and again.params == {"batch_size": 5}
     assert again.user_attrs["stock"] and again.user_attrs["queued_again_from"] == 0

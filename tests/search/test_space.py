@@ -30,10 +30,21 @@ def test_list_spaces_finds_the_shipped_ones():
 
 def test_full_space_has_the_hand_tuned_knobs():
     keys = {k.key for k in load_space("gr00t_n16").knobs}
-    for key in ("ddp.static_graph", "graphs.mode", "ddp.bucket_cap_mb", "ddp.comm_hook", "optimizer.impl",
-                "data.num_workers", "data.multiprocessing_context", "data.device_prefetch",
-                "kernels.cuda_device_max_connections", "compile.regions", "checkpointing.regions",
-                "kernels.attention", "precision.regions.dit"):
+    for key in (
+        "ddp.static_graph",
+        "graphs.mode",
+        "ddp.bucket_cap_mb",
+        "ddp.comm_hook",
+        "optimizer.impl",
+        "data.num_workers",
+        "data.multiprocessing_context",
+        "data.device_prefetch",
+        "kernels.cuda_device_max_connections",
+        "compile.regions",
+        "checkpointing.regions",
+        "kernels.attention",
+        "precision.regions.dit",
+    ):
         assert key in keys
     bucket = next(k for k in load_space("gr00t_n16").knobs if k.key == "ddp.bucket_cap_mb")
     assert bucket.high == 400
@@ -42,7 +53,11 @@ def test_full_space_has_the_hand_tuned_knobs():
 def test_cuda_knobs_are_dropped_on_cpu_with_a_note():
     space, notes = load_space("gr00t_n16").for_machine(Machine(cuda=False))
     keys = {k.key for k in space.knobs}
-    assert "graphs.mode" not in keys and "graphs.regions" not in keys and "data.device_prefetch" not in keys
+    assert (
+        "graphs.mode" not in keys
+        and "graphs.regions" not in keys
+        and "data.device_prefetch" not in keys
+    )
     # conditional on graphs.mode, dropped: kept where its value on this machine (none) meets the condition
     kept = {k.key: k for k in space.knobs}
     assert kept["ddp.static_graph"].when == {} and kept["ddp.gradient_as_bucket_view"].when == {}
@@ -57,58 +72,117 @@ def test_unknown_space_name_lists_the_known_ones():
         load_space("nope")
 
 
-@pytest.mark.parametrize(("text", "match"), [
-    ("knobs: {ddp.bucket_cap_mb: {type: float, low: 500, high: 100, group: comm}}",
-     r"x.yaml: knobs.ddp.bucket_cap_mb.low: low <= high must hold"),
-    ("knobs: {ddp.bucket_cap_mb: {type: float, low: 1, high: 9000, group: comm}}",
-     r"knobs.ddp.bucket_cap_mb: 9000 is not a valid value .*at most 4096"),
-    ("knobs: {ddp.bucket_size: {type: float, low: 1, high: 2, group: comm}}",
-     r"knobs.ddp.bucket_size: not a knob of the training configuration; allowed at this level: \[.*'bucket_cap_mb'"),
-    ("knobs: {ddp: {type: bool, group: comm}}", r"knobs.ddp: names a section"),
-    ("knobs: {ddp.static_graph: {type: bool, group: speed}}", r"knobs.ddp.static_graph.group: 'speed' is not one of"),
-    ("knobs: {ddp.static_graph: {type: boolean, group: comm}}", r"knobs.ddp.static_graph.type: 'boolean' is not one of"),
-    ("knobs: {optimizer.impl: {type: categorical, choices: [foreach, fastest], group: optimizer}}",
-     r"knobs.optimizer.impl: 'fastest' is not a valid value"),
-    ("knobs: {data.num_workers: {type: int, low: 0, high: 2.5, group: data}}", r"knobs.data.num_workers.high: 2.5 has the wrong type"),
-    ("knobs: {data.num_workers: {type: int, low: 0, high: 2, group: data, color: red}}", r"knobs.data.num_workers.color: unknown key"),
-    ("knobs: {graphs.regions: {type: categorical, choices: [[dit]], when: {graphs.mode: regions}, group: graphs}}",
-     r"knobs.graphs.regions.when.graphs.mode: not a knob listed before this one"),
-    ("knobs: {data.num_workers: {type: int, low: 0, high: 2, group: data, requires: tpu}}", r"requires: 'tpu' is not one of"),
-    ("knobs: [1, 2]", r"x.yaml: knobs: \[1, 2\] is not allowed"),
-    ("knobs: {a: [}", r"x.yaml: not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (
+            "knobs: {ddp.bucket_cap_mb: {type: float, low: 500, high: 100, group: comm}}",
+            r"x.yaml: knobs.ddp.bucket_cap_mb.low: low <= high must hold",
+        ),
+        (
+            "knobs: {ddp.bucket_cap_mb: {type: float, low: 1, high: 9000, group: comm}}",
+            r"knobs.ddp.bucket_cap_mb: 9000 is not a valid value .*at most 4096",
+        ),
+        (
+            "knobs: {ddp.bucket_size: {type: float, low: 1, high: 2, group: comm}}",
+            r"knobs.ddp.bucket_size: not a knob of the training configuration; allowed at this level: \[.*'bucket_cap_mb'",
+        ),
+        ("knobs: {ddp: {type: bool, group: comm}}", r"knobs.ddp: names a section"),
+        (
+            "knobs: {ddp.static_graph: {type: bool, group: speed}}",
+            r"knobs.ddp.static_graph.group: 'speed' is not one of",
+        ),
+        (
+            "knobs: {ddp.static_graph: {type: boolean, group: comm}}",
+            r"knobs.ddp.static_graph.type: 'boolean' is not one of",
+        ),
+        (
+            "knobs: {optimizer.impl: {type: categorical, choices: [foreach, fastest], group: optimizer}}",
+            r"knobs.optimizer.impl: 'fastest' is not a valid value",
+        ),
+        (
+            "knobs: {data.num_workers: {type: int, low: 0, high: 2.5, group: data}}",
+            r"knobs.data.num_workers.high: 2.5 has the wrong type",
+        ),
+        (
+            "knobs: {data.num_workers: {type: int, low: 0, high: 2, group: data, color: red}}",
+            r"knobs.data.num_workers.color: unknown key",
+        ),
+        (
+            "knobs: {graphs.regions: {type: categorical, choices: [[dit]], when: {graphs.mode: regions}, group: graphs}}",
+            r"knobs.graphs.regions.when.graphs.mode: not a knob listed before this one",
+        ),
+        (
+            "knobs: {data.num_workers: {type: int, low: 0, high: 2, group: data, requires: tpu}}",
+            r"requires: 'tpu' is not one of",
+        ),
+        ("knobs: [1, 2]", r"x.yaml: knobs: \[1, 2\] is not allowed"),
+        ("knobs: {a: [}", r"x.yaml: not valid YAML"),
+    ],
+)
 def test_bad_space_files_fail_naming_file_and_key(tmp_path, text, match):
     with pytest.raises(SearchSpaceError, match=match):
         load_space(write(tmp_path, text))
 
 
 def test_stock_value_outside_the_space_is_refused(tmp_path):
-    space = load_space(write(tmp_path, "knobs: {data.num_workers: {type: int, low: 4, high: 8, group: data}}"))
-    with pytest.raises(SearchSpaceError, match=r"knobs.data.num_workers: the stock value 2 is outside the space"):
+    space = load_space(
+        write(tmp_path, "knobs: {data.num_workers: {type: int, low: 4, high: 8, group: data}}")
+    )
+    with pytest.raises(
+        SearchSpaceError, match=r"knobs.data.num_workers: the stock value 2 is outside the space"
+    ):
         space.stock_params(TrainConfig())
 
 
 def test_conditional_knob_only_when_its_condition_holds(tmp_path):
-    space = load_space(write(tmp_path, """
+    space = load_space(
+        write(
+            tmp_path,
+            """
 knobs:
   graphs.mode: {type: categorical, choices: [none, regions], group: graphs}
   graphs.regions: {type: categorical, choices: [[dit], [dit, vision]], when: {graphs.mode: regions}, group: graphs}
-"""))
+""",
+        )
+    )
     regions = space.knobs[1]
-    assert not regions.active({"graphs.mode": "none"}) and regions.active({"graphs.mode": "regions"})
-    assert regions.encode(["dit", "vision"]) == "dit+vision" and regions.decode("dit+vision") == ["dit", "vision"]
+    assert not regions.active({"graphs.mode": "none"}) and regions.active(
+        {"graphs.mode": "regions"}
+    )
+    assert regions.encode(["dit", "vision"]) == "dit+vision" and regions.decode("dit+vision") == [
+        "dit",
+        "vision",
+    ]
     assert space.stock_params(TrainConfig()) == {"graphs.mode": "none"}
 
 
 def test_apply_values_sets_dotted_keys_and_validates():
-    cfg = apply_values(TrainConfig(), {"ddp.bucket_cap_mb": 400.0, "precision.regions.dit": "fp32", "compile.regions": ["dit"]})
-    assert cfg.ddp.bucket_cap_mb == 400.0 and cfg.precision.regions == {"dit": "fp32"} and cfg.compile.regions == ["dit"]
-    with pytest.raises(ConfigError, match=r"data.prefetch_factor: 2 is set; allowed: null when num_workers is 0"):
+    cfg = apply_values(
+        TrainConfig(),
+        {"ddp.bucket_cap_mb": 400.0, "precision.regions.dit": "fp32", "compile.regions": ["dit"]},
+    )
+    assert (
+        cfg.ddp.bucket_cap_mb == 400.0
+        and cfg.precision.regions == {"dit": "fp32"}
+        and cfg.compile.regions == ["dit"]
+    )
+    with pytest.raises(
+        ConfigError, match=r"data.prefetch_factor: 2 is set; allowed: null when num_workers is 0"
+    ):
         apply_values(TrainConfig(), {"data.num_workers": 0, "data.prefetch_factor": 2})
 
 
-@pytest.mark.parametrize(("text", "expected"), [("80GiB", 80 * 2**30), ("64 GB", 64 * 10**9), ("1.5e9", 1_500_000_000),
-                                                ("1024", 1024), ("512mib", 512 * 2**20)])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("80GiB", 80 * 2**30),
+        ("64 GB", 64 * 10**9),
+        ("1.5e9", 1_500_000_000),
+        ("1024", 1024),
+        ("512mib", 512 * 2**20),
+    ],
+)
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
 
@@ -119,14 +193,19 @@ def test_bad_memory_budget(text):
         parse_bytes(text)
 
 
-@pytest.mark.parametrize(("cpus", "world", "workers"), [(16, 1, 14), (32, 2, 14), (2, 1, 0), (128, 1, 16), (None, 1, None)])
+@pytest.mark.parametrize(
+    ("cpus", "world", "workers"),
+    [(16, 1, 14), (32, 2, 14), (2, 1, 0), (128, 1, 16), (None, 1, None)],
+)
 def test_cores_remedy_gives_each_rank_the_cores_it_has(cpus, world, workers):
     def remedy_of(space):
         return next(k.remedy for k in space.knobs if k.key == "data.num_workers")
 
     raw = load_space("gr00t_n16")
     assert remedy_of(raw) == "cores"
-    remedy = remedy_of(raw.for_machine(Machine(cuda=True, capability=(9, 0), world_size=world, cpus=cpus))[0])
+    remedy = remedy_of(
+        raw.for_machine(Machine(cuda=True, capability=(9, 0), world_size=world, cpus=cpus))[0]
+    )
     if workers is None:  # unknown affinity: the machine's core count
         import os
 
@@ -136,23 +215,43 @@ def test_cores_remedy_gives_each_rank_the_cores_it_has(cpus, world, workers):
 
 def test_cores_remedy_only_for_int_knobs(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("name: s\nknobs:\n  data.pin_memory: {type: bool, group: data, remedy: cores}\n")
+    path.write_text(
+        "name: s\nknobs:\n  data.pin_memory: {type: bool, group: data, remedy: cores}\n"
+    )
     with pytest.raises(SearchSpaceError, match=r"knobs.data.pin_memory.remedy"):
         load_space(str(path))
 
 
-@pytest.mark.parametrize(("world", "expected"), [(1, ["all"]), (2, ["vision", "connector", "llm_frozen", "llm_trainable",
-                                                                     "vlln", "dit", "projectors"])])
-def test_compile_remedy_is_the_whole_model_on_one_rank_and_block_by_block_on_several(world, expected):
-    space, _ = load_space("gr00t_n16").for_machine(Machine(cuda=True, capability=(9, 0), world_size=world, cpus=32))
+@pytest.mark.parametrize(
+    ("world", "expected"),
+    [
+        (1, ["all"]),
+        (2, ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]),
+    ],
+)
+def test_compile_remedy_is_the_whole_model_on_one_rank_and_block_by_block_on_several(
+    world, expected
+):
+    space, _ = load_space("gr00t_n16").for_machine(
+        Machine(cuda=True, capability=(9, 0), world_size=world, cpus=32)
+    )
     knob = next(k for k in space.knobs if k.key == "compile.regions")
     assert knob.remedy == expected and knob.remedy_several_ranks is None
 
 
-@pytest.mark.parametrize(("extra", "match"), [
-    ("remedy_several_ranks: [nowhere]", r"knobs.compile.regions.remedy_several_ranks: \['nowhere'\] is not a value"),
-    ("remedy_several_ranks: null", r"knobs.compile.regions.remedy_several_ranks: None is not a value"),
-])
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (
+            "remedy_several_ranks: [nowhere]",
+            r"knobs.compile.regions.remedy_several_ranks: \['nowhere'\] is not a value",
+        ),
+        (
+            "remedy_several_ranks: null",
+            r"knobs.compile.regions.remedy_several_ranks: None is not a value",
+        ),
+    ],
+)
 def test_bad_several_ranks_remedy_names_the_key(tmp_path, extra, match):
     text = f"knobs:\n  compile.regions: {{type: categorical, choices: [[], [dit]], group: compile, remedy: [dit], {extra}}}\n"
     with pytest.raises(SearchSpaceError, match=match):

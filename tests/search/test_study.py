@@ -14,12 +14,32 @@ from autotune.search.trials import measurement_of, reason_of, record_of
 
 pytestmark = pytest.mark.slow
 
-RUN = ["run", "--space", "quick", "--trials", "3", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "2", "--warmup", "1", "--batch-size", "2",
-       "--seed", "1"]
+RUN = [
+    "run",
+    "--space",
+    "quick",
+    "--trials",
+    "3",
+    "--synthetic",
+    "--confirm-rounds",
+    "0",
+    "--converge-after",
+    "0",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--batch-size",
+    "2",
+    "--seed",
+    "1",
+]
 
 
 def load_study(out, name):
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
+    )
     return optuna.load_study(study_name=name, storage=storage)
 
 
@@ -30,14 +50,28 @@ def test_study_writes_a_trainable_best_yaml_and_resumes(tmp_path, capsys):
     assert "trial 1/3 #0:" in printed and "[stock]" in printed and "trial 3/3" in printed
     best = load_config(out / "best.yaml")
     prov = best.provenance
-    assert prov["samples_per_s"] > 0 and prov["stock_samples_per_s"] > 0 and prov["speedup_vs_stock"] >= 1.0
-    assert prov["peak_memory_bytes"] > 0 and prov["world_size"] == 1 and prov["environment"]["device"] == "cpu"
+    assert (
+        prov["samples_per_s"] > 0
+        and prov["stock_samples_per_s"] > 0
+        and prov["speedup_vs_stock"] >= 1.0
+    )
+    assert (
+        prov["peak_memory_bytes"] > 0
+        and prov["world_size"] == 1
+        and prov["environment"]["device"] == "cpu"
+    )
     assert best.preset == "tiny" and best.data.source == "synthetic"
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert len(rows) == 3 and rows[0]["user_attrs_stock"] == "True"
-    assert float(rows[0]["samples_per_s"]) == pytest.approx(prov["stock_samples_per_s"]) and "user_attrs_record" not in rows[0]
+    assert (
+        float(rows[0]["samples_per_s"]) == pytest.approx(prov["stock_samples_per_s"])
+        and "user_attrs_record" not in rows[0]
+    )
     # both MFU counts: the upstream step's FLOPs and the useful ones (no LM-head logits), in trials.csv and best.yaml
-    assert 0 < float(rows[0]["useful_mfu"]) < float(rows[0]["mfu"]) and 0 < prov["useful_mfu"] < prov["mfu"]
+    assert (
+        0 < float(rows[0]["useful_mfu"]) < float(rows[0]["mfu"])
+        and 0 < prov["useful_mfu"] < prov["mfu"]
+    )
     assert main(["train", "--config", str(out / "best.yaml"), "--steps", "1", "--warmup", "0"]) == 0
 
     # the same command with more trials continues the study; the stock trial is not enqueued twice
@@ -52,32 +86,76 @@ def test_study_writes_a_trainable_best_yaml_and_resumes(tmp_path, capsys):
 def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
     """Batch size 3 crashes, 5 hangs (killed at the timeout), fp8 on CPU is refused; the study completes."""
     space = tmp_path / "fail.yaml"
-    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 3, 5], group: data}\n"
-                     "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n")
+    space.write_text(
+        "knobs:\n  batch_size: {type: categorical, choices: [2, 3, 5], group: data}\n"
+        "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n"
+    )
     out = tmp_path / "run"
     workload = "tests.search.crashy:Workload"
     name = "tests.search.crashy.Workload-tiny-fail"
     # queue the trials to make (the stock one first, as the study itself would)
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal")))
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal"))
+    )
     study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
-    study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True})
+    study.enqueue_trial(
+        {"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True}
+    )
     for bs, prec in ((3, "bf16"), (5, "bf16"), (2, "fp8")):
         study.enqueue_trial({"batch_size": bs, "precision.regions.dit": prec})
-    argv = ["run", "--workload", workload, "--preset", "tiny", "--space", str(space), "--trials", "4", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0",
-            "--steps", "1", "--warmup", "1", "--timeout-per-trial", "30", "--profile-steps", "0", "--out", str(out)]
+    argv = [
+        "run",
+        "--workload",
+        workload,
+        "--preset",
+        "tiny",
+        "--space",
+        str(space),
+        "--trials",
+        "4",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--timeout-per-trial",
+        "30",
+        "--profile-steps",
+        "0",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "failed (timeout)" in printed and "failed (config)" in printed
     trials = load_study(out, name).trials
-    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.FAIL]
+    assert [t.state for t in trials] == [
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.FAIL,
+        TrialState.FAIL,
+    ]
     reasons = [reason_of(t) for t in trials]
-    assert reasons[0] is None and reasons[1] in ("error", "crash") and reasons[2:] == ["timeout", "config"]
+    assert (
+        reasons[0] is None
+        and reasons[1] in ("error", "crash")
+        and reasons[2:] == ["timeout", "config"]
+    )
     crash = record_of(trials[1]).failure
     assert "this batch size always crashes" in crash.error
-    assert crash.reason == "crash" or "RuntimeError" in crash.traceback  # the worker's traceback, kept with its record
+    assert (
+        crash.reason == "crash" or "RuntimeError" in crash.traceback
+    )  # the worker's traceback, kept with its record
     # the CPU's space has no fp8 choice: the queued fp8 trial is refused, not a crash
     error = record_of(trials[3]).failure.error
-    assert "precision.regions.dit: a queued value is not one of this machine's choices" in error and "'fp8'" in error
+    assert (
+        "precision.regions.dit: a queued value is not one of this machine's choices" in error
+        and "'fp8'" in error
+    )
     assert load_config(out / "best.yaml").batch_size == 2
 
 
@@ -87,10 +165,14 @@ def test_a_two_process_study_profiles_every_rank(tmp_path):
     out = tmp_path / "run"
     assert main([*RUN[:4], "2", *RUN[5:], "--nproc", "2", "--out", str(out)]) == 0
     assert sorted(p.name for p in (out / "profiles" / "trial-0000").glob("rank*")) == [
-        "rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+        "rank0.pt.trace.json.gz",
+        "rank1.pt.trace.json.gz",
+    ]
     best = load_config(out / "best.yaml")
     assert best.provenance["world_size"] == 2 and best.provenance["samples_per_s"] > 0
-    measured = [t for t in load_study(out, "gr00t_n16-tiny-quick").trials if measurement_of(t) is not None]
+    measured = [
+        t for t in load_study(out, "gr00t_n16-tiny-quick").trials if measurement_of(t) is not None
+    ]
     assert measured[0].number == 0 and {measurement_of(t).world_size for t in measured} == {2}
 
 
@@ -105,9 +187,14 @@ def test_bad_arguments_fail_with_one_line(tmp_path, capsys):
 
 def test_time_budget_stops_starting_trials(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main([*RUN, "--time-budget", "0.01s", "--out", str(out)]) == 0  # each run measures at least one trial
+    assert (
+        main([*RUN, "--time-budget", "0.01s", "--out", str(out)]) == 0
+    )  # each run measures at least one trial
     printed = capsys.readouterr().out
-    assert "time budget of 0 s: 0 s left after 1 trials of this run" in printed and "~0:00 left" in printed
+    assert (
+        "time budget of 0 s: 0 s left after 1 trials of this run" in printed
+        and "~0:00 left" in printed
+    )
     assert len(load_study(out, "gr00t_n16-tiny-quick").trials) == 1 and (out / "best.yaml").exists()
 
 
@@ -122,15 +209,42 @@ def test_the_time_budget_stops_a_running_trial_and_queues_it_again(tmp_path, cap
     import time
 
     space = tmp_path / "hang.yaml"
-    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n"
-                     "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n")
+    space.write_text(
+        "knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n"
+        "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n"
+    )
     out = tmp_path / "run"
     name = "tests.search.crashy.Workload-tiny-hang"
-    argv = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
-            "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--timeout-per-trial", "600",
-            "--out", str(out)]
+    argv = [
+        "run",
+        "--workload",
+        "tests.search.crashy:Workload",
+        "--preset",
+        "tiny",
+        "--space",
+        str(space),
+        "--trials",
+        "1",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--timeout-per-trial",
+        "600",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0  # the stock trial (batch size 2)
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
+    )
     study = optuna.load_study(study_name=name, storage=storage)
     (stock,) = study.trials
     budget = (stock.datetime_complete - stock.datetime_start).total_seconds() + 15
@@ -141,12 +255,26 @@ def test_the_time_budget_stops_a_running_trial_and_queues_it_again(tmp_path, cap
     assert main([*argv[:8], "4", *argv[9:], "--time-budget", f"{budget:.0f}s"]) == 0
     took = time.monotonic() - began
     trials = optuna.load_study(study_name=name, storage=storage).trials
-    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.WAITING]
+    assert [t.state for t in trials] == [
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.FAIL,
+        TrialState.WAITING,
+    ]
     assert reason_of(trials[1]) == "config"
-    assert reason_of(trials[2]) == "budget" and "end of the time budget" in record_of(trials[2]).failure.error
-    assert trials[3].system_attrs["fixed_params"] == {"batch_size": 5, "precision.regions.dit": "bf16"}
+    assert (
+        reason_of(trials[2]) == "budget"
+        and "end of the time budget" in record_of(trials[2]).failure.error
+    )
+    assert trials[3].system_attrs["fixed_params"] == {
+        "batch_size": 5,
+        "precision.regions.dit": "bf16",
+    }
     assert trials[3].user_attrs["queued_again_from"] == 2
-    assert round(budget) <= took < budget + 25, (took, budget)  # the hang ran to the budget's end, not to its 600 s timeout
+    assert round(budget) <= took < budget + 25, (
+        took,
+        budget,
+    )  # the hang ran to the budget's end, not to its 600 s timeout
     printed = capsys.readouterr().out
     assert "failed (budget)" in printed and "s left after 2 trials of this run" in printed
     assert load_config(out / "best.yaml").batch_size == 2
@@ -172,8 +300,29 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
     # batch size 5 (the stock trial here) of the crashy workload hangs in its loader: surely in flight
     space = tmp_path / "hang.yaml"
     space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 5], group: data}\n")
-    argv = [sys.executable, "-m", "autotune", "run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny",
-            "--space", str(space), "--trials", "1", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--batch-size", "5", "--out", str(tmp_path / "run")]
+    argv = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        "--workload",
+        "tests.search.crashy:Workload",
+        "--preset",
+        "tiny",
+        "--space",
+        str(space),
+        "--trials",
+        "1",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--batch-size",
+        "5",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     run = subprocess.Popen(argv, env=env, cwd=Path(__file__).parents[2])
     deadline = time.monotonic() + 120
     while not list(tmp.glob("autotune-run-*/config.yaml")) and time.monotonic() < deadline:
@@ -185,20 +334,27 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
     session = guard_of(folder)  # forked from a zygote: its processes are the guard's session
     workers = trial_processes(folder, session)
     assert workers, "the trial's worker is running"
-    helpers = [p.pid for p in psutil.Process(run.pid).children()]  # a zygote, which must not outlive its tuner
+    helpers = [
+        p.pid for p in psutil.Process(run.pid).children()
+    ]  # a zygote, which must not outlive its tuner
     journal = tmp_path / "run" / "study.journal"
     before = journal.read_bytes()
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 128 + signal.SIGTERM
-    assert journal.read_bytes().startswith(before)  # appended to (the trial's end), nothing before it changed
+    assert journal.read_bytes().startswith(
+        before
+    )  # appended to (the trial's end), nothing before it changed
     assert not folder.exists()
+
     def running(pid: int) -> bool:
         try:
             return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
 
-    deadline = time.monotonic() + 10  # the zygote ends when it reads its tuner's end, a moment after
+    deadline = (
+        time.monotonic() + 10
+    )  # the zygote ends when it reads its tuner's end, a moment after
     while any(map(running, helpers)) and time.monotonic() < deadline:
         time.sleep(0.1)
     left = trial_processes(folder, session) + [p for p in helpers if running(p)]
@@ -206,32 +362,89 @@ def test_a_terminated_run_leaves_no_trial_process_or_folder(tmp_path, monkeypatc
 
     # the trial in flight failed as interrupted, with the signal, and was queued again (row 7 of issue 18)
     name = "tests.search.crashy.Workload-tiny-hang"
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "run" / "study.journal")))
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "run" / "study.journal"))
+    )
     stopped, queued = optuna.load_study(study_name=name, storage=storage).trials
     assert stopped.state == TrialState.FAIL and reason_of(stopped) == "interrupted"
-    assert record_of(stopped).failure.error == "the tuner was stopped by SIGTERM while the trial ran"
-    assert queued.state == TrialState.WAITING and queued.user_attrs == {"stock": True, "queued_again_from": 0}
+    assert (
+        record_of(stopped).failure.error == "the tuner was stopped by SIGTERM while the trial ran"
+    )
+    assert queued.state == TrialState.WAITING and queued.user_attrs == {
+        "stock": True,
+        "queued_again_from": 0,
+    }
 
     # the same command again measures it (the hang is over): the study has its stock baseline
     monkeypatch.setenv("CRASHY_HANG_S", "0")
-    again = ["run", "--workload", "tests.search.crashy:Workload", "--preset", "tiny", "--space", str(space), "--trials", "1",
-             "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1", "--profile-steps", "0", "--out", str(tmp_path / "run")]
+    again = [
+        "run",
+        "--workload",
+        "tests.search.crashy:Workload",
+        "--preset",
+        "tiny",
+        "--space",
+        str(space),
+        "--trials",
+        "1",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     assert main(again) == 0
     trials = optuna.load_study(study_name=name, storage=storage).trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
-    assert trials[1].params == {"batch_size": 5} and load_config(tmp_path / "run" / "best.yaml").provenance["stock_samples_per_s"]
+    assert (
+        trials[1].params == {"batch_size": 5}
+        and load_config(tmp_path / "run" / "best.yaml").provenance["stock_samples_per_s"]
+    )
 
 
 def test_a_changed_space_does_not_continue_the_study(tmp_path, capsys):
     space = tmp_path / "s.yaml"
-    space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n")
-    argv = ["run", "--space", str(space), "--trials", "1", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1", "--warmup", "1",
-            "--profile-steps", "0", "--out", str(tmp_path / "run")]
+    space.write_text(
+        "knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused], group: optimizer}\n"
+    )
+    argv = [
+        "run",
+        "--space",
+        str(space),
+        "--trials",
+        "1",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     assert main(argv) == 0
-    space.write_text("knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused, loop], group: optimizer}\n")
+    space.write_text(
+        "knobs:\n  optimizer.impl: {type: categorical, choices: [foreach, fused, loop], group: optimizer}\n"
+    )
     assert main([*argv[:4], "2", *argv[5:]]) == 2
     err = capsys.readouterr().err
-    assert "knobs.optimizer.impl: the space changed since study" in err and len(err.strip().splitlines()) == 1
+    assert (
+        "knobs.optimizer.impl: the space changed since study" in err
+        and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_base_configuration_is_trial_0(tmp_path):
@@ -239,12 +452,35 @@ def test_base_configuration_is_trial_0(tmp_path):
     base = tmp_path / "mine.yaml"
     base.write_text("preset: tiny\nbatch_size: 3\noptimizer: {impl: fused}\n")
     out = tmp_path / "run"
-    argv = ["run", "--base", str(base), "--space", "quick", "--trials", "1", "--synthetic", "--confirm-rounds", "0", "--converge-after", "0", "--steps", "1",
-            "--warmup", "1", "--profile-steps", "0", "--out", str(out)]
+    argv = [
+        "run",
+        "--base",
+        str(base),
+        "--space",
+        "quick",
+        "--trials",
+        "1",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     best = load_config(out / "best.yaml")
     assert best.batch_size == 3 and best.optimizer.impl == "fused"
-    assert best.provenance["study"] == "gr00t_n16-tiny-quick-mine" and best.provenance["speedup_vs_stock"] == 1.0
+    assert (
+        best.provenance["study"] == "gr00t_n16-tiny-quick-mine"
+        and best.provenance["speedup_vs_stock"] == 1.0
+    )
 
 
 def test_a_faster_reference_is_neither_the_incumbent_nor_the_best():
@@ -255,7 +491,17 @@ def test_a_faster_reference_is_neither_the_incumbent_nor_the_best():
 
     study = optuna.create_study(direction="maximize")
     dist = {"x": FloatDistribution(0, 1)}
-    for value, attrs in ((10.0, {"stock": True}), (50.0, {"reference": "compile.regions=[all]"}), (20.0, {})):
-        study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, distributions=dist, value=value,
-                                                  user_attrs={"constraint": -0.5, **attrs}))
+    for value, attrs in (
+        (10.0, {"stock": True}),
+        (50.0, {"reference": "compile.regions=[all]"}),
+        (20.0, {}),
+    ):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": 0.5},
+                distributions=dist,
+                value=value,
+                user_attrs={"constraint": -0.5, **attrs},
+            )
+        )
     assert best_trial(study).value == 20.0

@@ -31,7 +31,9 @@ from autotune.train.record import TrialRecord
 from autotune.train.verify import compare
 from tests.records import measured
 
-V4 = Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200-v4"  # a real H200 study, of the flat attributes
+V4 = (
+    Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200-v4"
+)  # a real H200 study, of the flat attributes
 
 
 def test_a_stored_record_reads_back_equal_and_the_constraint_reaches_the_sampler():
@@ -42,9 +44,15 @@ def test_a_stored_record_reads_back_equal_and_the_constraint_reaches_the_sampler
     study.tell(trial, 12.0)
     frozen = study.trials[0]
     assert record_of(frozen) == record and measurement_of(frozen) == record.measurement
-    assert set(frozen.user_attrs) == {RECORD, CONSTRAINT, "profile_dir"} and isinstance(frozen.user_attrs[RECORD], str)
+    assert set(frozen.user_attrs) == {RECORD, CONSTRAINT, "profile_dir"} and isinstance(
+        frozen.user_attrs[RECORD], str
+    )
     assert frozen.system_attrs["constraints:memory"] == -0.5
-    assert feasible(frozen) and reason_of(frozen) is None and buckets_of(frozen) == {"data_stall": 0.6, "other": 0.4}
+    assert (
+        feasible(frozen)
+        and reason_of(frozen) is None
+        and buckets_of(frozen) == {"data_stall": 0.6, "other": 0.4}
+    )
 
 
 def test_failures_are_records_and_long_errors_are_cut():
@@ -57,7 +65,9 @@ def test_failures_are_records_and_long_errors_are_cut():
     study.tell(oom, 0.0)
     refused, oom = study.trials
     assert reason_of(refused) == "config" and len(record_of(refused).failure.error) == 2000
-    assert reason_of(oom) == "oom" and not feasible(oom) and best_trial(study) is None  # complete, value 0: no winner
+    assert (
+        reason_of(oom) == "oom" and not feasible(oom) and best_trial(study) is None
+    )  # complete, value 0: no winner
 
 
 def test_best_and_stock_among_new_and_old_trials():
@@ -66,15 +76,32 @@ def test_best_and_stock_among_new_and_old_trials():
     dist = {"x": FloatDistribution(0, 1)}
 
     def add(value, state=TrialState.COMPLETE, **attrs):
-        study.add_trial(create_trial(params={"x": 0.5}, distributions=dist, value=value, state=state, user_attrs=attrs))
+        study.add_trial(
+            create_trial(
+                params={"x": 0.5}, distributions=dist, value=value, state=state, user_attrs=attrs
+            )
+        )
 
-    add(None, TrialState.FAIL, stock=True, reason=BUDGET, error="stopped")  # old: stopped by the budget, queued again
-    add(10.0, stock=True, samples_per_s=10.0, step_time_ms=200.0, peak_memory_bytes=2**30, constraint=-0.5,
-        environment=json.dumps({"device": "cpu"}))  # old
+    add(
+        None, TrialState.FAIL, stock=True, reason=BUDGET, error="stopped"
+    )  # old: stopped by the budget, queued again
+    add(
+        10.0,
+        stock=True,
+        samples_per_s=10.0,
+        step_time_ms=200.0,
+        peak_memory_bytes=2**30,
+        constraint=-0.5,
+        environment=json.dumps({"device": "cpu"}),
+    )  # old
     add(30.0, **attrs_of(measured(30.0), constraint=0.2))  # new, over the memory budget
     add(20.0, **attrs_of(measured(20.0), constraint=-0.1))  # new
-    add(50.0, reference="compile", **attrs_of(measured(50.0), constraint=-0.1))  # a reference is never the best
-    assert stock_trial(study).number == 1 and measurement_of(study.trials[1]).environment == {"device": "cpu"}
+    add(
+        50.0, reference="compile", **attrs_of(measured(50.0), constraint=-0.1)
+    )  # a reference is never the best
+    assert stock_trial(study).number == 1 and measurement_of(study.trials[1]).environment == {
+        "device": "cpu"
+    }
     assert best_trial(study).number == 3
     assert [feasible(t) for t in study.trials] == [False, True, False, True, True]
 
@@ -94,11 +121,19 @@ def test_a_study_of_the_flat_attributes_reads_as_records():
     assert (best.number, stock.number) == (prov["trial"], 0) and stock.user_attrs[STOCK]
     m = measurement_of(best)
     assert (m.samples_per_s, m.step_time.median_ms, m.memory.allocated_bytes) == (
-        prov["samples_per_s"], prov["step_time_ms"], prov["peak_memory_bytes"])
+        prov["samples_per_s"],
+        prov["step_time_ms"],
+        prov["peak_memory_bytes"],
+    )
     assert m.mfu == prov["mfu"] and m.environment == prov["environment"]
     again = compare(measurement_of(stock), m, parity["tolerance"])
-    assert again.loss_rel_diff == parity["loss_rel_diff"] and again.grad_norm_rel_diff == parity["grad_norm_rel_diff"]
+    assert (
+        again.loss_rel_diff == parity["loss_rel_diff"]
+        and again.grad_norm_rel_diff == parity["grad_norm_rel_diff"]
+    )
     assert [reason_of(t) for t in study.trials] == [None] * 5 + ["pruned"] * 3 + [BUDGET, None]
     assert record_of(study.trials[9]) is None  # waiting: nothing measured
-    assert sum(buckets_of(stock).values()) == pytest.approx(1.0) and record_of(stock).profile.dominant == "data_stall"
-
+    assert (
+        sum(buckets_of(stock).values()) == pytest.approx(1.0)
+        and record_of(stock).profile.dominant == "data_stall"
+    )

@@ -37,10 +37,13 @@ def test_the_capture_path_builds_the_mask_and_trains_the_same():
     workload = get_workload("hf_causal_lm")
     torch.manual_seed(0)
     model = workload.build_model("tiny", "cpu").float()
-    batch = workload.synthetic_batch("tiny", 2, torch.device("cpu"), torch.Generator().manual_seed(0))
+    batch = workload.synthetic_batch(
+        "tiny", 2, torch.device("cpu"), torch.Generator().manual_seed(0)
+    )
     masks = []
     hook = model.model.layers[0].register_forward_pre_hook(
-        lambda m, args, kwargs: masks.append(kwargs.get("attention_mask")), with_kwargs=True)
+        lambda m, args, kwargs: masks.append(kwargs.get("attention_mask")), with_kwargs=True
+    )
     plain = _loss_and_grads(model, batch)
     with capture_path():
         captured = _loss_and_grads(model, batch)

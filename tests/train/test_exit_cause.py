@@ -37,7 +37,7 @@ def crashy(batch_size: int):
 def wait_for(predicate, seconds: float = 180.0):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if (value := predicate()):
+        if value := predicate():
             return value
         time.sleep(0.2)
     raise AssertionError("timed out waiting")
@@ -46,7 +46,9 @@ def wait_for(predicate, seconds: float = 180.0):
 def test_a_worker_killed_by_sigkill_is_not_called_out_of_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     got = {}
-    run = threading.Thread(target=lambda: got.setdefault("record", launch(crashy(5), steps=1, warmup=0, timeout=600)))
+    run = threading.Thread(
+        target=lambda: got.setdefault("record", launch(crashy(5), steps=1, warmup=0, timeout=600))
+    )
     run.start()
     pid_file = wait_for(lambda: next(tmp_path.glob(f"autotune-run-*/{PID_FILE}"), None))
     folder = pid_file.parent
@@ -78,7 +80,10 @@ def memory_cgroup(name: str, limit: int) -> Path | None:
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         if "memory" in controllers.split(","):
-            base, limit_file = Path("/sys/fs/cgroup/memory", path.lstrip("/")), "memory.limit_in_bytes"
+            base, limit_file = (
+                Path("/sys/fs/cgroup/memory", path.lstrip("/")),
+                "memory.limit_in_bytes",
+            )
         elif controllers == "":
             base, limit_file = Path("/sys/fs/cgroup", path.lstrip("/")), "memory.max"
         else:
@@ -102,9 +107,20 @@ def test_a_worker_the_oom_killer_killed_is_out_of_memory(tmp_path):
     from autotune.train.record import TrialRecord
 
     try:  # the driver (a tuner of one run) and its trial live in the limited cgroup
-        done = subprocess.run(["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" -c "$1"', sys.executable, DRIVER],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300,
-                              env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
+        done = subprocess.run(
+            [
+                "sh",
+                "-c",
+                f'echo $$ > {cgroup}/cgroup.procs && exec "$0" -c "$1"',
+                sys.executable,
+                DRIVER,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},
+        )
     finally:
         wait_for(lambda: not (cgroup / "cgroup.procs").read_text().strip(), 30)
         cgroup.rmdir()

@@ -25,9 +25,15 @@ def test_fp8_takes_the_dit_gemms_but_not_the_per_sample_timestep_layers():
     dit = model.region_map()["dit"]
     _convert_fp8(dit)
     kinds = {name: type(m) for name, m in model.dit.named_modules() if isinstance(m, nn.Linear)}
-    per_sample = {n for n in kinds if n.endswith("norm1.linear") or n.startswith(("timestep_encoder.", "proj_out_1"))}
+    per_sample = {
+        n
+        for n in kinds
+        if n.endswith("norm1.linear") or n.startswith(("timestep_encoder.", "proj_out_1"))
+    }
     assert per_sample and all(kinds[n] is nn.Linear for n in per_sample)
-    assert all(kinds[n] is Float8Linear for n in kinds if n not in per_sample)  # q/k/v/out, FFN, proj_out_2
+    assert all(
+        kinds[n] is Float8Linear for n in kinds if n not in per_sample
+    )  # q/k/v/out, FFN, proj_out_2
     batch = W.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(0))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = model(batch)
@@ -36,7 +42,11 @@ def test_fp8_takes_the_dit_gemms_but_not_the_per_sample_timestep_layers():
 
 
 def test_misaligned_layers_stay_in_bf16():
-    assert fp8_eligible(nn.Linear(32, 64)) and not fp8_eligible(nn.Linear(30, 64)) and not fp8_eligible(nn.LayerNorm(32))
+    assert (
+        fp8_eligible(nn.Linear(32, 64))
+        and not fp8_eligible(nn.Linear(30, 64))
+        and not fp8_eligible(nn.LayerNorm(32))
+    )
 
 
 def test_an_fp8_vision_mlp_with_its_bias_in_the_activation_still_runs_its_fc1_in_fp8():

@@ -13,10 +13,20 @@ from autotune.train.session import Session  # noqa: E402
 
 
 def _session(graphs: dict) -> Session:
-    return Session(config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": graphs, "data": {"source": "synthetic"}}))
+    return Session(
+        config_from_dict(
+            {"preset": "tiny", "batch_size": 4, "graphs": graphs, "data": {"source": "synthetic"}}
+        )
+    )
 
 
-@pytest.mark.parametrize("graphs", [{"mode": "step", "warmup_steps": 2}, {"mode": "regions", "regions": ["dit", "vision", "projectors"]}])
+@pytest.mark.parametrize(
+    "graphs",
+    [
+        {"mode": "step", "warmup_steps": 2},
+        {"mode": "regions", "regions": ["dit", "vision", "projectors"]},
+    ],
+)
 def test_replays_stay_random_and_train(graphs):
     s = _session(graphs)
     batch = s.workload.synthetic_batch("tiny", 4, s.device, torch.Generator().manual_seed(0))
@@ -44,8 +54,15 @@ def test_a_step_graph_with_the_all_reduce_inside_trains_as_the_one_without():
     from autotune.train.verify import compare
 
     def run(overlap: bool) -> Measurement:
-        cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": {"mode": "step", "warmup_steps": 2},
-                                "ddp": {"graph_overlap": overlap, "bucket_cap_mb": 1.0}, "data": {"source": "synthetic"}})
+        cfg = config_from_dict(
+            {
+                "preset": "tiny",
+                "batch_size": 4,
+                "graphs": {"mode": "step", "warmup_steps": 2},
+                "ddp": {"graph_overlap": overlap, "bucket_cap_mb": 1.0},
+                "data": {"source": "synthetic"},
+            }
+        )
         result = launch(cfg, steps=6, warmup=3, nproc=2, timeout=300)
         assert result.ok, result
         return result.measurement
@@ -62,8 +79,15 @@ def test_a_two_gpu_step_graph_trains_as_eager_ddp():
     from autotune.train.verify import compare
 
     def run(graphs: dict) -> Measurement:
-        cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": graphs, "data": {"source": "synthetic"},
-                                "ddp": {"graph_overlap": graphs["mode"] == "step", "bucket_cap_mb": 1.0}})
+        cfg = config_from_dict(
+            {
+                "preset": "tiny",
+                "batch_size": 4,
+                "graphs": graphs,
+                "data": {"source": "synthetic"},
+                "ddp": {"graph_overlap": graphs["mode"] == "step", "bucket_cap_mb": 1.0},
+            }
+        )
         result = launch(cfg, steps=8, warmup=4, nproc=2, timeout=300)
         assert result.ok, result
         return result.measurement
@@ -81,7 +105,14 @@ def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
     from autotune.train.verify import compare
 
     def run(mode: str) -> Measurement:
-        cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "graphs": {"mode": mode}, "data": {"source": "synthetic"}})
+        cfg = config_from_dict(
+            {
+                "preset": "tiny",
+                "batch_size": 4,
+                "graphs": {"mode": mode},
+                "data": {"source": "synthetic"},
+            }
+        )
         result = launch(cfg, steps=8, warmup=4, nproc=1, timeout=300)
         assert result.ok, result
         return result.measurement

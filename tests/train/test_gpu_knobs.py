@@ -42,11 +42,21 @@ def _run(cfg: dict, *, capture: bool, steps: int = 4) -> list[torch.Tensor]:
     from autotune.train import optim
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(n, device="cuda", generator=gen)) for n in
-              [2**k + 3 for k in range(10, 22)] * 5]
-    grads = [[torch.randn(p.shape, device="cuda", generator=gen) * (50 if i % 2 else 0.01) for p in params]
-             for i in range(steps + 3)]
-    groups = [{"params": params[::2], "weight_decay": 0.1}, {"params": params[1::2], "weight_decay": 0.0}]
+    params = [
+        torch.nn.Parameter(torch.randn(n, device="cuda", generator=gen))
+        for n in [2**k + 3 for k in range(10, 22)] * 5
+    ]
+    grads = [
+        [
+            torch.randn(p.shape, device="cuda", generator=gen) * (50 if i % 2 else 0.01)
+            for p in params
+        ]
+        for i in range(steps + 3)
+    ]
+    groups = [
+        {"params": params[::2], "weight_decay": 0.1},
+        {"params": params[1::2], "weight_decay": 0.0},
+    ]
     opt = optim.build_optimizer(groups, OptimizerConfig(lr=1e-3, **cfg), capturable=capture)
 
     def step(i: int) -> None:
@@ -91,7 +101,9 @@ def test_the_compiled_update_captured_in_a_graph_trains_as_the_fused_one():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
-def _master_run(capture: bool, kernels: bool, steps: int = 4) -> tuple[list[torch.Tensor], list[torch.Tensor], list[float]]:
+def _master_run(
+    capture: bool, kernels: bool, steps: int = 4
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[float]]:
     """MasterAdamW over 60 tensors of odd sizes, half bf16 with fp32 masters, half fp32; the same
     gradients each step as ``_run``'s pattern (clipped every other step). ``kernels=False`` runs
     the torch path."""
@@ -102,16 +114,34 @@ def _master_run(capture: bool, kernels: bool, steps: int = 4) -> tuple[list[torc
     from autotune.train.optim_master import MasterAdamW, bf16_with_masters
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(n, device="cuda", generator=gen)) for n in
-              [2**k + 3 for k in range(10, 22)] * 5]
+    params = [
+        torch.nn.Parameter(torch.randn(n, device="cuda", generator=gen))
+        for n in [2**k + 3 for k in range(10, 22)] * 5
+    ]
     masters = bf16_with_masters(params[::2])
-    grads = [[(torch.randn(p.shape, device="cuda", generator=gen) * (50 if i % 2 else 0.01)).to(p.dtype)
-              for p in params] for i in range(steps + 3)]
-    groups = [{"params": params[:30], "weight_decay": 0.1}, {"params": params[30:], "weight_decay": 0.0}]
-    patch = mock.patch.object(MasterAdamW, "_tables_for", lambda self, active: None) if not kernels else mock.patch.dict({})
+    grads = [
+        [
+            (torch.randn(p.shape, device="cuda", generator=gen) * (50 if i % 2 else 0.01)).to(
+                p.dtype
+            )
+            for p in params
+        ]
+        for i in range(steps + 3)
+    ]
+    groups = [
+        {"params": params[:30], "weight_decay": 0.1},
+        {"params": params[30:], "weight_decay": 0.0},
+    ]
+    patch = (
+        mock.patch.object(MasterAdamW, "_tables_for", lambda self, active: None)
+        if not kernels
+        else mock.patch.dict({})
+    )
     norms = []
     with patch:
-        opt = optim.build_optimizer(groups, OptimizerConfig(lr=1e-3, impl="master"), capturable=capture, masters=masters)
+        opt = optim.build_optimizer(
+            groups, OptimizerConfig(lr=1e-3, impl="master"), capturable=capture, masters=masters
+        )
         for i in range(3 if capture else steps + 3):
             for p, g in zip(params, grads[i]):
                 p.grad = g
@@ -130,8 +160,11 @@ def _master_run(capture: bool, kernels: bool, steps: int = 4) -> tuple[list[torc
                 graph.replay()
                 norms.append(norm.clone())
     torch.cuda.synchronize()
-    return ([p.detach().clone() for p in params], [(opt.master(p) if opt.master(p) is not None else p).clone()
-                                                   for p in params], [float(n) for n in norms])
+    return (
+        [p.detach().clone() for p in params],
+        [(opt.master(p) if opt.master(p) is not None else p).clone() for p in params],
+        [float(n) for n in norms],
+    )
 
 
 @pytest.mark.parametrize("capture", [False, True])
@@ -152,10 +185,21 @@ def _session(over: dict, steps: int = 8) -> tuple[list[float], dict[str, torch.T
     from autotune.train import state
     from autotune.train.session import Session
 
-    cfg = config_from_dict({"preset": "tiny", "batch_size": 4, "device": "cuda", "data": {"source": "synthetic"},
-                            "graphs": {"mode": "step"}, **over})
+    cfg = config_from_dict(
+        {
+            "preset": "tiny",
+            "batch_size": 4,
+            "device": "cuda",
+            "data": {"source": "synthetic"},
+            "graphs": {"mode": "step"},
+            **over,
+        }
+    )
     s = Session(cfg)
-    batches = [s.workload.synthetic_batch("tiny", 4, s.device, torch.Generator().manual_seed(i)) for i in range(steps)]
+    batches = [
+        s.workload.synthetic_batch("tiny", 4, s.device, torch.Generator().manual_seed(i))
+        for i in range(steps)
+    ]
     out = [float(x) for b in batches for x in s.step(b)]
     s.flush()
     weights = {n: t.detach().float().clone() for n, t in state.trainable(s).items()}
@@ -184,8 +228,13 @@ def test_the_update_beside_the_next_prefix_trains_as_the_update_after_the_backwa
     assert got[:2] == pytest.approx(want[:2], rel=tol if compile_all else 1e-6)
     assert got == pytest.approx(want, rel=tol)
     for name, w in want_w.items():
-        torch.testing.assert_close(got_w[name], w, rtol=tol, atol=1e-4 if compile_all else 1e-6,
-                                   msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            got_w[name],
+            w,
+            rtol=tol,
+            atol=1e-4 if compile_all else 1e-6,
+            msg=lambda m, n=name: f"{n}: {m}",
+        )
 
 
 @pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
@@ -233,7 +282,13 @@ def test_a_captured_step_with_the_gelu_in_the_epilogue_trains_as_without(compile
     more than rounding once; the epilogue must stay as close to the fp32 tower as the model's own path."""
     over = {"compile": {"regions": ["all"]}} if compile_all else {}
     base = {"optimizer": {"impl": "fused"}, **over}
-    fp32, _ = _session({**base, "model": {"bias_in_activation": True}, "precision": {"regions": {"vision": "fp32"}}})
+    fp32, _ = _session(
+        {
+            **base,
+            "model": {"bias_in_activation": True},
+            "precision": {"regions": {"vision": "fp32"}},
+        }
+    )
     want, _ = _session({**base, "model": {"bias_in_activation": True}})
     got, _ = _session({**base, "model": {"bias_in_activation": True, "gelu_epilogue": True}})
 
@@ -253,4 +308,3 @@ def test_a_captured_step_with_the_frozen_qkv_fused_trains_as_without(compile_all
     want, _ = _session({"optimizer": {"impl": "fused"}, **over})
     got, _ = _session({"optimizer": {"impl": "fused"}, "model": {"fused_frozen_qkv": True}, **over})
     assert got == pytest.approx(want, rel=1e-2)
-

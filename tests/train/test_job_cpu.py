@@ -23,7 +23,18 @@ from autotune.train.job import position_loader
 from autotune.workloads import get_workload
 
 pytestmark = pytest.mark.slow
-STEPS = ["--preset", "tiny", "--max-steps", "6", "--save-steps", "2", "--log-steps", "1", "--no-progress", "--json"]
+STEPS = [
+    "--preset",
+    "tiny",
+    "--max-steps",
+    "6",
+    "--save-steps",
+    "2",
+    "--log-steps",
+    "1",
+    "--no-progress",
+    "--json",
+]
 
 
 def train(capsys, out: Path, *extra: str) -> tuple[int, dict, str]:
@@ -33,8 +44,13 @@ def train(capsys, out: Path, *extra: str) -> tuple[int, dict, str]:
 
 
 def start(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autotune", "train", *STEPS, "--output-dir", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", "train", *STEPS, "--output-dir", str(out), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def logged_steps(out: Path) -> list[int]:
@@ -67,14 +83,21 @@ def test_the_uninterrupted_run_writes_whole_checkpoints_and_its_logs(reference):
     st = checkpoint.read_state(out / "checkpoint-4")
     assert st["step"] == 4 and st["data"]["next_draw"] == 4 * 2  # 4 steps of 2 samples on one rank
     assert st["config"]["optimizer"]["total_steps"] == 6  # the schedule spans --max-steps
-    assert set(st["files"]) == {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pt", "config.yaml"}
+    assert set(st["files"]) == {
+        "model.safetensors",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pt",
+        "config.yaml",
+    }
     assert logged_steps(out) == [1, 2, 3, 4, 5, 6] and len(ref["losses"]) == 6
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert not list(out.glob(".checkpoint-*"))
 
 
-def test_sigterm_saves_and_exits_0_then_kill_9_then_the_same_command_continues_step_for_step(reference, tmp_path,
-                                                                                              capsys):
+def test_sigterm_saves_and_exits_0_then_kill_9_then_the_same_command_continues_step_for_step(
+    reference, tmp_path, capsys
+):
     _, ref = reference
     out = tmp_path / "job"
     # preempted: SIGTERM to the whole process group (loader workers too) saves the current step, exit 0
@@ -90,16 +113,29 @@ def test_sigterm_saves_and_exits_0_then_kill_9_then_the_same_command_continues_s
     # the same command resumes there; killed with SIGKILL between two checkpoints
     proc = start(out)
     after = (stopped // 2 + 1) * 2  # its next checkpoint
-    wait_for(lambda: (out / f"checkpoint-{after}").is_dir() and max(logged_steps(out)) > after, proc)
+    wait_for(
+        lambda: (out / f"checkpoint-{after}").is_dir() and max(logged_steps(out)) > after, proc
+    )
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     resume_at = checkpoint.checkpoints(out)[-1][0]
     assert stopped < resume_at < 6
     # and again: it continues after the newest complete checkpoint, exactly as the uninterrupted run
     code, res, _ = train(capsys, out)
-    assert code == 0 and res["start_step"] == resume_at + 1 and res["resumed_from"].endswith(f"checkpoint-{resume_at}")
+    assert (
+        code == 0
+        and res["start_step"] == resume_at + 1
+        and res["resumed_from"].endswith(f"checkpoint-{resume_at}")
+    )
     assert res["losses"] == ref["losses"][resume_at:]  # exactly: same data, same random draws
-    assert logged_steps(out) == [1, 2, 3, 4, 5, 6]  # what the killed run logged past its checkpoint is dropped
+    assert logged_steps(out) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]  # what the killed run logged past its checkpoint is dropped
 
 
 def test_a_cut_checkpoint_is_skipped_with_one_warning(reference, tmp_path, capsys):
@@ -125,7 +161,9 @@ def test_the_data_position_starts_the_loader_at_the_draws_consumed():
     resumed = batches(position_loader(w.make_loader("tiny", cfg.data, 2, seed=0), 3 * 2, 2, 1), 2)
     assert all(torch.equal(a, b) for a, b in zip(whole[3:], resumed))
     # on several ranks the global stream continues: no draw twice, none skipped
-    ranks = [iter(ShardedInfiniteSampler(10, seed=0, rank=r, world_size=2, start=6)) for r in range(2)]
+    ranks = [
+        iter(ShardedInfiniteSampler(10, seed=0, rank=r, world_size=2, start=6)) for r in range(2)
+    ]
     draws = sorted(next(it)[0] for it in ranks for _ in range(3))
     assert draws == list(range(6, 12))
 
@@ -133,16 +171,57 @@ def test_the_data_position_starts_the_loader_at_the_draws_consumed():
 def test_two_processes_resume_from_the_checkpoint_rank_0_wrote(tmp_path, capsys):
     from tests.ports import free_port
 
-    two = ["--synthetic", "--nproc", "2", "--max-steps", "4", "--save-steps", "2", "--nnodes", "1", "--node-rank", "0"]
+    two = [
+        "--synthetic",
+        "--nproc",
+        "2",
+        "--max-steps",
+        "4",
+        "--save-steps",
+        "2",
+        "--nnodes",
+        "1",
+        "--node-rank",
+        "0",
+    ]
     out = tmp_path / "job"
-    first = main(["train", "--preset", "tiny", "--no-progress", "--json", "--output-dir", str(out), *two,
-                  "--rdzv-endpoint", f"127.0.0.1:{free_port()}"])
+    first = main(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--no-progress",
+            "--json",
+            "--output-dir",
+            str(out),
+            *two,
+            "--rdzv-endpoint",
+            f"127.0.0.1:{free_port()}",
+        ]
+    )
     whole = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert first == 0 and whole["world_size"] == 2 and len(whole["losses"]) == 4
-    assert len(torch.load(out / "checkpoint-2" / "rng_state.pt", weights_only=True)) == 2  # every rank's
+    assert (
+        len(torch.load(out / "checkpoint-2" / "rng_state.pt", weights_only=True)) == 2
+    )  # every rank's
     shutil.rmtree(out / "checkpoint-4")
-    assert main(["train", "--preset", "tiny", "--no-progress", "--json", "--output-dir", str(out), *two,
-                 "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--no-progress",
+                "--json",
+                "--output-dir",
+                str(out),
+                *two,
+                "--rdzv-endpoint",
+                f"127.0.0.1:{free_port()}",
+            ]
+        )
+        == 0
+    )
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["start_step"] == 3 and again["losses"] == whole["losses"][2:]
 
@@ -169,6 +248,8 @@ def test_a_master_weight_job_resumes_step_for_step_and_checkpoints_fp32_weights(
     with safe_open(str(tmp_path / "cut" / "checkpoint-2" / "model.safetensors"), "pt") as f:
         dtypes = {f.get_tensor(k).dtype for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
         dit = f.get_tensor("dit.blocks.0.ff_in.weight")
-    assert dtypes == {torch.float32} and dit.to(torch.bfloat16).float().ne(dit).any()  # the master, not its bf16 copy
+    assert (
+        dtypes == {torch.float32} and dit.to(torch.bfloat16).float().ne(dit).any()
+    )  # the master, not its bf16 copy
     code, rest, _ = train(capsys, tmp_path / "cut", *args)
     assert code == 0 and rest["start_step"] == 3 and rest["losses"] == whole["losses"][2:]

@@ -33,16 +33,40 @@ def tensors_of(folder) -> dict[str, torch.Tensor]:
 
 
 def test_init_from_then_export_then_init_from_round_trips_bit_exact(tmp_path, capsys):
-    source = write_upstream(tmp_path / "released", get_preset("tiny"),
-                            extra={"backbone.model.language_model.lm_head.weight": (1024, 64)})
+    source = write_upstream(
+        tmp_path / "released",
+        get_preset("tiny"),
+        extra={"backbone.model.language_model.lm_head.weight": (1024, 64)},
+    )
     job = tmp_path / "job"
-    assert main([*JOB, "--synthetic", "--max-steps", "2", "--save-steps", "2", "--output-dir", str(job),
-                 "--init-from", str(tmp_path / "released")]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["init_from"] == str(tmp_path / "released")
+    assert (
+        main(
+            [
+                *JOB,
+                "--synthetic",
+                "--max-steps",
+                "2",
+                "--save-steps",
+                "2",
+                "--output-dir",
+                str(job),
+                "--init-from",
+                str(tmp_path / "released"),
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["init_from"] == str(
+        tmp_path / "released"
+    )
     assert main(["export", str(job / "checkpoint-2"), "--out", str(tmp_path / "export")]) == 0
     exported = tensors_of(tmp_path / "export")
-    assert (tmp_path / "export" / "config.json").is_file()  # the released folder's other files come along
-    assert set(exported) == set(source) - {"backbone.model.language_model.lm_head.weight"}  # tied: not written
+    assert (
+        tmp_path / "export" / "config.json"
+    ).is_file()  # the released folder's other files come along
+    assert set(exported) == set(source) - {
+        "backbone.model.language_model.lm_head.weight"
+    }  # tied: not written
     cfg = config_from_dict(yaml.safe_load((job / "checkpoint-2" / "config.yaml").read_text()))
     model = get_workload("gr00t_n16").build_model("tiny", "cpu")
     regions = get_workload("gr00t_n16").regions(model)
@@ -52,35 +76,67 @@ def test_init_from_then_export_then_init_from_round_trips_bit_exact(tmp_path, ca
     bound = load_name_map("gr00t_n16").bind(model)
     for name, (key, _) in bound.to_upstream.items():
         if name in trained:  # the fine-tuned weights moved; in fp32 as trained
-            assert exported[key].dtype == torch.float32 and not torch.equal(exported[key], source[key])
+            assert exported[key].dtype == torch.float32 and not torch.equal(
+                exported[key], source[key]
+            )
         else:  # the frozen ones are the released ones, in the dtype they were stored in
-            assert exported[key].dtype == source[key].dtype and torch.equal(exported[key], source[key])
+            assert exported[key].dtype == source[key].dtype and torch.equal(
+                exported[key], source[key]
+            )
     load_upstream(model, tmp_path / "export", "gr00t_n16", "tiny")
     again = upstream_tensors(model, "gr00t_n16")
-    assert all(again[k].dtype == exported[k].dtype and torch.equal(again[k], exported[k]) for k in exported)
+    assert all(
+        again[k].dtype == exported[k].dtype and torch.equal(again[k], exported[k]) for k in exported
+    )
 
 
 def test_init_from_a_checkpoint_missing_a_key_fails_on_one_line(tmp_path, capsys):
     gone = "backbone.model.language_model.model.layers.3.self_attn.k_norm.weight"
     write_upstream(tmp_path / "released", get_preset("tiny"), drop=(gone,))
-    code = main([*JOB, "--synthetic", "--max-steps", "1", "--output-dir", str(tmp_path / "job"),
-                 "--init-from", str(tmp_path / "released")])
+    code = main(
+        [
+            *JOB,
+            "--synthetic",
+            "--max-steps",
+            "1",
+            "--output-dir",
+            str(tmp_path / "job"),
+            "--init-from",
+            str(tmp_path / "released"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and gone in err[0] and "missing" in err[0]
 
 
 def test_a_slow_job_is_told_so_with_the_cause_from_a_profile(tmp_path, capsys):
-    cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
-                            "provenance": {"samples_per_s": 1e6, "world_size": 1}})
+    cfg = config_from_dict(
+        {
+            "preset": "tiny",
+            "batch_size": 2,
+            "device": "cpu",
+            "data": {"source": "synthetic"},
+            "provenance": {"samples_per_s": 1e6, "world_size": 1},
+        }
+    )
     out = tmp_path / "job"
     # synthetic data: rates count from step 2; the profile window is 1 + 1 + 1 + 1 steps
-    res = run_job(cfg, JobOptions(max_steps=6, output_dir=out, log_steps=1, progress=False, profile_steps=1)).to_dict()
+    res = run_job(
+        cfg, JobOptions(max_steps=6, output_dir=out, log_steps=1, progress=False, profile_steps=1)
+    ).to_dict()
     assert "below the 1000000.0 that best.yaml's provenance measured" in capsys.readouterr().err
-    assert res["profile"]["dominant"] in res["profile"]["buckets"] and "likely cause" in res["profile"]["cause"]
-    summary = json.loads((tmp_path / res["profile"]["folder"] / "classification.summary").read_text())
+    assert (
+        res["profile"]["dominant"] in res["profile"]["buckets"]
+        and "likely cause" in res["profile"]["cause"]
+    )
+    summary = json.loads(
+        (tmp_path / res["profile"]["folder"] / "classification.summary").read_text()
+    )
     assert summary["classification"]["steps"] == 1
     assert len(res["losses"]) == 6  # the profiled steps are training steps
-    events = [json.loads(line).get("event") for line in (out / "metrics.jsonl").read_text().splitlines()]
+    events = [
+        json.loads(line).get("event") for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
     assert "throughput_warning" in events and "profile" in events
 
 
@@ -91,7 +147,9 @@ def test_the_watch_compares_per_gpu_rates_and_warns_once():
     assert "below" in watch.observe(20, 350.0) and watch.profile_wanted
     assert watch.observe(30, 100.0) is None
     assert ThroughputWatch(None, 1).observe(1, 1.0) is None
-    line = likely_cause({"dominant": "data_stall", "buckets": {"data_stall": 0.6, "compute_serial": 0.4}})
+    line = likely_cause(
+        {"dominant": "data_stall", "buckets": {"data_stall": 0.6, "compute_serial": 0.4}}
+    )
     assert line.startswith("likely cause: data_stall (60 % of the step): the data loader")
 
 
@@ -116,23 +174,38 @@ def test_a_restarted_job_drops_what_it_logged_past_its_start(tmp_path, start):
     assert [(e.step, e.value) for e in events.Scalars("train/loss")] == want
 
 
-def test_init_from_refreshes_the_fused_copies_of_the_frozen_projections_in_place(tmp_path, monkeypatch):
+def test_init_from_refreshes_the_fused_copies_of_the_frozen_projections_in_place(
+    tmp_path, monkeypatch
+):
     """model.fused_frozen_qkv keeps a copy of the frozen q/k/v weights, made when the session is built:
     weights loaded after that (--init-from) must reach it, at the same address (a captured graph reads
     it there). The tiny model's loss barely moves with its vision q/k/v, so the copy itself is compared."""
     from autotune.train.session import Session
 
     write_upstream(tmp_path / "released", get_preset("tiny"))
-    cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
-                            "model": {"fused_frozen_qkv": True}})
+    cfg = config_from_dict(
+        {
+            "preset": "tiny",
+            "batch_size": 2,
+            "device": "cpu",
+            "data": {"source": "synthetic"},
+            "model": {"fused_frozen_qkv": True},
+        }
+    )
     s = Session(cfg)
     attn = s.model.vision.blocks[0].self_attn
     address = attn.qkv.weight.data_ptr()
     load_upstream(s.model, tmp_path / "released", "gr00t_n16", "tiny")
-    assert not torch.equal(attn.qkv.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+    assert not torch.equal(
+        attn.qkv.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+    )
     s.weights_loaded()
-    assert torch.equal(attn.qkv.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
-    assert torch.equal(attn.qkv.bias, torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]))
+    assert torch.equal(
+        attn.qkv.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+    )
+    assert torch.equal(
+        attn.qkv.bias, torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+    )
     assert attn.qkv.weight.data_ptr() == address
     s.close()
     # and the job does it after --init-from (the real method, watched)
@@ -141,6 +214,21 @@ def test_init_from_refreshes_the_fused_copies_of_the_frozen_projections_in_place
     monkeypatch.setattr(Session, "weights_loaded", lambda self: (calls.append(1), real(self))[1])
     config = tmp_path / "fused.yaml"
     config.write_text(yaml.safe_dump({"preset": "tiny", "model": {"fused_frozen_qkv": True}}))
-    assert main([*JOB, "--synthetic", "--max-steps", "1", "--output-dir", str(tmp_path / "job"),
-                 "--init-from", str(tmp_path / "released"), "--config", str(config)]) == 0
+    assert (
+        main(
+            [
+                *JOB,
+                "--synthetic",
+                "--max-steps",
+                "1",
+                "--output-dir",
+                str(tmp_path / "job"),
+                "--init-from",
+                str(tmp_path / "released"),
+                "--config",
+                str(config),
+            ]
+        )
+        == 0
+    )
     assert calls == [1]

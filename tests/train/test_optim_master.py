@@ -35,15 +35,21 @@ class Net(nn.Module):
             return self.head(h).float().square().mean()
 
 
-def _train(impl: str, steps: int = 6) -> tuple[list[float], list[float], dict[str, torch.Tensor], torch.optim.Optimizer]:
+def _train(
+    impl: str, steps: int = 6
+) -> tuple[list[float], list[float], dict[str, torch.Tensor], torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = Net()
     cfg = OptimizerConfig(impl=impl, lr=1e-2, total_steps=10)
     masters = {}
     if impl == "master":
-        masters = bf16_with_masters(precision.autocast_only_params({"all": [model]}, PrecisionConfig()))
-    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.1},
-              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
+        masters = bf16_with_masters(
+            precision.autocast_only_params({"all": [model]}, PrecisionConfig())
+        )
+    groups = [
+        {"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.1},
+        {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0},
+    ]
     opt = optim.build_optimizer(groups, cfg, capturable=False, masters=masters)
     schedule = optim.build_schedule(opt, cfg)
     gen = torch.Generator().manual_seed(1)
@@ -56,7 +62,10 @@ def _train(impl: str, steps: int = 6) -> tuple[list[float], list[float], dict[st
         opt.zero_grad(set_to_none=True)
         schedule.step()
     master = getattr(opt, "master", lambda p: None)
-    weights = {n: (master(p) if master(p) is not None else p).detach().clone() for n, p in model.named_parameters()}
+    weights = {
+        n: (master(p) if master(p) is not None else p).detach().clone()
+        for n, p in model.named_parameters()
+    }
     return losses, norms, weights, opt
 
 
@@ -64,7 +73,12 @@ def test_only_linear_weights_that_autocast_casts_are_stored_in_bf16():
     model = Net()
     chosen = {id(p) for p in precision.autocast_only_params({"all": [model]}, PrecisionConfig())}
     names = {n for n, p in model.named_parameters() if id(p) in chosen}
-    assert names == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}  # not the norm, not the tied embedding
+    assert names == {
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+    }  # not the norm, not the tied embedding
     fp32 = precision.autocast_only_params({"all": [model]}, PrecisionConfig(default="fp32"))
     assert fp32 == []  # a region without autocast computes with the fp32 weights
 
@@ -73,16 +87,22 @@ def test_master_adamw_trains_the_same_weights_as_torch_adamw_under_autocast():
     want_losses, want_norms, want, _ = _train("foreach")
     losses, norms, got, opt = _train("master")
     assert isinstance(opt, MasterAdamW)
-    assert losses[0] == want_losses[0] and norms[0] == pytest.approx(want_norms[0], rel=1e-6)  # the same first step
+    assert losses[0] == want_losses[0] and norms[0] == pytest.approx(
+        want_norms[0], rel=1e-6
+    )  # the same first step
     assert max(norms) > 1.0 > min(norms)  # clipped on some steps, not on others
-    assert losses == pytest.approx(want_losses, rel=1e-3) and norms == pytest.approx(want_norms, rel=1e-3)
+    assert losses == pytest.approx(want_losses, rel=1e-3) and norms == pytest.approx(
+        want_norms, rel=1e-3
+    )
     # The weights after two steps (one clipped) to float rounding; later, a bf16 weight one rounding
     # apart changes a gradient, and Adam's normalised step makes that difference grow.
     _, _, want, _ = _train("foreach", steps=2)
     _, _, got, _ = _train("master", steps=2)
     for name in want:
         assert got[name].dtype == torch.float32
-        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            got[name], want[name], rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 def test_the_bf16_weight_is_its_master_rounded_after_every_step():
@@ -113,10 +133,15 @@ def test_a_session_trains_the_replica_as_the_foreach_optimizer_does():
     assert dtypes["dit.blocks.0.ff_in.weight"] == torch.bfloat16
     assert dtypes["llm_trainable.blocks.0.self_attn.q_proj.weight"] == torch.bfloat16
     assert dtypes["llm_trainable.blocks.0.input_layernorm.weight"] == torch.float32
-    assert dtypes["projectors.state_encoder.layer1.W"] == torch.float32  # gathered per sample: summed in fp32
+    assert (
+        dtypes["projectors.state_encoder.layer1.W"] == torch.float32
+    )  # gathered per sample: summed in fp32
     assert dtypes["position_embedding.weight"] == torch.float32
     assert {p.dtype for p in s.model.vision.parameters()} == {torch.bfloat16}  # frozen, as before
-    batches = [ref.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(i)) for i in range(4)]
+    batches = [
+        ref.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(i))
+        for i in range(4)
+    ]
     got, want = [], []
     for b in batches:
         torch.manual_seed(7)
@@ -126,9 +151,13 @@ def test_a_session_trains_the_replica_as_the_foreach_optimizer_does():
     assert got[:2] == pytest.approx(want[:2], rel=1e-6)  # the first loss and gradient norm
     assert got == pytest.approx(want, rel=1e-3)
     weights, ref_weights = state.trainable(s), state.trainable(ref)
-    assert {t.dtype for t in weights.values()} == {torch.float32}  # the checkpoint sees the fp32 masters
+    assert {t.dtype for t in weights.values()} == {
+        torch.float32
+    }  # the checkpoint sees the fp32 masters
     for name, t in ref_weights.items():
-        torch.testing.assert_close(weights[name], t, rtol=1e-3, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            weights[name], t, rtol=1e-3, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 def test_a_checkpoint_s_weights_set_both_the_weight_and_its_master():
@@ -142,24 +171,45 @@ def test_a_checkpoint_s_weights_set_both_the_weight_and_its_master():
 
 
 def test_master_is_refused_where_it_cannot_be_exact():
-    with pytest.raises(ConfigError, match=r"optimizer.streams: 2 is not supported; allowed: 1 with impl 'master'"):
+    with pytest.raises(
+        ConfigError, match=r"optimizer.streams: 2 is not supported; allowed: 1 with impl 'master'"
+    ):
         config_from_dict({"optimizer": {"impl": "master", "streams": 2}})
     cfg = tiny(optimizer__impl="master")
-    with pytest.raises(IncompatibleConfigError, match=r"optimizer.impl: refused: 'master' trains on one process"):
+    with pytest.raises(
+        IncompatibleConfigError, match=r"optimizer.impl: refused: 'master' trains on one process"
+    ):
         check_machine(cfg, Machine(False, None, 2, 2))
     with pytest.raises(IncompatibleConfigError, match=r"precision.trainable_dtype 'fp32'"):
-        check_machine(tiny(optimizer__impl="master", precision__trainable_dtype="bf16"), Machine(False, None, 1, 2))
+        check_machine(
+            tiny(optimizer__impl="master", precision__trainable_dtype="bf16"),
+            Machine(False, None, 1, 2),
+        )
 
 
 def test_overlap_is_refused_where_the_update_could_not_run_beside_the_prefix():
-    with pytest.raises(ConfigError, match=r"optimizer.overlap: True is not supported; allowed: false unless impl is 'master'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"optimizer.overlap: True is not supported; allowed: false unless impl is 'master'",
+    ):
         config_from_dict({"optimizer": {"impl": "fused", "overlap": True}})
     gpu = Machine(True, (9, 0), 1, 16)
-    with pytest.raises(IncompatibleConfigError, match=r"optimizer.overlap: refused: .* needs graphs.mode 'step'"):
+    with pytest.raises(
+        IncompatibleConfigError, match=r"optimizer.overlap: refused: .* needs graphs.mode 'step'"
+    ):
         check_machine(tiny(device="auto", optimizer__impl="master", optimizer__overlap=True), gpu)
-    with pytest.raises(IncompatibleConfigError, match=r"optimizer.impl: refused: 'master' trains on one process"):
-        check_machine(tiny(device="auto", optimizer__impl="master", optimizer__overlap=True, graphs__mode="step"),
-                      Machine(True, (9, 0), 2, 16))
+    with pytest.raises(
+        IncompatibleConfigError, match=r"optimizer.impl: refused: 'master' trains on one process"
+    ):
+        check_machine(
+            tiny(
+                device="auto",
+                optimizer__impl="master",
+                optimizer__overlap=True,
+                graphs__mode="step",
+            ),
+            Machine(True, (9, 0), 2, 16),
+        )
 
 
 def test_the_split_loss_is_the_loss_and_its_prefix_must_be_frozen():
@@ -180,7 +230,9 @@ def test_the_split_loss_is_the_loss_and_its_prefix_must_be_frozen():
 def test_a_tensor_without_a_gradient_is_left_alone_and_its_step_not_counted():
     torch.manual_seed(0)
     a, b = torch.nn.Parameter(torch.randn(8)), torch.nn.Parameter(torch.randn(8))
-    opt = MasterAdamW([{"params": [a, b], "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, masters={})
+    opt = MasterAdamW(
+        [{"params": [a, b], "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, masters={}
+    )
     ref = torch.optim.AdamW([a.detach().clone().requires_grad_()], lr=1e-2, weight_decay=0.1)
     before = b.detach().clone()
     for _ in range(2):
@@ -188,26 +240,50 @@ def test_a_tensor_without_a_gradient_is_left_alone_and_its_step_not_counted():
         ref.param_groups[0]["params"][0].grad = torch.ones(8)
         opt.step()
         ref.step()
-    assert torch.equal(b, before) and float(opt.state[b]["step"]) == 0.0 and float(opt.state[a]["step"]) == 2.0
-    torch.testing.assert_close(a.detach(), ref.param_groups[0]["params"][0].detach(), rtol=1e-6, atol=1e-7)
+    assert (
+        torch.equal(b, before)
+        and float(opt.state[b]["step"]) == 0.0
+        and float(opt.state[a]["step"]) == 2.0
+    )
+    torch.testing.assert_close(
+        a.detach(), ref.param_groups[0]["params"][0].detach(), rtol=1e-6, atol=1e-7
+    )
 
 
 def test_a_users_adamw_is_made_again_as_master_and_another_optimizer_is_refused():
     model = Net()
-    own = torch.optim.AdamW([{"params": [model.fc1.weight], "weight_decay": 0.2},
-                             {"params": [model.fc2.weight], "lr": 3e-4}], lr=1e-3, betas=(0.8, 0.99), eps=1e-6)
+    own = torch.optim.AdamW(
+        [
+            {"params": [model.fc1.weight], "weight_decay": 0.2},
+            {"params": [model.fc2.weight], "lr": 3e-4},
+        ],
+        lr=1e-3,
+        betas=(0.8, 0.99),
+        eps=1e-6,
+    )
     opt = optim.rebuild_optimizer(own, "master", capturable=False, masters={})
     assert isinstance(opt, MasterAdamW)
     assert [float(g["lr"]) for g in opt.param_groups] == pytest.approx([1e-3, 3e-4])
-    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.01] and opt.param_groups[0]["betas"] == (0.8, 0.99)
-    with pytest.raises(ConfigError, match=r"'master' is refused: it replaces torch's AdamW, not a SGD"):
-        optim.rebuild_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), "master", capturable=False)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.01] and opt.param_groups[0][
+        "betas"
+    ] == (0.8, 0.99)
+    with pytest.raises(
+        ConfigError, match=r"'master' is refused: it replaces torch's AdamW, not a SGD"
+    ):
+        optim.rebuild_optimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1), "master", capturable=False
+        )
 
 
 def test_trainer_args_say_that_master_and_overlap_do_not_carry_over():
     from autotune.export import trainer_arguments
 
-    cfg = config_from_dict({"optimizer": {"impl": "master", "overlap": True}, "graphs": {"mode": "step"}})
+    cfg = config_from_dict(
+        {"optimizer": {"impl": "master", "overlap": True}, "graphs": {"mode": "step"}}
+    )
     export = trainer_arguments(cfg)
     assert export.training_arguments["optim"] == "adamw_torch"
-    assert "fp32 masters" in export.not_carried["optimizer.impl"] and "optimizer.overlap" in export.not_carried
+    assert (
+        "fp32 masters" in export.not_carried["optimizer.impl"]
+        and "optimizer.overlap" in export.not_carried
+    )

@@ -19,7 +19,9 @@ from tests.ports import free_port
 def _model() -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
     used = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
-    unused = nn.Linear(2, 2)  # no gradient this step: its bucket is started by the call after the backward
+    unused = nn.Linear(
+        2, 2
+    )  # no gradient this step: its bucket is started by the call after the backward
     return used, unused
 
 
@@ -28,9 +30,14 @@ def _worker(rank: int, world: int, port: int, out: str, overlap: bool, hook: str
     dist.init_process_group("gloo", rank=rank, world_size=world)
     used, unused = _model()
     ref_used, _ = _model()
-    params = [*unused.parameters(), *used.parameters()]  # the unused first: its bucket is the last one started
+    params = [
+        *unused.parameters(),
+        *used.parameters(),
+    ]  # the unused first: its bucket is the last one started
     cap_mb = 40 / 2**20  # 10 fp32 values a bucket: the weights straddle buckets
-    reducer = FlatGradReducer(params, DDPConfig(bucket_cap_mb=cap_mb, comm_hook=hook), world, overlap=overlap)
+    reducer = FlatGradReducer(
+        params, DDPConfig(bucket_cap_mb=cap_mb, comm_hook=hook), world, overlap=overlap
+    )
     started, diffs = [], []
     for step in range(2):  # the second step checks that the reducer's state was reset
         x = torch.randn(4, 5, generator=torch.Generator().manual_seed(100 * step + rank))
@@ -42,17 +49,27 @@ def _worker(rank: int, world: int, port: int, out: str, overlap: bool, hook: str
         ref_used(x).square().sum().backward()
         for p, q in zip(used.parameters(), ref_used.parameters(), strict=True):
             dist.all_reduce(q.grad)
-            diffs.append(float((p.grad - q.grad / world).abs().max() / q.grad.abs().max().clamp_min(1e-12)))
+            diffs.append(
+                float((p.grad - q.grad / world).abs().max() / q.grad.abs().max().clamp_min(1e-12))
+            )
         assert all(float(p.grad.abs().max()) == 0.0 for p in unused.parameters())
     with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
-        json.dump({"started": started, "buckets": len(reducer.buckets), "max_rel_diff": max(diffs)}, fh)
+        json.dump(
+            {"started": started, "buckets": len(reducer.buckets), "max_rel_diff": max(diffs)}, fh
+        )
     dist.barrier()
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize(("overlap", "hook", "tol"), [(False, "none", 1e-6), (True, "none", 1e-6), (True, "fp16", 2e-3)])
-def test_buckets_reduce_to_the_mean_and_overlap_starts_them_in_the_backward(tmp_path, overlap, hook, tol):
-    torch.multiprocessing.spawn(_worker, args=(2, free_port(), str(tmp_path), overlap, hook), nprocs=2, join=True)
+@pytest.mark.parametrize(
+    ("overlap", "hook", "tol"), [(False, "none", 1e-6), (True, "none", 1e-6), (True, "fp16", 2e-3)]
+)
+def test_buckets_reduce_to_the_mean_and_overlap_starts_them_in_the_backward(
+    tmp_path, overlap, hook, tol
+):
+    torch.multiprocessing.spawn(
+        _worker, args=(2, free_port(), str(tmp_path), overlap, hook), nprocs=2, join=True
+    )
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for g in got:
         assert g["max_rel_diff"] < tol, g
@@ -83,8 +100,12 @@ def test_gradients_are_written_afresh_and_copied_into_the_buffers_not_zeroed_and
         reducer()
         (buffer,) = reducer.buffers
         start, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel() * buffer.element_size()
-        assert all(start <= p.grad.data_ptr() < end for p in params)  # the optimizer reads the buffers
+        assert all(
+            start <= p.grad.data_ptr() < end for p in params
+        )  # the optimizer reads the buffers
     ref = _model()[0]
     ref(x * 2).square().sum().backward()
-    for p, q in zip(params, ref.parameters(), strict=True):  # the last step's gradients, not the sum of both
+    for p, q in zip(
+        params, ref.parameters(), strict=True
+    ):  # the last step's gradients, not the sum of both
         torch.testing.assert_close(p.grad, q.grad)

@@ -57,7 +57,12 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         workload.loss(ref, batch).backward()
         for q in ref_params:
             dist.all_reduce(q.grad)
-        means.append(max(float((p.grad - q.grad / world).abs().max()) for p, q in zip(params, ref_params, strict=True)))
+        means.append(
+            max(
+                float((p.grad - q.grad / world).abs().max())
+                for p, q in zip(params, ref_params, strict=True)
+            )
+        )
     with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
         json.dump({"starts": starts, "params": len(params), "max_abs_diff": max(means)}, fh)
     dist.barrier()

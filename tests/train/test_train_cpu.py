@@ -31,7 +31,9 @@ def tiny(**over) -> TrainConfig:
 
 def test_precision_map_changes_exactly_the_named_regions():
     s = Session(tiny(precision__regions={"dit": "fp32", "vision": "fp32"}))
-    dtypes = {name: {p.dtype for m in mods for p in m.parameters()} for name, mods in s.regions.items()}
+    dtypes = {
+        name: {p.dtype for m in mods for p in m.parameters()} for name, mods in s.regions.items()
+    }
     assert dtypes["dit"] == {torch.float32}
     assert dtypes["vision"] == {torch.float32}
     assert dtypes["connector"] == {torch.bfloat16}  # frozen, autocast region: stored in bf16
@@ -43,16 +45,30 @@ def test_precision_map_changes_exactly_the_named_regions():
 
 @pytest.mark.parametrize(
     "regions",
-    [{"vision": "fp32"}, {"llm_frozen": "fp32"}, {"llm_trainable": "fp32"}, {"dit": "fp32"}, {"projectors": "fp32"},
-     # the precision map that failed a trial on two H200s: the LM head of an fp32 llm_trainable reads
-     # the tied embedding of llm_frozen, stored in bf16
-     {"vision": "fp32", "llm_trainable": "fp32", "dit": "fp32", "projectors": "fp32", "llm_frozen": "bf16"}],
+    [
+        {"vision": "fp32"},
+        {"llm_frozen": "fp32"},
+        {"llm_trainable": "fp32"},
+        {"dit": "fp32"},
+        {"projectors": "fp32"},
+        # the precision map that failed a trial on two H200s: the LM head of an fp32 llm_trainable reads
+        # the tied embedding of llm_frozen, stored in bf16
+        {
+            "vision": "fp32",
+            "llm_trainable": "fp32",
+            "dit": "fp32",
+            "projectors": "fp32",
+            "llm_frozen": "bf16",
+        },
+    ],
 )
 def test_any_region_trains_in_fp32_beside_bf16_frozen_weights(regions):
     s = Session(tiny(precision__regions=regions, precision__frozen_dtype="bf16"))
     loss, norm = s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
     assert torch.isfinite(loss) and torch.isfinite(norm)
-    assert s.workload.flops_per_sample("tiny") > 0  # counted on the meta device, where autocast has no state
+    assert (
+        s.workload.flops_per_sample("tiny") > 0
+    )  # counted on the meta device, where autocast has no state
 
 
 def test_stock_stores_frozen_weights_in_bf16():
@@ -65,9 +81,18 @@ def test_stock_stores_frozen_weights_in_bf16():
     ("over", "message"),
     [
         ({"graphs__mode": "step"}, r"graphs\.mode: refused: CUDA graphs need a CUDA device"),
-        ({"graphs__mode": "regions", "graphs__regions": ["dit"]}, r"CUDA graphs need a CUDA device"),
-        ({"precision__regions": {"dit": "fp8"}}, r"precision: refused: fp8 training needs a CUDA device"),
-        ({"precision__regions": {"nope": "bf16"}}, r"precision\.regions: 'nope' is not a region of workload 'gr00t_n16'"),
+        (
+            {"graphs__mode": "regions", "graphs__regions": ["dit"]},
+            r"CUDA graphs need a CUDA device",
+        ),
+        (
+            {"precision__regions": {"dit": "fp8"}},
+            r"precision: refused: fp8 training needs a CUDA device",
+        ),
+        (
+            {"precision__regions": {"nope": "bf16"}},
+            r"precision\.regions: 'nope' is not a region of workload 'gr00t_n16'",
+        ),
         ({"data__device_prefetch": 2}, r"device prefetcher copies on a CUDA stream"),
     ],
 )
@@ -78,7 +103,10 @@ def test_impossible_combinations_are_refused_on_cpu(over, message):
 
 def test_bf16_gradient_compression_is_refused_on_gloo_only():
     cfg = tiny(ddp__comm_hook="bf16")
-    with pytest.raises(IncompatibleConfigError, match=r"ddp\.comm_hook: refused: the bf16 compression hook needs NCCL"):
+    with pytest.raises(
+        IncompatibleConfigError,
+        match=r"ddp\.comm_hook: refused: the bf16 compression hook needs NCCL",
+    ):
         check_compatible(cfg, Machine(cuda=False, world_size=2), REGIONS)
     check_compatible(cfg, Machine(cuda=False, world_size=1), REGIONS)  # one process: no hook runs
     check_compatible(tiny(ddp__comm_hook="fp16"), Machine(cuda=False, world_size=2), REGIONS)
@@ -92,7 +120,9 @@ def test_fp16_scaler_in_a_captured_step_is_refused_even_on_gpu():
 
 def test_cli_refuses_graphs_on_cpu_in_one_line(tmp_path, capsys):
     path = tmp_path / "g.yaml"
-    path.write_text("preset: tiny\nbatch_size: 2\ngraphs:\n  mode: step\ndata:\n  source: synthetic\n")
+    path.write_text(
+        "preset: tiny\nbatch_size: 2\ngraphs:\n  mode: step\ndata:\n  source: synthetic\n"
+    )
     assert main(["train", "--config", str(path), "--steps", "1"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "CUDA graphs need a CUDA device" in err[0]
@@ -108,9 +138,14 @@ def test_fp16_region_runs_with_a_scaler_on_cpu():
 def test_checkpointing_and_fused_optimizer_train():
     s = Session(tiny(checkpointing__regions=["dit", "llm_trainable"], optimizer__impl="loop"))
     calls = {"dit": 0, "llm_trainable": 0, "vision": 0}
-    for name, block in (("dit", s.model.dit.blocks[0]), ("llm_trainable", s.model.llm_trainable.blocks[0]),
-                        ("vision", s.model.vision.blocks[0])):
-        first = next(block.children())  # a submodule runs again when its block is recomputed in backward
+    for name, block in (
+        ("dit", s.model.dit.blocks[0]),
+        ("llm_trainable", s.model.llm_trainable.blocks[0]),
+        ("vision", s.model.vision.blocks[0]),
+    ):
+        first = next(
+            block.children()
+        )  # a submodule runs again when its block is recomputed in backward
         first.register_forward_hook(lambda *a, _n=name: calls.__setitem__(_n, calls[_n] + 1))
     before = [p.detach().clone() for p in s.model.dit.parameters()][:3]
     s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
@@ -131,14 +166,21 @@ def test_two_process_gloo_bucket_sizes_change_ddp_buckets():
 
 
 def test_train_cli_json_is_the_record(capsys):
-    assert main(["train", "--preset", "tiny", "--synthetic", "--steps", "3", "--warmup", "1", "--json"]) == 0
+    assert (
+        main(
+            ["train", "--preset", "tiny", "--synthetic", "--steps", "3", "--warmup", "1", "--json"]
+        )
+        == 0
+    )
 
     from autotune.train.record import TrialRecord
 
     record = TrialRecord.from_json(capsys.readouterr().out.strip().splitlines()[-1])
     m = record.measurement
     assert record.ok and m.step_time.median_ms > 0 and m.memory.allocated_bytes > 0 and m.mfu > 0
-    assert len(m.losses) == 4 and m.samples_per_s > 0 and m.steps == 3 and m.config["preset"] == "tiny"
+    assert (
+        len(m.losses) == 4 and m.samples_per_s > 0 and m.steps == 3 and m.config["preset"] == "tiny"
+    )
 
 
 @pytest.mark.slow
@@ -167,8 +209,15 @@ def test_warm_up_drains_the_loader_buffer_before_measuring(tmp_path):
     from autotune.data import MakeSpec, make_dataset
     from autotune.train.window import loader_buffer
 
-    dataset = make_dataset(tmp_path / "ds", MakeSpec(episodes=2, views=2, size=64, seed=0, frames=40))
-    cfg = tiny(data__source="lerobot", data__dataset=str(dataset), data__num_workers=2, data__prefetch_factor=3)
+    dataset = make_dataset(
+        tmp_path / "ds", MakeSpec(episodes=2, views=2, size=64, seed=0, frames=40)
+    )
+    cfg = tiny(
+        data__source="lerobot",
+        data__dataset=str(dataset),
+        data__num_workers=2,
+        data__prefetch_factor=3,
+    )
     assert loader_buffer(cfg) == 6 and loader_buffer(tiny()) == 0
     result = launch(cfg, steps=2, warmup=1, timeout=300)
     assert result.ok, result
@@ -180,7 +229,9 @@ def test_compile_of_a_block_stack_compiles_block_by_block():
     dit = s.regions["dit"][0]
     assert dit._compiled_call_impl is None  # the stack itself stays eager: its loop is not unrolled
     assert all(b._compiled_call_impl is not None for b in dit.blocks)
-    assert all(m._compiled_call_impl is not None for m in s.regions["projectors"])  # not a stack: whole
+    assert all(
+        m._compiled_call_impl is not None for m in s.regions["projectors"]
+    )  # not a stack: whole
     assert all(b._compiled_call_impl is None for b in s.regions["llm_trainable"][0].blocks)
 
 
@@ -190,8 +241,15 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     workers' own timings agrees with it; the run reports the lower of window median and loader."""
     from autotune.data import MakeSpec, make_dataset
 
-    dataset = make_dataset(tmp_path / "ds", MakeSpec(episodes=2, views=2, size=320, seed=0, frames=40))
-    cfg = tiny(data__source="lerobot", data__dataset=str(dataset), data__num_workers=1, data__prefetch_factor=2)
+    dataset = make_dataset(
+        tmp_path / "ds", MakeSpec(episodes=2, views=2, size=320, seed=0, frames=40)
+    )
+    cfg = tiny(
+        data__source="lerobot",
+        data__dataset=str(dataset),
+        data__num_workers=1,
+        data__prefetch_factor=2,
+    )
     record = launch(cfg, steps=12, warmup=1, timeout=300)
     assert record.ok, record
     result, loader = record.measurement, record.measurement.loader
@@ -214,12 +272,19 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     assert statistics.median(streamed) >= 0.7 * 2 / again.loader_samples_per_s, (streamed, again)
     from autotune.train.runner import _sustained
 
-    fed = tiny(data__source="lerobot", data__num_workers=2)  # 2 workers, 0.2 s a batch of 2: 0.1 s a step at best
+    fed = tiny(
+        data__source="lerobot", data__num_workers=2
+    )  # 2 workers, 0.2 s a batch of 2: 0.1 s a step at best
     assert _sustained(0.01, [0.2, 0.3, 0.2], fed) == pytest.approx(0.1)
     assert _sustained(0.5, [0.2, 0.3, 0.2], fed) == 0.5 and _sustained(0.01, [], fed) == 0.01
-    assert _sustained(0.01, [0.2], tiny(data__source="lerobot", data__num_workers=0)) == 0.01  # loading is in the step
+    assert (
+        _sustained(0.01, [0.2], tiny(data__source="lerobot", data__num_workers=0)) == 0.01
+    )  # loading is in the step
     synthetic = launch(tiny(), steps=2, warmup=1, timeout=300).measurement
-    assert synthetic.loader.loader_samples_per_s is None and synthetic.samples_per_s == synthetic.loader.window_samples_per_s
+    assert (
+        synthetic.loader.loader_samples_per_s is None
+        and synthetic.samples_per_s == synthetic.loader.window_samples_per_s
+    )
 
 
 def test_an_attention_backend_holds_for_every_step():
@@ -227,11 +292,15 @@ def test_an_attention_backend_holds_for_every_step():
     (on an H200 every trial with a backend other than auto failed at its second step)."""
     s = Session(tiny(kernels__attention="math"))
     for seed in range(3):
-        loss, _ = s.step(s.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(seed)))
+        loss, _ = s.step(
+            s.workload.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(seed))
+        )
         assert torch.isfinite(loss)
 
 
-def _clipped_adamw_run(fused: bool, dtype: torch.dtype, max_norm: float) -> tuple[list[torch.Tensor], list[float]]:
+def _clipped_adamw_run(
+    fused: bool, dtype: torch.dtype, max_norm: float
+) -> tuple[list[torch.Tensor], list[float]]:
     """Four clipped AdamW steps over weights and gradients that bf16 holds exactly, stored in ``dtype``."""
     from autotune.train.optim import clip_and_step
 
@@ -239,13 +308,20 @@ def _clipped_adamw_run(fused: bool, dtype: torch.dtype, max_norm: float) -> tupl
         return t.to(torch.bfloat16).to(dtype)
 
     torch.manual_seed(0)
-    params = [torch.nn.Parameter(exact(torch.randn(64, 32))), torch.nn.Parameter(exact(torch.randn(17)))]
-    opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, **({"fused": True} if fused else {"foreach": True}))
+    params = [
+        torch.nn.Parameter(exact(torch.randn(64, 32))),
+        torch.nn.Parameter(exact(torch.randn(17))),
+    ]
+    opt = torch.optim.AdamW(
+        params, lr=1e-2, weight_decay=0.1, **({"fused": True} if fused else {"foreach": True})
+    )
     norms = []
     for step in range(4):
         gen = torch.Generator().manual_seed(step)
         for p in params:
-            p.grad = exact((1 + 5 * step) * torch.randn(p.shape, generator=gen))  # norms that differ step to step
+            p.grad = exact(
+                (1 + 5 * step) * torch.randn(p.shape, generator=gen)
+            )  # norms that differ step to step
         norms.append(float(clip_and_step(opt, params, max_norm)))
         opt.zero_grad(set_to_none=True)
     assert getattr(opt, "grad_scale", None) is None  # nothing left for a later step
@@ -254,7 +330,9 @@ def _clipped_adamw_run(fused: bool, dtype: torch.dtype, max_norm: float) -> tupl
 
 @pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipping and not
 def test_fused_adamw_clips_inside_its_kernel_with_the_same_update(max_norm):
-    (fused, fused_norms), (plain, plain_norms) = (_clipped_adamw_run(f, torch.float32, max_norm) for f in (True, False))
+    (fused, fused_norms), (plain, plain_norms) = (
+        _clipped_adamw_run(f, torch.float32, max_norm) for f in (True, False)
+    )
     assert fused_norms == pytest.approx(plain_norms, rel=1e-6)
     assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused, plain))
     assert max_norm > 10 or plain_norms[0] > max_norm  # the clipping case does clip

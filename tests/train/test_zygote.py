@@ -27,20 +27,29 @@ def tiny(workload: str = "gr00t_n16", batch_size: int = 2):
 
 
 def zygotes() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children() if "autotune.train.zygote" in " ".join(p.cmdline())]
+    return [
+        p for p in psutil.Process().children() if "autotune.train.zygote" in " ".join(p.cmdline())
+    ]
 
 
-def test_a_forked_trial_trains_as_an_executed_one_and_starts_without_the_imports(monkeypatch, tmp_path):
+def test_a_forked_trial_trains_as_an_executed_one_and_starts_without_the_imports(
+    monkeypatch, tmp_path
+):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv(zygote_client.ENABLE_ENV, "0")
     executed = launch(tiny(), steps=3, warmup=1, timeout=300)
     monkeypatch.setenv(zygote_client.ENABLE_ENV, "1")
     first, forked = (launch(tiny(), steps=3, warmup=1, timeout=300) for _ in range(2))
     assert executed.ok and first.ok and forked.ok, (executed.failure, first.failure, forked.failure)
-    assert forked.measurement.losses == executed.measurement.losses  # the same seeds, the same model
+    assert (
+        forked.measurement.losses == executed.measurement.losses
+    )  # the same seeds, the same model
     assert len(zygotes()) == 1
     # the second start is a fork: no torch import (seconds) before the run's first line
-    assert forked.cost.parts["start"] < executed.cost.parts["start"] / 3, (forked.cost, executed.cost)
+    assert forked.cost.parts["start"] < executed.cost.parts["start"] / 3, (
+        forked.cost,
+        executed.cost,
+    )
 
 
 def test_a_trial_with_another_environment_gets_a_zygote_of_its_own(monkeypatch, tmp_path):
@@ -48,10 +57,14 @@ def test_a_trial_with_another_environment_gets_a_zygote_of_its_own(monkeypatch, 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert launch(tiny(), steps=1, warmup=0, timeout=300).ok
     before = {p.pid for p in zygotes()}
-    record = launch(tiny(CRASHY, batch_size=5), steps=1, warmup=0, timeout=300, extra_env={"CRASHY_HANG_S": "0"})
+    record = launch(
+        tiny(CRASHY, batch_size=5), steps=1, warmup=0, timeout=300, extra_env={"CRASHY_HANG_S": "0"}
+    )
     assert record.ok, record.failure
     after = {p.pid for p in zygotes()}
-    assert len(after) == 1 and not after & before  # the idle one retired, a new one for the new environment
+    assert (
+        len(after) == 1 and not after & before
+    )  # the idle one retired, a new one for the new environment
 
 
 def test_a_zygote_that_died_is_replaced_and_the_trial_still_runs(monkeypatch, tmp_path):
@@ -78,7 +91,10 @@ def test_a_mapped_cuda_driver_is_seen(monkeypatch, tmp_path):
     maps = tmp_path / "maps"
     maps.write_text("7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n")
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(maps if f == "/proc/self/maps" else f, *a, **k))
+    monkeypatch.setattr(
+        "builtins.open",
+        lambda f, *a, **k: real_open(maps if f == "/proc/self/maps" else f, *a, **k),
+    )
     assert zygote.cuda_loaded()
 
 
@@ -90,5 +106,7 @@ def test_a_forked_worker_uses_the_trials_tmpdir(monkeypatch, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     monkeypatch.setenv("TMPDIR", str(other))
-    record = launch(tiny(CRASHY, batch_size=9), steps=1, warmup=0, timeout=300)  # fails naming its tempdir
+    record = launch(
+        tiny(CRASHY, batch_size=9), steps=1, warmup=0, timeout=300
+    )  # fails naming its tempdir
     assert not record.ok and f"tempdir={other}" in record.failure.error, record.failure

@@ -26,8 +26,10 @@ def tiny_model():
 
 
 def test_every_key_of_an_upstream_checkpoint_loads_bit_exact(tmp_path):
-    extra = {"backbone.model.language_model.lm_head.weight": (TINY.vocab_size, TINY.llm_hidden),
-             "action_head.mask_token": (1, 1, TINY.dit_width)}
+    extra = {
+        "backbone.model.language_model.lm_head.weight": (TINY.vocab_size, TINY.llm_hidden),
+        "action_head.mask_token": (1, 1, TINY.dit_width),
+    }
     source = write_upstream(tmp_path / "up", TINY, extra=extra)
     model = tiny_model()
     report = load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
@@ -52,11 +54,16 @@ def test_a_missing_key_is_named_on_one_line(tmp_path):
 
 def test_a_misshapen_and_an_unexpected_key_are_named(tmp_path):
     bad = "backbone.model.mlp1.1.weight"
-    write_upstream(tmp_path / "up", TINY, reshape={bad: (3, 4)}, extra={"action_head.extra_head.weight": (2,)})
+    write_upstream(
+        tmp_path / "up", TINY, reshape={bad: (3, 4)}, extra={"action_head.extra_head.weight": (2,)}
+    )
     model = tiny_model()
     before = [p.clone() for p in model.parameters()]
-    with pytest.raises(ConfigError, match=rf"1 unexpected keys \(action_head.extra_head.weight\); "
-                                          rf"1 misshapen keys \({bad} is \[3, 4\], the model needs \[64, 256\]\)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"1 unexpected keys \(action_head.extra_head.weight\); "
+        rf"1 misshapen keys \({bad} is \[3, 4\], the model needs \[64, 256\]\)",
+    ):
         load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing half-loaded
 
@@ -67,7 +74,9 @@ def test_a_cut_shard_and_a_missing_index_are_data_errors(tmp_path):
     shard.write_bytes(shard.read_bytes()[:100])
     with pytest.raises(DataError, match=rf"{shard.name}: not a readable safetensors file"):
         read_layout(tmp_path / "up")
-    with pytest.raises(DataError, match="neither model.safetensors.index.json nor model.safetensors"):
+    with pytest.raises(
+        DataError, match="neither model.safetensors.index.json nor model.safetensors"
+    ):
         read_layout(tmp_path)
 
 

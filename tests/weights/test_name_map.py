@@ -30,21 +30,33 @@ def test_every_parameter_maps_to_the_upstream_key_set_exactly(preset):
 def test_the_upstream_names_of_the_issue_are_the_ones_written():
     model = get_workload("gr00t_n16").build_model("full", "meta")
     bound = load_name_map("gr00t_n16").bind(model)
-    assert bound.to_upstream["dit.blocks.5.attn1.to_q.weight"][0] == "action_head.model.transformer_blocks.5.attn1.to_q.weight"
+    assert (
+        bound.to_upstream["dit.blocks.5.attn1.to_q.weight"][0]
+        == "action_head.model.transformer_blocks.5.attn1.to_q.weight"
+    )
     # the top LLM layers continue the lower ones' numbering upstream
-    assert bound.to_upstream["llm_trainable.blocks.0.gate_proj.weight"][0] == \
-        "backbone.model.language_model.model.layers.12.mlp.gate_proj.weight"
+    assert (
+        bound.to_upstream["llm_trainable.blocks.0.gate_proj.weight"][0]
+        == "backbone.model.language_model.model.layers.12.mlp.gate_proj.weight"
+    )
     assert bound.canonical("backbone.eagle_model.mlp1.0.weight") == "backbone.model.mlp1.0.weight"
     assert bound.why_ignored("backbone.model.language_model.lm_head.weight")
     assert bound.why_ignored("backbone.model.vision_model.vision_model.head.probe")
 
 
-@pytest.mark.parametrize("name", ["patch_channels_last", "unshuffle_channels", "swap_time_features"])
+@pytest.mark.parametrize(
+    "name", ["patch_channels_last", "unshuffle_channels", "swap_time_features"]
+)
 def test_transforms_are_exact_permutations(name):
-    args = {"patch_channels_last": {"channels": 3}, "unshuffle_channels": {"groups": 4}}.get(name, {})
+    args = {"patch_channels_last": {"channels": 3}, "unshuffle_channels": {"groups": 4}}.get(
+        name, {}
+    )
     t = make_transform({"name": name, **args}, "test")
-    x = {"patch_channels_last": torch.randn(5, 3 * 14 * 14), "unshuffle_channels": torch.randn(6, 4 * 8),
-         "swap_time_features": torch.randn(2, 16, 8)}[name]
+    x = {
+        "patch_channels_last": torch.randn(5, 3 * 14 * 14),
+        "unshuffle_channels": torch.randn(6, 4 * 8),
+        "swap_time_features": torch.randn(2, 16, 8),
+    }[name]
     up = t.to_upstream(x)
     assert sorted(up.flatten().tolist()) == sorted(x.flatten().tolist())
     assert torch.equal(t.to_replica(up), x)
@@ -58,7 +70,9 @@ def test_patch_embedding_computes_what_upstream_computes_with_the_upstream_weigh
     seen = {}
     tower.patch_embedding.register_forward_hook(lambda m, a, out: seen.setdefault("out", out))
     tower(pixels)
-    weight = make_transform({"name": "patch_channels_last", "channels": 3}, "t").to_upstream(tower.patch_embedding.weight)
+    weight = make_transform({"name": "patch_channels_last", "channels": 3}, "t").to_upstream(
+        tower.patch_embedding.weight
+    )
     # modeling_siglip2.py convert_images_to_patches: (B, C, nh, p, nw, p) -> (B, nh, nw, p, p, C)
     x, s = pixels.float() / 127.5 - 1.0, p.patch_size
     n = p.image_size // s
@@ -79,8 +93,14 @@ def test_connector_computes_what_mlp1_computes_on_pixel_unshuffle():
     # modeling_eagle3_vl.py pixel_shuffle_back: [C, h, w] per image, F.pixel_unshuffle, then mlp1
     grid = feats.transpose(1, 2).reshape(2, d, gh, gw)
     x = F.pixel_unshuffle(grid, 2).flatten(2).transpose(1, 2)
-    x = F.layer_norm(x, (x.shape[-1],), t.to_upstream(conn.norm.weight), t.to_upstream(conn.norm.bias))
-    x = F.linear(F.gelu(F.linear(x, t.to_upstream(conn.fc1.weight), conn.fc1.bias)), conn.fc2.weight, conn.fc2.bias)
+    x = F.layer_norm(
+        x, (x.shape[-1],), t.to_upstream(conn.norm.weight), t.to_upstream(conn.norm.bias)
+    )
+    x = F.linear(
+        F.gelu(F.linear(x, t.to_upstream(conn.fc1.weight), conn.fc1.bias)),
+        conn.fc2.weight,
+        conn.fc2.bias,
+    )
     assert torch.allclose(x, conn(feats), atol=1e-5)
 
 
@@ -88,7 +108,11 @@ def test_action_encoder_computes_what_upstream_computes_with_sin_then_cos():
     p = get_preset("tiny")
     torch.manual_seed(0)
     enc = ActionEncoder(p)
-    actions, t, ids = torch.randn(2, 5, p.action_dim), torch.tensor([3.0, 700.0]), torch.tensor([0, 4])
+    actions, t, ids = (
+        torch.randn(2, 5, p.action_dim),
+        torch.tensor([3.0, 700.0]),
+        torch.tensor([0, 4]),
+    )
     w2 = make_transform({"name": "swap_time_features"}, "t").to_upstream(enc.W2.W)
     # embodiment_conditioned_mlp.py: SinusoidalPositionalEncoding is cat(sin, cos); x = swish(W2(cat(W1 a, tau)))
     half = p.dit_width // 2

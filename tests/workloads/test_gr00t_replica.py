@@ -42,7 +42,15 @@ def test_full_matches_spec_row(full_info, row):
 def test_full_totals_and_regions(full_info):
     assert abs(full_info["params_total"] - 2.96e9) / 2.96e9 < 0.01
     assert abs(full_info["params_trainable"] - 1.62e9) / 1.62e9 < 0.01
-    assert set(full_info["regions"]) == {"vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"}
+    assert set(full_info["regions"]) == {
+        "vision",
+        "connector",
+        "llm_frozen",
+        "llm_trainable",
+        "vlln",
+        "dit",
+        "projectors",
+    }
     assert sum(r["params"] for r in full_info["regions"].values()) == full_info["params_total"]
     assert full_info["regions"]["vision"]["trainable"] == 0
     assert full_info["regions"]["dit"]["trainable"] == full_info["regions"]["dit"]["params"]
@@ -56,9 +64,13 @@ def test_medium_is_about_a_tenth_of_full(full_info):
 
 
 def test_unknown_preset_and_workload_are_named():
-    with pytest.raises(WorkloadError, match=r"preset 'huge'.*known presets: \['full', 'medium', 'tiny'\]"):
+    with pytest.raises(
+        WorkloadError, match=r"preset 'huge'.*known presets: \['full', 'medium', 'tiny'\]"
+    ):
         W.check_preset("huge")
-    with pytest.raises(WorkloadError, match=r"workload 'nope' is unknown; known workloads: \[.*'gr00t_n16'"):
+    with pytest.raises(
+        WorkloadError, match=r"workload 'nope' is unknown; known workloads: \[.*'gr00t_n16'"
+    ):
         get_workload("nope")
 
 
@@ -97,7 +109,9 @@ def test_padded_action_values_do_not_change_the_loss(tiny):
     model.eval()
     base = _loss_with_seed(model, batch)
     changed = dict(batch)
-    changed["action"] = torch.where(batch["action_mask"], batch["action"], torch.full_like(batch["action"], 7.0))
+    changed["action"] = torch.where(
+        batch["action_mask"], batch["action"], torch.full_like(batch["action"], 7.0)
+    )
     assert torch.equal(_loss_with_seed(model, changed), base)
     real = dict(batch)
     real["action"] = torch.where(batch["action_mask"], batch["action"] + 0.5, batch["action"])
@@ -124,6 +138,7 @@ def test_each_dit_layer_attends_to_what_the_pattern_says(kind):
     valid = torch.ones(B, L, dtype=torch.bool)
     valid[:, 30:] = False
     text_mask, image_mask = (valid & ~is_image)[:, None, None], is_image[:, None, None]
+
     def run(context):
         return block(x, temb, (context, text_mask), (context, image_mask))
 
@@ -163,7 +178,10 @@ def test_dropout_active_in_training_only(tiny):
     model, batch = tiny
     dit = model.dit
     p = model.preset
-    vl, mask = torch.randn(2, p.seq_len, p.llm_hidden), torch.ones(2, 1, 1, p.seq_len, dtype=torch.bool)
+    vl, mask = (
+        torch.randn(2, p.seq_len, p.llm_hidden),
+        torch.ones(2, 1, 1, p.seq_len, dtype=torch.bool),
+    )
     args = (torch.randn(2, 51, p.dit_width), (vl, mask), (vl, mask), torch.tensor([10.0, 500.0]))
     dit.train()
     assert not torch.allclose(dit(*args), dit(*args))

@@ -55,10 +55,15 @@ def test_the_preset_takes_the_datasets_views_and_keeps_its_text_room(datasets):
     meta = load_meta(datasets["v2.1-inferred-1view-av1"])
     fitted = fit_preset(FULL, meta)
     assert (fitted.views, fitted.image_shape, fitted.image_tokens_per_view) == (1, (252, 336), 108)
-    assert fitted.max_text_tokens == FULL.max_text_tokens and fitted.seq_len == FULL.max_text_tokens + 110
+    assert (
+        fitted.max_text_tokens == FULL.max_text_tokens
+        and fitted.seq_len == FULL.max_text_tokens + 110
+    )
     assert (fitted.state_dim, fitted.action_dim, fitted.action_horizon) == (128, 128, 50)
     assert fit_preset(fitted, meta) == fitted  # fitting twice changes nothing
-    assert fit_preset(FULL, load_meta(datasets["v2.1-modality-2views-av1"])) == FULL  # the preset's own shape
+    assert (
+        fit_preset(FULL, load_meta(datasets["v2.1-modality-2views-av1"])) == FULL
+    )  # the preset's own shape
 
 
 def test_a_sample_is_the_fitted_presets_batch(datasets):
@@ -67,12 +72,18 @@ def test_a_sample_is_the_fitted_presets_batch(datasets):
     sample = ds[5]
     ref = synthetic_batch(fitted, 1, "cpu", torch.Generator().manual_seed(0))
     assert tuple(sample) == BATCH_KEYS
-    assert {k: (tuple(v.shape), v.dtype) for k, v in sample.items()} == {k: (tuple(v.shape[1:]), v.dtype) for k, v in ref.items()}
+    assert {k: (tuple(v.shape), v.dtype) for k, v in sample.items()} == {
+        k: (tuple(v.shape[1:]), v.dtype) for k, v in ref.items()
+    }
     assert sample["images"].shape == (2, 3, 56, 84)
     assert int((sample["input_ids"] == IMG_CONTEXT_ID).sum()) == 2 * 6
     assert sample["state"][0, 8:].eq(0).all() and not sample["action_mask"][:, 7:].any()
-    assert sample["action_mask"][:7, :7].all() and not sample["action_mask"][7:].any()  # frame 5 of 12
-    assert int(sample["embodiment_id"]) == 10  # no embodiment in info.json: upstream's new_embodiment slot
+    assert (
+        sample["action_mask"][:7, :7].all() and not sample["action_mask"][7:].any()
+    )  # frame 5 of 12
+    assert (
+        int(sample["embodiment_id"]) == 10
+    )  # no embodiment in info.json: upstream's new_embodiment slot
     batch = {k: v[None] for k, v in sample.items()}
     loss = Gr00tN16Model(fitted)(batch)
     assert torch.isfinite(loss)
@@ -89,14 +100,19 @@ def test_the_workload_builds_feeds_and_counts_the_fitted_preset(datasets):
         assert workload.tokens_per_sample("tiny") == workload.resolve("tiny").seq_len
         assert workload.flops_per_sample("tiny") != base_flops
         batch = next(iter(workload.make_loader("tiny", data, 2, seed=0)))
-        assert batch["images"].shape == (2, 1, 3, 56, 84) and batch["input_ids"].shape[1] == workload.resolve("tiny").seq_len
+        assert (
+            batch["images"].shape == (2, 1, 3, 56, 84)
+            and batch["input_ids"].shape[1] == workload.resolve("tiny").seq_len
+        )
     finally:
         workload.fit_data("tiny", DataConfig(source="synthetic"))
     assert workload.resolve("tiny") == TINY
 
 
 def test_what_cannot_be_mapped_is_one_line_naming_the_key(tmp_path):
-    root = make_dataset(tmp_path / "gr1", MakeSpec(1, views=1, size=32, frames=4, embodiment="gr1", extras=False))
+    root = make_dataset(
+        tmp_path / "gr1", MakeSpec(1, views=1, size=32, frames=4, embodiment="gr1", extras=False)
+    )
     narrow = replace(TINY, state_dim=16)
     with pytest.raises(DataError, match=rf"{root}/meta/info\.json: state state \(observation\.state\[0:29\]\) has 29 dims; "
                                         r"preset tiny takes at most 16 \(padded to 16\)"):  # fmt: skip
@@ -111,7 +127,9 @@ def test_check_then_train_two_steps(datasets, name, tmp_path, capsys):
     assert checked.out.startswith(f"OK {root}: LeRobot {DATASETS[name].format}")
     assert ("modality.json: missing; inferred" in checked.err) == ("inferred" in name)
     config = tmp_path / "config.yaml"
-    config.write_text(f"preset: tiny\nbatch_size: 2\ndevice: cpu\ndata:\n  dataset: {root}\n  num_workers: 0\n")
+    config.write_text(
+        f"preset: tiny\nbatch_size: 2\ndevice: cpu\ndata:\n  dataset: {root}\n  num_workers: 0\n"
+    )
     assert main(["train", "--config", str(config), "--steps", "2", "--warmup", "0", "--json"]) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out.strip().splitlines()[-1])["measurement"]  # the run's record

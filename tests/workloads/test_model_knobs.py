@@ -24,7 +24,9 @@ from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, slot
 W = get_workload("gr00t_n16")
 
 
-def _loss_and_grads(options: ModelConfig, batch: dict, seed: int = 3) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _loss_and_grads(
+    options: ModelConfig, batch: dict, seed: int = 3
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
     model = W.build_model("tiny", "cpu")
     W.apply_model_options(model, options)
@@ -42,7 +44,9 @@ def _assert_same(options: ModelConfig, batch: dict) -> None:
     assert grads.keys() == ref.keys()
     for name in ref:
         assert grads[name] is not None, f"{name}: no gradient"
-        torch.testing.assert_close(grads[name], ref[name], rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            grads[name], ref[name], rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 def _batch(ids: list[int] | None = None) -> dict:
@@ -65,9 +69,14 @@ def test_bias_in_activation_gives_the_same_loss_and_gradients():
 
 
 def test_bias_in_activation_is_refused_by_a_workload_without_such_layers():
-    with pytest.raises(IncompatibleConfigError, match=r"model.bias_in_activation: true is refused: workload "
-                                                      r"'image_classifier'"):
-        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(bias_in_activation=True))
+    with pytest.raises(
+        IncompatibleConfigError,
+        match=r"model.bias_in_activation: true is refused: workload "
+        r"'image_classifier'",
+    ):
+        get_workload("image_classifier").apply_model_options(
+            torch.nn.Linear(2, 2), ModelConfig(bias_in_activation=True)
+        )
 
 
 def test_gelu_epilogue_leaves_a_cpu_step_and_a_trained_tower_as_they_were():
@@ -88,9 +97,14 @@ def test_gelu_epilogue_leaves_a_cpu_step_and_a_trained_tower_as_they_were():
 
 
 def test_gelu_epilogue_is_refused_by_a_workload_without_such_layers():
-    with pytest.raises(IncompatibleConfigError, match=r"model.gelu_epilogue: true is refused: workload "
-                                                      r"'image_classifier'"):
-        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(gelu_epilogue=True))
+    with pytest.raises(
+        IncompatibleConfigError,
+        match=r"model.gelu_epilogue: true is refused: workload "
+        r"'image_classifier'",
+    ):
+        get_workload("image_classifier").apply_model_options(
+            torch.nn.Linear(2, 2), ModelConfig(gelu_epilogue=True)
+        )
 
 
 def _texts_of_length(batch: dict, lengths: list[int]) -> dict:
@@ -109,7 +123,10 @@ def test_attended_kv_only_gives_the_same_loss_and_gradients():
     """The longest text fills the text layers' static room exactly; the shortest leaves it mostly filler."""
     p = W.resolve("tiny")
     _assert_same(ModelConfig(attended_kv_only=True), _batch())
-    _assert_same(ModelConfig(attended_kv_only=True), _texts_of_length(_batch(), [p.max_text_tokens, 1, 7, p.max_text_tokens]))
+    _assert_same(
+        ModelConfig(attended_kv_only=True),
+        _texts_of_length(_batch(), [p.max_text_tokens, 1, 7, p.max_text_tokens]),
+    )
 
 
 def test_fused_frozen_qkv_gives_the_same_loss_and_gradients():
@@ -132,19 +149,31 @@ def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_noth
     for region in calls:
         for m in getattr(fused, region).modules():
             if hasattr(m, "q_proj"):
-                m.q_proj.register_forward_hook(lambda *_, r=region: calls.__setitem__(r, calls[r] + 1))
+                m.q_proj.register_forward_hook(
+                    lambda *_, r=region: calls.__setitem__(r, calls[r] + 1)
+                )
     W.loss(fused, _batch())
     # the frozen towers' q/k/v run as the fused GEMM; the trainable LLM layers keep theirs apart
     assert calls["vision"] == calls["llm_frozen"] == 0 and calls["llm_trainable"] > 0
     attns = [m for m in fused.modules() if isinstance(getattr(m, "qkv", None), FusedProjections)]
-    assert attns and all((m.qkv.weight is not None) == (not m.q_proj.weight.requires_grad) for m in attns)
-    q, k, v = fused.vision.blocks[0].self_attn.q_proj, fused.vision.blocks[0].self_attn.k_proj, fused.vision.blocks[0].self_attn.v_proj
-    assert torch.equal(fused.vision.blocks[0].self_attn.qkv.weight, torch.cat([q.weight, k.weight, v.weight]))
+    assert attns and all(
+        (m.qkv.weight is not None) == (not m.q_proj.weight.requires_grad) for m in attns
+    )
+    q, k, v = (
+        fused.vision.blocks[0].self_attn.q_proj,
+        fused.vision.blocks[0].self_attn.k_proj,
+        fused.vision.blocks[0].self_attn.v_proj,
+    )
+    assert torch.equal(
+        fused.vision.blocks[0].self_attn.qkv.weight, torch.cat([q.weight, k.weight, v.weight])
+    )
 
 
 def test_fused_frozen_qkv_is_refused_by_a_workload_without_attention_projections():
     with pytest.raises(IncompatibleConfigError, match=r"model.fused_frozen_qkv: true is refused"):
-        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(fused_frozen_qkv=True))
+        get_workload("image_classifier").apply_model_options(
+            torch.nn.Linear(2, 2), ModelConfig(fused_frozen_qkv=True)
+        )
 
 
 def test_attended_keeps_each_samples_tokens_in_order_then_masked_filler():
@@ -154,7 +183,10 @@ def test_attended_keeps_each_samples_tokens_in_order_then_masked_filler():
     keep = torch.tensor([[0, 1, 0, 1, 1, 0], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)
     context, mask = attended(vl, keep, 3)
     assert context[..., 0].tolist() == [[1, 3, 4], [6, 7, 8]]
-    assert mask.shape == (2, 1, 1, 3) and mask[:, 0, 0].tolist() == [[True] * 3, [True, False, False]]
+    assert mask.shape == (2, 1, 1, 3) and mask[:, 0, 0].tolist() == [
+        [True] * 3,
+        [True, False, False],
+    ]
 
 
 def test_attended_kv_only_projects_keys_and_values_for_the_attended_tokens_only():
@@ -174,28 +206,43 @@ def test_attended_kv_only_projects_keys_and_values_for_the_attended_tokens_only(
             loss.backward()
         forward[on], step[on] = fwd.get_flop_counts(), fwd.get_total_flops() + bwd.get_total_flops()
 
-    def kv(on: bool, kinds: tuple[str, ...]) -> int:  # forward FLOPs of the key and value projections
+    def kv(
+        on: bool, kinds: tuple[str, ...]
+    ) -> int:  # forward FLOPs of the key and value projections
         total = 0
         for module, ops in forward[on].items():
             parts = module.split(".")
-            if parts[-1] in ("to_k", "to_v") and parts[-2] == "attn1" and block_kind(int(parts[-3])) in kinds:
+            if (
+                parts[-1] in ("to_k", "to_v")
+                and parts[-2] == "attn1"
+                and block_kind(int(parts[-3])) in kinds
+            ):
                 total += sum(ops.values())
         return total
 
     layers = {k: sum(block_kind(i) == k for i in range(p.dit_layers)) for k in ("text", "image")}
     per_row = 2 * 2 * p.llm_hidden * p.dit_width  # K and V, 2 FLOPs a multiply-add
     assert kv(False, ("text", "image")) == per_row * p.seq_len * (layers["text"] + layers["image"])
-    assert kv(True, ("text", "image")) == per_row * ((p.seq_len - images) * layers["text"] + images * layers["image"])
+    assert kv(True, ("text", "image")) == per_row * (
+        (p.seq_len - images) * layers["text"] + images * layers["image"]
+    )
     assert kv(True, ("self",)) == kv(False, ("self",)) > 0
     saved = kv(False, ("text", "image")) - kv(True, ("text", "image"))
     assert step[False] - step[True] > 3 * saved
-    assert W.flops_per_sample("tiny") - W.useful_flops_per_sample("tiny") > 3 * saved  # and the LM head
+    assert (
+        W.flops_per_sample("tiny") - W.useful_flops_per_sample("tiny") > 3 * saved
+    )  # and the LM head
 
 
 def test_attended_kv_only_is_refused_by_a_workload_without_masked_cross_attention():
-    with pytest.raises(IncompatibleConfigError, match=r"model.attended_kv_only: true is refused: workload "
-                                                      r"'image_classifier'"):
-        get_workload("image_classifier").apply_model_options(torch.nn.Linear(2, 2), ModelConfig(attended_kv_only=True))
+    with pytest.raises(
+        IncompatibleConfigError,
+        match=r"model.attended_kv_only: true is refused: workload "
+        r"'image_classifier'",
+    ):
+        get_workload("image_classifier").apply_model_options(
+            torch.nn.Linear(2, 2), ModelConfig(attended_kv_only=True)
+        )
 
 
 @pytest.mark.parametrize("ids", [[5, 5, 5, 5], [7, 2, 7, 30]], ids=["one embodiment", "mixed"])
@@ -203,7 +250,9 @@ def test_grouped_projectors_give_the_same_loss_and_dense_gradients(ids):
     _assert_same(ModelConfig(category_matmul="grouped"), _batch(ids))
     _, grads = _loss_and_grads(ModelConfig(category_matmul="grouped"), _batch(ids))
     w = grads["projectors.action_encoder.W2.W"]
-    assert w.shape[0] == get_preset("tiny").num_embodiments  # a gradient for every slot, as AdamW expects
+    assert (
+        w.shape[0] == get_preset("tiny").num_embodiments
+    )  # a gradient for every slot, as AdamW expects
     unused = [s for s in range(w.shape[0]) if s not in ids]
     assert torch.count_nonzero(w[unused]) == 0 and torch.count_nonzero(w[ids]) > 0
 
@@ -243,14 +292,18 @@ def _step_flops(preset: str, **options) -> float:
 
 def _masked_kv(preset: str) -> float:
     """What ``attended_kv_only`` leaves out of a step: the masked tokens' keys and values."""
-    return _step_flops(preset, skip_dead_work=True) - _step_flops(preset, skip_dead_work=True, attended_kv_only=True)
+    return _step_flops(preset, skip_dead_work=True) - _step_flops(
+        preset, skip_dead_work=True, attended_kv_only=True
+    )
 
 
 def test_stock_computes_the_lm_head_logits_and_the_knob_drops_exactly_them():
     """The dead work is real in the replica: the stock forward counts 2 L D V FLOPs a sample for the
     logits (upstream's cost), which the useful count leaves out (with the decoder on the state token
     and the keys and values of masked tokens)."""
-    p = W.resolve("tiny")  # what build_model builds (fitted where an earlier test fitted the shared workload)
+    p = W.resolve(
+        "tiny"
+    )  # what build_model builds (fitted where an earlier test fitted the shared workload)
     model = W.build_model("tiny", "meta")
     hidden = torch.empty(1, p.seq_len, p.llm_hidden, device="meta")
     _, logits = model.llm_trainable(hidden)
@@ -263,7 +316,9 @@ def test_stock_computes_the_lm_head_logits_and_the_knob_drops_exactly_them():
     lm_head = 2 * p.seq_len * p.llm_hidden * p.vocab_size
     assert with_logits.get_total_flops() - without.get_total_flops() == lm_head
     dead = W.flops_per_sample("tiny") - W.useful_flops_per_sample("tiny")
-    decoder_on_state_token = 2 * (p.dit_out * p.decoder_hidden + p.decoder_hidden * p.action_dim) * 3  # fwd + 2 bwd
+    decoder_on_state_token = (
+        2 * (p.dit_out * p.decoder_hidden + p.decoder_hidden * p.action_dim) * 3
+    )  # fwd + 2 bwd
     assert dead == lm_head + decoder_on_state_token + _masked_kv("tiny")
 
 
@@ -272,18 +327,38 @@ def test_full_useful_flops_leave_out_the_lm_head_and_the_masked_keys():
     dead = W.flops_per_sample("full") - W.useful_flops_per_sample("full")
     lm_head = 2 * full.seq_len * full.llm_hidden * full.vocab_size  # ~137 GFLOP
     assert dead == pytest.approx(lm_head + _masked_kv("full"), rel=1e-3)
-    assert 0.07 < lm_head / W.flops_per_sample("full") < 0.10 and 0.02 < _masked_kv("full") / W.flops_per_sample("full") < 0.06
+    assert (
+        0.07 < lm_head / W.flops_per_sample("full") < 0.10
+        and 0.02 < _masked_kv("full") / W.flops_per_sample("full") < 0.06
+    )
 
 
 def test_session_applies_the_model_knobs():
     from autotune.train.session import Session
 
-    cfg = config_from_dict({"preset": "tiny", "batch_size": 2, "device": "cpu", "data": {"source": "synthetic"},
-                            "model": {"skip_dead_work": True, "category_matmul": "grouped", "attended_kv_only": True,
-                                      "fused_frozen_qkv": True}})
+    cfg = config_from_dict(
+        {
+            "preset": "tiny",
+            "batch_size": 2,
+            "device": "cpu",
+            "data": {"source": "synthetic"},
+            "model": {
+                "skip_dead_work": True,
+                "category_matmul": "grouped",
+                "attended_kv_only": True,
+                "fused_frozen_qkv": True,
+            },
+        }
+    )
     s = Session(cfg)
-    assert s.model.skip_dead_work and not s.model.llm_trainable.compute_logits and s.model.attended_kv_only
-    assert {m.matmul for m in s.model.modules() if isinstance(m, CategorySpecificLinear)} == {"grouped"}
+    assert (
+        s.model.skip_dead_work
+        and not s.model.llm_trainable.compute_logits
+        and s.model.attended_kv_only
+    )
+    assert {m.matmul for m in s.model.modules() if isinstance(m, CategorySpecificLinear)} == {
+        "grouped"
+    }
     attn = s.model.vision.blocks[0].self_attn  # fused after the frozen weights took their dtype
     assert attn.qkv.weight is not None and attn.qkv.weight.dtype == attn.q_proj.weight.dtype
     loss, norm = s.step(s.workload.synthetic_batch("tiny", 2, "cpu"))
@@ -298,8 +373,13 @@ def test_a_workload_without_category_layers_refuses_grouped():
         build_model = regions = loss = synthetic_batch = flops_per_sample = None  # not used here
 
     Plain.__abstractmethods__ = frozenset()
-    Plain().apply_model_options(None, ModelConfig(skip_dead_work=True))  # nothing dead to skip: accepted
-    with pytest.raises(IncompatibleConfigError, match=r"model.category_matmul: 'grouped' is refused: workload 'plain'"):
+    Plain().apply_model_options(
+        None, ModelConfig(skip_dead_work=True)
+    )  # nothing dead to skip: accepted
+    with pytest.raises(
+        IncompatibleConfigError,
+        match=r"model.category_matmul: 'grouped' is refused: workload 'plain'",
+    ):
         Plain().apply_model_options(None, ModelConfig(category_matmul="grouped"))
 
 

@@ -63,8 +63,10 @@ class UserJob(Workload):
         return nn.functional.cross_entropy(model(batch["x"]), batch["y"])
 
     def synthetic_batch(self, preset, batch_size, device, generator=None):
-        return {"x": torch.randn(batch_size, 8, generator=generator).to(device),
-                "y": torch.randint(0, 4, (batch_size,), generator=generator).to(device)}
+        return {
+            "x": torch.randn(batch_size, 8, generator=generator).to(device),
+            "y": torch.randint(0, 4, (batch_size,), generator=generator).to(device),
+        }
 
     def dataset(self, preset, data, *, seed, rank=0, world_size=1):
         return Stream() if self.source == "stream" else Rows()

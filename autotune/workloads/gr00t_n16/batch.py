@@ -33,7 +33,15 @@ from autotune.workloads.gr00t_n16.presets import (
     Gr00tPreset,
 )
 
-BATCH_KEYS = ("images", "input_ids", "attention_mask", "state", "action", "action_mask", "embodiment_id")
+BATCH_KEYS = (
+    "images",
+    "input_ids",
+    "attention_mask",
+    "state",
+    "action",
+    "action_mask",
+    "embodiment_id",
+)
 
 
 def layout_tokens(text_ids: list[int], preset: Gr00tPreset) -> tuple[list[int], int]:
@@ -49,7 +57,9 @@ def layout_tokens(text_ids: list[int], preset: Gr00tPreset) -> tuple[list[int], 
     return ids + [PAD_ID] * (preset.seq_len - n), n
 
 
-def synthetic_batch(preset: Gr00tPreset, batch_size: int, device, generator: torch.Generator | None = None) -> dict:
+def synthetic_batch(
+    preset: Gr00tPreset, batch_size: int, device, generator: torch.Generator | None = None
+) -> dict:
     """Random batch of the real shapes (text lengths, action lengths and embodiments vary)."""
     g = generator
     B, V, (H, W) = batch_size, preset.views, preset.image_shape
@@ -75,7 +85,12 @@ def synthetic_batch(preset: Gr00tPreset, batch_size: int, device, generator: tor
         action_mask[b, :steps, :ad] = True
     embodiment_id = torch.randint(0, preset.num_embodiments, (B,), generator=g)
     batch = {
-        "images": images, "input_ids": input_ids, "attention_mask": attention_mask, "state": state,
-        "action": action, "action_mask": action_mask, "embodiment_id": embodiment_id,
+        "images": images,
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "state": state,
+        "action": action,
+        "action_mask": action_mask,
+        "embodiment_id": embodiment_id,
     }
     return {k: v.to(device) for k, v in batch.items()}

@@ -54,8 +54,16 @@ class Gr00tDataset(LeRobotDataset):
         meta = load_meta(root)
         self.preset = preset = fit_preset(preset, meta)
         if embodiment_id is None and meta.embodiment_id is None:
-            embodiment_id = PROJECTOR_INDEX.get(meta.embodiment_tag, PROJECTOR_INDEX["new_embodiment"])
-        super().__init__(meta, read_spec(preset), video_backend=video_backend, seed=seed, embodiment_id=embodiment_id)
+            embodiment_id = PROJECTOR_INDEX.get(
+                meta.embodiment_tag, PROJECTOR_INDEX["new_embodiment"]
+            )
+        super().__init__(
+            meta,
+            read_spec(preset),
+            video_backend=video_backend,
+            seed=seed,
+            embodiment_id=embodiment_id,
+        )
         if not 0 <= self.embodiment_id < preset.num_embodiments:
             raise DataError(
                 f"{self.meta.root / INFO}: embodiment id {self.embodiment_id} is not in [0, {preset.num_embodiments})"
@@ -92,4 +100,6 @@ def build_loader(
     """
     root = dataset_root(data_cfg, read_spec(preset))
     dataset = Gr00tDataset(root, preset, video_backend=data_cfg.video_backend or "pyav", seed=seed)
-    return build_host_loader(dataset, data_cfg, batch_size, seed=seed, rank=rank, world_size=world_size)
+    return build_host_loader(
+        dataset, data_cfg, batch_size, seed=seed, rank=rank, world_size=world_size
+    )

@@ -41,11 +41,17 @@ class DiTAttention(nn.Module):
     def __init__(self, dim: int, heads: int, kv_dim: int, dropout: float) -> None:
         super().__init__()
         self.heads = heads
-        self.to_q, self.to_k, self.to_v = nn.Linear(dim, dim), nn.Linear(kv_dim, dim), nn.Linear(kv_dim, dim)
+        self.to_q, self.to_k, self.to_v = (
+            nn.Linear(dim, dim),
+            nn.Linear(kv_dim, dim),
+            nn.Linear(kv_dim, dim),
+        )
         self.to_out = nn.Linear(dim, dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         B, N, D = x.shape
         q = self.to_q(x).view(B, N, self.heads, -1).transpose(1, 2)
         k = self.to_k(context).view(B, context.shape[1], self.heads, -1).transpose(1, 2)
@@ -62,7 +68,9 @@ class DiTBlock(nn.Module):
         dim = p.dit_width
         self.kind = kind
         self.norm1 = AdaLayerNorm(dim)
-        self.attn1 = DiTAttention(dim, p.dit_heads, dim if kind == "self" else p.llm_hidden, p.dropout)
+        self.attn1 = DiTAttention(
+            dim, p.dit_heads, dim if kind == "self" else p.llm_hidden, p.dropout
+        )
         self.dropout1 = nn.Dropout(p.dropout)
         self.norm3 = nn.LayerNorm(dim, eps=1e-5, elementwise_affine=False)
         self.ff_in, self.ff_out = nn.Linear(dim, p.dit_ffn), nn.Linear(p.dit_ffn, dim)
@@ -81,7 +89,9 @@ class DiTBlock(nn.Module):
         return x + self.ff_final_dropout(self.ff_out(h))
 
 
-def attended(vl: torch.Tensor, keep: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+def attended(
+    vl: torch.Tensor, keep: torch.Tensor, capacity: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``keep`` tokens of each sample, in order, as a context of ``capacity`` tokens and its mask.
 
     ``vl`` [B, L, D], ``keep`` [B, L] bool with at most ``capacity`` True per row (the caller's

@@ -35,7 +35,10 @@ def model_image_shape(preset: Gr00tPreset, height: int, width: int) -> tuple[int
 def fit_preset(preset: Gr00tPreset, meta: DatasetMeta) -> Gr00tPreset:
     """``preset`` with the views, image shape and sequence length of ``meta``'s dataset."""
     info = meta.root / INFO
-    for part, dim, room in (("state", meta.state_dim, preset.state_dim), ("action", meta.action_dim, preset.action_dim)):
+    for part, dim, room in (
+        ("state", meta.state_dim, preset.state_dim),
+        ("action", meta.action_dim, preset.action_dim),
+    ):
         if dim > room:
             keys = meta.state_keys if part == "state" else meta.action_keys
             names = ", ".join(f"{k.name} ({k.source}[{k.start}:{k.end}])" for k in keys)
@@ -52,7 +55,11 @@ def fit_preset(preset: Gr00tPreset, meta: DatasetMeta) -> Gr00tPreset:
 
 def describe_fit(base: Gr00tPreset, fitted: Gr00tPreset, root) -> str:
     """One line: what the dataset changed in the preset's inputs (empty when nothing)."""
-    if (base.views, base.image_shape, base.seq_len) == (fitted.views, fitted.image_shape, fitted.seq_len):
+    if (base.views, base.image_shape, base.seq_len) == (
+        fitted.views,
+        fitted.image_shape,
+        fitted.seq_len,
+    ):
         return ""
     h, w = fitted.image_shape
     return (

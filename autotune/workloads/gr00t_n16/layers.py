@@ -43,14 +43,21 @@ class FusedProjections(nn.Module):
 
     @torch.no_grad()
     def prepare(self, *projections: nn.Module) -> None:
-        plain = all(type(p) is nn.Linear and not any(t.requires_grad for t in p.parameters()) for p in projections)
+        plain = all(
+            type(p) is nn.Linear and not any(t.requires_grad for t in p.parameters())
+            for p in projections
+        )
         biases = {p.bias is not None for p in projections} if plain else set()
         if not (self.fuse and plain and len(biases) == 1):
             self.weight = self.bias = None
             return
         self.sizes = [p.out_features for p in projections]
         self.weight = _refill(self.weight, torch.cat([p.weight for p in projections]))
-        self.bias = _refill(self.bias, torch.cat([p.bias for p in projections])) if biases == {True} else None
+        self.bias = (
+            _refill(self.bias, torch.cat([p.bias for p in projections]))
+            if biases == {True}
+            else None
+        )
 
     def forward(self, x: torch.Tensor, *projections: nn.Module) -> tuple[torch.Tensor, ...]:
         if self.weight is None:
@@ -60,7 +67,12 @@ class FusedProjections(nn.Module):
 
 def _refill(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
     """``new``'s values in ``old``'s memory where it fits (its address may be captured), else ``new``."""
-    if old is not None and old.shape == new.shape and old.dtype == new.dtype and old.device == new.device:
+    if (
+        old is not None
+        and old.shape == new.shape
+        and old.dtype == new.dtype
+        and old.device == new.device
+    ):
         return old.copy_(new)
     return new
 
@@ -89,7 +101,9 @@ class BlockStack(nn.Module):
 def sinusoidal(t: torch.Tensor, channels: int, max_period: float = 10000.0) -> torch.Tensor:
     """Sinusoidal features of (possibly batched) timesteps: ``t[..., None] * freqs`` -> [cos, sin]."""
     half = channels // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    freqs = torch.exp(
+        -math.log(max_period) * torch.arange(half, device=t.device, dtype=torch.float32) / half
+    )
     args = t.float()[..., None] * freqs
     return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
 

@@ -14,8 +14,12 @@ from autotune.workloads.gr00t_n16.layers import BlockStack, FusedProjections, RM
 from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, Gr00tPreset
 
 
-def rope_tables(seq_len: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+def rope_tables(
+    seq_len: int, head_dim: int, theta: float, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    )
     freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -55,7 +59,10 @@ class Qwen3Attention(nn.Module):
 class Qwen3Layer(nn.Module):
     def __init__(self, p: Gr00tPreset) -> None:
         super().__init__()
-        self.input_layernorm, self.post_attention_layernorm = RMSNorm(p.llm_hidden), RMSNorm(p.llm_hidden)
+        self.input_layernorm, self.post_attention_layernorm = (
+            RMSNorm(p.llm_hidden),
+            RMSNorm(p.llm_hidden),
+        )
         self.self_attn = Qwen3Attention(p)
         self.gate_proj = nn.Linear(p.llm_hidden, p.llm_ffn, bias=False)
         self.up_proj = nn.Linear(p.llm_hidden, p.llm_ffn, bias=False)
@@ -85,7 +92,9 @@ class LLMFrozen(BlockStack):
         embeds = self.embed_tokens(input_ids)
         is_image = input_ids == IMG_CONTEXT_ID
         slot = (torch.cumsum(is_image, dim=1) - 1).clamp(min=0, max=image_embeds.shape[1] - 1)
-        gathered = torch.gather(image_embeds.to(embeds.dtype), 1, slot.unsqueeze(-1).expand(-1, -1, embeds.shape[-1]))
+        gathered = torch.gather(
+            image_embeds.to(embeds.dtype), 1, slot.unsqueeze(-1).expand(-1, -1, embeds.shape[-1])
+        )
         x = torch.where(is_image.unsqueeze(-1), gathered, embeds)
         return self.run(x, self.rope_cos, self.rope_sin)
 
@@ -114,7 +123,9 @@ class LLMTrainable(BlockStack):
         if not self.compute_logits:
             return h, None
         weight = self._tied[0].weight
-        if weight.dtype != h.dtype and (h.device.type == "meta" or not torch.is_autocast_enabled(h.device.type)):
+        if weight.dtype != h.dtype and (
+            h.device.type == "meta" or not torch.is_autocast_enabled(h.device.type)
+        ):
             # an fp32 region: the tied embedding is llm_frozen's, stored in frozen_dtype (bf16 by default).
             # On two H200s this map (llm_trainable fp32, llm_frozen bf16) failed its trial here.
             weight = weight.to(h.dtype)

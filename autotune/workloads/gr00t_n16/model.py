@@ -58,9 +58,16 @@ class Gr00tN16Model(nn.Module):
         self.skip_dead_work = False
         self.attended_kv_only = False
 
-    def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather",
-                  bias_in_activation: bool = False, attended_kv_only: bool = False,
-                  gelu_epilogue: bool = False, fused_frozen_qkv: bool = False) -> None:
+    def configure(
+        self,
+        *,
+        skip_dead_work: bool = False,
+        category_matmul: str = "gather",
+        bias_in_activation: bool = False,
+        attended_kv_only: bool = False,
+        gelu_epilogue: bool = False,
+        fused_frozen_qkv: bool = False,
+    ) -> None:
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs
         the loss never reads (knob ``model.skip_dead_work``). ``category_matmul``: how the
         projectors apply each sample's embodiment weights (``gather`` or ``grouped``, see
@@ -114,7 +121,9 @@ class Gr00tN16Model(nn.Module):
         if not self.attended_kv_only:
             return (vl, text_keep[:, None, None, :]), (vl, image_keep[:, None, None, :])
         images = self.preset.views * self.preset.image_tokens_per_view
-        return attended(vl, text_keep, self.preset.seq_len - images), attended(vl, image_keep, images)
+        return attended(vl, text_keep, self.preset.seq_len - images), attended(
+            vl, image_keep, images
+        )
 
     PREFIX_REGIONS = ("vision", "connector", "llm_frozen")
     """The regions :meth:`frozen_prefix` runs (frozen unless ``model.unfreeze`` names one)."""
@@ -155,7 +164,9 @@ class Gr00tN16Model(nn.Module):
         action_tokens = action_tokens + self.position_embedding(pos).to(action_tokens.dtype)
         tokens = torch.cat([state_tokens, action_tokens], dim=1)
         out = self.dit(tokens, text, image, t_disc)
-        if self.skip_dead_work:  # the decoder works token by token: decode only the action tokens the loss reads
+        if (
+            self.skip_dead_work
+        ):  # the decoder works token by token: decode only the action tokens the loss reads
             pred = pr.action_decoder(out[:, -p.action_horizon :], cat_ids)
         else:  # upstream decodes the state token too, and drops it
             pred = pr.action_decoder(out, cat_ids)[:, -p.action_horizon :]

@@ -83,9 +83,13 @@ class Gr00tPreset:
     def __post_init__(self) -> None:
         side = self.patch_size * self.unshuffle
         if any(x % side for x in self.image_shape):
-            raise WorkloadError(f"preset {self.name}: image {self.image_shape} is not a multiple of {side} px on each side")
+            raise WorkloadError(
+                f"preset {self.name}: image {self.image_shape} is not a multiple of {side} px on each side"
+            )
         if self.max_text_tokens < 4:
-            raise WorkloadError(f"preset {self.name}: seq_len {self.seq_len} leaves no room for text")
+            raise WorkloadError(
+                f"preset {self.name}: seq_len {self.seq_len} leaves no room for text"
+            )
 
 
 FULL = Gr00tPreset(name="full")
@@ -94,21 +98,52 @@ FULL = Gr00tPreset(name="full")
 MEDIUM = replace(
     FULL,
     name="medium",
-    vision_hidden=512, vision_mlp=2048, vision_layers=8, vision_heads=8,
-    llm_hidden=1024, llm_ffn=3072, llm_layers=8, llm_heads=8, llm_kv_heads=4, vocab_size=32_768,
-    dit_layers=16, dit_heads=16, dit_ffn=3072, dit_out=512,
-    state_hidden=512, decoder_hidden=512,
+    vision_hidden=512,
+    vision_mlp=2048,
+    vision_layers=8,
+    vision_heads=8,
+    llm_hidden=1024,
+    llm_ffn=3072,
+    llm_layers=8,
+    llm_heads=8,
+    llm_kv_heads=4,
+    vocab_size=32_768,
+    dit_layers=16,
+    dit_heads=16,
+    dit_ffn=3072,
+    dit_out=512,
+    state_hidden=512,
+    decoder_hidden=512,
 )
 
 # A few million parameters: a CPU step of 2 samples well under a second on 2 cores.
 TINY = replace(
     FULL,
     name="tiny",
-    image_size=56, vision_hidden=64, vision_mlp=128, vision_layers=2, vision_heads=2, vision_pos_grid=4,
-    llm_hidden=64, llm_ffn=128, llm_layers=4, llm_trainable_layers=2, llm_heads=4, llm_kv_heads=2,
-    llm_head_dim=16, vocab_size=1024, seq_len=40,
-    dit_layers=4, dit_heads=4, dit_head_dim=16, dit_ffn=128, dit_out=64, timestep_channels=32,
-    max_positions=64, state_hidden=64, decoder_hidden=64,
+    image_size=56,
+    vision_hidden=64,
+    vision_mlp=128,
+    vision_layers=2,
+    vision_heads=2,
+    vision_pos_grid=4,
+    llm_hidden=64,
+    llm_ffn=128,
+    llm_layers=4,
+    llm_trainable_layers=2,
+    llm_heads=4,
+    llm_kv_heads=2,
+    llm_head_dim=16,
+    vocab_size=1024,
+    seq_len=40,
+    dit_layers=4,
+    dit_heads=4,
+    dit_head_dim=16,
+    dit_ffn=128,
+    dit_out=64,
+    timestep_channels=32,
+    max_positions=64,
+    state_hidden=64,
+    decoder_hidden=64,
 )
 
 PRESETS: dict[str, Gr00tPreset] = {p.name: p for p in (FULL, MEDIUM, TINY)}
@@ -116,5 +151,7 @@ PRESETS: dict[str, Gr00tPreset] = {p.name: p for p in (FULL, MEDIUM, TINY)}
 
 def get_preset(name: str) -> Gr00tPreset:
     if name not in PRESETS:
-        raise WorkloadError(f"preset {name!r} of workload 'gr00t_n16' is unknown; known presets: {list(PRESETS)}")
+        raise WorkloadError(
+            f"preset {name!r} of workload 'gr00t_n16' is unknown; known presets: {list(PRESETS)}"
+        )
     return PRESETS[name]

@@ -10,12 +10,16 @@ from autotune.workloads.gr00t_n16.layers import sinusoidal
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 
-def slot_groups(cat_ids: torch.Tensor, slots: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+def slot_groups(
+    cat_ids: torch.Tensor, slots: int, tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The samples in slot order (a stable sort) and the grouped GEMM's offsets: ``offs[s]`` is the
     end, in tokens, of slot ``s``'s rows. Static shapes and no host sync (the counts compare ids
     with every slot instead of ``bincount``, whose output size depends on the data)."""
     order = torch.argsort(cat_ids, stable=True)
-    counts = (cat_ids.unsqueeze(0) == torch.arange(slots, device=cat_ids.device).unsqueeze(1)).sum(1)
+    counts = (cat_ids.unsqueeze(0) == torch.arange(slots, device=cat_ids.device).unsqueeze(1)).sum(
+        1
+    )
     return order, (torch.cumsum(counts, 0) * tokens).to(torch.int32)
 
 
@@ -79,7 +83,9 @@ class ActionEncoder(nn.Module):
         self.W2 = CategorySpecificLinear(p.num_embodiments, 2 * w, w)
         self.W3 = CategorySpecificLinear(p.num_embodiments, w, w)
 
-    def forward(self, actions: torch.Tensor, t_disc: torch.Tensor, cat_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, actions: torch.Tensor, t_disc: torch.Tensor, cat_ids: torch.Tensor
+    ) -> torch.Tensor:
         a = self.W1(actions, cat_ids)
         tau = sinusoidal(t_disc.unsqueeze(1).expand(-1, actions.shape[1]), self.width).to(a.dtype)
         return self.W3(F.silu(self.W2(torch.cat([a, tau], dim=-1), cat_ids)), cat_ids)
@@ -90,6 +96,10 @@ class Projectors(nn.Module):
 
     def __init__(self, p: Gr00tPreset) -> None:
         super().__init__()
-        self.state_encoder = CategorySpecificMLP(p.num_embodiments, p.state_dim, p.state_hidden, p.dit_width)
+        self.state_encoder = CategorySpecificMLP(
+            p.num_embodiments, p.state_dim, p.state_hidden, p.dit_width
+        )
         self.action_encoder = ActionEncoder(p)
-        self.action_decoder = CategorySpecificMLP(p.num_embodiments, p.dit_out, p.decoder_hidden, p.action_dim)
+        self.action_decoder = CategorySpecificMLP(
+            p.num_embodiments, p.dit_out, p.decoder_hidden, p.action_dim
+        )

@@ -14,12 +14,17 @@ class SiglipAttention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(dim, dim) for _ in range(4))
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            nn.Linear(dim, dim) for _ in range(4)
+        )
         self.qkv = FusedProjections()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, D = x.shape
-        q, k, v = (t.view(B, N, self.heads, -1).transpose(1, 2) for t in self.qkv(x, self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            t.view(B, N, self.heads, -1).transpose(1, 2)
+            for t in self.qkv(x, self.q_proj, self.k_proj, self.v_proj)
+        )
         out = F.scaled_dot_product_attention(q, k, v)  # global attention, no mask
         return self.out_proj(out.transpose(1, 2).reshape(B, N, D))
 
@@ -57,7 +62,9 @@ class SiglipLayer(nn.Module):
         return x + self.fc2(h)
 
     def _fc1_needs_grad(self, h: torch.Tensor) -> bool:
-        return torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in self.fc1.parameters()))
+        return torch.is_grad_enabled() and (
+            h.requires_grad or any(p.requires_grad for p in self.fc1.parameters())
+        )
 
     def _fc1_gelu_in_epilogue(self, h: torch.Tensor) -> torch.Tensor:
         """gelu_tanh(fc1(h)) as one cuBLASLt GEMM, in the dtype autocast would give ``fc1`` (the
@@ -76,7 +83,12 @@ class VisionTower(BlockStack):
     """
 
     def __init__(self, p: Gr00tPreset) -> None:
-        super().__init__([SiglipLayer(p.vision_hidden, p.vision_mlp, p.vision_heads) for _ in range(p.vision_layers)])
+        super().__init__(
+            [
+                SiglipLayer(p.vision_hidden, p.vision_mlp, p.vision_heads)
+                for _ in range(p.vision_layers)
+            ]
+        )
         self.patch, self.grid = p.patch_size, p.vision_pos_grid
         self.patch_embedding = nn.Linear(3 * p.patch_size**2, p.vision_hidden)
         self.position_embedding = nn.Parameter(torch.zeros(p.vision_pos_grid**2, p.vision_hidden))
@@ -110,5 +122,9 @@ class Connector(nn.Module):
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
         N, P, D = feats.shape
         r, (h, w) = self.r, self.grid
-        x = feats.reshape(N, h // r, r, w // r, r, D).permute(0, 1, 3, 2, 4, 5).reshape(N, (h // r) * (w // r), r * r * D)
+        x = (
+            feats.reshape(N, h // r, r, w // r, r, D)
+            .permute(0, 1, 3, 2, 4, 5)
+            .reshape(N, (h // r) * (w // r), r * r * D)
+        )
         return self.fc2(F.gelu(self.fc1(self.norm(x))))

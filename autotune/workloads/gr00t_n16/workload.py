@@ -46,7 +46,9 @@ class Gr00tN16(Workload):
     def fit_data(self, preset: str, data: DataConfig) -> None:
         """Fit ``preset`` to ``data.dataset`` (a null dataset is made to the preset: nothing to fit)."""
         self._fitted.pop(preset, None)
-        if data.source not in (None, "lerobot") or not data.dataset:  # null: the first source, lerobot
+        if (
+            data.source not in (None, "lerobot") or not data.dataset
+        ):  # null: the first source, lerobot
             return
         from autotune.data import load_meta
         from autotune.workloads.gr00t_n16.fit import describe_fit, fit_preset
@@ -71,8 +73,10 @@ class Gr00tN16(Workload):
         """A block stack (vision tower, LLM halves, DiT) by its blocks; any other module whole."""
         from autotune.workloads.gr00t_n16.layers import BlockStack
 
-        return {name: [b for m in modules for b in (m.blocks if isinstance(m, BlockStack) else [m])]
-                for name, modules in self.regions(model).items()}
+        return {
+            name: [b for m in modules for b in (m.blocks if isinstance(m, BlockStack) else [m])]
+            for name, modules in self.regions(model).items()
+        }
 
     def data_sources(self) -> tuple[str, ...]:
         return ("lerobot", "synthetic")
@@ -95,21 +99,37 @@ class Gr00tN16(Workload):
         return batch_mod.synthetic_batch(self.resolve(preset), batch_size, device, generator)
 
     def make_loader(
-        self, preset: str, data: DataConfig, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1
+        self,
+        preset: str,
+        data: DataConfig,
+        batch_size: int,
+        *,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> Iterable[Batch]:
         if data.source == "synthetic":
-            return super().make_loader(preset, data, batch_size, seed=seed, rank=rank, world_size=world_size)
+            return super().make_loader(
+                preset, data, batch_size, seed=seed, rank=rank, world_size=world_size
+            )
         from autotune.workloads.gr00t_n16.data import build_loader
 
-        return build_loader(self.resolve(preset), data, batch_size, seed=seed, rank=rank, world_size=world_size)
+        return build_loader(
+            self.resolve(preset), data, batch_size, seed=seed, rank=rank, world_size=world_size
+        )
 
     def tokens_per_sample(self, preset: str) -> int:
         return self.resolve(preset).seq_len
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
-        model.configure(skip_dead_work=options.skip_dead_work, category_matmul=options.category_matmul,
-                        bias_in_activation=options.bias_in_activation, attended_kv_only=options.attended_kv_only,
-                        gelu_epilogue=options.gelu_epilogue, fused_frozen_qkv=options.fused_frozen_qkv)
+        model.configure(
+            skip_dead_work=options.skip_dead_work,
+            category_matmul=options.category_matmul,
+            bias_in_activation=options.bias_in_activation,
+            attended_kv_only=options.attended_kv_only,
+            gelu_epilogue=options.gelu_epilogue,
+            fused_frozen_qkv=options.fused_frozen_qkv,
+        )
 
     def prepare_model(self, model: nn.Module) -> None:
         model.prepare_fused_projections()

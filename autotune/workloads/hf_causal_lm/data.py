@@ -33,7 +33,9 @@ def write_shard(folder: Path, vocab_size: int, tokens: int, seed: int = SHARD_SE
     stream = np.concatenate([phrases[i] for i in draws])[:tokens]
     dtype = "uint16" if vocab_size <= 2**16 else "uint32"
     stream.astype(dtype).tofile(folder / TOKENS)
-    (folder / META).write_text(json.dumps({"dtype": dtype, "vocab_size": vocab_size, "tokens": int(stream.size)}))
+    (folder / META).write_text(
+        json.dumps({"dtype": dtype, "vocab_size": vocab_size, "tokens": int(stream.size)})
+    )
 
 
 def shard_folder(preset: LMPreset, dataset: str | None) -> Path:
@@ -41,7 +43,9 @@ def shard_folder(preset: LMPreset, dataset: str | None) -> Path:
         return Path(dataset)
     tokens = preset.windows * preset.seq_len + 1
     name = f"tokens-v{preset.vocab_size}-t{tokens}-seed{SHARD_SEED}"
-    return make_once(cache_root() / "datasets" / name, lambda d: write_shard(d, preset.vocab_size, tokens))
+    return make_once(
+        cache_root() / "datasets" / name, lambda d: write_shard(d, preset.vocab_size, tokens)
+    )
 
 
 class TokenWindows(torch.utils.data.Dataset):
@@ -54,11 +58,17 @@ class TokenWindows(torch.utils.data.Dataset):
             meta = json.loads(meta_path.read_text())
             self.dtype, self.tokens = np.dtype(meta["dtype"]), int(meta["tokens"])
         except FileNotFoundError:
-            raise DataError(f"{meta_path}: no such file; a token shard is a folder with {TOKENS} and {META}") from None
+            raise DataError(
+                f"{meta_path}: no such file; a token shard is a folder with {TOKENS} and {META}"
+            ) from None
         except (ValueError, KeyError, TypeError) as exc:
-            raise DataError(f"{meta_path}: not a token shard's meta ({exc}); it holds dtype, vocab_size, tokens") from None
+            raise DataError(
+                f"{meta_path}: not a token shard's meta ({exc}); it holds dtype, vocab_size, tokens"
+            ) from None
         if int(meta.get("vocab_size", 0)) > vocab_size:
-            raise DataError(f"{meta_path}: vocab_size {meta['vocab_size']} is larger than the model's {vocab_size}")
+            raise DataError(
+                f"{meta_path}: vocab_size {meta['vocab_size']} is larger than the model's {vocab_size}"
+            )
         if self.tokens < seq_len:
             raise DataError(f"{folder / TOKENS}: {self.tokens} tokens make no window of {seq_len}")
         self.path, self.seq_len = folder / TOKENS, seq_len
@@ -70,8 +80,13 @@ class TokenWindows(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if self._map is None or self._pid != os.getpid():
-            self._map, self._pid = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.tokens,)), os.getpid()
-        window = torch.from_numpy(self._map[index * self.seq_len : (index + 1) * self.seq_len].astype(np.int64))
+            self._map, self._pid = (
+                np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.tokens,)),
+                os.getpid(),
+            )
+        window = torch.from_numpy(
+            self._map[index * self.seq_len : (index + 1) * self.seq_len].astype(np.int64)
+        )
         return {"input_ids": window, "labels": window.clone()}
 
     def __getstate__(self) -> dict:  # a spawned worker maps the file itself

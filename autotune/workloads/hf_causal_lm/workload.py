@@ -45,24 +45,34 @@ class HFCausalLM(Workload):
     data_fields = ("dataset",)
 
     def build_model(self, preset: str, device: str | torch.device = "cpu") -> nn.Module:
-        return build(require_transformers().LlamaForCausalLM, llama_config(get_preset(preset)), device)
+        return build(
+            require_transformers().LlamaForCausalLM, llama_config(get_preset(preset)), device
+        )
 
     def regions(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         decoder = model.model
-        return {"embed": [decoder.embed_tokens], "layers": list(decoder.layers), "head": [decoder.norm, model.lm_head]}
+        return {
+            "embed": [decoder.embed_tokens],
+            "layers": list(decoder.layers),
+            "head": [decoder.norm, model.lm_head],
+        }
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(input_ids=batch["input_ids"], labels=batch["labels"], use_cache=False).loss
 
     def synthetic_batch(self, preset, batch_size, device, generator=None) -> Batch:
         p = get_preset(preset)
-        ids = torch.randint(0, p.vocab_size, (batch_size, p.seq_len), generator=generator).to(device)
+        ids = torch.randint(0, p.vocab_size, (batch_size, p.seq_len), generator=generator).to(
+            device
+        )
         return {"input_ids": ids, "labels": ids.clone()}
 
     def data_sources(self) -> tuple[str, ...]:
         return ("tokens", "synthetic")
 
-    def dataset(self, preset: str, data: DataConfig, *, seed: int, rank: int = 0, world_size: int = 1):
+    def dataset(
+        self, preset: str, data: DataConfig, *, seed: int, rank: int = 0, world_size: int = 1
+    ):
         from autotune.workloads.hf_causal_lm.data import TokenWindows, shard_folder
 
         p = get_preset(preset)
@@ -70,7 +80,9 @@ class HFCausalLM(Workload):
 
     def optimizer_config(self, preset: str) -> OptimizerConfig:
         """A pretraining recipe: AdamW at 3e-4, betas (0.9, 0.95), decay 0.1, 1 % warm-up, cosine, clip 1."""
-        return OptimizerConfig(lr=3e-4, betas=[0.9, 0.95], weight_decay=0.1, warmup_ratio=0.01, grad_clip=1.0)
+        return OptimizerConfig(
+            lr=3e-4, betas=[0.9, 0.95], weight_decay=0.1, warmup_ratio=0.01, grad_clip=1.0
+        )
 
     def stock_config(self, preset: str) -> TrainConfig:
         """What Hugging Face's ``Trainer`` runs with ``bf16=True``: bf16 autocast over fp32 weights, AdamW
@@ -88,4 +100,6 @@ class HFCausalLM(Workload):
     @functools.cache  # noqa: B019  (the workload is a process-wide singleton)
     def flops_per_sample(self, preset: str) -> float:
         p = get_preset(preset)
-        return transformer_flops(linear_params(self.build_model(preset, "meta")), p.layers, p.hidden, p.seq_len)
+        return transformer_flops(
+            linear_params(self.build_model(preset, "meta")), p.layers, p.hidden, p.seq_len
+        )

@@ -25,17 +25,29 @@ def _pil():
     try:
         from PIL import Image
     except ImportError:
-        raise WorkloadError("this workload decodes images with Pillow: pip install 'autotune[hf]'") from None
+        raise WorkloadError(
+            "this workload decodes images with Pillow: pip install 'autotune[hf]'"
+        ) from None
     return Image
 
 
 def class_image(cls: int, classes: int, size: int, rng: np.random.Generator) -> np.ndarray:
     """An RGB image of class ``cls``: its colour, stripes at its angle, noise on top."""
-    hue = np.array([np.cos(2 * np.pi * cls / classes), np.sin(2 * np.pi * cls / classes), 0.5 - cls / classes / 2])
+    hue = np.array(
+        [
+            np.cos(2 * np.pi * cls / classes),
+            np.sin(2 * np.pi * cls / classes),
+            0.5 - cls / classes / 2,
+        ]
+    )
     y, x = np.mgrid[0:size, 0:size] / size
     angle = np.pi * cls / classes
     stripes = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * (x * np.cos(angle) + y * np.sin(angle)))
-    img = 0.5 + 0.35 * hue[None, None, :] * stripes[..., None] + 0.15 * rng.standard_normal((size, size, 3))
+    img = (
+        0.5
+        + 0.35 * hue[None, None, :] * stripes[..., None]
+        + 0.15 * rng.standard_normal((size, size, 3))
+    )
     return (np.clip(img, 0, 1) * 255).astype(np.uint8)
 
 
@@ -46,7 +58,9 @@ def write_folder(folder: Path, p: ViTPreset, seed: int = FOLDER_SEED) -> None:
         sub = folder / f"class_{cls:03d}"
         sub.mkdir()
         for i in range(p.per_class):  # PNG and JPEG, both as a real folder of photos may hold
-            Image.fromarray(class_image(cls, p.classes, p.file_size, rng)).save(sub / f"{i:05d}{SUFFIXES[i % 2]}")
+            Image.fromarray(class_image(cls, p.classes, p.file_size, rng)).save(
+                sub / f"{i:05d}{SUFFIXES[i % 2]}"
+            )
 
 
 def image_folder(p: ViTPreset, dataset: str | None) -> Path:
@@ -63,10 +77,19 @@ class ImageFiles(torch.utils.data.Dataset):
     def __init__(self, folder: Path, size: int, classes: int) -> None:
         subs = sorted(d for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
         if not subs:
-            raise DataError(f"{folder}: no class folders; an image dataset is a folder of one folder of images a class")
+            raise DataError(
+                f"{folder}: no class folders; an image dataset is a folder of one folder of images a class"
+            )
         if len(subs) > classes:
-            raise DataError(f"{folder}: {len(subs)} class folders, more than the model's {classes} classes")
-        self.files = [(f, label) for label, d in enumerate(subs) for f in sorted(d.iterdir()) if f.suffix.lower() in SUFFIXES]
+            raise DataError(
+                f"{folder}: {len(subs)} class folders, more than the model's {classes} classes"
+            )
+        self.files = [
+            (f, label)
+            for label, d in enumerate(subs)
+            for f in sorted(d.iterdir())
+            if f.suffix.lower() in SUFFIXES
+        ]
         if not self.files:
             raise DataError(f"{folder}: its class folders hold no {'/'.join(SUFFIXES)} files")
         self.size = size

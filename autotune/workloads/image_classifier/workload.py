@@ -42,12 +42,18 @@ class ImageClassifier(Workload):
     data_fields = ("dataset",)
 
     def build_model(self, preset: str, device: str | torch.device = "cpu") -> nn.Module:
-        return build(require_transformers().ViTForImageClassification, vit_config(get_preset(preset)), device)
+        return build(
+            require_transformers().ViTForImageClassification, vit_config(get_preset(preset)), device
+        )
 
     def regions(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         vit = model.vit
         layers = vit.layers if hasattr(vit, "layers") else vit.encoder.layer  # transformers 5 / 4
-        return {"embeddings": [vit.embeddings], "encoder": list(layers), "head": [vit.layernorm, model.classifier]}
+        return {
+            "embeddings": [vit.embeddings],
+            "encoder": list(layers),
+            "head": [vit.layernorm, model.classifier],
+        }
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(pixel_values=batch["pixel_values"], labels=batch["labels"]).loss
@@ -61,7 +67,9 @@ class ImageClassifier(Workload):
     def data_sources(self) -> tuple[str, ...]:
         return ("image_files", "synthetic")
 
-    def dataset(self, preset: str, data: DataConfig, *, seed: int, rank: int = 0, world_size: int = 1):
+    def dataset(
+        self, preset: str, data: DataConfig, *, seed: int, rank: int = 0, world_size: int = 1
+    ):
         from autotune.workloads.image_classifier.data import ImageFiles, image_folder
 
         p = get_preset(preset)
@@ -80,4 +88,6 @@ class ImageClassifier(Workload):
     @functools.cache  # noqa: B019  (the workload is a process-wide singleton)
     def flops_per_sample(self, preset: str) -> float:
         p = get_preset(preset)
-        return transformer_flops(linear_params(self.build_model(preset, "meta")), p.layers, p.hidden, p.tokens)
+        return transformer_flops(
+            linear_params(self.build_model(preset, "meta")), p.layers, p.hidden, p.tokens
+        )
