@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.train.record import (
+from autotune.train.trial.record import (
     LoaderRate,
     Measurement,
     Memory,

@@ -6,12 +6,12 @@ Commands (CPU: the tiny preset; on a GPU machine: the preset to tune)::
     python -m autotune.benchmarks.compile_cache --preset full --set 'compile.regions=[all],graphs.mode=step' \\
         --rounds 2 --json compile-cache.json
 
-Every run is a fresh process started as a study starts its trials (:func:`autotune.train.launch.launch`),
+Every run is a fresh process started as a study starts its trials (:func:`autotune.train.trial.launch.launch`),
 the stock configuration with ``--set``'s changes and synthetic batches. A round is a *cold* run
 with an empty cache folder (:func:`autotune.train.compile_cache.cache_env`) and then a *warm* run
 of the same configuration with the folder the cold one filled, as a later trial of a study (or the
 confirmation of its winner) finds it. Each round has a folder of its own. Reported per run: wall
-time, its compile and capture parts (:mod:`autotune.train.cost`) and the caches' hit and miss
+time, its compile and capture parts (:mod:`autotune.train.window.cost`) and the caches' hit and miss
 counts; then the medians of the cold and warm runs and what the cache saved.
 """
 
@@ -40,7 +40,7 @@ def config(preset: str, changes: str, batch_size: int | None):
 def run_once(
     cfg, folder: Path, steps: int, warmup: int, timeout: float, log: Path
 ) -> dict[str, Any]:
-    from autotune.train.launch import launch
+    from autotune.train.trial.launch import launch
 
     record = launch(
         cfg,

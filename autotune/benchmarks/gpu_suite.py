@@ -30,18 +30,18 @@ per row::
         best-1gpu+compiled_adamw best-1gpu+exact best-1gpu+exact_fp8_dit
 
 Every row is trained from the same seed on the same
-data by :func:`autotune.train.launch.launch` (warm-up, then measured steps with the device
+data by :func:`autotune.train.trial.launch.launch` (warm-up, then measured steps with the device
 synchronised); its loss parity against ``stock`` is computed from the same runs
-(:func:`autotune.train.verify.compare`). The bf16 matmul rate for MFU is measured once, in a
+(:func:`autotune.train.window.verify.compare`). The bf16 matmul rate for MFU is measured once, in a
 fresh process, before the rows. Then the fastest row (``--profile`` names others) is profiled
-with ``autotune profile`` (:mod:`autotune.train.profile_run`): its profiling overhead (profiled
+with ``autotune profile`` (:mod:`autotune.train.window.profile`): its profiling overhead (profiled
 vs unprofiled steps of that run) and time buckets. ``--model-bench`` adds the stock model
 on one batch already on the GPU, eager steps (no data path).
 
 The JSON (``--json``, or ``OUT/suite-<nproc>.json`` with ``--out``) and a markdown twin
 (``.md``) are rewritten after every row, so a run cut short keeps what it measured; the
 markdown table is printed last. Each row of ``runs`` holds the run's record
-(``"record"``: :class:`autotune.train.record.TrialRecord`) beside the row's own fields.
+(``"record"``: :class:`autotune.train.trial.record.TrialRecord`) beside the row's own fields.
 """
 
 from __future__ import annotations
@@ -66,15 +66,15 @@ from autotune.benchmarks.suite_configs import (
 )
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.errors import AutotuneError
-from autotune.train.launch import launch
-from autotune.train.record import TrialRecord
-from autotune.train.verify import compare, tolerance_for
+from autotune.train.trial.launch import launch
+from autotune.train.trial.record import TrialRecord
+from autotune.train.window.verify import compare, tolerance_for
 
 DEFAULT_CONFIGS = ["stock", "step_graph", "region_graph", "precision_fp16_frozen"]
 
 _MATMUL_CHILD = """
 import json, torch
-from autotune.train.measure import matmul_rate
+from autotune.train.window.measure import matmul_rate
 cuda = torch.cuda.is_available()
 device = torch.device("cuda" if cuda else "cpu")
 name = torch.cuda.get_device_name(device) if cuda else "cpu"
@@ -103,8 +103,14 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
     import torch
 
     from autotune.config.stock import stock_config
-    from autotune.train.measure import Stats, StepTimer, matmul_rate, peak_memory, reset_peak_memory
     from autotune.train.session import Session
+    from autotune.train.window.measure import (
+        Stats,
+        StepTimer,
+        matmul_rate,
+        peak_memory,
+        reset_peak_memory,
+    )
 
     s = Session(stock_config(preset=preset))
     b = s.workload.synthetic_batch(preset, batch, s.device, torch.Generator().manual_seed(0))

@@ -11,7 +11,7 @@ Three runs of ``autotune train`` with the same configuration, each in fresh proc
 ``saved`` and ``resumed`` together are the N steps with a checkpoint every K. The summary compares
 their samples/s (summed over both: checkpoint stalls included) with ``plain``'s, gives each
 checkpoint's size, stall at the step boundary and background write time, and checks the resumed
-losses (steps R+1..N) against ``plain``'s same steps with :func:`autotune.train.verify.compare` at the
+losses (steps R+1..N) against ``plain``'s same steps with :func:`autotune.train.window.verify.compare` at the
 configuration's parity tolerance::
 
     python -m autotune.benchmarks.long_job --config reports/examples/full-1gpu-h200-v4/best.yaml \
@@ -46,7 +46,7 @@ from typing import Any
 
 from autotune.config import load_config
 from autotune.config.stock import stock_config
-from autotune.train.verify import compare, tolerance_for
+from autotune.train.window.verify import compare, tolerance_for
 
 PHASES = ("plain", "saved", "resumed")
 

@@ -31,8 +31,9 @@ from pathlib import Path
 import torch
 
 from autotune.config import OptimizerConfig, PrecisionConfig
-from autotune.train import optim, precision
-from autotune.train.optim_master import bf16_with_masters
+from autotune.train import precision
+from autotune.train.optim import adamw as optim
+from autotune.train.optim.master import bf16_with_masters
 from autotune.workloads import get_workload
 
 Layout = list[tuple[list[tuple[tuple[int, ...], bool]], float]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.train.record import Measurement, TrialRecord
+from autotune.train.trial.record import Measurement, TrialRecord
 
 GIB = 2**30
 

@@ -5,7 +5,7 @@ Commands (CPU: the tiny preset; on a GPU machine the preset to tune)::
     python -m autotune.benchmarks.trial_start --preset tiny --runs 4
     python -m autotune.benchmarks.trial_start --preset full --runs 3 --json trial-start.json
 
-Each run is a trial as a study starts it (:func:`autotune.train.launch.launch`): the stock
+Each run is a trial as a study starts it (:func:`autotune.train.trial.launch.launch`): the stock
 configuration with synthetic batches, one measured step. The two ways alternate run by run
 (executed, forked, executed, ...) in one process; the first forked run starts the zygote and is
 reported apart (``zygote_start``), the others are forks from it. Reported per run: its wall time
@@ -31,8 +31,8 @@ def config(preset: str, batch_size: int | None):
 
 
 def run_once(cfg, forked: bool, timeout: float) -> dict[str, Any]:
-    from autotune.train import zygote_client
-    from autotune.train.launch import launch
+    from autotune.train.trial import zygote_client
+    from autotune.train.trial.launch import launch
 
     os.environ[zygote_client.ENABLE_ENV] = "1" if forked else "0"
     record = launch(cfg, steps=1, warmup=0, timeout=timeout, read_host=False)

@@ -160,7 +160,7 @@ class CheckpointConfig:
 
 @dataclass
 class OptimizerConfig:
-    """AdamW and its learning-rate schedule. Applied by ``autotune.train.optim``.
+    """AdamW and its learning-rate schedule. Applied by ``autotune.train.optim.adamw``.
 
     Only ``impl`` is a knob (how the update runs); the hyper-parameters are the workload's
     (``Workload.stock_config``; for gr00t_n16 the upstream fine-tuning ones) and tuning never
@@ -171,10 +171,10 @@ class OptimizerConfig:
     """``foreach`` (torch's default), ``fused`` (one kernel per group), ``loop`` (per parameter) or
     ``compiled`` (the same AdamW update written as for-each ops and compiled by ``torch.compile``:
     one pass over parameters, gradients and moments with the clip coefficient folded in, after one
-    pass that computes the gradient norm; see :mod:`autotune.train.optim_compiled`) or ``master``
+    pass that computes the gradient norm; see :mod:`autotune.train.optim.compiled`) or ``master``
     (trainable weights that the forward reads only through bf16 autocast stored in bf16, their fp32
     masters in the optimizer, the update one pass over every tensor; one process only; see
-    :mod:`autotune.train.optim_master`)."""
+    :mod:`autotune.train.optim.master`)."""
     lr: float = 1e-4
     """Peak learning rate."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -194,7 +194,7 @@ class OptimizerConfig:
     streams: int = 1
     """Shards of the parameters stepped concurrently on CUDA side streams (gradient norm and update):
     one multi-tensor launch does not fill a large GPU. The same parameters bit for bit; 1: one
-    stream. Not with ``impl: compiled`` (see :mod:`autotune.train.optim_streams`)."""
+    stream. Not with ``impl: compiled`` (see :mod:`autotune.train.optim.streams`)."""
 
     overlap: bool = False
     """Run each step's AdamW update beside the next step's frozen prefix (the workload's
@@ -343,7 +343,7 @@ class KernelConfig:
 
 @dataclass
 class ModelConfig:
-    """Which regions train. Applied by ``autotune.train.runner`` (upstream: tune_visual, tune_llm, ...)."""
+    """Which regions train. Applied by ``autotune.train.window.runner`` (upstream: tune_visual, tune_llm, ...)."""
 
     freeze: list[str] = field(default_factory=list)
     """Regions frozen in addition to the workload's frozen parts."""

@@ -88,7 +88,7 @@ class RunInfo:
 
 @dataclass
 class Parity:
-    """Loss parity of the best configuration against stock (autotune.train.verify)."""
+    """Loss parity of the best configuration against stock (autotune.train.window.verify)."""
 
     passed: bool
     tolerance: float | None = None
@@ -265,7 +265,7 @@ class TrialRow:
     """Noisy and not settled by a second run: never the best."""
     parity_passed: bool | None = None
     cost: dict[str, float] | None = None
-    """Where its wall time went, seconds per part (:mod:`autotune.train.cost`)."""
+    """Where its wall time went, seconds per part (:mod:`autotune.train.window.cost`)."""
 
     @property
     def failed(self) -> bool:

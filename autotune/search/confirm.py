@@ -34,7 +34,7 @@ from autotune.config.io import write_text_atomic
 from autotune.search.noise import WIDE_SPREAD, margin, within
 from autotune.search.study import StudyOptions, config_of, run_env
 from autotune.search.trials import measurement_of, ranked_trials, record_of, span_s, stock_trial
-from autotune.train.launch import launch
+from autotune.train.trial.launch import launch
 
 MAX_ROUNDS = 4
 WIDE = 0.1

@@ -15,7 +15,7 @@ fresh processes differ by a few per cent even on a quiet machine).
 
 from __future__ import annotations
 
-from autotune.train.record import Measurement, TrialRecord
+from autotune.train.trial.record import Measurement, TrialRecord
 
 WIDE_SPREAD = 0.2
 """A measured window whose p10-p90 step-time spread exceeds this share of its median step is noisy."""

@@ -4,7 +4,7 @@
 (the winner, with its provenance: the confirmed numbers where the winner was measured again,
 ``autotune.search.confirm``), ``parity.json`` (loss parity of the winner against the stock
 trial: both trials train from the same seed on the same batches, so their losses are compared
-with :func:`autotune.train.verify.compare` at the winner's tolerance) and ``trials.csv`` (every
+with :func:`autotune.train.window.verify.compare` at the winner's tolerance) and ``trials.csv`` (every
 trial with its record's numbers: the step-time spread, the host's load at its start, where its
 wall time went).
 """
@@ -38,7 +38,7 @@ from autotune.search.trials import (
     stock_trial,
 )
 from autotune.search.urls import redact
-from autotune.train.cost import PARTS
+from autotune.train.window.cost import PARTS
 
 
 def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
@@ -86,7 +86,7 @@ def write_parity(
     opts: StudyOptions, study: optuna.Study, confirmation: Confirmation | None = None
 ) -> dict[str, Any] | None:
     """Loss parity of the winner against the stock trial, from the losses both recorded."""
-    from autotune.train.verify import compare, tolerance_for
+    from autotune.train.window.verify import compare, tolerance_for
 
     best, stock = winner_of(study, confirmation), stock_trial(study)
     best_m = measurement_of(best) if best is not None else None

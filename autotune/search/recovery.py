@@ -38,7 +38,7 @@ from autotune.search.trials import (
     reason_of,
     store,
 )
-from autotune.train.record import TrialRecord
+from autotune.train.trial.record import TrialRecord
 
 MAX_INTERRUPTIONS = 3
 """A configuration interrupted this many times in a row is not queued again (it may be what kills its worker)."""

@@ -2,13 +2,13 @@
 
 Each trial samples the space's knobs, applies them to the base (stock) configuration, refuses
 impossible combinations with ``check_compatible`` and runs the rest through
-:func:`autotune.train.launch.launch` (own process group, own temporary folder, hard timeout).
+:func:`autotune.train.trial.launch.launch` (own process group, own temporary folder, hard timeout).
 The objective is the measured samples/s, maximised; peak memory is a constraint against the
 memory budget (``user_attrs["constraint"]`` = (peak - budget) / budget, feasible when <= 0),
 handed to the sampler with ``trial.set_constraint("memory", ...)`` (Optuna 5's replacement of
 ``constraints_func``; TPE and GP use it, and the winner is chosen among feasible trials in
 :mod:`autotune.search.trials`). Each trial keeps the run's
-:class:`~autotune.train.record.TrialRecord` (:func:`autotune.search.trials.store`); a failure is a
+:class:`~autotune.train.trial.record.TrialRecord` (:func:`autotune.search.trials.store`); a failure is a
 record too, with its reason and error.
 
 How a trial ends:
@@ -93,9 +93,9 @@ from autotune.search.trials import (
 from autotune.search.vet import needs_second_run, parity_with_stock, settled
 from autotune.train.compile_cache import FOLDER as CACHE_FOLDER
 from autotune.train.compile_cache import cache_env
-from autotune.train.cost import with_wall
-from autotune.train.launch import launch
-from autotune.train.record import TrialRecord
+from autotune.train.trial.launch import launch
+from autotune.train.trial.record import TrialRecord
+from autotune.train.window.cost import with_wall
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A study's trials as records: the one reader and writer of a trial's attributes.
 
-The study stores each trial's :class:`~autotune.train.record.TrialRecord` with :func:`store`
+The study stores each trial's :class:`~autotune.train.trial.record.TrialRecord` with :func:`store`
 (its JSON in ``user_attrs[RECORD]``, plus the study's own attributes of it); the guide, the
 report, ``autotune.search.output`` and the benchmarks read it back with :func:`record_of` and ask
 :func:`feasible`, :func:`best_trial` and :func:`stock_trial` here, so that no layer parses
@@ -26,7 +26,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.train.record import (
+from autotune.train.trial.record import (
     LoaderRate,
     Measurement,
     Memory,

@@ -1,7 +1,7 @@
 """Before a measured trial may lead the search: loss parity with stock, and a second run where it was noisy.
 
 * **Parity.** Every trial trains from the same seed on the same batches as the stock trial, so
-  its losses can be compared with stock's as they are (:func:`autotune.train.verify.compare`, at
+  its losses can be compared with stock's as they are (:func:`autotune.train.window.verify.compare`, at
   the tolerance of the lowest precision it uses). A trial that fails is kept, with its result in
   ``PARITY``, and is never the incumbent nor the best: a lower precision that changes what the
   model learns is not a speed-up (``autotune.search.directions`` lowers precisions only).
@@ -20,14 +20,14 @@ import optuna
 from autotune.config import TrainConfig
 from autotune.search.noise import flags
 from autotune.search.trials import best_trial, measurement_of, stock_trial
-from autotune.train.record import TrialRecord
+from autotune.train.trial.record import TrialRecord
 
 
 def parity_with_stock(
     study: optuna.Study, record: TrialRecord, cfg: TrainConfig
 ) -> dict[str, Any] | None:
     """Loss parity of the record against the stock trial's losses (None: either has none)."""
-    from autotune.train.verify import compare, tolerance_for
+    from autotune.train.window.verify import compare, tolerance_for
 
     stock = stock_trial(study)
     stock_m = measurement_of(stock) if stock is not None else None

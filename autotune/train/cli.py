@@ -14,8 +14,8 @@ import json
 
 from autotune.config import TrainConfig, load_config
 from autotune.errors import ParityError, TrialError
-from autotune.train import job_cli
-from autotune.train.record import Measurement, TrialRecord
+from autotune.train.job import cli as job_cli
+from autotune.train.trial.record import Measurement, TrialRecord
 from autotune.workloads.stock import stock_config
 
 
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="print the run's record (autotune.train.record) as one JSON object on the last line",
+        help="print the run's record (autotune.train.trial.record) as one JSON object on the last line",
     )
     job_cli.add_arguments(p)
     p.set_defaults(func=run_train)
@@ -130,8 +130,8 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from autotune.train.launch import launch
-    from autotune.train.runner import run_training
+    from autotune.train.trial.launch import launch
+    from autotune.train.window.runner import run_training
 
     job_cli.check_mode(args)
     cfg = resolve_config(args)
@@ -185,7 +185,7 @@ def _print(m: Measurement, cfg: TrainConfig) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from autotune.train.verify import verify
+    from autotune.train.window.verify import verify
 
     cfg = resolve_config(args)
     res = verify(cfg, steps=args.steps, nproc=args.nproc)
@@ -213,7 +213,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
     from autotune.config.io import output_folder
     from autotune.errors import ConfigError
-    from autotune.train.launch import launch
+    from autotune.train.trial.launch import launch
 
     cfg = resolve_config(args)
     out = Path(args.out)
@@ -244,7 +244,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from autotune.train.export import export_checkpoint
+    from autotune.train.job.export import export_checkpoint
 
     index = export_checkpoint(
         args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_size * 1e9)

@@ -12,8 +12,11 @@ from torch import nn
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
 from autotune.errors import IncompatibleConfigError
-from autotune.train import cost, distributed, graphs, knobs, optim, optim_master, precision
-from autotune.train.capture_path import capture_path
+from autotune.train import distributed, graphs, knobs, precision
+from autotune.train.optim import adamw as optim
+from autotune.train.optim import master as optim_master
+from autotune.train.window import cost
+from autotune.train.window.capture_path import capture_path
 from autotune.workloads import Batch, LossSplit, Workload, contract, get_workload
 
 

@@ -15,7 +15,7 @@ from autotune.benchmarks.suite_configs import SuiteSettings, resolve
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.config import TrainConfig, load_config, save_config
 from autotune.errors import ConfigError
-from autotune.train.record import TrialRecord
+from autotune.train.trial.record import TrialRecord
 from tests.records import measurement
 
 TINY = SuiteSettings(preset="tiny", batch_size=2, source="synthetic", video_backend="pyav")

@@ -35,7 +35,7 @@ def test_the_workspace_knob_needs_a_cuda_device():
 
 
 def test_a_trial_process_gets_the_kernel_knobs_variables_over_the_callers(monkeypatch):
-    from autotune.train.launch import training_env
+    from autotune.train.trial.launch import training_env
 
     monkeypatch.delenv("CUBLASLT_WORKSPACE_SIZE", raising=False)
     cfg = config_from_dict({"kernels": {"cublaslt_workspace_kib": 1}})

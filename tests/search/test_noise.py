@@ -19,8 +19,8 @@ from autotune.search.noise import flags, margin, trusted_value, within
 from autotune.search.progress import progress_line
 from autotune.search.space import load_space, parse_space
 from autotune.search.trials import attrs_of, best_trial, measurement_of
-from autotune.train.cost import PARTS, cost_of, with_wall
-from autotune.train.record import HostLoad, StepTimes
+from autotune.train.trial.record import HostLoad, StepTimes
+from autotune.train.window.cost import PARTS, cost_of, with_wall
 from tests.records import measured, measurement
 
 PRECISION = {
@@ -449,7 +449,7 @@ def test_no_confirmation_round_starts_that_cannot_run_the_best_before_the_deadli
     from dataclasses import replace as with_
 
     from autotune.search.confirm import confirm
-    from autotune.train.record import Cost
+    from autotune.train.trial.record import Cost
 
     dists = {"x": CategoricalDistribution(["a", "b"])}
     study = optuna.create_study(direction="maximize")

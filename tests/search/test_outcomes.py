@@ -10,7 +10,7 @@ from autotune.cli import main
 from autotune.config import load_config
 from autotune.search import study as study_mod
 from autotune.search.trials import reason_of
-from autotune.train.record import TrialRecord
+from autotune.train.trial.record import TrialRecord
 from tests.records import measured
 
 GIB = 2**30

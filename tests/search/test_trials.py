@@ -27,8 +27,8 @@ from autotune.search.trials import (
     stock_trial,
     store,
 )
-from autotune.train.record import TrialRecord
-from autotune.train.verify import compare
+from autotune.train.trial.record import TrialRecord
+from autotune.train.window.verify import compare
 from tests.records import measured
 
 V4 = (

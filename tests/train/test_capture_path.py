@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.train.capture_path import capture_path
+from autotune.train.window.capture_path import capture_path
 
 transformers = pytest.importorskip("transformers")
 from transformers.utils import import_utils  # noqa: E402

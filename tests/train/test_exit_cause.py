@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from autotune.config.stock import stock_config
-from autotune.train.exitcause import oom_kills
-from autotune.train.launch import launch
-from autotune.train.procgroup import PID_FILE
+from autotune.train.trial.exitcause import oom_kills
+from autotune.train.trial.launch import launch
+from autotune.train.trial.procgroup import PID_FILE
 from tests.trialprocs import guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
@@ -68,7 +68,7 @@ def test_a_worker_killed_by_sigkill_is_not_called_out_of_memory(tmp_path, monkey
 DRIVER = """
 import sys
 from autotune.config.stock import stock_config
-from autotune.train.launch import launch
+from autotune.train.trial.launch import launch
 cfg = stock_config("tests.search.crashy:Workload", "tiny")
 cfg.batch_size, cfg.data.source = 7, "synthetic"
 print(launch(cfg, steps=1, warmup=0, timeout=300).to_json())
@@ -104,7 +104,7 @@ def test_a_worker_the_oom_killer_killed_is_out_of_memory(tmp_path):
     cgroup = memory_cgroup(f"autotune-test-{os.getpid()}", 1536 << 20)
     if cgroup is None:
         pytest.skip("no memory cgroup can be made here for the OOM killer to act in")
-    from autotune.train.record import TrialRecord
+    from autotune.train.trial.record import TrialRecord
 
     try:  # the driver (a tuner of one run) and its trial live in the limited cgroup
         done = subprocess.run(

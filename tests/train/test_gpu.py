@@ -8,8 +8,8 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 from autotune.config import config_from_dict  # noqa: E402
-from autotune.train.record import Measurement  # noqa: E402
 from autotune.train.session import Session  # noqa: E402
+from autotune.train.trial.record import Measurement  # noqa: E402
 
 
 def _session(graphs: dict) -> Session:
@@ -50,8 +50,8 @@ def test_step_graph_updates_weights():
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_a_step_graph_with_the_all_reduce_inside_trains_as_the_one_without():
     """``ddp.graph_overlap``: NCCL all-reduces captured inside the backward's graph, on 2 GPUs."""
-    from autotune.train.launch import launch
-    from autotune.train.verify import compare
+    from autotune.train.trial.launch import launch
+    from autotune.train.window.verify import compare
 
     def run(overlap: bool) -> Measurement:
         cfg = config_from_dict(
@@ -75,8 +75,8 @@ def test_a_step_graph_with_the_all_reduce_inside_trains_as_the_one_without():
 def test_a_two_gpu_step_graph_trains_as_eager_ddp():
     """The reducer's own path on NCCL (gradients copied into its buckets by the hooks, averaged by the
     collective, the all-reduce inside the graph) against DDP's eager step: the same training."""
-    from autotune.train.launch import launch
-    from autotune.train.verify import compare
+    from autotune.train.trial.launch import launch
+    from autotune.train.window.verify import compare
 
     def run(graphs: dict) -> Measurement:
         cfg = config_from_dict(
@@ -101,8 +101,8 @@ def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
     """One rank captures the backward with no gradients (no kept buffers to zero and add into): each
     replay must write them, not add to the last step's. Accumulating would grow the gradient norm
     step after step (clipping hides it from the weights, not from the norm)."""
-    from autotune.train.launch import launch
-    from autotune.train.verify import compare
+    from autotune.train.trial.launch import launch
+    from autotune.train.window.verify import compare
 
     def run(mode: str) -> Measurement:
         cfg = config_from_dict(

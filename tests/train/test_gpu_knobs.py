@@ -39,7 +39,7 @@ def _run(cfg: dict, *, capture: bool, steps: int = 4) -> list[torch.Tensor]:
     """AdamW of ``cfg`` on 60 tensors of various sizes, the same gradients each step, clipped on
     every other one; with ``capture`` the clipped step is a CUDA graph replayed after 3 eager steps."""
     from autotune.config import OptimizerConfig
-    from autotune.train import optim
+    from autotune.train.optim import adamw as optim
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     params = [
@@ -110,8 +110,8 @@ def _master_run(
     from unittest import mock
 
     from autotune.config import OptimizerConfig
-    from autotune.train import optim
-    from autotune.train.optim_master import MasterAdamW, bf16_with_masters
+    from autotune.train.optim import adamw as optim
+    from autotune.train.optim.master import MasterAdamW, bf16_with_masters
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     params = [
@@ -182,7 +182,7 @@ def _session(over: dict, steps: int = 8) -> tuple[list[float], dict[str, torch.T
     """Losses and gradient norms of ``steps`` captured steps of ``tiny`` (4 samples) with ``over``,
     and the trainable weights after them (any update still held applied)."""
     from autotune.config import config_from_dict
-    from autotune.train import state
+    from autotune.train.job import state
     from autotune.train.session import Session
 
     cfg = config_from_dict(

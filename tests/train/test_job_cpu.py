@@ -18,8 +18,8 @@ import torch
 from autotune.cli import main
 from autotune.config import config_from_dict
 from autotune.data.sampler import ShardedInfiniteSampler
-from autotune.train import checkpoint
-from autotune.train.job import position_loader
+from autotune.train.job import checkpoint
+from autotune.train.job.training import position_loader
 from autotune.workloads import get_workload
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from safetensors import safe_open
 from autotune.cli import main
 from autotune.config import config_from_dict
 from autotune.train import knobs, precision
-from autotune.train.job import JobOptions, run_job
-from autotune.train.watch import MetricsLog, ThroughputWatch, likely_cause
+from autotune.train.job.training import JobOptions, run_job
+from autotune.train.job.watch import MetricsLog, ThroughputWatch, likely_cause
 from autotune.weights import load_name_map, load_upstream, read_layout, upstream_tensors
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_n16 import get_preset

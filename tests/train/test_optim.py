@@ -8,8 +8,8 @@ import torch
 
 from autotune.config import OptimizerConfig, config_from_dict
 from autotune.errors import ConfigError
-from autotune.train import optim
-from autotune.train.optim_streams import StreamedAdamW, split_groups
+from autotune.train.optim import adamw as optim
+from autotune.train.optim.streams import StreamedAdamW, split_groups
 
 
 def _model() -> torch.nn.Module:

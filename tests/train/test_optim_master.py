@@ -12,8 +12,10 @@ from torch import nn
 from autotune.config import OptimizerConfig, PrecisionConfig, config_from_dict
 from autotune.config.compat import Machine, check_machine
 from autotune.errors import ConfigError, IncompatibleConfigError
-from autotune.train import optim, precision, state
-from autotune.train.optim_master import MasterAdamW, bf16_with_masters
+from autotune.train import precision
+from autotune.train.job import state
+from autotune.train.optim import adamw as optim
+from autotune.train.optim.master import MasterAdamW, bf16_with_masters
 from autotune.train.session import Session
 from tests.train.test_train_cpu import tiny
 

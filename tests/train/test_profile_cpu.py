@@ -9,7 +9,7 @@ import pytest
 from autotune.cli import main
 from autotune.config import config_from_dict
 from autotune.profiling import classify
-from autotune.train.launch import launch
+from autotune.train.trial.launch import launch
 
 
 def test_profile_cli_writes_a_trace_and_a_classification(tmp_path, capsys):

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.train import worker
-from autotune.train.record import DDPBuckets, ProfileSummary, RankMemory, TrialRecord
-from autotune.train.runner import TrainResult
+from autotune.train.trial import worker
+from autotune.train.trial.record import DDPBuckets, ProfileSummary, RankMemory, TrialRecord
+from autotune.train.window.runner import TrainResult
 from tests.records import measured, measurement
 
 

@@ -11,9 +11,9 @@ from autotune.cli import main
 from autotune.config import TrainConfig, config_from_dict
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import IncompatibleConfigError
-from autotune.train.launch import launch
 from autotune.train.session import Session
-from autotune.train.verify import compare, verify
+from autotune.train.trial.launch import launch
+from autotune.train.window.verify import compare, verify
 
 REGIONS = ("vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors")
 
@@ -173,7 +173,7 @@ def test_train_cli_json_is_the_record(capsys):
         == 0
     )
 
-    from autotune.train.record import TrialRecord
+    from autotune.train.trial.record import TrialRecord
 
     record = TrialRecord.from_json(capsys.readouterr().out.strip().splitlines()[-1])
     m = record.measurement
@@ -207,7 +207,7 @@ def test_warm_up_drains_the_loader_buffer_before_measuring(tmp_path):
     """Workers fill workers x prefetch batches while the model is built; measuring from a full
     buffer would time a data-bound configuration faster than its loader can feed it."""
     from autotune.data import MakeSpec, make_dataset
-    from autotune.train.window import loader_buffer
+    from autotune.train.window.setup import loader_buffer
 
     dataset = make_dataset(
         tmp_path / "ds", MakeSpec(episodes=2, views=2, size=64, seed=0, frames=40)
@@ -260,7 +260,7 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     assert result.samples_per_s == min(loader.window_samples_per_s, loader.loader_samples_per_s)
     assert loader.bound == (loader.window_samples_per_s > loader.loader_samples_per_s)
     # the step times streamed to the pruner follow the same rule, step by step
-    from autotune.train.runner import run_training
+    from autotune.train.window.runner import run_training
 
     streamed: list[float] = []
     again = run_training(cfg, steps=6, warmup=1, progress=streamed.append)
@@ -270,7 +270,7 @@ def test_loader_rate_is_what_a_loader_bound_run_sustains(tmp_path):
     # warm-up's batches alone, came in at 0.64x the final rate's step on a loaded 2-core machine);
     # their median does not (the window's own steps, unheld, ran at 0.66x here)
     assert statistics.median(streamed) >= 0.7 * 2 / again.loader_samples_per_s, (streamed, again)
-    from autotune.train.runner import _sustained
+    from autotune.train.window.runner import _sustained
 
     fed = tiny(
         data__source="lerobot", data__num_workers=2
@@ -302,7 +302,7 @@ def _clipped_adamw_run(
     fused: bool, dtype: torch.dtype, max_norm: float
 ) -> tuple[list[torch.Tensor], list[float]]:
     """Four clipped AdamW steps over weights and gradients that bf16 holds exactly, stored in ``dtype``."""
-    from autotune.train.optim import clip_and_step
+    from autotune.train.optim.adamw import clip_and_step
 
     def exact(t: torch.Tensor) -> torch.Tensor:
         return t.to(torch.bfloat16).to(dtype)
@@ -352,9 +352,9 @@ def test_fused_adamw_clips_bf16_weights(max_norm):
 
 def test_compile_cache_counts_are_recorded_before_the_measured_steps(tmp_path, monkeypatch):
     """A pruned run is killed during its measured steps: its cache hits and misses must be on file by then."""
-    from autotune.train import cost
     from autotune.train.compile_cache import cache_env
-    from autotune.train.runner import run_training
+    from autotune.train.window import cost
+    from autotune.train.window.runner import run_training
 
     for key, value in cache_env(tmp_path / "cache", keep_user=False).items():
         monkeypatch.setenv(key, value)

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from autotune.config.stock import stock_config
-from autotune.train import zygote_client
-from autotune.train.launch import launch
+from autotune.train.trial import zygote_client
+from autotune.train.trial.launch import launch
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,9 @@ def tiny(workload: str = "gr00t_n16", batch_size: int = 2):
 
 def zygotes() -> list[psutil.Process]:
     return [
-        p for p in psutil.Process().children() if "autotune.train.zygote" in " ".join(p.cmdline())
+        p
+        for p in psutil.Process().children()
+        if "autotune.train.trial.zygote" in " ".join(p.cmdline())
     ]
 
 
@@ -80,13 +82,13 @@ def test_a_zygote_that_died_is_replaced_and_the_trial_still_runs(monkeypatch, tm
 
 def test_the_zygotes_imports_load_no_cuda_driver():
     """A child forked after CUDA's initialisation cannot use CUDA. Meaningful on a GPU machine too."""
-    code = "from autotune.train.zygote import preload, cuda_loaded; preload(); print(cuda_loaded())"
+    code = "from autotune.train.trial.zygote import preload, cuda_loaded; preload(); print(cuda_loaded())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split()[-1] == "False", out.stderr
 
 
 def test_a_mapped_cuda_driver_is_seen(monkeypatch, tmp_path):
-    from autotune.train import zygote
+    from autotune.train.trial import zygote
 
     maps = tmp_path / "maps"
     maps.write_text("7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n")

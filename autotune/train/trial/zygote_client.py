@@ -1,9 +1,9 @@
-"""The tuner's side of :mod:`autotune.train.zygote`: one warm zygote per environment, trials forked from it.
+"""The tuner's side of :mod:`autotune.train.trial.zygote`: one warm zygote per environment, trials forked from it.
 
     guard = fork_trial(argv, folder=tmp, env=env, log=log, guard_end=fd)  # None: start it as a process
     guard.wait(timeout)                                                   # as subprocess.Popen's
 
-Only a one-process worker (``python -m autotune.train.worker ...``) is forked; torchrun and
+Only a one-process worker (``python -m autotune.train.trial.worker ...``) is forked; torchrun and
 anything else are executed as before. A zygote serves the trials whose environment and working
 folder are the ones it started with (torch and Inductor read some variables when imported), bar
 :data:`LATE_READ`; another environment starts another zygote. ``AUTOTUNE_WARM_START=0`` turns
@@ -25,10 +25,10 @@ import threading
 import time
 from typing import IO
 
-from autotune.train.procgroup import FAMILY, MARKER
+from autotune.train.trial.procgroup import FAMILY, MARKER
 
 ENABLE_ENV = "AUTOTUNE_WARM_START"
-WORKER = "autotune.train.worker"
+WORKER = "autotune.train.trial.worker"
 LATE_READ = frozenset(
     {
         MARKER,
@@ -105,7 +105,7 @@ class Zygote:
         life_r, self._life_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autotune.train.zygote", str(life_r), self.path],
+                [sys.executable, "-m", "autotune.train.trial.zygote", str(life_r), self.path],
                 env={**env, FAMILY: "1"},
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,

@@ -13,12 +13,12 @@ import torch
 
 from autotune.config.io import write_text_atomic
 from autotune.errors import TrialError
-from autotune.train.measure import StepTimer, synchronize
-from autotune.train.watch import MetricsLog, Progress, ThroughputWatch, likely_cause
-from autotune.train.window import warmup_steps
+from autotune.train.job.watch import MetricsLog, Progress, ThroughputWatch, likely_cause
+from autotune.train.window.measure import StepTimer, synchronize
+from autotune.train.window.setup import warmup_steps
 
 if TYPE_CHECKING:
-    from autotune.train.job import Job
+    from autotune.train.job.training import Job
 
 
 class StepLog:

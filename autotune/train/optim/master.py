@@ -12,7 +12,7 @@ gradient) and the update is AdamW's on the same fp32 values: exact to float roun
 in fp32 as before, by the same pass.
 
 On CUDA the update is a Triton kernel over tables of every tensor
-(:mod:`autotune.train.optim_master_kernels`): one launch per kind of tensor, however many tensors; so
+(:mod:`autotune.train.optim.master_kernels`): one launch per kind of tensor, however many tensors; so
 is the gradient norm (partial sums of squares in fp32) once the tables exist. Elsewhere, and for a
 gradient the kernels cannot take, the same arithmetic runs as torch ops (the norm: torch's
 multi-tensor norm, each tensor's in fp32). Nothing syncs the host, so the step can be captured in a CUDA
@@ -20,7 +20,7 @@ graph; the tables hold the gradients' addresses, so a captured update needs
 :meth:`MasterAdamW.prepare` once its gradients exist (``StepGraph`` and ``OverlapStepGraph`` call it
 between their captures).
 
-Checkpoints see the fp32 master as the weight (``autotune.train.state``), so they are the same
+Checkpoints see the fp32 master as the weight (``autotune.train.job.state``), so they are the same
 files as with the other implementations; the masters are not repeated in the optimizer's state.
 """
 
@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from autotune.errors import ConfigError
-from autotune.train.optim_clip import ClipsInStep, run_closure
+from autotune.train.optim.clip import ClipsInStep, run_closure
 
 
 def bf16_with_masters(params: list[nn.Parameter]) -> dict[int, torch.Tensor]:
@@ -226,7 +226,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         return self._tables
 
     def _table(self, dtype: torch.dtype, has_master: bool, idx: list[int]) -> Table:
-        from autotune.train.optim_master_kernels import BLOCK
+        from autotune.train.optim.master_kernels import BLOCK
 
         params = [self._params[i] for i in idx]
         numel = torch.tensor([p.numel() for p in params], dtype=torch.int64)
@@ -310,7 +310,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         if tables is None:
             self._torch_update(active, coefs, self._clip, beta1, beta2, eps)
             return
-        from autotune.train import optim_master_kernels as kernels
+        from autotune.train.optim import master_kernels as kernels
 
         for table in tables:
             kernels.adamw(table, coefs, self._clip.reshape(1), beta1, beta2, eps)
@@ -322,7 +322,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         (``optimizer.overlap``)."""
         tables = self._ready_tables(active)
         if tables is not None:
-            from autotune.train import optim_master_kernels as kernels
+            from autotune.train.optim import master_kernels as kernels
 
             return torch.sqrt(torch.stack([kernels.sumsq(t) for t in tables]).sum())
         # one call per gradient dtype: torch's multi-tensor path takes lists of one dtype, and a mixed

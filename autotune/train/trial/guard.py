@@ -1,6 +1,6 @@
-"""The first process of a trial: ``python -m autotune.train.guard FD FOLDER -- ARGV...``.
+"""The first process of a trial: ``python -m autotune.train.trial.guard FD FOLDER -- ARGV...``.
 
-:func:`autotune.train.procgroup.start_trial` starts it in a session of its own, holding the read
+:func:`autotune.train.trial.procgroup.start_trial` starts it in a session of its own, holding the read
 end ``FD`` of a pipe whose write end only the tuner holds. The guard runs ``ARGV`` (the worker, or
 torchrun) as its child and waits for it. When the tuner dies, however it dies (SIGKILL included),
 the kernel closes the pipe: the guard then kills every process of the trial (its process group,
@@ -9,7 +9,7 @@ and ranks that opened sessions of their own) and removes ``FOLDER``, the trial's
 
 It exits as its child did, with the same code or killed by the same signal, so that the tuner
 reads the run's own status. It imports only the standard library and :mod:`procgroup` (psutil),
-so it starts in tens of milliseconds. :mod:`autotune.train.zygote` forks the same guard
+so it starts in tens of milliseconds. :mod:`autotune.train.trial.zygote` forks the same guard
 (:func:`guard`) with a forked worker as its child.
 """
 
@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from autotune.train.procgroup import PID_FILE, kill_trial
+from autotune.train.trial.procgroup import PID_FILE, kill_trial
 
 _STOPPING = threading.Event()
 """Set when the tuner is gone: the child's death is then the guard's doing, not news for anyone."""

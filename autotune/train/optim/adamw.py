@@ -1,8 +1,8 @@
 """AdamW in the configured implementation, the cosine schedule with warm-up, gradient clipping.
 
 ``impl`` picks torch's for-each, fused or per-parameter AdamW, or the compiled update of
-:mod:`autotune.train.optim_compiled`; ``streams > 1`` steps torch's AdamW in shards on concurrent
-CUDA streams (:mod:`autotune.train.optim_streams`). Each gives the same parameters as the others
+:mod:`autotune.train.optim.compiled`; ``streams > 1`` steps torch's AdamW in shards on concurrent
+CUDA streams (:mod:`autotune.train.optim.streams`). Each gives the same parameters as the others
 to float rounding (``tests/train/test_optim.py``).
 """
 
@@ -13,10 +13,10 @@ import math
 import torch
 
 from autotune.config import OptimizerConfig
-from autotune.train.optim_clip import ClipsInStep
-from autotune.train.optim_compiled import CompiledAdamW
-from autotune.train.optim_master import MasterAdamW
-from autotune.train.optim_streams import StreamedAdamW
+from autotune.train.optim.clip import ClipsInStep
+from autotune.train.optim.compiled import CompiledAdamW
+from autotune.train.optim.master import MasterAdamW
+from autotune.train.optim.streams import StreamedAdamW
 
 
 def build_optimizer(

@@ -1,7 +1,7 @@
-"""One process of a training run: ``python -m autotune.train.worker --config C --out R.json``.
+"""One process of a training run: ``python -m autotune.train.trial.worker --config C --out R.json``.
 
 Started directly (one process) or by torchrun (several). Rank 0 writes the run's
-:class:`~autotune.train.record.TrialRecord` (its measurement, or its failure with the reason) to
+:class:`~autotune.train.trial.record.TrialRecord` (its measurement, or its failure with the reason) to
 ``--out`` as JSON; a rank that fails writes its own beside it. The exit code is non-zero on error.
 """
 
@@ -15,8 +15,8 @@ import traceback
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, TrialError
-from autotune.train import cost
-from autotune.train.record import ProfileSummary, TrialRecord
+from autotune.train.trial.record import ProfileSummary, TrialRecord
+from autotune.train.window import cost
 
 TRACEBACK_CHARS = 4000
 """The end of a failed run's traceback kept in its record."""
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     cost.install(args.costs if rank == 0 else None)
     try:
         if args.profile_out:
-            from autotune.train.profile_run import profile_config
+            from autotune.train.window.profile import profile_config
 
             cost.event("end", "start")
             summary = profile_config(
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             record = TrialRecord(profile=ProfileSummary.of_summary(summary))
         else:
-            from autotune.train.runner import run_training
+            from autotune.train.window.runner import run_training
 
             cost.event("end", "start")  # the launcher began it: interpreter and imports are done
             progress = _progress_writer(args.progress) if args.progress and rank == 0 else None

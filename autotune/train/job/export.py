@@ -20,7 +20,8 @@ import torch
 
 from autotune.config import config_from_dict
 from autotune.errors import ConfigError
-from autotune.train import checkpoint, knobs, precision
+from autotune.train import knobs, precision
+from autotune.train.job import checkpoint
 from autotune.weights import INDEX, fingerprint, load_upstream, upstream_tensors, write_checkpoint
 from autotune.workloads import get_workload
 

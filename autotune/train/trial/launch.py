@@ -2,9 +2,9 @@
 
 Every run gets its own processes and its own temporary folder: a crash, a hang (killed at the
 timeout, with every process of the run) or an out-of-memory error is returned as a
-:class:`~autotune.train.record.TrialRecord` with its failure and reason, and nothing is left behind.
-The processes run under a guard (:mod:`autotune.train.procgroup`) and die with the caller, however
-it dies; a run's exit without a result is explained by :mod:`autotune.train.exitcause`.
+:class:`~autotune.train.trial.record.TrialRecord` with its failure and reason, and nothing is left behind.
+The processes run under a guard (:mod:`autotune.train.trial.procgroup`) and die with the caller, however
+it dies; a run's exit without a result is explained by :mod:`autotune.train.trial.exitcause`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,18 @@ from pathlib import Path
 
 from autotune.config import TrainConfig, save_config
 from autotune.config.compat import usable_cpus
-from autotune.train import cost, zygote_client
-from autotune.train.exitcause import exit_failure, oom_kills
-from autotune.train.hostload import read_host_load
-from autotune.train.procgroup import PREFIX, TrialProcess, reap_orphans, start_trial, stop_trial
-from autotune.train.record import TrialRecord
+from autotune.train.trial import zygote_client
+from autotune.train.trial.exitcause import exit_failure, oom_kills
+from autotune.train.trial.hostload import read_host_load
+from autotune.train.trial.procgroup import (
+    PREFIX,
+    TrialProcess,
+    reap_orphans,
+    start_trial,
+    stop_trial,
+)
+from autotune.train.trial.record import TrialRecord
+from autotune.train.window import cost
 
 MULTI_GPU_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -57,7 +64,7 @@ def command(
     if profile_out:
         worker += ["--profile-out", str(profile_out)]
     if nproc == 1:
-        return [sys.executable, "-m", "autotune.train.worker", *worker]
+        return [sys.executable, "-m", "autotune.train.trial.worker", *worker]
     return [
         sys.executable,
         "-m",
@@ -65,7 +72,7 @@ def command(
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",
-        "autotune.train.worker",
+        "autotune.train.trial.worker",
         *worker,
     ]
 
@@ -89,7 +96,7 @@ def launch(
     """The run's record: its measurement, or its failure (reasons: timeout, crash, oom, nan, pruned, ...).
 
     With ``profile_out`` the processes profile a window into that folder instead of training
-    (``autotune.train.profile_run``) and the record holds its ``profile`` alone. With
+    (``autotune.train.window.profile``) and the record holds its ``profile`` alone. With
     ``profile_after`` they train and measure, then profile ``profile_steps`` steps into that folder
     (``record.profile``), only if the run reached ``profile_if_above`` samples/s where that is given.
     ``on_step(i, seconds)`` is called with each measured step's time while the run goes on; when it

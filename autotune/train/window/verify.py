@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from autotune.config import TrainConfig
 from autotune.errors import TrialError
-from autotune.train.launch import launch
-from autotune.train.record import TrialRecord
+from autotune.train.trial.launch import launch
+from autotune.train.trial.record import TrialRecord
 from autotune.workloads.stock import stock_like
 
 TOLERANCE = {"fp32": 0.02, "bf16": 0.05, "fp16": 0.05, "fp8": 0.08}
@@ -56,7 +56,7 @@ def _rel(a: float, b: float) -> float:
 
 
 class Trained(Protocol):
-    """What parity compares of a run (``autotune.train.record.Measurement`` has both)."""
+    """What parity compares of a run (``autotune.train.trial.record.Measurement`` has both)."""
 
     losses: Sequence[float]
     grad_norms: Sequence[float]

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import torch
 
 from autotune.config import TrainConfig
-from autotune.train import cost, distributed
+from autotune.train import distributed
 from autotune.train.session import Session
+from autotune.train.window import cost
 from autotune.workloads import Batch
 
 

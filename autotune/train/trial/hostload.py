@@ -2,7 +2,7 @@
 
 A run measured while other processes compete for the CPUs (another study, a test suite, a compile
 in the background) is slower, or steadier but slower, for reasons that are not its configuration's:
-the reading goes into the run's record (:class:`~autotune.train.record.HostLoad`), and the tuner
+the reading goes into the run's record (:class:`~autotune.train.trial.record.HostLoad`), and the tuner
 does not take such a run's number on its word (``autotune.search.noise``).
 """
 
@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from autotune.train.record import HostLoad
+from autotune.train.trial.record import HostLoad
 
 PROBE_S = 0.3
 """Long enough for the kernel's CPU-time counters (10 ms ticks) to say something, short beside a run."""

@@ -1,4 +1,4 @@
-"""Triton kernels of :class:`autotune.train.optim_master.MasterAdamW`: every tensor in one launch.
+"""Triton kernels of :class:`autotune.train.optim.master.MasterAdamW`: every tensor in one launch.
 
 The tensors of one kind (bf16 gradient with an fp32 master and a bf16 weight, or fp32 gradient and
 fp32 parameter) are described by tables on the device: per tensor, where each of its gradient,

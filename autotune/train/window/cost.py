@@ -5,7 +5,7 @@ line, ``time.monotonic()`` seconds, which every process of a Linux host shares);
 writes the first event itself (``start`` begins just before it starts the processes) and reads the
 file when the run has ended, however it ended: a run killed in the middle of its compile still says
 that its minutes went to compiling. :func:`cost_of` turns the events into a
-:class:`~autotune.train.record.Cost` whose parts are *exclusive* (time in a part nested in another,
+:class:`~autotune.train.trial.record.Cost` whose parts are *exclusive* (time in a part nested in another,
 such as a compile inside a warm-up step, counts once, for the inner part) and add up to the wall time
 with ``other``, the time no part claimed.
 
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from autotune.train.record import Cost
+from autotune.train.trial.record import Cost
 
 PARTS = (
     "start",

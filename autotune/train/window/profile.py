@@ -19,7 +19,7 @@ import torch.distributed as dist
 from autotune.config import TrainConfig
 from autotune.config.io import write_text_atomic
 from autotune.train.session import Session
-from autotune.train.window import open_window
+from autotune.train.window.setup import open_window
 
 
 def profile_config(

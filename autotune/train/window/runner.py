@@ -2,7 +2,7 @@
 
 ``run_training(cfg, steps=N)`` measures a configuration (the tuner's trials, ``verify``,
 ``autotune train --steps``; ``launch`` runs it on K processes). The training job that consumes
-``best.yaml`` with checkpoints and resume is ``autotune.train.job.run_job``.
+``best.yaml`` with checkpoints and resume is ``autotune.train.job.training.run_job``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ import torch.distributed as dist
 
 from autotune.config import TrainConfig, to_dict
 from autotune.errors import TrialError
-from autotune.train import cost
-from autotune.train.measure import Stats, StepTimer, matmul_rate, peak_memory, reset_peak_memory
-from autotune.train.profile_run import profile_session
-from autotune.train.record import (
+from autotune.train.trial.record import (
     DDPBuckets,
     LoaderRate,
     Measurement,
@@ -33,7 +30,16 @@ from autotune.train.record import (
     StepTimes,
     TrialRecord,
 )
-from autotune.train.window import Window, open_window
+from autotune.train.window import cost
+from autotune.train.window.measure import (
+    Stats,
+    StepTimer,
+    matmul_rate,
+    peak_memory,
+    reset_peak_memory,
+)
+from autotune.train.window.profile import profile_session
+from autotune.train.window.setup import Window, open_window
 
 
 @dataclass
@@ -82,7 +88,7 @@ class TrainResult:
         return asdict(self)
 
     def record(self) -> TrialRecord:
-        """The run as the :class:`~autotune.train.record.TrialRecord` that crosses the layers."""
+        """The run as the :class:`~autotune.train.trial.record.TrialRecord` that crosses the layers."""
         s = self.step_time_spread_ms
         measurement = Measurement(
             samples_per_s=self.samples_per_s,

@@ -31,11 +31,12 @@ from torch.utils.data import DataLoader
 from autotune.config import TrainConfig, to_dict
 from autotune.config.io import dump_config
 from autotune.errors import ConfigError, TrialError
-from autotune.train import checkpoint, distributed, state
-from autotune.train.control import Control
-from autotune.train.job_loop import Loop
+from autotune.train import distributed
+from autotune.train.job import checkpoint, state
+from autotune.train.job.control import Control
+from autotune.train.job.loop import Loop
 from autotune.train.session import Session
-from autotune.train.window import warmup_steps
+from autotune.train.window.setup import warmup_steps
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig, save_config
-from autotune.train.job import JobOptions
-from autotune.train.launch import training_env
+from autotune.train.job.training import JobOptions
+from autotune.train.trial.launch import training_env
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def torchrun_command(nodes: Nodes, worker: list[str]) -> list[str]:
             f"--rdzv-backend={nodes.rdzv_backend}",
             f"--rdzv-id={nodes.rdzv_id}",
         ]
-    return cmd + ["-m", "autotune.train.job_worker", *worker]
+    return cmd + ["-m", "autotune.train.job.worker", *worker]
 
 
 def _options_json(opts: JobOptions) -> str:

@@ -1,8 +1,8 @@
 """The record of one run: what a worker reports, what ``launch`` returns, what a study keeps.
 
-One typed record crosses every layer. The worker (:mod:`autotune.train.worker`) makes it once,
-from the runner's :class:`~autotune.train.runner.TrainResult` or from the failure it caught;
-:func:`autotune.train.launch.launch` returns it, also for a run that timed out, was pruned,
+One typed record crosses every layer. The worker (:mod:`autotune.train.trial.worker`) makes it once,
+from the runner's :class:`~autotune.train.window.runner.TrainResult` or from the failure it caught;
+:func:`autotune.train.trial.launch.launch` returns it, also for a run that timed out, was pruned,
 crashed or was killed; a study stores its JSON in the trial (:mod:`autotune.search.trials`, the
 one reader and writer of the trial's attributes), and the guide, the report and the benchmarks
 read it back from there. It imports only the configuration's plain-data converter and the
@@ -142,7 +142,7 @@ class ProfileSummary:
 
     @classmethod
     def of_summary(cls, summary: dict[str, Any] | None) -> ProfileSummary | None:
-        """The summary ``autotune.train.profile_run.profile_session`` returns (and writes as
+        """The summary ``autotune.train.window.profile.profile_session`` returns (and writes as
         ``classification.summary``), or its ``{"error": ...}`` when profiling failed."""
         if not summary:
             return None
@@ -161,7 +161,7 @@ class ProfileSummary:
 @dataclass(frozen=True)
 class HostLoad:
     """How busy the host was when a run started: read by the tuner just before it started the run's
-    processes (:func:`autotune.train.hostload.read_host_load`), so none of the run's own work is in it."""
+    processes (:func:`autotune.train.trial.hostload.read_host_load`), so none of the run's own work is in it."""
 
     others_busy: float
     """Share of the host's CPU time (all cores) that other processes used during the probe, 0..1."""
@@ -174,7 +174,7 @@ class HostLoad:
 
 @dataclass(frozen=True)
 class Cost:
-    """Where a run's wall time went, seconds: disjoint ``parts`` (``autotune.train.cost.PARTS``) that add
+    """Where a run's wall time went, seconds: disjoint ``parts`` (``autotune.train.window.cost.PARTS``) that add
     up to ``wall_s``, the rest in ``other`` (the tuner's own work, process exit, what no part timed)."""
 
     wall_s: float

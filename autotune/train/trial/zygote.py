@@ -1,10 +1,10 @@
-"""A warm parent for trials: ``python -m autotune.train.zygote LIFELINE_FD SOCKET``.
+"""A warm parent for trials: ``python -m autotune.train.trial.zygote LIFELINE_FD SOCKET``.
 
-A fresh ``python -m autotune.train.worker`` spends seconds importing torch and Dynamo before the
+A fresh ``python -m autotune.train.trial.worker`` spends seconds importing torch and Dynamo before the
 run's first line. This process imports them once, never runs a tensor
 operation or touches CUDA, and forks each trial from that state: per request on its Unix socket
 it forks the trial's guard, which opens a session of its own, takes the trial's environment,
-working folder and log, and forks the worker (:mod:`autotune.train.guard` does the rest, as for
+working folder and log, and forks the worker (:mod:`autotune.train.trial.guard` does the rest, as for
 an executed guard). The guard's exit status goes back on the request's connection.
 
 Requests (one JSON line, the log's and the guard pipe's descriptors passed with it)::
@@ -31,8 +31,8 @@ import socket
 import sys
 import tempfile
 
-from autotune.train.guard import guard
-from autotune.train.procgroup import SESSION_FILE
+from autotune.train.trial.guard import guard
+from autotune.train.trial.procgroup import SESSION_FILE
 
 MAX_REQUEST = 1 << 20
 
@@ -43,7 +43,7 @@ def preload() -> None:
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401  (AdamW's constructor and the meta ops import it)
 
-    import autotune.train.worker  # noqa: F401
+    import autotune.train.trial.worker  # noqa: F401
 
 
 def cuda_loaded() -> bool:
@@ -195,7 +195,7 @@ def _fork_worker(args: list[str]) -> int:
         return pid
     code = 1
     try:
-        from autotune.train import worker
+        from autotune.train.trial import worker
 
         sys.argv = [worker.__file__, *args]
         code = worker.main(args)
@@ -206,7 +206,7 @@ def _fork_worker(args: list[str]) -> int:
 
         traceback.print_exc()
     finally:
-        from autotune.train.worker import exit_now
+        from autotune.train.trial.worker import exit_now
 
         exit_now(code)
     return 0  # not reached

@@ -6,8 +6,8 @@
 
 Every process of a trial carries ``AUTOTUNE_TRIAL=<its temporary folder's name>`` in its
 environment (loader workers and ranks inherit it, whether forked or spawned) and starts in the
-session that the guard (:mod:`autotune.train.guard`) leads. A trial forked from a zygote
-(:mod:`autotune.train.zygote`) shows the zygote's environment in ``/proc`` instead: its processes
+session that the guard (:mod:`autotune.train.trial.guard`) leads. A trial forked from a zygote
+(:mod:`autotune.train.trial.zygote`) shows the zygote's environment in ``/proc`` instead: its processes
 are those of the zygote's family in the session its folder names. :func:`stop_trial` kills the
 session's process group and every process of the trial; the guard does the same, and removes
 the folder, when the tuner dies. A tuner killed together with its guard (``kill -9`` of both, a
@@ -79,7 +79,15 @@ def start_trial(
         popen = fork(argv, folder=folder, env=env, log=log, guard_end=guard_end) if fork else None
         if popen is None:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "autotune.train.guard", str(guard_end), folder, "--", *argv],
+                [
+                    sys.executable,
+                    "-m",
+                    "autotune.train.trial.guard",
+                    str(guard_end),
+                    folder,
+                    "--",
+                    *argv,
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental import _config as fx_config
 
-from autotune.train.optim_clip import ClipsInStep, run_closure
+from autotune.train.optim.clip import ClipsInStep, run_closure
 
 CHUNK = 8
 """Tensors per compiled call. One graph over all of ``full``'s 517 trainable tensors did not

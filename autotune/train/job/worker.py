@@ -1,6 +1,6 @@
 """One rank of a several-process job, as torchrun starts it (``job_launch``):
 
-    python -m autotune.train.job_worker --config C.yaml --options '{...}' --result R.json
+    python -m autotune.train.job.worker --config C.yaml --options '{...}' --result R.json
 
 Rank 0 writes the job's result (or ``{"error", "reason"}``) to ``--result``; a failing rank prints
 its error on one line (the traceback with ``--debug``) and exits non-zero.
@@ -16,9 +16,9 @@ import traceback
 
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
-from autotune.train.job import run_job
-from autotune.train.job_launch import options_from_json
-from autotune.train.worker import classify_exception, leave
+from autotune.train.job.launch import options_from_json
+from autotune.train.job.training import run_job
+from autotune.train.trial.worker import classify_exception, leave
 
 
 def main(argv: list[str] | None = None) -> int:

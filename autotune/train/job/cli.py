@@ -88,8 +88,8 @@ def check_mode(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
-    from autotune.train.job import JobOptions, run_job
-    from autotune.train.job_launch import Nodes, launch_job
+    from autotune.train.job.launch import Nodes, launch_job
+    from autotune.train.job.training import JobOptions, run_job
 
     opts = JobOptions(
         max_steps=args.max_steps,
