@@ -132,7 +132,8 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     kwargs = {}
     for name, value in data.items():
         key = f"{prefix}.{name}" if prefix else name
-        kwargs[name] = _convert(hints[name], value, key)
+        parse = fields[name].metadata.get("parse")  # a field parsed with what its siblings say
+        kwargs[name] = parse(value, key, data) if parse else _convert(hints[name], value, key)
     try:
         return cls(**kwargs)
     except FieldError as exc:
@@ -142,11 +143,16 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
 def to_dict(obj: Any) -> Any:
     """Plain data (dicts, lists, scalars) for a dataclass tree, in field order."""
     if dataclasses.is_dataclass(obj):
-        return {
-            f.name: to_dict(getattr(obj, f.name))
-            for f in dataclasses.fields(obj)
-            if f.init and not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)
-        }
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if not f.init or (f.metadata.get("omit_none") and value is None):
+                continue
+            if f.metadata.get("flatten"):  # a nested dataclass whose fields sit beside its parent's
+                out.update(to_dict(value) if value is not None else {})
+            else:
+                out[f.name] = to_dict(value)
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from autotune.config.knob import Needs, walk
 from autotune.config.training import TrainConfig
 from autotune.errors import IncompatibleConfigError
 
@@ -54,16 +55,52 @@ def _has_torchao() -> bool:
 
 Rule = tuple[str, Callable[[TrainConfig, Machine], bool], str]
 
+
+def _lacks(what: str, cfg: TrainConfig, machine: Machine) -> bool:
+    if what == "cuda":
+        return not _on_cuda(cfg, machine)
+    if what == "one_process":
+        return machine.world_size > 1
+    return not _fp8_ready(cfg, machine)
+
+
+def _fp8_ready(cfg: TrainConfig, machine: Machine) -> bool:
+    capable = (machine.capability or (0, 0)) >= (8, 9)
+    return _on_cuda(cfg, machine) and capable and _has_torchao()
+
+
+def declared_rules(cfg: TrainConfig) -> list[Rule]:
+    """The machine rules of single knobs, from their declarations (``Needs``), the workload's
+    model knobs included."""
+    declared = list(walk(TrainConfig))
+    if cfg.model.options is not None:
+        declared += list(walk(type(cfg.model.options), "model"))
+    rules: list[Rule] = []
+    for d in declared:
+        for need in d.spec.needs:
+            rules.append((d.key, _needs_rule(d.key, need), need.reason))
+    return rules
+
+
+def _needs_rule(key: str, need: Needs) -> Callable[[TrainConfig, Machine], bool]:
+    def predicate(cfg: TrainConfig, machine: Machine) -> bool:
+        return need.applies(get_value(cfg, key)) and _lacks(need.what, cfg, machine)
+
+    return predicate
+
+
+def get_value(cfg: object, key: str) -> object:
+    """The value at dotted ``key`` of a configuration."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
 RULES: tuple[Rule, ...] = (
     (
         "device",
         lambda c, m: c.device == "cuda" and not m.cuda,
         "device 'cuda' was asked for but no CUDA device is present",
-    ),
-    (
-        "graphs.mode",
-        lambda c, m: c.graphs.enabled and not _on_cuda(c, m),
-        "CUDA graphs need a CUDA device",
     ),
     (
         "precision",
@@ -88,21 +125,6 @@ RULES: tuple[Rule, ...] = (
         "an fp16 gradient scaler checks for inf/NaN on the host, which a captured whole step cannot do; use bf16 or graphs.mode 'regions'",
     ),
     (
-        "kernels.cuda_device_max_connections",
-        lambda c, m: c.kernels.cuda_device_max_connections is not None and not _on_cuda(c, m),
-        "CUDA_DEVICE_MAX_CONNECTIONS applies to CUDA devices only",
-    ),
-    (
-        "kernels.cublaslt_workspace_kib",
-        lambda c, m: c.kernels.cublaslt_workspace_kib is not None and not _on_cuda(c, m),
-        "CUBLASLT_WORKSPACE_SIZE applies to CUDA devices only",
-    ),
-    (
-        "kernels.attention",
-        lambda c, m: c.kernels.attention in ("flash", "cudnn", "efficient") and not _on_cuda(c, m),
-        "this attention backend needs a CUDA device; use 'auto' or 'math' on CPU",
-    ),
-    (
         "compile.mode",
         lambda c, m: (
             c.compile.enabled
@@ -123,11 +145,6 @@ RULES: tuple[Rule, ...] = (
     ),
     (
         "optimizer.impl",
-        lambda c, m: c.optimizer.impl == "master" and m.world_size > 1,
-        "'master' trains on one process: several would all-reduce the bf16 weights' gradients in bf16",
-    ),
-    (
-        "optimizer.impl",
         lambda c, m: c.optimizer.impl == "master" and c.precision.trainable_dtype != "fp32",
         "'master' keeps fp32 masters of fp32 trainable weights; it needs precision.trainable_dtype 'fp32'",
     ),
@@ -136,17 +153,9 @@ RULES: tuple[Rule, ...] = (
         lambda c, m: c.optimizer.overlap and c.graphs.mode != "step",
         "the update runs beside the next step's prefix inside the captured step; it needs graphs.mode 'step'",
     ),
-    (
-        "optimizer.overlap",
-        lambda c, m: c.optimizer.overlap and m.world_size > 1,
-        "the update beside the next step's prefix is for one process",
-    ),
-    (
-        "data.device_prefetch",
-        lambda c, m: c.data.device_prefetch > 0 and not _on_cuda(c, m),
-        "the device prefetcher copies on a CUDA stream; set it to 0 on CPU",
-    ),
 )
+"""The rules that combine several knobs, or the machine's device with a knob's meaning; the rules
+of single knobs are declared with the knob (:func:`declared_rules`)."""
 
 
 def _on_cuda(cfg: TrainConfig, machine: Machine) -> bool:
@@ -178,7 +187,7 @@ def check_compatible(
 def check_machine(cfg: TrainConfig, machine: Machine) -> None:
     """The rules that need only the machine: checked before a workload named ``module:Class`` is
     imported, so that a configuration that cannot run here never runs that module's code."""
-    for key, predicate, reason in RULES:
+    for key, predicate, reason in (*RULES[:1], *declared_rules(cfg), *RULES[1:]):
         if predicate(cfg, machine):
             raise IncompatibleConfigError(f"{key}: refused: {reason}")
 

@@ -39,9 +39,10 @@ Contract (a method that breaks it fails with one line naming the method and the 
   step (forward and backward) as the workload's reference implementation runs it, for MFU;
   ``useful_flops_per_sample(preset)`` counts only those whose results reach the loss or a
   gradient (the default: all of them). MFU is reported by both counts.
-* ``apply_model_options(model, options)`` applies the ``model`` knobs that change how the model
-  computes, never what (``skip_dead_work``, ``category_matmul``); the default has nothing to skip
-  and no per-category layers.
+* ``apply_model_options(model, options)`` applies the workload's own ``model`` knobs, declared
+  in its package and registered by name (:mod:`autotune.config.workload_knobs`): they change how
+  the model computes, never what. A workload that declares none gets none (the configuration
+  refuses them as unknown keys).
 * ``split_loss(model)`` (optional) returns ``LossSplit(prefix, rest, regions)`` where
   ``loss(model, batch) == rest(prefix(batch), batch)`` and ``prefix`` runs only the named regions
   (the frozen towers of a model that trains its head): ``optimizer.overlap`` runs the optimizer's
@@ -77,16 +78,6 @@ class LossSplit:
     rest: Callable[[Any, Batch], torch.Tensor]
     """The loss from the prefix's output and the batch."""
     regions: tuple[str, ...]
-
-
-_LAYER_KNOBS = {
-    "bias_in_activation": "does not place its layers' biases",
-    "gelu_epilogue": "does not place its layers' activations",
-    "attended_kv_only": "has no masked cross-attention",
-    "fused_frozen_qkv": "has no attention projections to fuse",
-}
-"""The boolean ``model`` knobs that change how particular layers compute, and what a workload without
-such layers lacks (the default :meth:`Workload.apply_model_options` refuses them)."""
 
 
 class Workload(ABC):
@@ -140,25 +131,10 @@ class Workload(ABC):
         return None
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
-        """Apply ``options.skip_dead_work``, ``options.category_matmul``, ``options.bias_in_activation``,
-        ``options.gelu_epilogue``, ``options.attended_kv_only`` and ``options.fused_frozen_qkv`` to a built model.
-
-        The default has no dead work (skipping it changes nothing), no per-category layers, no
-        layers that place their bias or activation and no masked cross-attention: it refuses
-        ``category_matmul: grouped`` and each of the others set to true rather than ignore them.
-        """
-        from autotune.errors import IncompatibleConfigError
-
-        if options.category_matmul != "gather":
-            raise IncompatibleConfigError(
-                f"model.category_matmul: {options.category_matmul!r} is refused: workload "
-                f"{self.name!r} has no per-category layers; allowed: 'gather'"
-            )
-        for key, lacks in _LAYER_KNOBS.items():
-            if getattr(options, key):
-                raise IncompatibleConfigError(
-                    f"model.{key}: true is refused: workload {self.name!r} {lacks}; allowed: false"
-                )
+        """Apply the workload's own ``model`` knobs (``options.options``, the dataclass it declared with
+        :func:`autotune.config.workload_knobs.register_model_knobs`) to a built model. Default: a
+        workload that declares none has none to apply."""
+        return None
 
     def prepare_model(self, model: nn.Module) -> None:
         """Called once the model's weights have their final dtype and device, before anything compiles

@@ -1,0 +1,162 @@
+"""The optimizer's knobs: how AdamW's update runs (``impl``, ``streams``, ``overlap``) and its
+hyper-parameters, which are the workload's (``Workload.stock_config``) and which tuning never
+changes. Applied by :mod:`autotune.train.optim`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.config._strict import check
+from autotune.config.knob import Carried, Needs, NotCarried, Search, knob, validate
+
+OPTIMIZER_IMPLS = ("foreach", "fused", "loop", "compiled", "master")
+
+
+def _impl_to_trainer(impl: str, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
+    args = {"optim": "adamw_torch_fused" if impl == "fused" else "adamw_torch"}
+    if impl == "loop":
+        return (
+            args,
+            "the Trainer's torch AdamW picks its for-each kernels; it has no per-parameter loop",
+        )
+    if impl in ("compiled", "master"):
+        extra = " (no bf16 weights with fp32 masters)" if impl == "master" else ""
+        return (
+            args,
+            f"{impl!r} is autotune's own AdamW; the Trainer steps torch's over fp32 weights{extra}",
+        )
+    return args, None
+
+
+def _schedule_to_trainer(schedule: str, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
+    # autotune's constant schedule warms up first, as the Trainer's constant_with_warmup does
+    return {"lr_scheduler_type": "cosine" if schedule == "cosine" else "constant_with_warmup"}, None
+
+
+def _warmup_to_trainer(ratio: float, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
+    # as steps, which every transformers version reads the same way (newer ones dropped warmup_ratio)
+    return {"warmup_steps": round(ratio * cfg.optimizer.total_steps)}, None
+
+
+def _betas_to_trainer(
+    betas: list[float], cfg: Any, cuda: bool
+) -> tuple[dict[str, Any], str | None]:
+    return {"adam_beta1": betas[0], "adam_beta2": betas[1]}, None
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW and its learning-rate schedule. Applied by ``autotune.train.optim``."""
+
+    impl: str = knob(
+        "foreach",
+        group="optimizer",
+        choices=OPTIMIZER_IMPLS,
+        needs=(
+            Needs(
+                "one_process",
+                "'master' trains on one process: several would all-reduce the bf16 weights' "
+                "gradients in bf16",
+                unless=("foreach", "fused", "loop", "compiled"),
+            ),
+        ),
+        search=Search("categorical", choices=OPTIMIZER_IMPLS, remedy="master"),
+        hf=_impl_to_trainer,
+    )
+    """``foreach`` (torch's default), ``fused`` (one kernel per group), ``loop`` (per parameter),
+    ``compiled`` (the same AdamW update written as for-each ops and compiled by ``torch.compile``:
+    one pass over parameters, gradients and moments with the clip coefficient folded in, after one
+    pass that computes the gradient norm; see :mod:`autotune.train.optim.compiled`) or ``master``
+    (trainable weights that the forward reads only through bf16 autocast stored in bf16, their fp32
+    masters in the optimizer, the update one pass over every tensor; one process only; see
+    :mod:`autotune.train.optim.master`)."""
+    lr: float = knob(1e-4, group=None, low=0, low_open=True, hf=Carried("learning_rate"))
+    """Peak learning rate."""
+    betas: list[float] = knob(
+        group=None,
+        factory=lambda: [0.9, 0.999],
+        allowed="two numbers in [0, 1)",
+        hf=_betas_to_trainer,
+    )
+    """Adam's beta1 and beta2."""
+    eps: float = knob(1e-8, group=None, low=0, low_open=True, hf=Carried("adam_epsilon"))
+    """Adam's epsilon."""
+    weight_decay: float = knob(1e-5, group=None, low=0, hf=Carried("weight_decay"))
+    """Decoupled weight decay (not applied to biases and norms)."""
+    warmup_ratio: float = knob(
+        0.05, group=None, low=0, high=1, allowed="a number in [0, 1)", hf=_warmup_to_trainer
+    )
+    """Fraction of ``total_steps`` of linear warm-up before the decay."""
+    schedule: str = knob(
+        "cosine", group=None, choices=("cosine", "constant"), hf=_schedule_to_trainer
+    )
+    """``cosine`` (decay to zero over ``total_steps``) or ``constant`` (the peak rate after warm-up)."""
+    total_steps: int = knob(10000, group=None, low=1, integer=True, hf=Carried("max_steps"))
+    """Length of the schedule (the Trainer decays over ``max_steps``)."""
+    grad_clip: float = knob(1.0, group=None, low=0, hf=Carried("max_grad_norm"))
+    """Clip the global gradient norm to this value (0 disables clipping)."""
+    streams: int = knob(
+        1,
+        group="optimizer",
+        low=1,
+        high=8,
+        integer=True,
+        search=Search(
+            "categorical",
+            choices=(1, 2, 4),
+            when={"optimizer.impl": ["foreach", "fused", "loop"]},
+            remedy=2,
+            choice_needs={2: "cuda", 4: "cuda"},
+        ),
+        hf=NotCarried("the Trainer steps its AdamW on one stream"),
+    )
+    """Shards of the parameters stepped concurrently on CUDA side streams (gradient norm and update):
+    one multi-tensor launch does not fill a large GPU. The same parameters bit for bit; 1: one
+    stream. Not with ``impl: compiled`` or ``master`` (see :mod:`autotune.train.optim.streams`)."""
+    overlap: bool = knob(
+        False,
+        group="optimizer",
+        needs=(
+            Needs(
+                "one_process",
+                "the update beside the next step's prefix is for one process",
+                (False,),
+            ),
+        ),
+        search=Search(
+            "bool", when={"graphs.mode": ["step"], "optimizer.impl": ["master"]}, needs="cuda"
+        ),
+        hf=NotCarried(
+            "the update beside the next step's frozen prefix runs in autotune's captured step"
+        ),
+    )
+    """Run each step's AdamW update beside the next step's frozen prefix (the workload's
+    ``split_loss``: for gr00t_n16 the vision tower, connector and frozen LLM layers, which read none
+    of the weights it writes) instead of after the step's backward. The same updates in the same
+    order: step k's update (with step k's learning rate and clipping) is done before step k+1's
+    first trained layer. With ``impl: master`` and ``graphs.mode: step``, on one process."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "betas",
+            self.betas,
+            "two numbers in [0, 1)",
+        )
+        check(self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "a number in [0, 1)")
+        check(
+            not self.overlap or self.impl == "master",
+            "overlap",
+            self.overlap,
+            "false unless impl is 'master'",
+            "is not supported",
+        )
+        check(
+            self.streams == 1 or self.impl not in ("compiled", "master"),
+            "streams",
+            self.streams,
+            f"1 with impl {self.impl!r}",
+            "is not supported",
+        )
