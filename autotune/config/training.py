@@ -27,7 +27,7 @@ from autotune.config.step import (
     KernelConfig,
     PrecisionConfig,
 )
-from autotune.config.workload_knobs import model_knobs_of
+from autotune.config.workload_knobs import knobs_declaring, model_knobs_of
 from autotune.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -85,15 +85,28 @@ class ModelConfig:
             object.__setattr__(self, name, value)
 
     def bind(self, workload: str) -> None:
-        """Give ``options`` the type of ``workload``'s knobs (their defaults where none are set)."""
-        cls = model_knobs_of(workload)
-        if self.options is None or type(self.options) is cls:
-            self.options = cls() if self.options is None and cls is not None else self.options
+        """Give ``options`` the type of ``workload``'s knobs (their defaults where none are set); a
+        ``module:Class`` workload keeps what was read until :meth:`bind_class`."""
+        if ":" in workload and model_knobs_of(workload) is None:
             return
-        if self.options != type(self.options)():
-            keys = [f.name for f in dataclasses.fields(self.options)]
-            raise FieldError("model", keys, f"the model knobs of workload {workload!r}", "are not")
-        self.options = cls() if cls is not None else None
+        self.bind_class(model_knobs_of(workload), workload)
+
+    def bind_class(self, cls: type | None, workload: str) -> None:
+        """Give ``options`` the type ``cls`` (a workload's ``model_knobs``), keeping the values set."""
+        if type(self.options) is cls or (self.options is None and cls is None):
+            return
+        if cls is None:
+            if self.options != type(self.options)():
+                raise FieldError(
+                    "model", _set_keys(self.options), f"knobs of {workload!r}", "are not"
+                )
+            self.options = None
+            return
+        values = {} if self.options is None else _set_values(self.options)
+        unknown = [k for k in values if k not in {f.name for f in dataclasses.fields(cls)}]
+        if unknown:
+            raise FieldError("model", unknown, f"knobs of {workload!r}", "are not")
+        self.options = cls(**values)
 
     @classmethod
     def parse(cls, data: Any, key: str, parent: dict[str, Any]) -> ModelConfig:
@@ -106,6 +119,8 @@ class ModelConfig:
         knobs = model_knobs_of(workload) if isinstance(workload, str) else None
         own = {k: v for k, v in data.items() if k in _GENERIC}
         rest = {k: v for k, v in data.items() if k not in _GENERIC}
+        if knobs is None and isinstance(workload, str) and ":" in workload and rest:
+            knobs = knobs_declaring(list(rest))
         allowed = sorted(_GENERIC + tuple(f.name for f in dataclasses.fields(knobs or _None)))
         for name in rest:
             if knobs is None or name not in {f.name for f in dataclasses.fields(knobs)}:
@@ -113,6 +128,20 @@ class ModelConfig:
         model = from_dict(_Generic, own, key)
         options = from_dict(knobs, rest, key) if knobs is not None else None
         return cls(freeze=model.freeze, unfreeze=model.unfreeze, options=options)
+
+
+def _set_values(options: Any) -> dict[str, Any]:
+    """The knobs of ``options`` that differ from their defaults."""
+    default = type(options)()
+    return {
+        f.name: getattr(options, f.name)
+        for f in dataclasses.fields(options)
+        if getattr(options, f.name) != getattr(default, f.name)
+    }
+
+
+def _set_keys(options: Any) -> list[str]:
+    return list(_set_values(options))
 
 
 _GENERIC = ("freeze", "unfreeze")

@@ -1,9 +1,12 @@
 """Knobs a workload declares for its own model (GR00T's ``model.*``), looked up by workload name.
 
-A workload's package declares them as one dataclass of :func:`autotune.config.knob.knob` fields
-and registers it here; the ``model`` mapping of a configuration is then parsed with the generic
-``freeze``/``unfreeze`` and that workload's knobs, strictly, in the same YAML. A workload named
-``module:Class`` declares none (its module is not imported to read a configuration).
+A workload declares them as one dataclass of :func:`autotune.config.knob.knob` fields (its
+``model_knobs`` class attribute), registered here by name when the workload is registered; the
+``model`` mapping of a configuration is then parsed with the generic ``freeze``/``unfreeze`` and
+that workload's knobs, strictly, in the same YAML. A workload named ``module:Class`` is not
+imported to read a configuration: its model keys are read as the registered knobs that declare
+them all (a subclass of a built-in workload has its parent's), and checked against the class
+once the session imports it.
 """
 
 from __future__ import annotations
@@ -35,3 +38,13 @@ def all_model_knobs() -> dict[str, type]:
     """Every registered workload's model-knob dataclass, by workload name."""
     _load_builtin()
     return dict(_KNOBS)
+
+
+def knobs_declaring(keys: list[str]) -> type | None:
+    """The first registered model-knob dataclass that declares every one of ``keys``."""
+    import dataclasses
+
+    for cls in all_model_knobs().values():
+        if set(keys) <= {f.name for f in dataclasses.fields(cls)}:
+            return cls
+    return None

@@ -27,6 +27,9 @@ from typing import Any
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine
+from autotune.config.knob import Declared, walk
+from autotune.config.workload_knobs import model_knobs_of
+from autotune.search.declared import entry
 from autotune.search.space import SearchSpace, check_regions, parse_space
 
 MAX_SINGLE = 8
@@ -81,45 +84,88 @@ def _choices(*lists: list[str]) -> list[list[str]]:
     return out
 
 
-def _data_knobs(machine: Machine) -> dict[str, Any]:
-    per_rank = (machine.cpus or 1) // max(1, machine.world_size)
-    high = max(2, min(16, per_rank))
-    busy = list(range(1, high + 1))
-    return {
-        "data.num_workers": {
-            "type": "int",
-            "low": 0,
-            "high": high,
-            "group": "data",
-            "remedy": "cores",
-            "doc": "DataLoader worker processes",
-        },
-        "data.prefetch_factor": {
-            "type": "categorical",
-            "choices": [None, 2, 4],
-            "when": {"data.num_workers": busy},
-            "group": "data",
-            "remedy": 4,
-        },
-        "data.persistent_workers": {
-            "type": "bool",
-            "when": {"data.num_workers": busy},
-            "group": "data",
-            "remedy": True,
-        },
-        "data.pin_memory": {"type": "bool", "requires": "cuda", "group": "data", "remedy": True},
-        "data.device_prefetch": {
-            "type": "int",
-            "low": 0,
-            "high": 4,
-            "requires": "cuda",
-            "group": "data",
-            "remedy": 2,
-        },
-    }
+GROUP_ORDER = (
+    "data",
+    "graphs",
+    "compile",
+    "memory",
+    "precision",
+    "kernels",
+    "optimizer",
+    "model",
+    "ddp",
+)
+"""The order of the groups in the space: a knob's conditions come before it."""
 
 
-def _graph_and_compile_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
+def _applies(key: str, group: str, f: WorkloadFacts, machine: Machine) -> bool:
+    """Whether a declared knob belongs in this workload's space on this machine."""
+    if group == "data":
+        return f.loads_data
+    if group == "ddp" or key == "kernels.cuda_device_max_connections":
+        return machine.world_size > 1  # communication knobs, for several ranks
+    if key == "precision.trainable_dtype":
+        return bool(f.trainable)
+    if key == "precision.frozen_dtype":
+        return bool(f.frozen)
+    return True
+
+
+def _declared(f: WorkloadFacts, machine: Machine) -> list[Declared]:
+    found = list(walk(TrainConfig))
+    own = model_knobs_of(f.workload)
+    if own is not None:
+        found += list(walk(own, "model"))
+    found = [d for d in found if d.spec.search is not None and d.spec.group is not None]
+    found = [d for d in found if _applies(d.key, d.spec.group, f, machine)]
+    return sorted(found, key=lambda d: GROUP_ORDER.index(d.spec.group))
+
+
+def _for_machine(d: Declared, machine: Machine) -> dict[str, Any]:
+    """The declared entry with what depends on the machine resolved: the loader's cores, choices
+    that need CUDA or one process."""
+    knob = entry(d)
+    if knob.get("high") == "cores":
+        per_rank = (machine.cpus or 1) // max(1, machine.world_size)
+        knob["high"] = max(2, min(16, per_rank))
+    search = d.spec.search
+    lacking = {"cuda"} if not machine.cuda else set()
+    if "choices" in knob:
+        drop = {c for c, what in search.choice_needs.items() if what in lacking}
+        if machine.world_size > 1:
+            drop |= {
+                c
+                for c in knob["choices"]
+                for n in d.spec.needs
+                if n.what == "one_process" and n.applies(c)
+            }
+        knob["choices"] = [c for c in knob["choices"] if c not in drop]
+        if knob.get("remedy") in drop:
+            del knob["remedy"]
+    return knob
+
+
+def _resolve_when(knobs: dict[str, Any]) -> dict[str, Any]:
+    """Conditions on a loader with workers ("busy") made explicit; knobs whose condition no earlier
+    knob can meet left out."""
+    out: dict[str, Any] = {}
+    for key, knob in knobs.items():
+        when = dict(knob.get("when", {}))
+        if when.get("data.num_workers") == "busy" and "data.num_workers" in out:
+            when["data.num_workers"] = list(range(1, out["data.num_workers"]["high"] + 1))
+        if all(c in out and _meets(out[c], v) for c, v in when.items()):
+            out[key] = {**knob, "when": when} if when else knob
+    return out
+
+
+def _meets(cond: dict[str, Any], values: Any) -> bool:
+    values = values if isinstance(values, list) else [values]
+    if "choices" in cond:
+        return any(v in cond["choices"] for v in values)
+    return cond["type"] != "bool" or any(isinstance(v, bool) for v in values)
+
+
+def _graph_regions(f: WorkloadFacts) -> tuple[dict[str, Any], list[list[str]]]:
     every = list(f.regions)
     singles = (
         [[r] for r in every]
@@ -127,21 +173,20 @@ def _graph_and_compile_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, An
         else [[r] for r in f.trainable[:MAX_SINGLE]]
     )
     regional = _choices([], *singles, every)
-    knobs: dict[str, Any] = {
-        "graphs.mode": {
-            "type": "categorical",
-            "choices": ["none", "regions", "step"],
-            "requires": "cuda",
-            "group": "graphs",
-            "remedy": "step",
-        },
+    graphs = {
         "graphs.regions": {
             "type": "categorical",
             "choices": _choices(*singles, list(f.trainable) or every, every),
             "when": {"graphs.mode": "regions"},
             "requires": "cuda",
             "group": "graphs",
-        },
+        }
+    }
+    return graphs, regional
+
+
+def _compile_regions(f: WorkloadFacts, regional: list[list[str]]) -> dict[str, Any]:
+    knobs: dict[str, Any] = {
         # the whole model compiled is one graph: no region of it can be captured on its own
         "compile.regions": {
             "type": "categorical",
@@ -159,109 +204,63 @@ def _graph_and_compile_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, An
         },
     }
     if (
-        len(every) > 1
-    ):  # several ranks: block by block, so that gradients arrive (and reduce) as the backward goes
-        knobs["compile.regions"]["remedy_several_ranks"] = every
-    compiled = [c for c in regional if c] + [["all"]]
-    knobs["compile.mode"] = {
-        "type": "categorical",
-        "choices": ["default", "max-autotune-no-cudagraphs"],
-        "requires": "cuda",
-        "when": {"compile.regions": compiled},
-        "group": "compile",
-    }
-    if f.trainable:
-        knobs["checkpointing.regions"] = {
-            "type": "categorical",
-            "group": "compile",
-            "choices": _choices([], *[[r] for r in f.trainable], list(f.trainable)),
-            "doc": "recompute the region's blocks in backward",
-        }
+        len(f.regions) > 1
+    ):  # several ranks: block by block, so gradients reduce as the backward goes
+        knobs["compile.regions"]["remedy_several_ranks"] = list(f.regions)
     return knobs
 
 
-def _precision_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
-    knobs: dict[str, Any] = {}
+def _region_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, dict[str, Any]]:
+    """The knobs whose choices are the workload's regions, by the group they open."""
+    graphs, regional = _graph_regions(f)
+    memory: dict[str, Any] = {}
+    if f.trainable:
+        choices = _choices([], *[[r] for r in f.trainable], list(f.trainable))
+        memory["checkpointing.regions"] = {
+            "type": "categorical",
+            "group": "memory",
+            "choices": choices,
+            "doc": "recompute the region's blocks in backward",
+        }
+    precision: dict[str, Any] = {}
     for region in f.regions:
-        choices = (
-            ["bf16", "fp32", "fp8"] if region in f.trainable and machine.cuda else ["bf16", "fp32"]
-        )
-        knob = {"type": "categorical", "choices": choices, "group": "precision"}
+        fp8 = region in f.trainable and machine.cuda
+        knob = {"type": "categorical", "choices": ["bf16", "fp32", *(["fp8"] if fp8 else [])]}
+        knob["group"] = "precision"
         if (
             machine.cuda
         ):  # bf16 autocast relieves a GPU's compute; on most CPUs it is slower than fp32
             knob["remedy"] = "bf16"
-        knobs[f"precision.regions.{region}"] = knob
-    if f.trainable:
-        knobs["precision.trainable_dtype"] = {
-            "type": "categorical",
-            "choices": ["fp32", "bf16"],
-            "group": "precision",
-            "doc": "storage of trainable weights in autocast regions",
-        }
-    if f.frozen:
-        knobs["precision.frozen_dtype"] = {
-            "type": "categorical",
-            "choices": ["bf16", "fp32"],
-            "group": "precision",
-        }
-    knobs["precision.tf32"] = {
-        "type": "bool",
-        "requires": "cuda",
-        "group": "precision",
-        "remedy": True,
-    }
-    knobs["kernels.attention"] = {
-        "type": "categorical",
-        "choices": ["auto", "flash", "efficient", "cudnn", "math"],
-        "requires": "cuda",
-        "group": "compile",
-    }
-    return knobs
-
-
-def _comm_knobs(machine: Machine) -> dict[str, Any]:
-    eager = {"graphs.mode": ["none", "regions"]}
+        precision[f"precision.regions.{region}"] = knob
+    compiled = [c for c in regional if c] + [["all"]]
     return {
-        "ddp.bucket_cap_mb": {"type": "float", "low": 1, "high": 400, "log": True, "group": "comm"},
-        "ddp.static_graph": {"type": "bool", "when": eager, "group": "comm", "remedy": True},
-        "ddp.gradient_as_bucket_view": {
-            "type": "bool",
-            "when": eager,
-            "group": "comm",
-            "remedy": True,
+        "graphs": graphs,
+        "compile": {
+            **_compile_regions(f, regional),
+            "compile.mode": {"when": {"compile.regions": compiled}},
         },
-        # gloo (CPU) has no bf16 compression hook
-        "ddp.comm_hook": {
-            "type": "categorical",
-            "choices": ["none", "bf16", "fp16"] if machine.cuda else ["none", "fp16"],
-            "group": "comm",
-        },
-        "ddp.graph_overlap": {
-            "type": "bool",
-            "requires": "cuda",
-            "when": {"graphs.mode": "step"},
-            "group": "comm",
-            "remedy": True,
-        },
+        "memory": memory,
+        "precision": precision,
     }
 
 
 def auto_space_data(f: WorkloadFacts, machine: Machine) -> dict[str, Any]:
-    """The space as the plain data of a space file (what ``autotune space`` prints)."""
+    """The space as the plain data of a space file (what ``autotune space`` prints): every declared
+    knob with a search range that applies, and the knobs whose choices are the workload's regions."""
+    regions = _region_knobs(f, machine)
     knobs: dict[str, Any] = {}
-    if f.loads_data:
-        knobs.update(_data_knobs(machine))
-    knobs.update(_graph_and_compile_knobs(f, machine))
-    knobs.update(_precision_knobs(f, machine))
-    knobs["optimizer.impl"] = {
-        "type": "categorical",
-        "choices": ["foreach", "fused", "loop"],
-        "group": "optimizer",
-        "remedy": "fused",
-    }
-    if machine.world_size > 1:
-        knobs.update(_comm_knobs(machine))
+    declared = _declared(f, machine)
+    for group in GROUP_ORDER:
+        extra = regions.get(group, {})
+        own = {k: v for k, v in extra.items() if "type" in v}
+        if group == "compile":  # compile.mode is conditioned on the compiled regions
+            knobs.update(own)
+        for d in (d for d in declared if d.spec.group == group):
+            knob = {**_for_machine(d, machine), **extra.get(d.key, {})}
+            if len(knob.get("choices", (0, 1))) > 1:  # a choice of one is no knob
+                knobs[d.key] = knob
+        knobs.update(own)
+    knobs = _resolve_when(knobs)
     where = "a GPU" if machine.cuda else "the CPU"
     return {
         "name": "auto",

@@ -49,14 +49,17 @@ from autotune.search.trials import PROFILE_DIR, eligible, measurement_of, profil
 BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
     "launch_overhead": ("graphs", "optimizer", "compile"),
-    "comm_wait": ("comm",),
+    # CUDA_DEVICE_MAX_CONNECTIONS (kernels) decides how many streams run beside the all-reduce
+    "comm_wait": ("ddp", "kernels"),
     # a fused optimizer moves the optimizer state once instead of once per multi-tensor chunk. Compile
     # is searched after precision: tried before it, on the CPU benchmark its stage (checkpointing
     # there) cost 2 trials to 90 % of the best; on a GPU its remedy (the whole model: 87 ms a step
     # inside a whole-step graph on an H200, 110 ms without) is tried among the remedies anyway
     # model: the same loss computed with less work (dead outputs skipped, the projectors' weights read in
     # place); exact, so tried before the groups that trade precision or compile time for speed
-    "compute_serial": ("model", "optimizer", "precision", "compile"),
+    # kernels (the attention backend) after compile; memory last: checkpointing trades compute
+    # for memory, which pays only where memory binds
+    "compute_serial": ("model", "optimizer", "precision", "compile", "kernels", "memory"),
     # the host blocked in a synchronising call (.item(), .cpu(), a pageable copy): its remedy is to
     # remove the sync from the training code, which no knob does; graphs cannot capture a sync at all
     "sync_wait": (),

@@ -43,10 +43,12 @@ from typing import Any
 
 from autotune.config import TrainConfig, from_dict, read_yaml, to_dict
 from autotune.config.compat import Machine
+from autotune.config.knob import GROUPS as KNOB_GROUPS
 from autotune.errors import ConfigError, SearchSpaceError
+from autotune.search.declared import GROUP_ALIASES, declared, defaults_for
 
 TYPES = ("int", "float", "categorical", "bool")
-GROUPS = ("data", "graphs", "compile", "comm", "precision", "optimizer", "model")
+GROUPS = KNOB_GROUPS
 REQUIREMENTS = ("cuda", "fp8")
 KNOB_KEYS = (
     "type",
@@ -225,16 +227,24 @@ def _check_key(key: str) -> None:
     """Raise ConfigError unless ``key`` names a field of the TrainConfig tree (or a mapping entry)."""
     cls: Any = TrainConfig
     parts = config_key(key).split(".")
+    if parts[0] == "model" and len(parts) == 2 and declared(key) is not None:
+        return  # a workload's own model knob
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(cls):
             raise ConfigError(
                 f"not a knob of the training configuration ({'.'.join(parts[:i])} has no fields)"
             )
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        if part not in fields or part in ("schema_version", "provenance", "workload", "preset"):
+        if part not in fields or part in (
+            "schema_version",
+            "provenance",
+            "workload",
+            "preset",
+            "options",
+        ):
             raise ConfigError(
                 f"not a knob of the training configuration; allowed at this level: "
-                f"{sorted(n for n in fields if n not in ('schema_version', 'provenance'))}"
+                f"{sorted(n for n in fields if n not in ('schema_version', 'provenance', 'options'))}"
             )
         hint = typing_hints(cls)[part]
         if getattr(hint, "__origin__", None) is dict:
@@ -265,6 +275,18 @@ def _number(path: Path, where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _err(path, where, f"{value!r} has the wrong type; allowed: a number")
     return value
+
+
+def _with_declared(key: str, spec: Any) -> Any:
+    """A file's entry completed from the knob's declaration (:mod:`autotune.search.declared`)."""
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        return spec
+    spec = {**defaults_for(key, spec), **spec}
+    if spec.get("group") in GROUP_ALIASES:
+        spec["group"] = GROUP_ALIASES[spec["group"]]
+    return spec
 
 
 def _parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Knob:
@@ -508,7 +530,7 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
     knobs: dict[str, Knob] = {}
     stock = TrainConfig()
     for key, spec in knobs_data.items():
-        knob = _parse_knob(path, str(key), spec, knobs)
+        knob = _parse_knob(path, str(key), _with_declared(str(key), spec), knobs)
         _check_values(path, knob, stock)
         _check_variants(path, knob, knobs)
         knobs[knob.key] = knob

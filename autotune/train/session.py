@@ -56,6 +56,7 @@ class Session:
         machine = Machine.current(world_size)
         check_machine(cfg, machine)  # before the workload's module (module:Class) is imported
         self.workload = workload or get_workload(cfg.workload)
+        cfg.model.bind_class(self.workload.model_knobs, cfg.workload)  # a module:Class's own knobs
         self.device = resolve_device(cfg, local_rank)
         if model is None:
             self.workload.check_preset(cfg.preset)

@@ -83,6 +83,10 @@ class LossSplit:
 class Workload(ABC):
     """A training job the tuner can build and measure (see the module docstring)."""
 
+    model_knobs: type | None = None
+    """The dataclass of the workload's own ``model`` knobs (fields made by
+    :func:`autotune.config.knob.knob`), applied by :meth:`apply_model_options`; None: it has none."""
+
     name: ClassVar[str]
     presets: ClassVar[tuple[str, ...]]
     default_preset: ClassVar[str]

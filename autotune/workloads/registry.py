@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 
+from autotune.config.workload_knobs import register_model_knobs
 from autotune.errors import WorkloadError
 from autotune.workloads.base import Workload
 
@@ -30,6 +31,8 @@ def register_workload(workload: Workload, *, replace: bool = False) -> Workload:
     if workload.name in _REGISTRY and not replace and _REGISTRY[workload.name] is not workload:
         raise WorkloadError(f"a workload named {workload.name!r} is already registered")
     _REGISTRY[workload.name] = workload
+    if workload.model_knobs is not None:
+        register_model_knobs(workload.name, workload.model_knobs)
     return workload
 
 

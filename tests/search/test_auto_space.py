@@ -43,9 +43,11 @@ def test_every_group_on_two_gpus_and_only_runnable_knobs_on_a_cpu(facts):
         "data",
         "graphs",
         "compile",
+        "memory",
         "precision",
+        "kernels",
         "optimizer",
-        "comm",
+        "ddp",
     }
     keys = {k.key for k in gpu.knobs}
     assert {
@@ -59,7 +61,7 @@ def test_every_group_on_two_gpus_and_only_runnable_knobs_on_a_cpu(facts):
     compile_all = next(k for k in gpu.knobs if k.key == "compile.regions")
     assert ["inp", "blocks", "out"] in compile_all.choices and ["all"] in compile_all.choices
     cpu, notes = auto_space(facts, CPU1).for_machine(CPU1)
-    assert {k.group for k in cpu.knobs} == {"data", "compile", "precision", "optimizer"}
+    assert {k.group for k in cpu.knobs} == {"data", "compile", "memory", "precision", "optimizer"}
     assert all(k.requires is None for k in cpu.knobs) and any(
         "graphs.mode: dropped" in n for n in notes
     )

@@ -382,9 +382,9 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
             "ddp.comm_hook": {
                 "type": "categorical",
                 "choices": ["none", "bf16", "fp16"],
-                "group": "comm",
+                "group": "ddp",
             },
-            "ddp.static_graph": {"type": "bool", "group": "comm"},
+            "ddp.static_graph": {"type": "bool", "group": "ddp"},
         }
     }
     space = parse_space(spec, tmp_path / "s.yaml")
@@ -403,7 +403,7 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
     )
     guide = Guide(space, stage_trials=5)
     fixed, stage = guide.next_trial(study, study.trials[0])
-    assert stage.groups == ["comm"] and fixed == {"ddp.comm_hook": "none", "ddp.static_graph": True}
+    assert stage.groups == ["ddp"] and fixed == {"ddp.comm_hook": "none", "ddp.static_graph": True}
     assert guide._untried(study, stage, study.trials[0]) == [
         {
             "ddp.comm_hook": "none",
@@ -417,7 +417,7 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
     # with fewer trials in the stage than combinations left, the sampler chooses
     small = Guide(space, stage_trials=2)
     fixed, stage = small.next_trial(study, study.trials[0])
-    assert stage.groups == ["comm"] and fixed == {}
+    assert stage.groups == ["ddp"] and fixed == {}
 
 
 def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
@@ -536,14 +536,14 @@ COMM = {
         "ddp.static_graph": {
             "type": "bool",
             "when": {"graphs.mode": ["none"]},
-            "group": "comm",
+            "group": "ddp",
             "remedy": True,
         },
-        "ddp.comm_hook": {"type": "categorical", "choices": ["none", "bf16"], "group": "comm"},
+        "ddp.comm_hook": {"type": "categorical", "choices": ["none", "bf16"], "group": "ddp"},
         "ddp.graph_overlap": {
             "type": "bool",
             "when": {"graphs.mode": ["step"]},
-            "group": "comm",
+            "group": "ddp",
             "remedy": True,
         },
     }
@@ -585,13 +585,13 @@ def test_a_remedy_that_does_not_exist_beside_the_incumbent_is_not_tried(tmp_path
         study, {"graphs.mode": "none", "ddp.static_graph": False, "ddp.comm_hook": "none"}
     )
     fixed, stage = Guide(space, 2).next_trial(study, eager)
-    assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["comm"], ["ddp.static_graph"])
+    assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["ddp"], ["ddp.static_graph"])
     assert fixed == {"graphs.mode": "none", "ddp.static_graph": True, "ddp.comm_hook": "none"}
     graph = comm_incumbent(
         study, {"graphs.mode": "step", "ddp.comm_hook": "none", "ddp.graph_overlap": False}
     )
     fixed, stage = Guide(space, 2).next_trial(study, graph)
-    assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["comm"], ["ddp.graph_overlap"])
+    assert (stage.kind, stage.groups, stage.knobs) == ("remedy", ["ddp"], ["ddp.graph_overlap"])
     assert fixed == {"graphs.mode": "step", "ddp.comm_hook": "none", "ddp.graph_overlap": True}
     overlapped = comm_incumbent(
         study, {"graphs.mode": "step", "ddp.comm_hook": "none", "ddp.graph_overlap": True}
@@ -599,7 +599,7 @@ def test_a_remedy_that_does_not_exist_beside_the_incumbent_is_not_tried(tmp_path
     _, stage = Guide(space, 2).next_trial(study, overlapped)
     assert (stage.kind, stage.groups) == (
         "search",
-        ["comm"],
+        ["ddp"],
     )  # the sampler over what exists: the compression
 
 

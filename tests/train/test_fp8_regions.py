@@ -53,9 +53,10 @@ def test_an_fp8_vision_mlp_with_its_bias_in_the_activation_still_runs_its_fc1_in
     """model.bias_in_activation computes a plain fc1 without its bias; converted to fp8 the layer's own
     forward runs (it adds the bias after its GEMM), so the tower's largest GEMM is not left in bf16."""
     from autotune.config import ModelConfig
+    from autotune.workloads.gr00t_n16.knobs import Gr00tModelKnobs
 
     model = W.build_model("tiny", "cpu")
-    W.apply_model_options(model, ModelConfig(bias_in_activation=True))
+    W.apply_model_options(model, ModelConfig(options=Gr00tModelKnobs(bias_in_activation=True)))
     _convert_fp8(model.region_map()["vision"])
     layer = model.vision.blocks[0]
     assert type(layer.fc1) is Float8Linear
@@ -71,9 +72,10 @@ def test_fp8_projections_are_not_fused_and_still_run():
     """model.fused_frozen_qkv copies plain frozen projections only: the vision tower's q/k/v converted to
     fp8 keep their own GEMMs, and those converted layers (not the ones they replaced) are what runs."""
     from autotune.config import ModelConfig
+    from autotune.workloads.gr00t_n16.knobs import Gr00tModelKnobs
 
     model = W.build_model("tiny", "cpu")
-    W.apply_model_options(model, ModelConfig(fused_frozen_qkv=True))
+    W.apply_model_options(model, ModelConfig(options=Gr00tModelKnobs(fused_frozen_qkv=True)))
     _convert_fp8(model.region_map()["vision"])
     W.prepare_model(model)
     attn = model.vision.blocks[0].self_attn

@@ -8,6 +8,7 @@ the same batch and the same random draws (noise, flow times, dropout), in fp32 t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -15,9 +16,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from autotune.config import ModelConfig, config_from_dict
-from autotune.errors import IncompatibleConfigError
+from autotune.errors import ConfigError
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_n16.dit import block_kind
+from autotune.workloads.gr00t_n16.knobs import Gr00tModelKnobs
 from autotune.workloads.gr00t_n16.presets import get_preset
 from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, slot_groups
 
@@ -37,8 +39,13 @@ def _loss_and_grads(
     return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
 
 
+def gr00t_model(**knobs) -> ModelConfig:
+    """The ``model`` section of a gr00t_n16 configuration with ``knobs`` set."""
+    return ModelConfig(options=Gr00tModelKnobs(**knobs))
+
+
 def _assert_same(options: ModelConfig, batch: dict) -> None:
-    ref_loss, ref = _loss_and_grads(ModelConfig(), batch)
+    ref_loss, ref = _loss_and_grads(gr00t_model(), batch)
     loss, grads = _loss_and_grads(options, batch)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     assert grads.keys() == ref.keys()
@@ -57,35 +64,24 @@ def _batch(ids: list[int] | None = None) -> dict:
 
 
 def test_skip_dead_work_gives_the_same_loss_and_gradients():
-    _assert_same(ModelConfig(skip_dead_work=True), _batch())
+    _assert_same(gr00t_model(skip_dead_work=True), _batch())
 
 
 def test_bias_in_activation_gives_the_same_loss_and_gradients():
-    _assert_same(ModelConfig(bias_in_activation=True), _batch())
+    _assert_same(gr00t_model(bias_in_activation=True), _batch())
     torch.manual_seed(0)
     model = W.build_model("tiny", "cpu")
-    W.apply_model_options(model, ModelConfig(bias_in_activation=True))
+    W.apply_model_options(model, gr00t_model(bias_in_activation=True))
     assert all(layer.bias_in_activation for layer in model.vision.blocks)
-
-
-def test_bias_in_activation_is_refused_by_a_workload_without_such_layers():
-    with pytest.raises(
-        IncompatibleConfigError,
-        match=r"model.bias_in_activation: true is refused: workload "
-        r"'image_classifier'",
-    ):
-        get_workload("image_classifier").apply_model_options(
-            torch.nn.Linear(2, 2), ModelConfig(bias_in_activation=True)
-        )
 
 
 def test_gelu_epilogue_leaves_a_cpu_step_and_a_trained_tower_as_they_were():
     """The epilogue is cuBLASLt's: on a CPU the layer computes as before; and a tower whose ``fc1``
     needs a gradient (``model.unfreeze: [vision]``) keeps the path autograd differentiates."""
-    _assert_same(ModelConfig(gelu_epilogue=True, bias_in_activation=True), _batch())
+    _assert_same(gr00t_model(gelu_epilogue=True, bias_in_activation=True), _batch())
     torch.manual_seed(0)
     model = W.build_model("tiny", "cpu")
-    W.apply_model_options(model, ModelConfig(gelu_epilogue=True))
+    W.apply_model_options(model, gr00t_model(gelu_epilogue=True))
     layer = model.vision.blocks[0]
     assert layer.gelu_epilogue
     h = torch.randn(2, 3, layer.fc1.in_features)
@@ -94,17 +90,6 @@ def test_gelu_epilogue_leaves_a_cpu_step_and_a_trained_tower_as_they_were():
     assert layer._fc1_needs_grad(h)
     with torch.no_grad():
         assert not layer._fc1_needs_grad(h)
-
-
-def test_gelu_epilogue_is_refused_by_a_workload_without_such_layers():
-    with pytest.raises(
-        IncompatibleConfigError,
-        match=r"model.gelu_epilogue: true is refused: workload "
-        r"'image_classifier'",
-    ):
-        get_workload("image_classifier").apply_model_options(
-            torch.nn.Linear(2, 2), ModelConfig(gelu_epilogue=True)
-        )
 
 
 def _texts_of_length(batch: dict, lengths: list[int]) -> dict:
@@ -122,15 +107,15 @@ def _texts_of_length(batch: dict, lengths: list[int]) -> dict:
 def test_attended_kv_only_gives_the_same_loss_and_gradients():
     """The longest text fills the text layers' static room exactly; the shortest leaves it mostly filler."""
     p = W.resolve("tiny")
-    _assert_same(ModelConfig(attended_kv_only=True), _batch())
+    _assert_same(gr00t_model(attended_kv_only=True), _batch())
     _assert_same(
-        ModelConfig(attended_kv_only=True),
+        gr00t_model(attended_kv_only=True),
         _texts_of_length(_batch(), [p.max_text_tokens, 1, 7, p.max_text_tokens]),
     )
 
 
 def test_fused_frozen_qkv_gives_the_same_loss_and_gradients():
-    _assert_same(ModelConfig(fused_frozen_qkv=True), _batch())
+    _assert_same(gr00t_model(fused_frozen_qkv=True), _batch())
 
 
 def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_nothing_more():
@@ -139,7 +124,7 @@ def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_noth
     def built(fused: bool):
         torch.manual_seed(0)
         model = W.build_model("tiny", "cpu")
-        W.apply_model_options(model, ModelConfig(fused_frozen_qkv=fused))
+        W.apply_model_options(model, gr00t_model(fused_frozen_qkv=fused))
         W.prepare_model(model)
         return model
 
@@ -167,13 +152,6 @@ def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_noth
     assert torch.equal(
         fused.vision.blocks[0].self_attn.qkv.weight, torch.cat([q.weight, k.weight, v.weight])
     )
-
-
-def test_fused_frozen_qkv_is_refused_by_a_workload_without_attention_projections():
-    with pytest.raises(IncompatibleConfigError, match=r"model.fused_frozen_qkv: true is refused"):
-        get_workload("image_classifier").apply_model_options(
-            torch.nn.Linear(2, 2), ModelConfig(fused_frozen_qkv=True)
-        )
 
 
 def test_attended_keeps_each_samples_tokens_in_order_then_masked_filler():
@@ -234,21 +212,10 @@ def test_attended_kv_only_projects_keys_and_values_for_the_attended_tokens_only(
     )  # and the LM head
 
 
-def test_attended_kv_only_is_refused_by_a_workload_without_masked_cross_attention():
-    with pytest.raises(
-        IncompatibleConfigError,
-        match=r"model.attended_kv_only: true is refused: workload "
-        r"'image_classifier'",
-    ):
-        get_workload("image_classifier").apply_model_options(
-            torch.nn.Linear(2, 2), ModelConfig(attended_kv_only=True)
-        )
-
-
 @pytest.mark.parametrize("ids", [[5, 5, 5, 5], [7, 2, 7, 30]], ids=["one embodiment", "mixed"])
 def test_grouped_projectors_give_the_same_loss_and_dense_gradients(ids):
-    _assert_same(ModelConfig(category_matmul="grouped"), _batch(ids))
-    _, grads = _loss_and_grads(ModelConfig(category_matmul="grouped"), _batch(ids))
+    _assert_same(gr00t_model(category_matmul="grouped"), _batch(ids))
+    _, grads = _loss_and_grads(gr00t_model(category_matmul="grouped"), _batch(ids))
     w = grads["projectors.action_encoder.W2.W"]
     assert (
         w.shape[0] == get_preset("tiny").num_embodiments
@@ -365,22 +332,18 @@ def test_session_applies_the_model_knobs():
     assert torch.isfinite(loss) and torch.isfinite(norm)
 
 
-def test_a_workload_without_category_layers_refuses_grouped():
-    from autotune.workloads.base import Workload
+@pytest.mark.parametrize("knob", [f.name for f in dataclasses.fields(Gr00tModelKnobs)])
+def test_a_workload_without_model_knobs_refuses_them_when_the_file_is_read(tmp_path, knob):
+    """A knob is declared by the workload that applies it: another workload's file cannot name it."""
+    from autotune.config import load_config
 
-    class Plain(Workload):
-        name, presets, default_preset = "plain", ("x",), "x"
-        build_model = regions = loss = synthetic_batch = flops_per_sample = None  # not used here
-
-    Plain.__abstractmethods__ = frozenset()
-    Plain().apply_model_options(
-        None, ModelConfig(skip_dead_work=True)
-    )  # nothing dead to skip: accepted
+    value = getattr(Gr00tModelKnobs(), knob)
+    path = tmp_path / "c.yaml"
+    path.write_text(f"workload: image_classifier\nmodel:\n  {knob}: {json.dumps(value)}\n")
     with pytest.raises(
-        IncompatibleConfigError,
-        match=r"model.category_matmul: 'grouped' is refused: workload 'plain'",
+        ConfigError, match=rf"c.yaml: model.{knob}: unknown key; allowed: \['freeze', 'unfreeze'\]"
     ):
-        Plain().apply_model_options(None, ModelConfig(category_matmul="grouped"))
+        load_config(path)
 
 
 def test_flop_counts_are_kept_on_disk_and_a_bad_file_is_counted_again(tmp_path, monkeypatch):

@@ -24,9 +24,7 @@ _OWN = NotCarried(
 class Gr00tModelKnobs:
     """The ``model`` knobs of GR00T N1.6 (see the module docstring)."""
 
-    skip_dead_work: bool = knob(
-        False, group="model", search=Search("bool", remedy=True), hf=_OWN
-    )
+    skip_dead_work: bool = knob(False, group="model", search=Search("bool", remedy=True), hf=_OWN)
     """Skip work whose output never reaches the loss: the LM-head logits, which upstream computes
     and discards, and the action decoder on the state token. Exact: no loss or gradient changes."""
     category_matmul: str = knob(
@@ -56,9 +54,7 @@ class Gr00tModelKnobs:
     have their final dtype. Each output element is the same dot product. The copy is not saved;
     weights loaded into a built session (``--init-from``) refresh it. Layers converted to fp8 keep
     their own GEMMs."""
-    attended_kv_only: bool = knob(
-        False, group="model", search=Search("bool", remedy=True), hf=_OWN
-    )
+    attended_kv_only: bool = knob(False, group="model", search=Search("bool", remedy=True), hf=_OWN)
     """The DiT's cross-attention layers project keys and values only for the tokens they attend to
     (its text layers the text tokens, its image layers the image tokens; upstream projects every
     VL token for both and masks). Masked keys get no attention weight, so the loss and the

@@ -13,6 +13,7 @@ from autotune.config import TrainConfig
 from autotune.config.stock import stock_config
 from autotune.workloads.base import Batch, LossSplit, Workload
 from autotune.workloads.gr00t_n16 import batch as batch_mod
+from autotune.workloads.gr00t_n16.knobs import Gr00tModelKnobs
 from autotune.workloads.gr00t_n16.presets import PRESETS, Gr00tPreset, get_preset
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class Gr00tN16(Workload):
     """
 
     name = "gr00t_n16"
+    model_knobs = Gr00tModelKnobs
     presets = tuple(PRESETS)
     default_preset = "full"
     cpu_preset = "tiny"
