@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ STUDY = [
     "1",
 ]
 RUN_DIR = Path("runs/gr00t_n16-tiny-quick")  # the default run folder of STUDY
+RUN_FILES = {"best.yaml", "report.html", "study.journal", "trials.csv", "diagnosis.json"}
+"""Files of a run folder: the example runs of the checkout stay out of the wheel."""
 
 
 def uv_binary() -> str:
@@ -89,6 +92,9 @@ def test_the_wheel_runs_a_tiny_study_from_an_empty_folder(tmp_path):
             shutil.copy2(ROOT / name, src / name)
     run([uv, "build", "-q", "--out-dir", str(tmp_path / "dist"), str(src)], tmp_path, env)
     (wheel,) = (tmp_path / "dist").glob("autotune-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    runs = [n for n in names if n.startswith("reports/") or Path(n).name in RUN_FILES]
+    assert not runs, f"the wheel carries run folders: {runs[:5]}"
 
     venv = tmp_path / "venv"
     python = venv / "bin" / "python"

@@ -12,12 +12,12 @@ The same on the CPU, in a minute (the tiny preset, synthetic batches, gloo for `
         --steps 3 --warmup 1 --configs stock data_prefetch --json /tmp/suite.json
 
 ``--configs`` takes names of :data:`CONFIGS` and configuration files (rows of files are named
-after their folder and stem: ``x/best``), each optionally with ``+VARIANT``: knobs added on top
-(:data:`~autotune.benchmarks.suite_configs.VARIANTS`). ``best-1gpu`` names the shipped 1-GPU
-``best.yaml``; it and each of the exact knobs on top of it, on one GPU::
+after their folder and stem: ``x/best``), each optionally with knobs set on top of it as
+``+KEY=VALUE`` (:mod:`autotune.benchmarks.suite_configs`). A run's ``best.yaml`` against stock,
+and the same with one knob more, on one GPU::
 
     python -m autotune.benchmarks.gpu_suite --preset full --steps 15 --warmup 5 --timeout 280 --out out \
-        --configs stock best-1gpu best-1gpu+streams2 best-1gpu+compiled_adamw best-1gpu+grouped
+        --configs stock runs/x/best.yaml runs/x/best.yaml+optimizer.streams=2
 
 and the same rows checked on a CPU first: ``--fit-machine`` resets to stock the knobs the machine
 refuses (CUDA graphs, the device prefetcher) and skips the rows it cannot run at all (fp8), ``--reset``
@@ -26,8 +26,8 @@ per row::
 
     python -m autotune.benchmarks.gpu_suite --preset tiny --batch-size 2 --source synthetic --steps 2 \
         --warmup 1 --profile-steps 1 --timeout 900 --fit-machine --reset compile.regions --json /tmp/suite.json \
-        --configs stock best-1gpu best-1gpu+skip_dead best-1gpu+grouped best-1gpu+streams2 \
-        best-1gpu+compiled_adamw best-1gpu+exact best-1gpu+exact_fp8_dit
+        --configs stock runs/x/best.yaml runs/x/best.yaml+optimizer.streams=2 \
+        runs/x/best.yaml+precision.regions.dit=fp8
 
 Every row is trained from the same seed on the same
 data by :func:`autotune.train.trial.launch.launch` (warm-up, then measured steps with the device
@@ -274,7 +274,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--configs",
         nargs="+",
         default=DEFAULT_CONFIGS,
-        help=f"names {sorted(CONFIGS)} or configuration YAML files (e.g. runs/x/best.yaml)",
+        help=f"names {sorted(CONFIGS)} or configuration YAML files (e.g. runs/x/best.yaml), each "
+        "optionally with knobs on top: ENTRY+KEY=VALUE (e.g. runs/x/best.yaml+optimizer.streams=2)",
     )
     ap.add_argument(
         "--json", type=Path, help="write the results here (and the markdown table beside it, .md)"

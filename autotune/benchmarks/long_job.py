@@ -14,7 +14,7 @@ checkpoint's size, stall at the step boundary and background write time, and che
 losses (steps R+1..N) against ``plain``'s same steps with :func:`autotune.train.window.verify.compare` at the
 configuration's parity tolerance::
 
-    python -m autotune.benchmarks.long_job --config reports/examples/full-1gpu-h200-v4/best.yaml \
+    python -m autotune.benchmarks.long_job --config runs/x/best.yaml \
         --steps 2000 --save-steps 500 --resume-at 1000 --out /tmp/longjob
 
 The same on the CPU in a minute or two::

@@ -2,11 +2,12 @@
 
 An entry of ``--configs`` is either a name of :data:`CONFIGS` (overrides of the stock
 configuration) or a path to a configuration YAML (e.g. a run's ``best.yaml``, loaded strictly
-with :func:`autotune.config.load_config`), optionally followed by ``+VARIANT`` (a name of
-:data:`VARIANTS`: overrides applied on top, e.g. ``runs/x/best.yaml+exact``); ``best-1gpu`` names
-the current 1-GPU best (:data:`BEST_1GPU`). Every row of one suite trains the same work on the
-same data: the suite's preset, batch size, seed and data source are applied to every entry, and
-where a file said otherwise the change is recorded (``Entry.adjusted``), never silent.
+with :func:`autotune.config.load_config`), optionally followed by knobs set on top of it, each as
+``+KEY=VALUE`` (a dotted key of the training configuration, the value in YAML), e.g.
+``runs/x/best.yaml+model.attended_kv_only=true+optimizer.streams=2``. Every row of one suite
+trains the same work on the same data: the suite's preset, batch size, seed and data source are
+applied to every entry, and where a file said otherwise the change is recorded
+(``Entry.adjusted``), never silent.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from autotune.config import TrainConfig, config_from_dict, load_config, to_dict
 from autotune.config.compat import Machine, check_compatible
@@ -31,92 +34,9 @@ CONFIGS: dict[str, dict] = {
         "precision": {"regions": {"vision": "fp16", "connector": "fp16", "llm_frozen": "fp16"}}
     },
     "data_prefetch": {"data": {"num_workers": 8, "device_prefetch": 2, "prefetch_factor": 4}},
-    "static_fused_prefetch": {
-        "ddp": {"static_graph": True},
-        "optimizer": {"impl": "fused"},
-        "data": {"num_workers": 8, "device_prefetch": 2},
-    },
-    "step_graph_tuned": {
-        "graphs": {"mode": "step"},
-        "optimizer": {"impl": "fused"},
-        "data": {"num_workers": 8, "device_prefetch": 2, "prefetch_factor": 4},
-    },
     "compile_all": {"compile": {"regions": ["all"]}},
 }
-# the same with each bucket's all-reduce captured inside the backward (several GPUs)
-CONFIGS["step_graph_tuned_overlap"] = {
-    **CONFIGS["step_graph_tuned"],
-    "ddp": {"graph_overlap": True},
-}
-
-# Knobs added on top of a configuration (``FILE+NAME``): each of issue 23's knobs alone, the exact ones
-# together (with the streamed or the compiled AdamW: they exclude each other), and the exact ones with fp8
-# in one region (not exact: the parity check decides).
-MODEL = {"model": {"skip_dead_work": True, "category_matmul": "grouped"}}
-"""The ``model`` group's knobs on (both exact): no dead work, the projectors' grouped GEMM."""
-EXACT = {**MODEL, "optimizer": {"streams": 2}}
-ISSUE23 = {
-    "model": {"bias_in_activation": True},
-    "optimizer": {"impl": "master", "streams": 1, "overlap": True},
-}
-"""Session 8's knobs on: the vision MLP's bias in its GELU, master weights, the update beside the next prefix."""
-VARIANTS: dict[str, dict] = {
-    "model": MODEL,
-    "skip_dead": {"model": {"skip_dead_work": True}},
-    "grouped": {"model": {"category_matmul": "grouped"}},
-    "streams2": {"optimizer": {"streams": 2}},
-    "streams4": {"optimizer": {"streams": 4}},
-    "compiled_adamw": {"optimizer": {"impl": "compiled"}},
-    "master": {"optimizer": {"impl": "master", "streams": 1}},
-    "bias_gelu": {"model": {"bias_in_activation": True}},
-    "attended": {"model": {"attended_kv_only": True}},
-    "gelu_epilogue": {"model": {"gelu_epilogue": True}},
-    "attended_epilogue": {"model": {"attended_kv_only": True, "gelu_epilogue": True}},
-    "fused_qkv": {"model": {"fused_frozen_qkv": True}},
-    "fused_qkv_ws1": {
-        "model": {"fused_frozen_qkv": True},
-        "kernels": {"cublaslt_workspace_kib": 1},
-    },
-    "issue23": ISSUE23,
-    # the same with the frozen vision tower's GEMMs in fp8 (not exact: the parity check decides)
-    "issue23_fp8_vision": {**ISSUE23, "precision": {"regions": {"vision": "fp8"}}},
-    "exact": EXACT,
-    "exact_compiled": {**EXACT, "optimizer": {"impl": "compiled", "streams": 1}},
-    **{
-        f"exact_fp8_{region}": {**EXACT, "precision": {"regions": {region: "fp8"}}}
-        for region in ("dit", "llm_trainable", "llm_frozen", "vision")
-    },
-}
-
-BEST_1GPU = (
-    Path(__file__).resolve().parents[2] / "reports" / "examples" / "full-1gpu-h200-v4" / "best.yaml"
-)
-"""The 1-GPU best so far (fourth campaign's study; 202 samples/s in the fifth campaign's suites):
-the whole model compiled in a whole-step graph, fused AdamW, 14 workers x prefetch 4, device prefetch 2."""
-BEST_V9 = BEST_1GPU.parents[1] / "full-1gpu-h200-v9" / "best.yaml"
-"""The default ``run``'s confirmed best of 2026-12-02 (206.5 samples/s): that of ``best-1gpu`` with
-the dead work skipped and the fused AdamW on 2 streams."""
-BEST_V10 = BEST_1GPU.parents[1] / "full-1gpu-h200-v10" / "best.yaml"
-"""The default space's run of 2026-12-02, session 8 (214.8 samples/s confirmed): ``best-v9`` with the
-vision MLP's bias added in its GELU (``model.bias_in_activation``)."""
-BEST_V11 = BEST_1GPU.parents[1] / "full-1gpu-h200-v11" / "best.yaml"
-"""The default run of 2026-12-02, session 9 (210.3 samples/s confirmed, bound by that machine's loader; 70.2
-ms a step on the GPU): ``best-v10`` with the master AdamW (and the loader's spawn start)."""
-BEST_V12 = BEST_1GPU.parents[1] / "full-1gpu-h200-v12" / "best.yaml"
-"""The default run of 2026-12-02, session 10 (232.7 samples/s confirmed, 238.6 in its study; 67.1 ms a step):
-``best-v11`` with the cross-attention's keys and values for the attended tokens only and the frozen vision
-MLP's GELU in its GEMM's epilogue."""
-BEST_V13 = BEST_1GPU.parents[1] / "full-1gpu-h200-v13" / "best.yaml"
-"""The default run of 2026-12-02, session 11 (241.3 samples/s confirmed, 240.8 in its study; 66.4 ms a step):
-``best-v12``'s configuration with a 1-KiB cuBLASLt workspace, which changed no kernel of the step."""
-ALIASES = {
-    "best-1gpu": BEST_1GPU,
-    "best-v9": BEST_V9,
-    "best-v10": BEST_V10,
-    "best-v11": BEST_V11,
-    "best-v12": BEST_V12,
-    "best-v13": BEST_V13,
-}
+"""Built-in rows: what a user would try by hand instead of a study (overrides of stock)."""
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -147,8 +67,8 @@ class Entry:
     """For files written by ``autotune run``: how the configuration was found."""
     adjusted: dict[str, list[Any]] = field(default_factory=dict)
     """Fields of the file the suite changed to its own setting: ``{key: [file's, suite's]}``."""
-    variant: dict[str, Any] | None = None
-    """The :data:`VARIANTS` overrides applied on top of the file (``FILE+NAME``)."""
+    knobs: dict[str, Any] | None = None
+    """The knobs set on top of the entry (``ENTRY+KEY=VALUE``), by dotted key."""
     skipped: str | None = None
     """Why the row is not run on this machine (``--fit-machine``), or None."""
 
@@ -163,8 +83,8 @@ class Entry:
             out["provenance"] = self.provenance
         if self.adjusted:
             out["adjusted"] = self.adjusted
-        if self.variant is not None:
-            out["variant"] = self.variant
+        if self.knobs is not None:
+            out["knobs"] = self.knobs
         return out
 
 
@@ -230,40 +150,69 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
-def with_variant(entry: Entry, variant: str) -> Entry:
-    """The entry with :data:`VARIANTS` ``[variant]`` applied on top (validated like a loaded file)."""
-    if variant not in VARIANTS:
-        raise ConfigError(
-            f"--configs: variant {variant!r} of {entry.name!r} is unknown; allowed: {sorted(VARIANTS)}"
-        )
-    cfg = config_from_dict(merge(to_dict(entry.config), VARIANTS[variant]))
-    overrides = (
-        merge(entry.overrides or {}, VARIANTS[variant]) if entry.overrides is not None else None
-    )
+def parse_knobs(text: str, pairs: list[str]) -> dict[str, Any]:
+    """``["model.x=true", "optimizer.streams=2"]`` -> ``{"model.x": True, "optimizer.streams": 2}``."""
+    knobs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"--configs: {pair!r} of {text!r} is not KEY=VALUE "
+                "(e.g. runs/x/best.yaml+model.attended_kv_only=true)"
+            )
+        try:
+            knobs[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(
+                f"--configs: {pair!r} of {text!r}: the value is not YAML (e.g. true, 2, [all])"
+            ) from None
+    return knobs
+
+
+def nested(knobs: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys as the mapping a configuration file would hold."""
+    out: dict[str, Any] = {}
+    for key, value in knobs.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def with_knobs(entry: Entry, text: str, knobs: dict[str, Any]) -> Entry:
+    """The entry with ``knobs`` set on top, validated like a loaded file; the row is named after the
+    entry with the knobs as ``text`` spells them (``x/best+model.attended_kv_only=true``)."""
+    over = nested(knobs)
+    try:
+        cfg = config_from_dict(merge(to_dict(entry.config), over))
+    except ConfigError as exc:
+        raise ConfigError(f"--configs: {text!r}: {exc}") from None
+    overrides = merge(entry.overrides, over) if entry.overrides is not None else None
     return Entry(
-        f"{entry.name}+{variant}",
+        entry.name + text[text.index("+") :],
         cfg,
         entry.source,
         overrides=overrides,
         provenance=entry.provenance,
         adjusted=dict(entry.adjusted),
-        variant=VARIANTS[variant],
+        knobs=knobs,
     )
 
 
 def _entry(text: str, settings: SuiteSettings) -> Entry:
-    base, _, variant = text.partition("+")
-    path = ALIASES.get(base, Path(base))
+    base, *pairs = text.split("+")
     if base in CONFIGS:
         entry = builtin(base, settings)
-    elif base in ALIASES or base.endswith(YAML_SUFFIXES) or path.exists():
-        entry = from_file(path, settings)
+    elif base.endswith(YAML_SUFFIXES) or Path(base).exists():
+        entry = from_file(Path(base), settings)
     else:
         raise ConfigError(
-            f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)}, "
-            f"an alias {sorted(ALIASES)} nor a configuration file (*.yaml)"
+            f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)} "
+            "nor a configuration file (*.yaml)"
         )
-    return with_variant(entry, variant) if variant else entry
+    return with_knobs(entry, text, parse_knobs(text, pairs)) if pairs else entry
 
 
 def resolve(entries: list[str], settings: SuiteSettings) -> list[Entry]:

@@ -11,19 +11,18 @@
   CPU-only trace without operators cannot be classified (the classifier says so).
   What the GPU classifier loses: "a launching thread is inside an operator" no longer marks
   launch overhead, so a device gap longer than ``launch_gap_max_us`` with the host inside an
-  operator (not a runtime call) counts as ``other``. On the H200 traces of issue 5 that moved
-  0 to 2.9 points of step time from launch_overhead to other and changed no dominant bucket
-  (BENCHMARKS.md).
+  operator (not a runtime call) counts as ``other``. On H200 traces of ``full`` that moved
+  0 to 2.9 points of step time from launch_overhead to other and changed no dominant bucket.
 * ``"auto"`` (the default): ``"spans"`` when the window profiles CUDA and this torch has the
   private hooks it needs (:func:`spans_supported`), ``"ops"`` otherwise.
 
 Why ``spans`` is cheaper: with every operator recorded, each of the ~37,000 host operators of an
 eager ``full`` step runs the profiler's RecordFunction callback (a timestamped event, plus a
 push and pop of the external correlation id into CUPTI); on the CPU machine that alone cost
-~0.64 µs per operator (tiny preset: +24.9 % per step with ``ops``, none measurable with ``spans``;
-``python -m autotune.benchmarks.profiler_overhead``). ``torch.profiler`` has no public switch
+~0.64 µs per operator (tiny preset: +24.9 % per step with ``ops``, none measurable with
+``spans``). ``torch.profiler`` has no public switch
 for that; the C++ ``_enable_profiler`` takes the record scopes to observe (pytorch/pytorch
-issue 127215), so the window passes ``{USER_SCOPE}`` through it while the window runs.
+#127215), so the window passes ``{USER_SCOPE}`` through it while the window runs.
 """
 
 from __future__ import annotations

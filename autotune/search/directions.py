@@ -12,8 +12,8 @@ Some knobs are speed knobs in one direction only:
   time and saves memory; a search stage may only checkpoint fewer regions (the memory budget is
   the sampler's constraint, and the free stage may still trade speed for memory).
 
-And a remedy the incumbent holds is kept by its searches: on three H200 campaigns searching away
-from fused AdamW (foreach, loop) never paid (six trials, each pruned or stopped). The free stage
+And a remedy the incumbent holds is kept by its searches: on H200 studies of ``full`` searching
+away from fused AdamW (foreach, loop) never paid (six trials, each pruned or stopped). The free stage
 (TPE over every knob) is not restricted by any of these.
 """
 

@@ -4,8 +4,7 @@ The study stores each trial's :class:`~autotune.train.trial.record.TrialRecord` 
 (its JSON in ``user_attrs[RECORD]``, plus the study's own attributes of it); the guide, the
 report, ``autotune.search.output`` and the benchmarks read it back with :func:`record_of` and ask
 :func:`feasible`, :func:`best_trial` and :func:`stock_trial` here, so that no layer parses
-another's attributes. A study written before the record existed keeps flat attributes
-(``samples_per_s``, ``reason``, ``buckets`` as JSON, ...): :func:`record_of` reads those too.
+another's attributes.
 
 Attributes the study sets on a trial beside the record: ``STOCK`` and ``REFERENCE`` (queued
 with the trial), ``STAGE`` and ``GROUP`` (the guide's stage), ``WORKER`` (host:pid),
@@ -19,21 +18,13 @@ mapping with ``passed``: a trial that fails it is never the best).
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import replace
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.train.trial.record import (
-    LoaderRate,
-    Measurement,
-    Memory,
-    ProfileSummary,
-    StepTimes,
-    TrialRecord,
-)
+from autotune.train.trial.record import Measurement, ProfileSummary, TrialRecord
 
 RECORD = "record"
 CONSTRAINT = "constraint"
@@ -107,9 +98,7 @@ def attrs_of(
 def record_of(trial: FrozenTrial) -> TrialRecord | None:
     """The trial's record; None for a trial that has none (waiting, running, or lost with its worker)."""
     text = trial.user_attrs.get(RECORD)
-    if isinstance(text, str):
-        return _parse(text, trial.number)
-    return _legacy(trial.user_attrs)
+    return _parse(text, trial.number) if isinstance(text, str) else None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,63 +193,3 @@ def stock_trial(study: optuna.Study) -> FrozenTrial | None:
         ),
         None,
     )
-
-
-def _legacy(attrs: dict[str, Any]) -> TrialRecord | None:
-    """The record of a trial stored as flat attributes, before the record existed."""
-    if "reason" in attrs:
-        return TrialRecord.failed(str(attrs["reason"]), str(attrs.get("error", "")))
-    measurement = _legacy_measurement(attrs) if "samples_per_s" in attrs else None
-    profile = _legacy_profile(attrs)
-    return TrialRecord(measurement=measurement, profile=profile) if measurement or profile else None
-
-
-def _legacy_measurement(attrs: dict[str, Any]) -> Measurement:
-    speed = float(attrs["samples_per_s"])
-    median = float(attrs.get("step_time_ms", 0.0))
-    spread = {k: float(v) for k, v in (attrs.get("step_time_spread_ms") or {}).items()}
-    environment = attrs.get("environment")
-    return Measurement(
-        samples_per_s=speed,
-        step_time=StepTimes(
-            median_ms=median,
-            p10_ms=spread.get("p10", median),
-            p90_ms=spread.get("p90", median),
-            min_ms=spread.get("min", median),
-            max_ms=spread.get("max", median),
-            mean_ms=spread.get("mean", median),
-        ),
-        memory=Memory(allocated_bytes=int(attrs.get("peak_memory_bytes", 0))),
-        loader=LoaderRate(
-            window_samples_per_s=float(attrs.get("window_samples_per_s") or speed),
-            loader_samples_per_s=attrs.get("loader_samples_per_s"),
-            bound=bool(attrs.get("loader_bound", False)),
-        ),
-        mfu=float(attrs.get("mfu", 0.0)),
-        world_size=int(attrs.get("world_size", 1)),
-        losses=list(attrs.get("losses", [])),
-        grad_norms=list(attrs.get("grad_norms", [])),
-        environment=(_json(environment) if isinstance(environment, str) else environment) or {},
-    )
-
-
-def _legacy_profile(attrs: dict[str, Any]) -> ProfileSummary | None:
-    if "profile_error" in attrs:
-        return ProfileSummary(error=str(attrs["profile_error"]))
-    if "buckets" not in attrs:
-        return None
-    raw = attrs["buckets"]
-    return ProfileSummary(
-        profiled_step_ms=attrs.get("profiled_step_ms"),
-        unprofiled_step_ms=attrs.get("unprofiled_step_ms"),
-        overhead=attrs.get("profile_overhead"),
-        buckets=_json(raw) if isinstance(raw, str) else raw,
-        dominant=attrs.get("dominant"),
-    )
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text) or None
-    except ValueError:
-        return None

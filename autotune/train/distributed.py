@@ -55,8 +55,8 @@ class FlatGradReducer:
     afresh (autograd takes the incoming gradient as the parameter's) and a post-accumulate-grad hook
     copies it into its place in the buffers and makes the parameter's gradient that view. Accumulating
     into kept buffers instead costs a zeroing and an add per gradient: on two H200s, in a whole-step
-    graph of `full` (6.5 GB of fp32 gradients), 521 float-add kernels and 9 fills a step took 7.3 ms
-    (BENCHMARKS.md, "fifth campaign"); a copy moves two thirds of an add's bytes. With NCCL the
+    graph of `full` (6.5 GB of fp32 gradients), 521 float-add kernels and 9 fills a step took 7.3 ms;
+    a copy moves two thirds of an add's bytes. With NCCL the
     collective averages (``ReduceOp.AVG``) where a division by the world size after it took another
     64 kernels and 3.2 ms a step in that trace; gloo sums and divides.
 

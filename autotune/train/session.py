@@ -252,7 +252,7 @@ class Session:
         # its buckets). Into kept buffers every step zeroes 6.5 GB of fp32 gradients and adds each new
         # gradient to them: in the trace of a 1-GPU step graph of `full` on an H200, 585 float-add
         # kernels a step (517 trainable tensors) took 5.3 ms; without them the step went from 87.5 to
-        # 79.2 ms (the fourth and fifth campaigns).
+        # 79.2 ms.
         if self.reducer is None:
             self.optimizer.zero_grad(set_to_none=True)
 

@@ -19,6 +19,8 @@ from autotune.train.trial.record import TrialRecord
 from tests.records import measurement
 
 TINY = SuiteSettings(preset="tiny", batch_size=2, source="synthetic", video_backend="pyav")
+BEST = Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200" / "best.yaml"
+"""The best.yaml of a real H200 study (model, optimizer, graph and compile knobs on)."""
 
 
 def _best_yaml(folder: Path) -> Path:
@@ -181,89 +183,52 @@ def test_real_run_of_a_name_and_a_file_on_cpu(tmp_path):
     assert proc.stdout.rstrip().endswith(md.rstrip().splitlines()[-1])  # the table is printed last
 
 
-def test_variants_on_the_best_file_and_rows_fitted_to_a_cpu():
+def test_knobs_on_top_of_a_shipped_best_and_rows_fitted_to_a_cpu():
     from autotune.benchmarks.suite_configs import fit_to_machine, reset
     from autotune.config.compat import Machine
 
-    best, exact, fp8 = resolve(["best-1gpu", "best-1gpu+exact", "best-1gpu+exact_fp8_dit"], TINY)
-    assert exact.name == "full-1gpu-h200-v4/best+exact" and exact.source == best.source
-    assert exact.config.model.skip_dead_work and exact.config.model.category_matmul == "grouped"
-    assert (exact.config.optimizer.impl, exact.config.optimizer.streams) == (
-        "fused",
-        2,
-    )  # the file's, and the variant's
-    assert exact.config.graphs.mode == "step" and exact.describe()["variant"]["optimizer"] == {
-        "streams": 2
+    qkv = "+model.fused_frozen_qkv=true+kernels.cublaslt_workspace_kib=1"
+    best, more, fp8 = resolve(
+        [str(BEST), f"{BEST}{qkv}", f"{BEST}+precision.regions.dit=fp8"], TINY
+    )
+    assert more.name == f"full-1gpu-h200/best{qkv}" and more.source == best.source
+    assert more.config.model.fused_frozen_qkv and more.config.kernels.cublaslt_workspace_kib == 1
+    assert (
+        more.config.model.attended_kv_only and more.config.optimizer.impl == "master"
+    )  # the file's
+    assert more.describe()["knobs"] == {
+        "model.fused_frozen_qkv": True,
+        "kernels.cublaslt_workspace_kib": 1,
     }
+    assert not best.config.model.fused_frozen_qkv and "knobs" not in best.describe()
     assert fp8.config.precision.regions == {"dit": "fp8"}
-    (model,) = resolve(
-        ["best-1gpu+model"], TINY
-    )  # the model group alone: the optimizer stays the file's
-    assert model.config.model.skip_dead_work and model.config.model.category_matmul == "grouped"
-    assert (model.config.optimizer.impl, model.config.optimizer.streams) == ("fused", 1)
+    (graph,) = resolve(["stock+graphs.mode=step"], TINY)  # a built-in row takes knobs too
+    assert graph.overrides == {"graphs": {"mode": "step"}} and graph.config.graphs.mode == "step"
     regions = ["vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors"]
     cpu = Machine(cuda=False)
-    for entry in (exact, fp8):
+    for entry in (more, fp8):
         reset(entry, ["compile.regions"])
-    assert fit_to_machine(exact, cpu, regions) is None
-    assert exact.config.graphs.mode == "none" and exact.config.data.device_prefetch == 0
-    assert exact.adjusted["graphs.mode"] == ["step", "none"] and exact.adjusted[
-        "compile.regions"
-    ] == [["all"], []]
-    assert exact.config.model.skip_dead_work  # what the row measures is kept
+    assert fit_to_machine(more, cpu, regions) is None
+    assert more.config.graphs.mode == "none" and more.config.data.device_prefetch == 0
+    assert more.adjusted["graphs.mode"] == ["step", "none"]
+    assert more.adjusted["compile.regions"] == [["all"], []]
+    assert more.config.model.fused_frozen_qkv  # what the row measures is kept
     assert (
         fit_to_machine(fp8, cpu, regions) == "precision: refused: fp8 training needs a CUDA device"
     )
-    with pytest.raises(
-        ConfigError,
-        match=r"variant 'fast' of 'full-1gpu-h200-v4/best' is unknown; allowed: \[.*'exact'",
-    ):
-        resolve(["best-1gpu+fast"], TINY)
     with pytest.raises(
         ConfigError, match=r"--reset: 'optimizer.speed' is not a key of the training configuration"
     ):
         reset(best, ["optimizer.speed"])
 
 
-def test_the_v10_best_takes_the_master_and_overlap_variants():
-    best, master, overlap = resolve(["best-v10", "best-v10+master", "best-v10+issue23"], TINY)
-    assert best.config.model.bias_in_activation and (
-        best.config.optimizer.impl,
-        best.config.optimizer.streams,
-    ) == ("fused", 2)
-    assert (
-        master.config.optimizer.impl,
-        master.config.optimizer.streams,
-        master.config.optimizer.overlap,
-    ) == ("master", 1, False)
-    assert (overlap.config.optimizer.impl, overlap.config.optimizer.overlap) == ("master", True)
-    fp8 = resolve(["best-v10+issue23_fp8_vision"], TINY)[0]
-    assert fp8.config.precision.regions["vision"] == "fp8" and fp8.config.optimizer.overlap
-    assert fp8.config.precision.regions.get("dit") == overlap.config.precision.regions.get(
-        "dit"
-    )  # only the vision tower changes
-
-
-def test_the_v11_best_is_master_and_takes_the_attended_variant():
-    best, attended = resolve(["best-v11", "best-v11+attended"], TINY)
-    assert best.config.optimizer.impl == "master" and not best.config.model.attended_kv_only
-    assert attended.config.model.attended_kv_only and attended.config.optimizer.impl == "master"
-    both = resolve(["best-v11+attended_epilogue"], TINY)[0]
-    assert (
-        both.config.model.attended_kv_only
-        and both.config.model.gelu_epilogue
-        and both.config.model.bias_in_activation
-    )
-
-
-def test_the_v12_best_has_the_attended_keys_and_the_epilogue_and_takes_the_fused_qkv_variant():
-    best, fused = resolve(["best-v12", "best-v12+fused_qkv"], TINY)
-    assert (
-        best.config.model.attended_kv_only
-        and best.config.model.gelu_epilogue
-        and not best.config.model.fused_frozen_qkv
-    )
-    assert (
-        fused.config.model.fused_frozen_qkv
-        and fused.config.optimizer.impl == best.config.optimizer.impl == "master"
-    )
+def test_bad_knobs_on_top_name_the_entry_and_what_is_allowed():
+    with pytest.raises(ConfigError, match=r"'fast' of 'stock\+fast' is not KEY=VALUE"):
+        resolve(["stock+fast"], TINY)
+    with pytest.raises(
+        ConfigError,
+        match=r"best.yaml\+model.fast=true': model.fast: unknown key; allowed: \[.*'gelu_epilogue'",
+    ):
+        resolve([f"{BEST}+model.fast=true"], TINY)
+    with pytest.raises(ConfigError, match=r"optimizer.streams: 'x' has the wrong type"):
+        resolve([f"{BEST}+optimizer.streams=x"], TINY)

@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import uuid
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import optuna
 import pytest
@@ -314,21 +314,6 @@ def test_a_loader_bound_trial_shows_what_its_window_ran_at(tmp_path):
         user_attrs=attrs_of(measured(230.0, peak=1)),
     )
     assert trial_row(t, tmp_path, stock=False, best=True, pareto=False).window_samples_per_s is None
-    # a trial of a study written before the record: its flat attributes read the same
-    old = {
-        "samples_per_s": 230.0,
-        "window_samples_per_s": 652.0,
-        "loader_bound": True,
-        "peak_memory_bytes": 1,
-        "mfu": 0.1,
-        "constraint": -0.5,
-    }
-    t = create_trial(
-        params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=230.0, user_attrs=old
-    )
-    old_row = trial_row(t, tmp_path, stock=False, best=True, pareto=False)
-    assert old_row.step_time_spread == 0.0  # no step times in the flat attributes
-    assert replace(old_row, step_time_spread=row.step_time_spread) == row
 
 
 def test_a_loader_first_stage_says_why_in_the_chain(quick_run, tmp_path):

@@ -1,4 +1,4 @@
-"""The trials of a study as records: stored once, read back by every layer; old studies too."""
+"""The trials of a study as records: stored once, read back by every layer, a real study's too."""
 
 from __future__ import annotations
 
@@ -31,9 +31,7 @@ from autotune.train.trial.record import TrialRecord
 from autotune.train.window.verify import compare
 from tests.records import measured
 
-V4 = (
-    Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200-v4"
-)  # a real H200 study, of the flat attributes
+H200 = Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200"  # a real study
 
 
 def test_a_stored_record_reads_back_equal_and_the_constraint_reaches_the_sampler():
@@ -70,70 +68,62 @@ def test_failures_are_records_and_long_errors_are_cut():
     )  # complete, value 0: no winner
 
 
-def test_best_and_stock_among_new_and_old_trials():
-    """A study begun by an older autotune (flat attributes) and continued by this one."""
+def test_best_and_stock_among_stopped_failed_and_reference_trials():
     study = optuna.create_study(direction="maximize")
     dist = {"x": FloatDistribution(0, 1)}
 
-    def add(value, state=TrialState.COMPLETE, **attrs):
+    def add(value, record, state=TrialState.COMPLETE, constraint=-0.5, **attrs):
         study.add_trial(
             create_trial(
-                params={"x": 0.5}, distributions=dist, value=value, state=state, user_attrs=attrs
+                params={"x": 0.5},
+                distributions=dist,
+                value=value,
+                state=state,
+                user_attrs={**attrs_of(record, constraint=constraint), **attrs},
             )
         )
 
-    add(
-        None, TrialState.FAIL, stock=True, reason=BUDGET, error="stopped"
-    )  # old: stopped by the budget, queued again
-    add(
-        10.0,
-        stock=True,
-        samples_per_s=10.0,
-        step_time_ms=200.0,
-        peak_memory_bytes=2**30,
-        constraint=-0.5,
-        environment=json.dumps({"device": "cpu"}),
-    )  # old
-    add(30.0, **attrs_of(measured(30.0), constraint=0.2))  # new, over the memory budget
-    add(20.0, **attrs_of(measured(20.0), constraint=-0.1))  # new
-    add(
-        50.0, reference="compile", **attrs_of(measured(50.0), constraint=-0.1)
-    )  # a reference is never the best
-    assert stock_trial(study).number == 1 and measurement_of(study.trials[1]).environment == {
-        "device": "cpu"
-    }
+    # stock stopped by the budget (queued again), then measured
+    add(None, TrialRecord.failed(BUDGET, "stopped"), TrialState.FAIL, stock=True)
+    add(10.0, measured(10.0), stock=True)
+    add(30.0, measured(30.0), constraint=0.2)  # over the memory budget
+    add(20.0, measured(20.0), constraint=-0.1)
+    add(50.0, measured(50.0), reference="compile")  # a reference is never the best
+    assert stock_trial(study).number == 1 and measurement_of(study.trials[1]).samples_per_s == 10.0
     assert best_trial(study).number == 3
     assert [feasible(t) for t in study.trials] == [False, True, False, True, True]
 
 
-def load_v4() -> optuna.Study:
+def load_h200() -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.load_study(study_name=None, storage=open_storage(None, V4))
+    return optuna.load_study(study_name=None, storage=open_storage(None, H200))
 
 
-def test_a_study_of_the_flat_attributes_reads_as_records():
-    """The study journal of a real 1-GPU H200 run, written before the record: what its best.yaml and
-    parity.json say is what the records give again."""
-    study = load_v4()
-    prov = yaml.safe_load((V4 / "best.yaml").read_text())["provenance"]
-    parity = json.loads((V4 / "parity.json").read_text())
+def test_a_real_study_reads_back_as_its_best_yaml_and_parity_say():
+    """The study journal of a real 1-GPU H200 run: what its best.yaml and parity.json say is what
+    the records give again."""
+    study = load_h200()
+    prov = yaml.safe_load((H200 / "best.yaml").read_text())["provenance"]
+    parity = json.loads((H200 / "parity.json").read_text())
     best, stock = best_trial(study), stock_trial(study)
-    assert (best.number, stock.number) == (prov["trial"], 0) and stock.user_attrs[STOCK]
+    assert (best.number, stock.number) == (prov["trial"], prov["stock_trial"])
+    assert stock.user_attrs[STOCK]
     m = measurement_of(best)
     assert (m.samples_per_s, m.step_time.median_ms, m.memory.allocated_bytes) == (
-        prov["samples_per_s"],
+        prov["study_samples_per_s"],
         prov["step_time_ms"],
         prov["peak_memory_bytes"],
     )
+    assert measurement_of(stock).samples_per_s == prov["study_stock_samples_per_s"]
     assert m.mfu == prov["mfu"] and m.environment == prov["environment"]
     again = compare(measurement_of(stock), m, parity["tolerance"])
     assert (
         again.loss_rel_diff == parity["loss_rel_diff"]
         and again.grad_norm_rel_diff == parity["grad_norm_rel_diff"]
     )
-    assert [reason_of(t) for t in study.trials] == [None] * 5 + ["pruned"] * 3 + [BUDGET, None]
-    assert record_of(study.trials[9]) is None  # waiting: nothing measured
+    assert [reason_of(t) for t in study.trials] == [None, None, "pruned", "pruned", BUDGET, None]
+    assert record_of(study.trials[5]) is None  # queued again, waiting: nothing measured
     assert (
         sum(buckets_of(stock).values()) == pytest.approx(1.0)
-        and record_of(stock).profile.dominant == "data_stall"
+        and record_of(stock).profile.dominant == "compute_serial"
     )

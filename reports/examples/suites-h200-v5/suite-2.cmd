@@ -1,1 +1,0 @@
-/opt/torch/.venv/bin/python3 -m autotune.benchmarks.gpu_suite --preset full --steps 15 --warmup 5 --timeout 420 --nproc 2 --configs stock /tmp/camp/v4-2gpu/best.yaml /tmp/camp/v4-2gpu-blocks/best.yaml /tmp/camp/v4-2gpu-blocks-bf16/best.yaml step_graph_tuned_overlap step_graph_tuned --profile best --profile-dir /tmp/camp/suite-2-profiles --json /tmp/camp/suite-2.json
