@@ -161,7 +161,9 @@ class _None:
 
 def _device_to_trainer(device: str, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
     if device == "cuda" and not cuda:
-        return {"use_cpu": True}, "device 'cuda' on a machine without CUDA: the Trainer runs on the CPU"
+        return {
+            "use_cpu": True
+        }, "device 'cuda' on a machine without CUDA: the Trainer runs on the CPU"
     return ({"use_cpu": True} if device == "cpu" or not cuda else {}), None
 
 
