@@ -10,12 +10,14 @@ search range and Hugging Face mapping in one place. Checks that need the machine
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.config._strict import FieldError, check, from_dict
 from autotune.config.data import DataConfig
 from autotune.config.knob import Carried, NotCarried, knob, validate
+from autotune.config.memory import MemoryConfig
 from autotune.config.optimizer import OPTIMIZER_IMPLS, OptimizerConfig
 from autotune.config.step import (
     DTYPES,
@@ -43,6 +45,7 @@ __all__ = [
     "DataConfig",
     "GraphConfig",
     "KernelConfig",
+    "MemoryConfig",
     "ModelConfig",
     "OptimizerConfig",
     "PrecisionConfig",
@@ -198,6 +201,7 @@ class TrainConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     provenance: dict[str, Any] | None = None
     """Where this configuration came from (written by ``autotune run``: measured samples/s,
     speed-up, loss parity, environment). Informational: training ignores it."""
@@ -212,6 +216,11 @@ class TrainConfig:
         )
         validate(self)
         self.model.bind(self.workload)
+
+    def environment(self, current: Mapping[str, str]) -> dict[str, str]:
+        """The environment variables the knobs set in a training process started with ``current``
+        (read when CUDA starts, so they cannot change inside a process)."""
+        return {**self.kernels.environment(), **self.memory.environment(current)}
 
 
 NOT_KNOBS = ("schema_version", "workload", "preset", "provenance")

@@ -42,3 +42,38 @@ def test_a_trial_process_gets_the_kernel_knobs_variables_over_the_callers(monkey
     env = training_env(cfg, 1, {"CUBLASLT_WORKSPACE_SIZE": "4096", "X": "y"})
     assert env["CUBLASLT_WORKSPACE_SIZE"] == "1" and env["X"] == "y"
     assert "CUBLASLT_WORKSPACE_SIZE" not in training_env(TrainConfig(), 1)
+
+
+def test_expandable_segments_joins_the_allocator_options_the_user_set():
+    from autotune.config import MemoryConfig, TrainConfig
+    from autotune.train.trial.launch import training_env
+
+    on = MemoryConfig(expandable_segments=True)
+    assert MemoryConfig().environment({}) == {}
+    assert on.environment({}) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    user = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
+    assert on.environment(user) == {
+        "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,expandable_segments:True"
+    }
+    assert on.environment({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}) == {}
+    cfg = TrainConfig(preset="tiny")
+    cfg.memory.expandable_segments = True
+    env = training_env(cfg, 1, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:64,expandable_segments:True"
+
+
+def test_expandable_segments_reaches_a_trial_process_on_the_cpu(tmp_path):
+    """A real trial process: the child's environment has the allocator option (CUDA reads it there)."""
+    import subprocess
+    import sys
+
+    from autotune.config import TrainConfig
+    from autotune.train.trial.launch import training_env
+
+    cfg = TrainConfig(preset="tiny")
+    cfg.memory.expandable_segments = True
+    code = "import os; print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=training_env(cfg, 1), capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "expandable_segments:True"

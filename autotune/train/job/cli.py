@@ -117,6 +117,7 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
     else:
         for name, value in cfg.kernels.environment().items():
             os.environ.setdefault(name, value)
+        os.environ.update(cfg.memory.environment(os.environ))  # merged with the user's options
         result = run_job(cfg, opts).to_dict()
     if args.json:
         print(json.dumps(result))

@@ -138,8 +138,9 @@ def training_env(
 ) -> dict[str, str]:
     """The environment of training processes started from here (a trial's, a job's under torchrun): this
     process's, the multi-GPU settings, the caller's extras, then the variables of the configuration's
-    kernel knobs (read when CUDA starts in the child)."""
-    env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {}), **cfg.kernels.environment()}
+    kernel and memory knobs (read when CUDA starts in the child)."""
+    env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
+    env.update(cfg.environment(env))
     env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
     return env
 
