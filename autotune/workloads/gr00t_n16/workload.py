@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -124,14 +125,8 @@ class Gr00tN16(Workload):
         return self.resolve(preset).seq_len
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
-        model.configure(
-            skip_dead_work=options.skip_dead_work,
-            category_matmul=options.category_matmul,
-            bias_in_activation=options.bias_in_activation,
-            attended_kv_only=options.attended_kv_only,
-            gelu_epilogue=options.gelu_epilogue,
-            fused_frozen_qkv=options.fused_frozen_qkv,
-        )
+        # the model takes each declared knob (Gr00tModelKnobs) by its name
+        model.configure(**dataclasses.asdict(options.options))
 
     def prepare_model(self, model: nn.Module) -> None:
         model.prepare_fused_projections()
