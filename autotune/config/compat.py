@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from autotune.config.knob import Needs, walk
 from autotune.config.training import TrainConfig
-from autotune.errors import IncompatibleConfigError
+from autotune.errors import ConfigError, IncompatibleConfigError
 
 
 @dataclass(frozen=True)
@@ -209,3 +210,23 @@ def check_data(cfg: TrainConfig, sources: tuple[str, ...], fields: tuple[str, ..
                 f"data.{name}: workload {cfg.workload!r} does not read it; remove it "
                 f"(its data fields: {list(fields)})"
             )
+
+
+def use_dataset(cfg: TrainConfig, dataset: str | None, synthetic: bool = False) -> None:
+    """Apply ``--dataset DIR`` (resolved, so that the configuration works from any folder) and
+    ``--synthetic`` to ``cfg``; a dataset replaces a synthetic source the configuration had."""
+    if dataset is None:
+        if synthetic:
+            cfg.data.source = "synthetic"
+        return
+    if synthetic:
+        raise ConfigError("--dataset and --synthetic: give one (synthetic batches read no dataset)")
+    path = Path(dataset).expanduser().resolve()
+    if not path.is_dir():
+        raise ConfigError(
+            f"--dataset {dataset}: not a folder; give a LeRobot dataset folder "
+            "(`python -m autotune data check DIR` checks one)"
+        )
+    cfg.data.dataset = str(path)
+    if cfg.data.source == "synthetic":
+        cfg.data.source = None

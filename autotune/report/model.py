@@ -20,6 +20,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.report import folder
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
+from autotune.search.data_echo import DataEcho
+from autotune.search.finetune import Finetune, finetune
 from autotune.search.guide import STUDY_ATTR
 from autotune.search.trials import (
     DUPLICATE,
@@ -107,6 +109,10 @@ class Report:
     environment: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     """What could not be shown, and why."""
+    finetune: Finetune | None = None
+    """The command that fine-tunes with best.yaml (None until it is written)."""
+    data_line: str | None = None
+    """Which data the study trained on, as ``run`` printed it at its start (None: run.json says not)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -211,7 +217,19 @@ def report_of(
         best_params=dict(best.params) if best else {},
         environment=_environment(best or stock, run),
         notes=notes,
+        finetune=finetune(run_dir / "best.yaml", provenance) if best_yaml is not None else None,
+        data_line=_data_line(run.data),
     )
+
+
+def _data_line(data: Any) -> str | None:
+    """run.json's ``data`` as the line ``run`` printed (None where it is missing or not that record)."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        return DataEcho(**data).line()
+    except (TypeError, ValueError):  # another version's record: the page goes without it
+        return None
 
 
 def _status(run: RunInfo, trials: list[FrozenTrial], best_yaml: str | None) -> str:

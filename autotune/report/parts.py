@@ -75,6 +75,8 @@ class RunInfo:
     steps: int | None = None
     warmup: int | None = None
     batch_size: int | None = None
+    data: dict[str, Any] | None = None
+    """Which data the study trained on (:class:`autotune.search.data_echo.DataEcho`'s fields)."""
     memory_budget_bytes: int | None = None
     sampler: str | None = None
     seed: int | None = None

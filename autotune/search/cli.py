@@ -16,7 +16,7 @@ import argparse
 import re
 from pathlib import Path
 
-from autotune.config.compat import Machine, check_data
+from autotune.config.compat import Machine, check_data, use_dataset
 from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
 from autotune.search.converge import FREE_TRIALS
@@ -103,6 +103,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.add_argument(
         "--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)"
+    )
+    p.add_argument(
+        "--dataset",
+        default=None,
+        metavar="DIR",
+        help="train on this LeRobot dataset folder (data.dataset of the configuration; "
+        "`autotune data check DIR` checks one)",
     )
     p.add_argument(
         "--base",
@@ -208,8 +215,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         base = stock_config(args.workload, args.preset, cuda=gpu)
     if args.batch_size is not None:
         base.batch_size = _at_least(args.batch_size, 1, "--batch-size", base.batch_size)
-    if args.synthetic:
-        base.data.source = "synthetic"
+    use_dataset(base, args.dataset, args.synthetic)
     space = default_space(args.space, base, machine)
     # one folder whatever the workload's spelling: path/to/my.py:Class -> path.to.my.py.Class
     folder = re.sub(r"[^\w.-]+", ".", base.workload).strip(".")
@@ -384,6 +390,7 @@ def speedup_line(best: Path) -> str:
 
 def run_search(args: argparse.Namespace) -> int:
     from autotune.search.confirm import reserve_s
+    from autotune.search.data_echo import data_echo
     from autotune.search.lock import hold_folder
     from autotune.search.output import write_run_info
     from autotune.search.study import run_study
@@ -404,6 +411,15 @@ def run_search(args: argparse.Namespace) -> int:
             f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}",
             flush=True,
         )
+        echo = data_echo(opts.base, workload)
+        opts.data = echo.to_dict()
+        print(echo.line(), flush=True)
+        if not machine.cuda and opts.base.preset != workload.preset_for(False):
+            print(
+                f"note: preset {opts.base.preset} on a CPU takes minutes a trial and may not finish within "
+                f"--timeout-per-trial; --preset {workload.preset_for(False)} is the CPU's",
+                flush=True,
+            )
         write_run_info(opts, finished=False)
         say = lambda line: print(line, flush=True)  # noqa: E731
         result = run_study(
@@ -455,6 +471,9 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
         report = write_study_report(opts)
         if report is not None:
             print(f"report: {report}")
-    print(
-        f"best configuration: {best} ({speedup_line(best)})  (train it: python -m autotune train --config {best})"
-    )
+    from autotune.config import load_config
+    from autotune.search.finetune import finetune
+
+    print(f"best configuration: {best} ({speedup_line(best)})")
+    for line in finetune(best, load_config(best).provenance).lines():
+        print(line, flush=True)

@@ -39,6 +39,7 @@ from autotune.search.trials import (
 )
 from autotune.search.urls import redact
 from autotune.train.window.cost import PARTS
+from autotune.workloads.registry import absolute_spec
 
 
 def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
@@ -57,6 +58,7 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
         "steps": opts.steps,
         "warmup": opts.warmup,
         "batch_size": opts.base.batch_size,
+        "data": opts.data if opts.data is not None else old.get("data"),
         "memory_budget_bytes": opts.memory_budget,
         "sampler": opts.sampler,
         "seed": opts.seed,
@@ -181,6 +183,7 @@ def write_best(
             "infeasible",
         )
     cfg = config_of(opts, best)
+    cfg.workload = absolute_spec(cfg.workload)  # best.yaml is used from other folders
     cfg.provenance = provenance(opts, study, best, confirmation, converged)
     if parity is not None:
         cfg.provenance["parity"] = {

@@ -133,6 +133,8 @@ class StudyOptions:
     """Rounds of stock and the best measured again at the end (``autotune.search.confirm``; 0: none)."""
     converge_after: int = FREE_TRIALS
     """Free trials that found nothing within noise of the best before the study stops (0: never)."""
+    data: dict[str, Any] | None = None
+    """Which data the study trains on (:class:`autotune.search.data_echo.DataEcho`), for run.json."""
     plateau: bool = False
     """Also stop on a plateau (:func:`autotune.search.converge.plateau`): for a study left to end by
     itself (no ``--trials``, no ``--time-budget``); off with ``converge_after`` 0."""

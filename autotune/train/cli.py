@@ -13,6 +13,7 @@ import argparse
 import json
 
 from autotune.config import TrainConfig, load_config
+from autotune.config.compat import use_dataset
 from autotune.errors import ParityError, TrialError
 from autotune.train.job import cli as job_cli
 from autotune.train.trial.record import Measurement, TrialRecord
@@ -109,6 +110,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)"
     )
     p.add_argument(
+        "--dataset",
+        default=None,
+        metavar="DIR",
+        help="train on this LeRobot dataset folder (sets data.dataset of the configuration)",
+    )
+    p.add_argument(
         "--nproc", type=int, default=1, help="processes (GPUs); several run through torchrun"
     )
 
@@ -124,8 +131,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         cfg.preset = args.preset
     if args.batch_size:
         cfg.batch_size = args.batch_size
-    if args.synthetic:
-        cfg.data.source = "synthetic"
+    use_dataset(cfg, args.dataset, args.synthetic)
     return cfg
 
 

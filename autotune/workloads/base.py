@@ -59,6 +59,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -150,6 +151,13 @@ class Workload(ABC):
     ) -> torch.utils.data.Dataset | None:
         """The workload's own samples (see the module docstring); None: synthetic batches only."""
         return None
+
+    def data_folder(self, preset: str, data: DataConfig) -> Path | None:
+        """The dataset folder the workload's loader reads for ``data`` (None: synthetic batches or
+        data that is not a folder), for saying which data a run trained on. Default: ``data.dataset``."""
+        if data.source == "synthetic" or not data.dataset:
+            return None
+        return Path(data.dataset)
 
     def collate(self, samples: list[Any]) -> Batch:
         """One batch of ``samples`` (runs in the loader's workers)."""

@@ -59,6 +59,15 @@ def _load_module(source: str) -> ModuleType:
     return importlib.import_module(source)
 
 
+def absolute_spec(spec: str) -> str:
+    """``spec`` that names the same workload from any folder: ``path/to/file.py:Class`` with its
+    file resolved from the current folder (a name or ``package.module:Class`` is left as it is)."""
+    source, sep, attr = spec.rpartition(":")
+    if not sep or not (source.endswith(".py") or os.sep in source):
+        return spec
+    return f"{Path(source).resolve()}:{attr}"
+
+
 def _import_spec(spec: str) -> Workload:
     source, _, attr = spec.rpartition(":")
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,6 +64,16 @@ class Gr00tN16(Workload):
             if line and line not in self._said:  # once per process
                 self._said.add(line)
                 print(f"autotune: note: {line}", file=sys.stderr)
+
+    def data_folder(self, preset: str, data: DataConfig) -> Path | None:
+        """``data.dataset``, or where null the dataset made for the preset in the cache (made now
+        if it is not there: the first trial would make it)."""
+        if data.source not in (None, "lerobot"):
+            return None
+        from autotune.data.loader import dataset_root
+        from autotune.workloads.gr00t_n16.data import read_spec
+
+        return dataset_root(data, read_spec(get_preset(preset)))
 
     def build_model(self, preset: str, device: str | torch.device = "cpu") -> nn.Module:
         from autotune.workloads.gr00t_n16.model import Gr00tN16Model
