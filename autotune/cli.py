@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if not argv else 2
+    from autotune import quiet
+
+    quiet.install()
     previous = _exit_on_sigterm()
     try:
         return int(args.func(args) or 0)

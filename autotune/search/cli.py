@@ -425,8 +425,24 @@ def run_search(args: argparse.Namespace) -> int:
         result = run_study(
             opts, machine, regions, report=say, reserve=lambda s: reserve_s(s, opts.confirm_rounds)
         )
+        if result.stopped is not None:
+            stop_study(opts, result.study, result.stopped)
         finish_study(opts, result.study, result.converged, result.deadline)
     return 0
+
+
+def stop_study(opts, study, why: str) -> None:
+    """End a study that cannot go on: trials.csv, run.json and the report written, then ``why`` as
+    the one error line."""
+    from autotune.errors import TrialError
+    from autotune.search.output import write_run_info, write_trials
+
+    write_trials(opts, study)
+    write_run_info(opts, finished=True)
+    report = write_study_report(opts)
+    if report is not None:
+        print(f"report: {report}")
+    raise TrialError(why, "stock")
 
 
 def finish_study(opts, study, converged=None, deadline: float | None = None) -> None:

@@ -23,6 +23,8 @@ class DataEcho:
     """``synthetic``, or the workload's data source (``lerobot`` for gr00t_n16)."""
     dataset: str | None = None
     """The dataset folder read (absolute), None for synthetic batches."""
+    own: bool = False
+    """The workload's own samples from its ``dataset()``, not a dataset folder."""
     made: bool = False
     """The folder is the dataset the workload made in its cache (``data.dataset`` null)."""
     version: str | None = None
@@ -33,6 +35,8 @@ class DataEcho:
 
     def line(self) -> str:
         """``data: lerobot /data/mine (LeRobot v2.1, 40 episodes): 2 views (front, wrist), state 8 / action 7 dims``."""
+        if self.own:
+            return f"data: the workload's own {self.source!r} data (not a dataset folder)"
         if self.dataset is None:
             return f"data: {self.source} batches (no dataset read)"
         what = f"data: {self.source} {self.dataset}"
@@ -58,8 +62,8 @@ def data_echo(cfg: TrainConfig, workload) -> DataEcho:
     if source == "synthetic":
         return DataEcho(source)
     folder = workload.data_folder(cfg.preset, cfg.data)
-    if folder is None:
-        return DataEcho(source)
+    if folder is None:  # the workload's own samples, not a folder autotune reads
+        return DataEcho(source, own=True)
     folder = Path(folder).resolve()
     echo = DataEcho(source, str(folder), made=not cfg.data.dataset)
     if not (folder / "meta" / "info.json").is_file():

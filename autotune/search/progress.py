@@ -11,6 +11,7 @@ from autotune.search.converge import plateau_left_s
 from autotune.search.guide import Stage
 from autotune.search.noise import flags
 from autotune.search.trials import (
+    COST,
     DUPLICATE,
     NOISY,
     REFERENCE,
@@ -47,6 +48,8 @@ def progress_line(
         what = f"pruned ({failure.error if failure else ''})"
     elif failure is not None and failure.reason == DUPLICATE:
         what = f"skipped: {failure.error}"
+    elif failure is not None and failure.reason == COST:
+        what = failure.error  # "not started: expected ~N s (...), M s left of the time budget; ..."
     elif failure is not None:
         what = f"failed ({failure.reason}): {failure.error[:80]}"
     elif trial.value is None:  # lost with its worker: no record

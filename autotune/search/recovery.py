@@ -28,6 +28,7 @@ from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search.trials import (
+    COST,
     INTERRUPTED,
     QUEUED_AGAIN,
     QUEUED_AGAIN_FROM,
@@ -116,11 +117,14 @@ def _interruptions(study: optuna.Study, trial: FrozenTrial) -> int:
 
 
 def counted(study: optuna.Study) -> int:
-    """Trials that count toward ``--trials``: finished or running, but not those queued again."""
+    """Trials that count toward ``--trials``: finished or running, but not those queued again nor
+    those not started for their cost."""
     trials = study.get_trials(deepcopy=False)
     again = {t.user_attrs.get(QUEUED_AGAIN_FROM) for t in trials}
     return sum(
-        t.state != TrialState.WAITING and not (reason_of(t) in QUEUED_AGAIN and t.number in again)
+        t.state != TrialState.WAITING
+        and reason_of(t) != COST  # not started: the time left was too short for it
+        and not (reason_of(t) in QUEUED_AGAIN and t.number in again)
         for t in trials
     )
 

@@ -67,7 +67,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
+from autotune.search.baseline import queue_stock_again, stock_failure
 from autotune.search.converge import FREE_TRIALS, Convergence, convergence, plateau
+from autotune.search.expected import expected_of, too_costly
 from autotune.search.guide import Guide, Stage
 from autotune.search.noise import trusted_value
 from autotune.search.progress import progress_line
@@ -78,6 +80,7 @@ from autotune.search.storage import GRACE_PERIOD, heartbeat, open_storage
 from autotune.search.trials import (
     BUDGET,
     CONVERGED,
+    COST,
     DUPLICATE,
     GROUP,
     QUEUED_AGAIN,
@@ -96,6 +99,9 @@ from autotune.train.compile_cache import cache_env
 from autotune.train.trial.launch import launch
 from autotune.train.trial.record import TrialRecord
 from autotune.train.window.cost import with_wall
+
+SKIPS_IN_A_ROW = 3
+"""Trials in a row not started for their cost after which a study under a time budget stops."""
 
 
 @dataclass
@@ -148,6 +154,8 @@ class StudyResult:
     converged: Convergence | None = None
     deadline: float | None = None
     """``time.monotonic()`` at the end of the time budget (None: no budget)."""
+    stopped: str | None = None
+    """Why the study stopped before its end (its stock trial cannot run: :mod:`autotune.search.baseline`)."""
 
 
 def run_env(opts: StudyOptions) -> dict[str, str]:
@@ -245,6 +253,14 @@ def run_trial(
     except ConfigError as exc:
         store(trial, TrialRecord.failed("config", str(exc)))
         return TrialState.FAIL, None
+    if timeout is not None:  # the budget's end is near: a trial that cannot finish is not started
+        why = too_costly(
+            expected_of(cfg, trial.study, lambda t: config_of(opts, t)),
+            min(timeout, opts.timeout_per_trial),
+        )
+        if why is not None:
+            store(trial, TrialRecord.failed(COST, why))
+            return TrialState.FAIL, None
     search = not (trial.user_attrs.get(STOCK) or trial.user_attrs.get(REFERENCE))
     same = duplicate_of(trial) if search and not queued else None
     if (
@@ -368,9 +384,12 @@ def tell_record(
         store(trial, record, constraint=1.0)
         return TrialState.COMPLETE, 0.0
     if failure.reason == "timeout" and budget_s is not None:
-        record = TrialRecord.failed(
+        stopped = TrialRecord.failed(
             BUDGET, f"stopped at the end of the time budget after {budget_s:.0f} s"
         )
+        record = replace(
+            stopped, cost=record.cost
+        )  # what it spent: at least its cost (expected.py)
     store(trial, record)
     return TrialState.FAIL, None
 
@@ -412,17 +431,41 @@ def run_study(
     check_space_unchanged(study, opts.space)
     guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance, stock=opts.base)
     guide.load(study)
-    base_sampler = study.sampler
     done = counted(study)
     todo = max(0, opts.trials - done)
     if done:
         report(f"continuing study {opts.study_name!r}: {done} trials done, {todo} to go")
-    start, ran = time.monotonic(), 0
+    start = time.monotonic()
     deadline = None if opts.time_budget_s is None else start + opts.time_budget_s
     converged = study_convergence(study, guide, opts)
     if converged is not None:
         report(f"converged already: {converged.reason} (--converge-after 0 searches on)")
         return StudyResult(study, converged, deadline)
+    skipped: list[FrozenTrial] = []
+    try:
+        return _trials(study, guide, opts, machine, regions, report, reserve, skipped, start, done)
+    finally:  # not started for their cost: the study's next run measures them (it has a first trial)
+        for trial in skipped:
+            requeue(study, trial)
+
+
+def _trials(
+    study: optuna.Study,
+    guide: Guide,
+    opts: StudyOptions,
+    machine: Machine,
+    regions: tuple[str, ...],
+    report: Callable[[str], None],
+    reserve: Callable[[optuna.Study], float] | None,
+    skipped: list[FrozenTrial],
+    start: float,
+    done: int,
+) -> StudyResult:
+    """The loop of :func:`run_study`: a trial a turn until one of its ends; ``skipped`` collects the
+    trials not started for their cost."""
+    own_folder, base_sampler, ran = opts.storage is None, study.sampler, 0
+    deadline = None if opts.time_budget_s is None else start + opts.time_budget_s
+    converged = None
     while more_to_run(
         study,
         opts.trials,
@@ -479,6 +522,8 @@ def run_study(
         frozen = study.trials[trial.number]
         if reason_of(frozen) == BUDGET:  # not measured: measure it when the study continues
             requeue(study, frozen)
+        if reason_of(frozen) == COST:
+            skipped.append(frozen)
         guide.record(study, stage, frozen)
         keep_traces(study, guide, opts.out)
         converged = study_convergence(study, guide, opts)
@@ -498,11 +543,33 @@ def run_study(
                 plateau=opts.plateau and opts.converge_after > 0,
             )
         )
+        stopped = stock_failure(frozen, opts.out, opts.timeout_per_trial)
+        if stopped is not None:
+            queue_stock_again(study, frozen)
+            return StudyResult(study, None, deadline, stopped)
         if converged is not None:
             study.set_user_attr(CONVERGED, json.dumps(converged.to_dict()))
             report(f"converged: {converged.reason}")
             break
+        if _skipped_in_a_row(study) >= SKIPS_IN_A_ROW:
+            report(
+                f"time budget of {opts.time_budget_s:.0f} s: the last {SKIPS_IN_A_ROW} trials drawn were each expected "
+                "to take longer than the time left; stopping (the same command continues the study)"
+            )
+            break
     return StudyResult(study, converged, deadline)
+
+
+def _skipped_in_a_row(study: optuna.Study) -> int:
+    """How many of the study's newest finished trials in a row were not started for their cost."""
+    count = 0
+    for t in reversed(study.get_trials(deepcopy=False)):
+        if t.state == TrialState.WAITING:
+            continue
+        if reason_of(t) != COST:
+            break
+        count += 1
+    return count
 
 
 def study_convergence(study: optuna.Study, guide: Guide, opts: StudyOptions) -> Convergence | None:
@@ -546,7 +613,7 @@ def typical_trial_s(study: optuna.Study) -> float | None:
         if t.state.is_finished()
         and t.datetime_start
         and t.datetime_complete
-        and reason_of(t) not in ("config", DUPLICATE, *QUEUED_AGAIN)
+        and reason_of(t) not in ("config", DUPLICATE, COST, *QUEUED_AGAIN)
     ]
     return statistics.median(spans) if spans else None
 

@@ -44,6 +44,8 @@ INTERRUPTED = "interrupted"
 """Failure reason of a trial whose tuner was stopped, or whose worker died, before it ended (queued again)."""
 QUEUED_AGAIN = (BUDGET, INTERRUPTED)
 """Reasons that say nothing of the configuration: :mod:`autotune.search.recovery` queues the trial again."""
+COST = "cost"
+"""Failure reason of a trial not started: its expected cost exceeded the time budget left (queued again)."""
 DUPLICATE = "duplicate"
 """Failure reason of a trial the sampler drew with the parameters of one measured already (not run)."""
 CONVERGED = "autotune.converged"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -27,14 +28,20 @@ def init_from_env() -> tuple[int, int, int]:
 
 
 def wrap_ddp(model: nn.Module, cfg: DDPConfig, device: torch.device) -> DDP:
-    ddp = DDP(
-        model,
-        device_ids=[device.index] if device.type == "cuda" else None,
-        bucket_cap_mb=cfg.bucket_cap_mb,
-        gradient_as_bucket_view=cfg.gradient_as_bucket_view,
-        static_graph=cfg.static_graph,
-        broadcast_buffers=cfg.broadcast_buffers,
-    )
+    with warnings.catch_warnings():
+        # torch 2.13 deprecates broadcast_buffers for forward_sync_buffers, which also syncs the
+        # buffers at init where broadcast_buffers=False does not; 2.11 has only broadcast_buffers
+        warnings.filterwarnings(
+            "ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning
+        )
+        ddp = DDP(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=cfg.bucket_cap_mb,
+            gradient_as_bucket_view=cfg.gradient_as_bucket_view,
+            static_graph=cfg.static_graph,
+            broadcast_buffers=cfg.broadcast_buffers,
+        )
     if cfg.comm_hook != "none":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

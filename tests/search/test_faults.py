@@ -529,9 +529,9 @@ def test_a_study_whose_every_trial_fails_says_why_and_still_reports(tmp_path, ca
     err = captured.err.strip().splitlines()
     assert (
         len(err) == 1
-        and "gave a measurement: all 1 failed, 1 of them with reason 'error' (RuntimeError: crashy: "
-        "this batch size always crashes)"
+        and "the stock trial (#0) failed (error): RuntimeError: crashy: this batch size always crashes"
         in err[0]
+        and "the study stops: fix the workload or its data" in err[0]
     ), err
     assert "ran within the memory budget" not in err[0]
     assert (

@@ -239,6 +239,12 @@ class Job:
         fresh_rng = state.rng_state(self.device)
         next_draw = self._restore(loaded) if loaded else 0
         self.start = loaded.step if loaded else 0
+        if loaded is not None and self.rank == 0:
+            print(
+                f"autotune: resuming from {loaded.path} (step {self.start} of {self.opts.max_steps} done)",
+                file=sys.stderr,
+                flush=True,
+            )
         batches = self._batches(next_draw)
         if loaded is not None:
             if self.rank < len(loaded.rng):

@@ -22,6 +22,9 @@ from autotune.train.trial.worker import classify_exception, leave
 
 
 def main(argv: list[str] | None = None) -> int:
+    from autotune import quiet
+
+    quiet.install()
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
     ap.add_argument("--options", required=True)

@@ -50,6 +50,9 @@ def _progress_writer(path: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from autotune import quiet
+
+    quiet.install()
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
     ap.add_argument("--steps", type=int, default=20)

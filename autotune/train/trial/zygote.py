@@ -57,6 +57,9 @@ def cuda_loaded() -> bool:
 
 
 def main(argv: list[str]) -> int:
+    from autotune import quiet
+
+    quiet.install()  # before the imports: its forked trials inherit the filters
     lifeline, path = int(argv[0]), argv[1]
     preload()
     if cuda_loaded():
