@@ -235,16 +235,16 @@ class Job:
 
     def _run(self) -> JobResult:
         loaded = self._resume_point()
+        if loaded is not None and self.rank == 0:  # first, before what the resume may warn of
+            print(
+                f"autotune: resuming from {loaded.path} (step {loaded.step} of {self.opts.max_steps} done)",
+                file=sys.stderr,
+                flush=True,
+            )
         self.init_record = self._init_weights(loaded)
         fresh_rng = state.rng_state(self.device)
         next_draw = self._restore(loaded) if loaded else 0
         self.start = loaded.step if loaded else 0
-        if loaded is not None and self.rank == 0:
-            print(
-                f"autotune: resuming from {loaded.path} (step {self.start} of {self.opts.max_steps} done)",
-                file=sys.stderr,
-                flush=True,
-            )
         batches = self._batches(next_draw)
         if loaded is not None:
             if self.rank < len(loaded.rng):
