@@ -5,7 +5,7 @@ A trial ends without a verdict on its configuration when
 * the time budget ran out (``budget``), or the tuner was stopped by a signal while it ran
   (``interrupted``, :func:`interruptible`);
 * its worker died: in the run folder's own journal, a trial still RUNNING when a tuner takes the
-  folder (:mod:`autotune.search.lock`: no other tuner is alive there) was lost with a killed tuner;
+  folder (:mod:`autotune.ownership`: no other tuner is alive there) was lost with a killed tuner;
   in a database, a trial whose heartbeat stopped for longer than the grace period was lost with
   its worker (:func:`recover_lost`, which any worker calls before it counts the study's trials).
 
