@@ -386,6 +386,7 @@ def run_search(args: argparse.Namespace) -> int:
     from autotune.ownership import own_folder
     from autotune.search.confirm import reserve_s
     from autotune.search.output import write_run_info
+    from autotune.search.reuse import check_same_study
     from autotune.search.study import run_study
     from autotune.workloads import get_workload
 
@@ -401,6 +402,7 @@ def run_search(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
         check_references(opts)
+        check_same_study(opts)  # before run.json is written: another study's folder stays as it is
         print(
             f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
             f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}",
