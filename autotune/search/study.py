@@ -77,6 +77,7 @@ from autotune.search.recovery import (
     MAX_INTERRUPTIONS,
     counted,
     interruptible,
+    interruptions,
     more_to_run,
     recover_lost,
     requeue,
@@ -487,12 +488,13 @@ def run_study(
             continue
         frozen = study.trials[trial.number]
         if reason_of(frozen) in QUEUED_AGAIN:  # not measured (time budget, its zygote died): again
-            lost = requeue(study, frozen) is None
-            if lost and frozen.user_attrs.get(STOCK):
+            requeue(study, frozen)  # the stock trial always: the study keeps its baseline
+            lost = interruptions(study, frozen)
+            if frozen.user_attrs.get(STOCK) and lost >= MAX_INTERRUPTIONS:
                 raise TrialError(
-                    f"the stock trial was lost {MAX_INTERRUPTIONS} times in a row "
-                    f"({record_of(frozen).failure.error}); the study has no baseline to measure "
-                    "against: see its log in the run folder's logs/, then run the same command again",
+                    f"the stock trial was lost {lost} times in a row ({record_of(frozen).failure.error}); "
+                    "the study has no baseline to measure against: see its log in the run folder's logs/; "
+                    "it stays queued first, for the same command to run again",
                     INTERRUPTED,
                 )
         guide.record(study, stage, frozen)
