@@ -5,9 +5,10 @@ or ``autotune train --output-dir D`` works there.
         ...   # or ConfigError: runs/x is in use by autotune run (pid 123 on host h, since ...)
 
 The kernel drops an flock when its holder exits, however it exits (SIGKILL too), so the lock of a
-dead owner is stale and the next one takes it over. The file names its owner (what, host, pid,
-since, and the command line through :func:`autotune.redact.redact_argv`, so no password) for the
-one line a second owner is refused with; only its owner's user may read it (mode 0600). It is
+dead owner is stale and the next one takes it over (a forked child, such as a loader worker,
+closes its copy of the lock at once, so none keeps a dead owner's lock). The file names its owner
+(what, host, pid, since, and the command line through :func:`autotune.redact.redact_argv`, so no
+password) for the one line a second owner is refused with; only its owner's user may read it (mode 0600). It is
 removed when the owner is done; a newcomer that opened the file just before checks, once it holds
 the lock, that the file it locked is still the one at the path (else it tries again), so two owners
 never hold two files.
@@ -30,6 +31,19 @@ from autotune.errors import ConfigError
 from autotune.redact import redact_argv
 
 LOCK = "run.lock"
+_HELD: set[int] = set()
+"""Descriptors of the locks this process holds: a forked child (a loader worker) closes its copies,
+so that the lock goes when its owner dies, not when the owner's last child does."""
+
+
+def _close_in_child() -> None:
+    for fd in _HELD:
+        with suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 MODE = 0o600
 ATTEMPTS = 20
 """Times a newcomer tries again when the file it locked was removed under it (its owner ended)."""
@@ -40,11 +54,13 @@ def own_folder(folder: Path, what: str, flag: str, hint: str = "") -> Iterator[N
     """Create ``folder`` if needed and own it while the body runs: ``what`` (``autotune run``) is
     how the file names this owner, ``flag`` the option a refused user changes."""
     fd = _take(folder, what, flag, hint)
+    _HELD.add(fd)
     try:
         yield
     finally:
         with suppress(OSError):  # removed before the lock is let go: no newcomer finds it empty
             os.unlink(folder / LOCK)
+        _HELD.discard(fd)
         os.close(fd)  # lets the lock go
 
 
