@@ -28,9 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--storage",
         default=None,
-        help="the study's database URL with its password (default: run.json's, "
-        "which keeps no password, or RUN_DIR/study.journal; $AUTOTUNE_STORAGE "
-        "is read when it is not given)",
+        help="the study's database URL with its password, for a study kept in a database (default: "
+        "$AUTOTUNE_STORAGE, else RUN_DIR/study.journal; the database run.json names is never "
+        "connected to unless given here)",
     )
     p.set_defaults(func=run_report)
 

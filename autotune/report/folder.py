@@ -15,8 +15,8 @@ from typing import Any
 import optuna
 
 from autotune.errors import ReportError
+from autotune.redact import StorageURL, is_redacted, redact
 from autotune.search.storage import JOURNAL, open_storage
-from autotune.search.urls import is_redacted, redact
 
 PROFILES = "profiles"
 SUMMARY = "classification.summary"
@@ -52,13 +52,20 @@ def read_text(path: Path) -> str | None:
 
 
 def open_study(
-    run_dir: Path, storage_url: str | None, study_name: str | None, hint: str | None = None
+    run_dir: Path,
+    storage_url: StorageURL | str | None,
+    study_name: str | None,
+    hint: str | None = None,
+    named: str | None = None,
 ) -> optuna.Study:
     """The run's study: ``study.journal`` in the folder, or the database ``storage_url`` names.
 
+    ``storage_url`` comes from the user (``--storage``, ``$AUTOTUNE_STORAGE``), never from the folder:
+    ``named`` is the database run.json names, which is only quoted (redacted) in the error that asks
+    for it. A run folder someone hands over is data; reading it connects nowhere and creates nothing.
     Without a name, the storage must hold one study (or ``hint``, e.g. best.yaml's study, among several).
     """
-    storage = _storage(run_dir, storage_url)
+    storage = _storage(run_dir, StorageURL.of(storage_url), named)
     names = optuna.get_all_study_names(storage)
     if study_name is None:
         if hint in names:
@@ -76,17 +83,23 @@ def open_study(
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
-def _storage(run_dir: Path, url: str | None) -> optuna.storages.BaseStorage:
+def _storage(
+    run_dir: Path, url: StorageURL | None, named: str | None
+) -> optuna.storages.BaseStorage:
     if url is None:
-        journal = run_dir / JOURNAL
-        if not journal.is_file():
+        if named:  # the folder's word for where its study is: quoted, never opened
             raise ReportError(
-                f"{run_dir}: no study in it (no {JOURNAL}, no run.json naming a storage); "
-                f"give the run folder of `autotune run`"
+                f"{run_dir}: its run.json says the study is in the database {redact(named)}; a run "
+                "folder never chooses a database to connect to: give the URL yourself "
+                "(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
             )
-    elif is_redacted(url):  # run.json keeps the URL without its secrets
+        if not (run_dir / JOURNAL).is_file():
+            raise ReportError(
+                f"{run_dir}: no study in it (no {JOURNAL}); give the run folder of `autotune run`"
+            )
+    elif is_redacted(url.secret()):  # run.json's URL, copied with its secrets hidden
         raise ReportError(
-            f"{run_dir}: the study is in the database {redact(url)}; give its URL with the password "
+            f"{run_dir}: --storage {url} has its password hidden (***); give the URL with the password "
             f"(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
         )
     return open_storage(url, run_dir)

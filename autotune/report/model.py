@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.redact import StorageURL, redact
 from autotune.report import folder
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
 from autotune.search.data_echo import DataEcho
@@ -33,7 +34,6 @@ from autotune.search.trials import (
     reason_of,
     stock_trial,
 )
-from autotune.search.urls import redact
 
 
 @dataclass
@@ -122,18 +122,18 @@ class Report:
 
 
 def build_report(
-    run_dir: str | Path, study_name: str | None = None, storage: str | None = None
+    run_dir: str | Path, study_name: str | None = None, storage: str | StorageURL | None = None
 ) -> Report:
     """Read the run folder (``autotune run --out RUN_DIR``) into a :class:`Report`.
 
-    ``study_name`` and ``storage`` (a database URL) default to those run.json names; run.json keeps
-    no password, so a database that needs one is given here.
+    ``study_name`` defaults to run.json's. ``storage`` (a database URL) is the caller's: a study kept
+    in a database is read only from a URL given here, never from the one run.json names.
     """
     return load_report(run_dir, study_name, storage)[0]
 
 
 def load_report(
-    run_dir: str | Path, study_name: str | None = None, storage: str | None = None
+    run_dir: str | Path, study_name: str | None = None, storage: str | StorageURL | None = None
 ) -> tuple[Report, optuna.Study]:
     """The report of the run folder and the study it was built from (Optuna's plots draw from the study)."""
     run_dir = folder.check_folder(run_dir)
@@ -142,11 +142,19 @@ def load_report(
     best_yaml = folder.read_text(run_dir / "best.yaml")
     provenance = _provenance(best_yaml)
     study = folder.open_study(
-        run_dir, storage or run.storage, study_name or run.study_name, provenance.get("study")
+        run_dir,
+        storage,
+        study_name or run.study_name,
+        provenance.get("study"),
+        named=_text(run.storage),
     )
     if run.storage:  # an older run.json may hold a secret in clear; the page never shows one
-        run = replace(run, storage=redact(run.storage))
+        run = replace(run, storage=redact(_text(run.storage)))
     return report_of(study, run_dir, run, best_yaml, provenance, notes), study
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def report_of(

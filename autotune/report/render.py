@@ -20,6 +20,7 @@ import optuna
 
 from autotune.config.io import write_output
 from autotune.profiling.result import BUCKETS
+from autotune.redact import StorageURL
 from autotune.report import folder
 from autotune.report.model import Report, load_report
 
@@ -62,11 +63,12 @@ def write_report(
     run_dir: str | os.PathLike,
     out: str | os.PathLike | None = None,
     study_name: str | None = None,
-    storage: str | None = None,
+    storage: str | StorageURL | None = None,
 ) -> Path:
     """Build the report of ``run_dir`` and write it (atomically) to ``out``, default ``RUN_DIR/report.html``.
 
-    ``study_name`` and ``storage`` override those of run.json (see :func:`build_report`).
+    ``study_name`` overrides run.json's; ``storage`` is the study's database, given by the caller
+    (see :func:`build_report`).
     """
     run_dir = folder.check_folder(run_dir)
     report, study = load_report(run_dir, study_name, storage)

@@ -5,7 +5,7 @@
     python -m autotune run --space search_spaces/quick.yaml --trials 3 --synthetic --steps 2 --warmup 1
 
 Running the same command again continues the study kept in ``--out`` (``study.journal``); one
-tuner works in a folder at a time (:mod:`autotune.search.lock`). A study ends by itself when it
+tuner works in a folder at a time (:mod:`autotune.ownership`). A study ends by itself when it
 has converged (``--converge-after``), and ends with its winner measured again against stock
 (``--confirm-rounds``): the speed-up it prints and writes is that one.
 """
@@ -389,16 +389,19 @@ def speedup_line(best: Path) -> str:
 
 
 def run_search(args: argparse.Namespace) -> int:
+    from autotune.ownership import own_folder
     from autotune.search.confirm import reserve_s
     from autotune.search.data_echo import data_echo
-    from autotune.search.lock import hold_folder
     from autotune.search.output import write_run_info
+    from autotune.search.reuse import check_same_study
     from autotune.search.study import run_study
     from autotune.workloads import get_workload
 
     machine = Machine.current(world_size=_at_least(args.nproc, 1, "--nproc", 1))
     opts = options(args, machine)
-    with hold_folder(opts.out):  # first: a second tuner on the folder is refused at once
+    worker_hint = " (to add a worker to the same study, use --storage and a folder of its own)"
+    # first: a second tuner on the folder is refused at once
+    with own_folder(opts.out, "autotune run", "--out", worker_hint):
         workload = get_workload(opts.base.workload)
         regions = tuple(workload.regions(workload.build_model(opts.base.preset, "meta")))
         check_data(opts.base, workload.data_sources(), workload.data_fields)
@@ -406,6 +409,7 @@ def run_search(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
         check_references(opts)
+        check_same_study(opts)  # before run.json is written: another study's folder stays as it is
         print(
             f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
             f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}",

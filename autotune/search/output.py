@@ -22,6 +22,7 @@ import optuna
 from autotune.config import SCHEMA_VERSION, load_config, save_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, TrialError
+from autotune.redact import StorageURL
 from autotune.search.confirm import Confirmation
 from autotune.search.converge import Convergence
 from autotune.search.noise import flags
@@ -37,7 +38,6 @@ from autotune.search.trials import (
     record_of,
     stock_trial,
 )
-from autotune.search.urls import redact
 from autotune.train.window.cost import PARTS
 from autotune.workloads.registry import absolute_spec
 
@@ -49,7 +49,7 @@ def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     info = {
         "study_name": opts.study_name,
-        "storage": redact(opts.storage) if opts.storage else None,
+        "storage": str(StorageURL.of(opts.storage)) if opts.storage else None,  # redacted
         "workload": opts.base.workload,
         "preset": opts.base.preset,
         "space": opts.space.name,

@@ -5,7 +5,7 @@ A trial ends without a verdict on its configuration when
 * the time budget ran out (``budget``), or the tuner was stopped by a signal while it ran
   (``interrupted``, :func:`interruptible`);
 * its worker died: in the run folder's own journal, a trial still RUNNING when a tuner takes the
-  folder (:mod:`autotune.search.lock`: no other tuner is alive there) was lost with a killed tuner;
+  folder (:mod:`autotune.ownership`: no other tuner is alive there) was lost with a killed tuner;
   in a database, a trial whose heartbeat stopped for longer than the grace period was lost with
   its worker (:func:`recover_lost`, which any worker calls before it counts the study's trials).
 
@@ -99,15 +99,22 @@ def _fail(study: optuna.Study, trial_id: int, record: TrialRecord) -> bool:
 
 def requeue(study: optuna.Study, trial: FrozenTrial) -> int | None:
     """Queue ``trial``'s parameters again (its stock or reference mark kept); the new trial's
-    number, None when it was interrupted :data:`MAX_INTERRUPTIONS` times in a row."""
-    if reason_of(trial) == INTERRUPTED and _interruptions(study, trial) >= MAX_INTERRUPTIONS:
+    number, None when it was interrupted :data:`MAX_INTERRUPTIONS` times in a row. The stock trial
+    is always queued again: a study never goes on without its baseline (the caller decides whether
+    to stop, :func:`interruptions`)."""
+    if (
+        reason_of(trial) == INTERRUPTED
+        and not trial.user_attrs.get(STOCK)
+        and interruptions(study, trial) >= MAX_INTERRUPTIONS
+    ):
         return None
     keep = {k: trial.user_attrs[k] for k in (STOCK, REFERENCE) if k in trial.user_attrs}
     study.enqueue_trial(trial.params, user_attrs={**keep, QUEUED_AGAIN_FROM: trial.number})
     return study.get_trials(deepcopy=False)[-1].number
 
 
-def _interruptions(study: optuna.Study, trial: FrozenTrial) -> int:
+def interruptions(study: optuna.Study, trial: FrozenTrial) -> int:
+    """How many times in a row ``trial``'s parameters were interrupted, ``trial`` included."""
     trials, count = study.get_trials(deepcopy=False), 0
     while trial is not None and reason_of(trial) == INTERRUPTED:
         count += 1

@@ -8,8 +8,9 @@ The journal file is :mod:`autotune.search.journal` (a crash cuts it only between
 database URL opens Optuna's ``RDBStorage`` with heartbeats: a worker records its running trial's
 heartbeat every ``HEARTBEAT_INTERVAL`` seconds (:func:`heartbeat`), and a trial whose heartbeat is
 older than the grace period (its worker was killed, or its machine lost) is failed by the next
-worker that looks (:mod:`autotune.search.recovery`), so the study never waits on it. A URL is only
-ever shown through :func:`autotune.search.urls.redact`.
+worker that looks (:mod:`autotune.search.recovery`), so the study never waits on it. A URL is held
+as a :class:`autotune.redact.StorageURL` (it shows only redacted); its password reaches the driver
+alone, and a driver's message is scrubbed of it.
 
 ``postgresql://`` URLs are opened with psycopg 3 (the ``postgres`` extra): SQLAlchemy before 2.1
 reads a bare ``postgresql://`` as psycopg2, so the scheme is rewritten to ``postgresql+psycopg://``;
@@ -31,8 +32,8 @@ from optuna.storages import BaseStorage
 from sqlalchemy.engine import URL, make_url
 
 from autotune.errors import ConfigError
+from autotune.redact import StorageURL, redact, scrub
 from autotune.search.journal import open_journal
-from autotune.search.urls import redact, scrub
 
 JOURNAL = "study.journal"
 HEARTBEAT_INTERVAL = 30
@@ -51,7 +52,7 @@ warnings.filterwarnings(
 
 
 def open_storage(
-    url: str | None,
+    url: str | StorageURL | None,
     run_dir: Path,
     *,
     heartbeat_interval: int = HEARTBEAT_INTERVAL,
@@ -65,6 +66,7 @@ def open_storage(
     if url is None:
         run_dir.mkdir(parents=True, exist_ok=True)
         return open_journal(run_dir / JOURNAL)
+    url = url.secret() if isinstance(url, StorageURL) else url
     given = _parse(url)
     shown = redact(url)
     parsed = (

@@ -18,7 +18,8 @@ How a trial ends:
   is infeasible (a FAIL trial would teach it nothing); the record's reason is ``oom``;
 * refused configuration, crash, timeout, NaN loss, compile error, killed by a signal: FAIL with
   the reason and the error in its record; the study goes on;
-* stopped by the time budget, by a signal to the tuner, or lost with its worker: FAIL with reason
+* stopped by the time budget, by a signal to the tuner, or lost with its worker or with the warm
+  parent (zygote) that forked it: FAIL with reason
   ``budget`` or ``interrupted``, queued again and not counted toward ``--trials``
   (:mod:`autotune.search.recovery`).
 
@@ -66,14 +67,23 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, TrialError
+from autotune.redact import StorageURL
 from autotune.search.baseline import queue_stock_again, stock_failure
 from autotune.search.converge import FREE_TRIALS, Convergence, convergence, plateau
 from autotune.search.expected import expected_of, too_costly
 from autotune.search.guide import Guide, Stage
 from autotune.search.noise import trusted_value
 from autotune.search.progress import progress_line
-from autotune.search.recovery import counted, interruptible, more_to_run, recover_lost, requeue
+from autotune.search.recovery import (
+    MAX_INTERRUPTIONS,
+    counted,
+    interruptible,
+    interruptions,
+    more_to_run,
+    recover_lost,
+    requeue,
+)
 from autotune.search.sampling import make_pruner, make_sampler
 from autotune.search.space import SearchSpace, apply_values
 from autotune.search.storage import GRACE_PERIOD, heartbeat, open_storage
@@ -90,6 +100,7 @@ from autotune.search.trials import (
     WORKER,
     best_trial,
     reason_of,
+    record_of,
     span_s,
     store,
 )
@@ -97,7 +108,7 @@ from autotune.search.vet import needs_second_run, parity_with_stock, settled
 from autotune.train.compile_cache import FOLDER as CACHE_FOLDER
 from autotune.train.compile_cache import cache_env
 from autotune.train.trial.launch import launch
-from autotune.train.trial.record import TrialRecord
+from autotune.train.trial.record import INTERRUPTED, TrialRecord
 from autotune.train.window.cost import with_wall
 
 SKIPS_IN_A_ROW = 3
@@ -119,7 +130,8 @@ class StudyOptions:
     memory_budget: int
     sampler: str = "tpe"
     seed: int = 0
-    storage: str | None = None
+    storage: StorageURL | None = None
+    """The study's database (None: the run folder's journal); it shows only redacted."""
     study_name: str = ""
     guidance: bool = True
     references: tuple[tuple[str, TrainConfig], ...] = ()
@@ -520,8 +532,16 @@ def _trials(
             )
             continue
         frozen = study.trials[trial.number]
-        if reason_of(frozen) == BUDGET:  # not measured: measure it when the study continues
-            requeue(study, frozen)
+        if reason_of(frozen) in QUEUED_AGAIN:  # not measured (time budget, its zygote died): again
+            requeue(study, frozen)  # the stock trial always: the study keeps its baseline
+            lost = interruptions(study, frozen)
+            if frozen.user_attrs.get(STOCK) and lost >= MAX_INTERRUPTIONS:
+                raise TrialError(
+                    f"the stock trial was lost {lost} times in a row ({record_of(frozen).failure.error}); "
+                    "the study has no baseline to measure against: see its log in the run folder's logs/; "
+                    "it stays queued first, for the same command to run again",
+                    INTERRUPTED,
+                )
         if reason_of(frozen) == COST:
             skipped.append(frozen)
         guide.record(study, stage, frozen)

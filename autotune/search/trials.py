@@ -24,7 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.train.trial.record import Measurement, ProfileSummary, TrialRecord
+from autotune.train.trial.record import INTERRUPTED, Measurement, ProfileSummary, TrialRecord
 
 RECORD = "record"
 CONSTRAINT = "constraint"
@@ -40,9 +40,7 @@ PARITY = "parity"
 
 BUDGET = "budget"
 """Failure reason of a trial stopped by the end of ``--time-budget`` (queued again, not a verdict on it)."""
-INTERRUPTED = "interrupted"
-"""Failure reason of a trial whose tuner was stopped, or whose worker died, before it ended (queued again)."""
-QUEUED_AGAIN = (BUDGET, INTERRUPTED)
+QUEUED_AGAIN = (BUDGET, INTERRUPTED)  # INTERRUPTED: the trial's machinery lost it (record.py)
 """Reasons that say nothing of the configuration: :mod:`autotune.search.recovery` queues the trial again."""
 COST = "cost"
 """Failure reason of a trial not started: its expected cost exceeded the time budget left (queued again)."""

@@ -40,7 +40,21 @@ def _load_entry_points() -> None:
     for ep in entry_points(group="autotune.workloads"):
         if ep.name not in _REGISTRY:
             obj = ep.load()
-            register_workload(obj() if isinstance(obj, type) else obj)
+            register_workload(_instance(obj, f"entry point {ep.name!r} ({ep.value})"))
+
+
+def _instance(obj: object, what: str) -> Workload:
+    """``obj`` as a workload: a Workload instance as is, a Workload subclass instantiated. Anything
+    else is refused before it is called: a name from a configuration file is data, and calling an
+    arbitrary class (``subprocess:Popen``) would run it."""
+    if isinstance(obj, Workload):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, Workload):
+        return obj()
+    kind = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+    raise WorkloadError(
+        f"{what} is {kind}, not a subclass of autotune.workloads.Workload (nor an instance of one)"
+    )
 
 
 def _load_module(source: str) -> ModuleType:
@@ -77,11 +91,7 @@ def _import_spec(spec: str) -> Workload:
             f"workload {spec!r} cannot be imported: {exc}; give path/to/file.py:Class or "
             "package.module:Class"
         ) from None
-    workload = obj() if isinstance(obj, type) else obj
-    if not isinstance(workload, Workload):
-        raise WorkloadError(
-            f"workload {spec!r}: {attr} is a {type(workload).__name__}, not an autotune.workloads.Workload"
-        )
+    workload = _instance(obj, f"workload {spec!r}: {attr}")
     register_workload(workload, replace=True)
     _REGISTRY[spec] = workload
     return workload

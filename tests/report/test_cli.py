@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
+
+import pytest
 
 from autotune.cli import main
 
@@ -32,3 +36,47 @@ def test_the_command_line_prints_one_line_and_exits_2(tmp_path):
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "no study in it" in done.stderr
+
+
+SECRET = "2024#Spring?@/x"
+
+
+def test_a_run_json_naming_a_database_is_never_connected_to(tmp_path, monkeypatch):
+    """A folder someone hands over is data: the database its run.json names is quoted (redacted) in
+    the one line that asks for --storage, and not connected to (no $PGPASSWORD sent anywhere)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        url = f"postgresql://victim:{SECRET}@127.0.0.1:{port}/x"
+        (tmp_path / "run.json").write_text(json.dumps({"study_name": "s", "storage": url}))
+        monkeypatch.setenv("PGPASSWORD", "the-users-own")
+        monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "autotune", "report", str(tmp_path)],
+            capture_output=True,
+            text=True,
+        )
+        with pytest.raises(TimeoutError):
+            server.accept()  # nobody knocked
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line == (
+        f"autotune: error: {tmp_path}: its run.json says the study is in the database "
+        f"postgresql://victim:***@127.0.0.1:{port}/x; a run folder never chooses a database to connect "
+        "to: give the URL yourself (autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
+def test_a_sqlite_url_in_run_json_creates_no_file(tmp_path, capsys, monkeypatch):
+    elsewhere = tmp_path / "elsewhere" / "chosen.db"
+    elsewhere.parent.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"storage": f"sqlite:///{elsewhere}"}))
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    assert main(["report", str(run)]) == 2
+    assert "a run folder never chooses a database" in capsys.readouterr().err
+    assert not elsewhere.exists() and sorted(p.name for p in run.iterdir()) == ["run.json"]

@@ -253,3 +253,21 @@ def test_a_master_weight_job_resumes_step_for_step_and_checkpoints_fp32_weights(
     )  # the master, not its bf16 copy
     code, rest, _ = train(capsys, tmp_path / "cut", *args)
     assert code == 0 and rest["start_step"] == 3 and rest["losses"] == whole["losses"][2:]
+
+
+def test_a_bf16_weight_job_checkpoints_and_resumes_step_for_step(tmp_path, capsys):
+    """precision.trainable_dtype: bf16 keeps bf16 moments beside fp32 step counts in the optimizer's
+    state: its checkpoint is written (each dtype in a host buffer of its own, which torch.save takes)
+    and a job stopped at it continues exactly as the uninterrupted one."""
+    cfg = tmp_path / "bf16.yaml"
+    cfg.write_text("precision: {trainable_dtype: bf16}\n")
+    args = ["--config", str(cfg), "--max-steps", "4"]
+    code, whole, _ = train(capsys, tmp_path / "whole", *args)
+    assert code == 0 and len(whole["losses"]) == 4
+    assert [s for s, _ in checkpoint.checkpoints(tmp_path / "whole")] == [2, 4]
+    code, first, _ = train(capsys, tmp_path / "cut", *args, "--stop-at", "2")
+    assert code == 0 and first["losses"] == whole["losses"][:2]
+    loaded = checkpoint.latest(tmp_path / "cut", warn=pytest.fail)
+    assert {t.dtype for t in loaded.weights.values()} == {torch.bfloat16}
+    code, rest, _ = train(capsys, tmp_path / "cut", *args)
+    assert code == 0 and rest["start_step"] == 3 and rest["losses"] == whole["losses"][2:]

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -88,8 +89,8 @@ def check_mode(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
-    from autotune.train.job.launch import Nodes, launch_job
-    from autotune.train.job.training import JobOptions, run_job
+    from autotune.train.job.launch import Nodes
+    from autotune.train.job.training import JobOptions
 
     opts = JobOptions(
         max_steps=args.max_steps,
@@ -104,6 +105,32 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
     nodes = Nodes(
         args.nproc, args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_backend, args.rdzv_id
     )
+    with _owned(opts.output_dir, nodes):
+        result = _train(args, cfg, opts, nodes)
+    if result is None:  # rank 0 runs on another node
+        return 0
+    if args.json:
+        print(json.dumps(result))
+    else:
+        _print(result)
+    return 0
+
+
+def _owned(folder: Path, nodes) -> contextlib.AbstractContextManager:
+    """``folder`` owned by this job (a second job there is refused, :mod:`autotune.ownership`). On
+    several nodes the folder is shared by design: the node of rank 0 owns it (with the static
+    rendezvous, the only one whose ranks are known before it starts), the others leave it be."""
+    from autotune.ownership import own_folder
+
+    if nodes.nnodes > 1 and not (nodes.rdzv_backend == "static" and nodes.node_rank == 0):
+        return contextlib.nullcontext()
+    return own_folder(folder, "autotune train", "--output-dir")
+
+
+def _train(args: argparse.Namespace, cfg: TrainConfig, opts, nodes) -> dict | None:
+    from autotune.train.job.launch import launch_job
+    from autotune.train.job.training import run_job
+
     if nodes.several:
         code, result = launch_job(cfg, opts, nodes, debug=getattr(args, "debug", False))
         if result is not None and "error" in result:
@@ -112,18 +139,11 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
             )
         if code != 0:
             raise TrialError(f"torchrun exited with code {code}", "crash")
-        if result is None:  # rank 0 runs on another node
-            return 0
-    else:
-        for name, value in cfg.kernels.environment().items():
-            os.environ.setdefault(name, value)
-        os.environ.update(cfg.memory.environment(os.environ))  # merged with the user's options
-        result = run_job(cfg, opts).to_dict()
-    if args.json:
-        print(json.dumps(result))
-    else:
-        _print(result)
-    return 0
+        return result
+    for name, value in cfg.kernels.environment().items():
+        os.environ.setdefault(name, value)
+    os.environ.update(cfg.memory.environment(os.environ))  # merged with the user's options
+    return run_job(cfg, opts).to_dict()
 
 
 def _print(r: dict) -> None:

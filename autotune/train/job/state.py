@@ -58,22 +58,30 @@ class HostBuffers:
     On CUDA each buffer is page-locked with ``cudaHostRegister`` (exactly its size: torch's pinned
     allocator rounds an allocation up to a power of two, which for a 13 GB optimizer state can
     pin nearly twice that), so the device-to-host copies run asynchronously at the link's speed;
-    the device is synchronised once after them all. One buffer per group, because ``torch.save``
-    writes a view's whole storage: each file gets a buffer of its own.
+    the device is synchronised once after them all. One buffer per group and dtype: ``torch.save``
+    writes a view's whole storage (each file gets buffers of its own), and refuses a storage viewed
+    as two dtypes (bf16 moments beside fp32 step counts, ``precision.trainable_dtype: bf16``).
     """
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self._flats: dict[str, _Flat] = {}
 
-    def _flat(self, group: str, tensors: dict[str, torch.Tensor]) -> _Flat:
+    def _flat(self, key: str, tensors: dict[str, torch.Tensor]) -> _Flat:
         layout = [(name, t.shape, t.dtype) for name, t in tensors.items()]
-        flat = self._flats.get(group)
+        flat = self._flats.get(key)
         if flat is None or flat.layout != layout:
             if flat is not None:
                 flat.release()
-            flat = self._flats[group] = _Flat(layout, self.cuda)
+            flat = self._flats[key] = _Flat(layout, self.cuda)
         return flat
+
+    def _flats_of(self, group: str, tensors: dict[str, torch.Tensor]) -> list[_Flat]:
+        """The group's buffers, one per dtype among its tensors."""
+        by_dtype: dict[torch.dtype, dict[str, torch.Tensor]] = {}
+        for name, t in tensors.items():
+            by_dtype.setdefault(t.dtype, {})[name] = t
+        return [self._flat(f"{group}/{dtype}", part) for dtype, part in by_dtype.items()]
 
     def reserve(self, groups: dict[str, dict[str, torch.Tensor]]) -> float:
         """Allocate (and page-lock) the buffers for ``groups`` now, copying nothing; returns the seconds
@@ -83,7 +91,7 @@ class HostBuffers:
 
         start = time.perf_counter()
         for group, tensors in groups.items():
-            self._flat(group, tensors)
+            self._flats_of(group, tensors)
         return time.perf_counter() - start
 
     def copy(
@@ -92,10 +100,10 @@ class HostBuffers:
         """Host copies of every group's tensors (valid until the next call)."""
         out = {}
         for group, tensors in groups.items():
-            flat = self._flat(group, tensors)
+            views = {n: v for flat in self._flats_of(group, tensors) for n, v in flat.views.items()}
             for name, t in tensors.items():
-                flat.views[name].copy_(t.detach(), non_blocking=self.cuda)
-            out[group] = dict(flat.views)
+                views[name].copy_(t.detach(), non_blocking=self.cuda)
+            out[group] = {name: views[name] for name in tensors}  # in the state dict's order
         if self.cuda:
             torch.cuda.synchronize()
         return out

@@ -31,7 +31,7 @@ from autotune.train.trial.procgroup import (
     start_trial,
     stop_trial,
 )
-from autotune.train.trial.record import TrialRecord
+from autotune.train.trial.record import INTERRUPTED, TrialRecord
 from autotune.train.window import cost
 
 MULTI_GPU_ENV = {
@@ -192,6 +192,8 @@ def _run(
     finally:
         if log is not subprocess.DEVNULL:
             log.close()
+    if getattr(proc.popen, "parent_lost", False):
+        return _parent_lost(proc, Path(out))
     if Path(out).exists():
         record = TrialRecord.from_json(Path(out).read_text())
         if record.ok and proc.popen.returncode != 0:
@@ -200,6 +202,24 @@ def _run(
     for rank_record in sorted(tmp.glob("result.json.rank*")):  # a rank other than 0 failed alone
         return TrialRecord.from_json(rank_record.read_text())
     return _no_result(proc, worker, oom_before, log_path)
+
+
+def _parent_lost(proc: TrialProcess, out: Path) -> TrialRecord:
+    """The record of a trial whose warm parent died under it: its result where the worker wrote
+    one, else a loss of the machinery (``interrupted``: the study queues it again), never a verdict
+    on the configuration."""
+    if out.exists():
+        try:
+            record = TrialRecord.from_json(out.read_text())
+            if record.ok:
+                return record
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # cut by the kill: the run is measured again
+    return TrialRecord.failed(
+        INTERRUPTED,
+        f"the warm parent (zygote) that forked the trial's guard (pid {proc.popen.pid}) died while "
+        "the trial ran; not a failure of the configuration: queued again",
+    )
 
 
 def _no_result(

@@ -25,6 +25,9 @@ from autotune.config import from_dict, to_dict
 from autotune.errors import ConfigError
 
 VERSION = 1
+INTERRUPTED = "interrupted"
+"""Failure reason of a run that its machinery lost before it ended (its tuner stopped, its worker or
+the warm parent that forked it died): says nothing of the configuration; a study queues it again."""
 """Of the record's JSON; a reader refuses a newer one rather than misread it."""
 
 

@@ -51,6 +51,8 @@ class ForkedGuard:
     zygote's child and may be reused once the zygote reaps it)."""
 
     forked = True
+    parent_lost = False
+    """True when the zygote died before answering the guard's exit status (its trial is lost)."""
 
     def __init__(self, conn: socket.socket, pid: int, pidfd: int, args: list[str], done) -> None:
         self.pid, self.args, self.returncode = pid, args, None
@@ -84,8 +86,12 @@ class ForkedGuard:
 
     def _finish(self, data: bytes) -> None:
         line = data.split(b"\n", 1)[0]
-        # An answer cut short: the zygote died and the guard's status went with it; 1 says "no result".
-        self.returncode = int(json.loads(line)["exit"]) if line else 1
+        if line:
+            self.returncode = int(json.loads(line)["exit"])
+        else:  # the zygote died: the guard's status went with it, and nothing can wait for the guard
+            self.parent_lost = True
+            self.kill()  # the trial's other processes go with its session (procgroup.stop_trial)
+            self.returncode = 1
         self._conn.close()
         os.close(self._pidfd)
         self._done()

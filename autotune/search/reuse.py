@@ -1,0 +1,72 @@
+"""A run folder holds one study: ``--out`` of another study is refused before anything is written.
+
+The files of a run folder (``best.yaml``, ``trials.csv``, ``report.html``, ``logs/trial-NNNN``,
+``profiles/``) are named by trial number, not by study, so a second study there would overwrite
+the first's. The study a folder holds is the one its ``run.json`` names (and, for a journal, the
+studies in ``study.journal``); the same command again is the same study, and continues it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+
+from autotune.errors import ConfigError
+from autotune.redact import StorageURL, redact
+from autotune.search.storage import JOURNAL
+from autotune.search.study import StudyOptions
+
+RUN_INFO = "run.json"
+
+
+def check_same_study(opts: StudyOptions) -> None:
+    """Raise :class:`ConfigError` when ``opts.out`` holds a study other than ``opts.study_name``
+    (another workload, preset, space or base; or the same name kept in another storage)."""
+    held = _held_studies(opts.out, journal=opts.storage is None)
+    others = sorted(name for name in held if name != opts.study_name)
+    if others:
+        raise ConfigError(
+            f"--out {opts.out}: holds the study {others[0]!r}, and this command's is {opts.study_name!r} "
+            "(another workload, preset, space or --base); a run folder keeps one study, whose best.yaml, "
+            "trials.csv, report and logs another would overwrite: give another --out (the first study's own "
+            "command continues it)"
+        )
+    info = _run_info(opts.out)
+    if info is None or info.get("study_name") != opts.study_name:
+        return
+    where = str(StorageURL.of(opts.storage)) if opts.storage else None
+    kept = redact(str(info["storage"])) if info.get("storage") else None  # as an older run wrote it
+    if kept != where:
+        raise ConfigError(
+            f"--out {opts.out}: its study {opts.study_name!r} is kept in "
+            f"{kept or 'the folder (' + JOURNAL + ')'}, and this command's in "
+            f"{where or 'the folder (' + JOURNAL + ')'}: give another --out, or the same --storage"
+        )
+
+
+def _held_studies(out: Path, *, journal: bool) -> set[str]:
+    names = set()
+    info = _run_info(out)
+    if info is not None and isinstance(info.get("study_name"), str):
+        names.add(info["study_name"])
+    if journal and (out / JOURNAL).is_file():
+        from autotune.search.journal import open_journal
+
+        names.update(optuna.get_all_study_names(open_journal(out / JOURNAL)))
+    return names
+
+
+def _run_info(out: Path) -> dict | None:
+    path = out / RUN_INFO
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"--out {out}: its {RUN_INFO} cannot be read ({exc}); it names the study the folder holds: "
+            "give another --out, or restore the file"
+        ) from None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,64 @@
+"""A run folder keeps one study: ``--out`` of a finished study given to another study (another space,
+workload or storage) is refused with one line and nothing in the folder changes; the first study's
+own command still continues it."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.cli import main
+from tests.search.test_faults import RUN, files_of
+
+pytestmark = pytest.mark.slow
+
+
+def test_another_study_on_a_finished_studys_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    first = [*RUN, "--trials", "1", "--out", str(out)]
+    assert main(first) == 0
+    capsys.readouterr()
+    before = files_of(out)
+    space = tmp_path / "other.yaml"
+    space.write_text("knobs:\n  batch_size: {type: categorical, choices: [2, 4], group: data}\n")
+    for argv, other in (
+        ([*RUN, "--trials", "1", "--out", str(out), "--space", str(space)], "gr00t_n16-tiny-other"),
+        (
+            [
+                *RUN,
+                "--trials",
+                "1",
+                "--out",
+                str(out),
+                "--workload",
+                "tests.search.crashy:Workload",
+            ],
+            "tests.search.crashy.Workload-tiny-quick",
+        ),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"autotune: error: --out {out}: holds the study 'gr00t_n16-tiny-quick', and this command's is "
+            f"{other!r} (another workload, preset, space or --base); a run folder keeps one study, whose "
+            "best.yaml, trials.csv, report and logs another would overwrite: give another --out (the first "
+            "study's own command continues it)"
+        ]
+        assert files_of(out) == before
+    assert main([*first[:-4], "--trials", "2", "--out", str(out)]) == 0  # the same study continues
+    assert (
+        "continuing study 'gr00t_n16-tiny-quick': 1 trials done, 1 to go" in capsys.readouterr().out
+    )
+
+
+def test_the_same_study_name_kept_elsewhere_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text('{"study_name": "gr00t_n16-tiny-quick", "storage": null}')
+    url = "postgresql://u:2024#Spring@127.0.0.1:1/x"
+    assert main([*RUN, "--trials", "1", "--out", str(out), "--storage", url]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"autotune: error: --out {out}: its study 'gr00t_n16-tiny-quick' is kept in the folder "
+        "(study.journal), and this command's in postgresql://u:***@127.0.0.1:1/x: give another --out, "
+        "or the same --storage"
+    )

@@ -1,0 +1,85 @@
+"""A job folder has one owner: a second ``autotune train`` on the same ``--output-dir`` is refused with
+one line naming the folder and the first job, and touches nothing; the lock file keeps no secret,
+is readable by its owner alone, and is gone when the job ends; a dead owner's lock is taken over."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from tests.clirun import ROOT
+
+pytestmark = pytest.mark.slow
+JOB = ["--preset", "tiny", "--save-steps", "1000", "--log-steps", "1", "--no-progress"]
+SECRET = "postgresql://u:2024#Spring@h/db"
+
+
+def start(out: Path, steps: int) -> subprocess.Popen:
+    argv = ["train", *JOB, "--max-steps", str(steps), "--output-dir", str(out)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", *argv, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+
+
+def logged(out: Path) -> list[str]:
+    path = out / "metrics.jsonl"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_second_job_on_the_folder_is_refused_and_the_first_goes_on(tmp_path, capsys):
+    out = tmp_path / "job"
+    first = start(out, 400)
+    try:
+        deadline = time.monotonic() + 240
+        while len(logged(out)) < 2:
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the first job logged no step"
+            time.sleep(0.1)
+        lock = out / "run.lock"
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+        owner = json.loads(lock.read_text())
+        assert owner["pid"] == first.pid and owner["what"] == "autotune train"
+        before = logged(out)
+        assert main(["train", *JOB, "--max-steps", "4", "--output-dir", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert err[0].startswith(
+            f"autotune: error: {out} is in use by autotune train (pid {first.pid} on host "
+            f"{socket.gethostname()}, since "
+        ) and err[0].endswith(": wait for it to end, or give another --output-dir")
+        assert logged(out)[: len(before)] == before and first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)  # the job saves a checkpoint and exits 0
+        stdout, stderr = first.communicate(timeout=240)
+    assert first.returncode == 0, stderr
+    result = json.loads(stdout.strip().splitlines()[-1])
+    steps = [json.loads(line)["step"] for line in logged(out) if "loss" in json.loads(line)]
+    assert steps == list(range(1, result["final_step"] + 1))  # nothing truncated or replaced
+    assert not (out / "run.lock").exists()
+
+
+def test_the_lock_of_a_dead_owner_is_taken_over(tmp_path, capsys):
+    out = tmp_path / "job"
+    out.mkdir()
+    lock = out / "run.lock"
+    lock.write_text(json.dumps({"what": "autotune train", "pid": 2**22 + 1, "host": "h", "since": "x",
+                                "command": f"autotune train --storage {SECRET}"}))  # fmt: skip
+    lock.chmod(0o644)
+    assert main(["train", *JOB, "--max-steps", "2", "--output-dir", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["final_step"] == 2
+    assert not lock.exists()

@@ -1,0 +1,41 @@
+"""A workload named ``module:Class`` (on the command line or in a configuration file) is checked to
+be a Workload before anything of it is called: ``subprocess:Popen`` is refused with one line, and a
+class that is not a Workload is never instantiated."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.errors import WorkloadError
+from autotune.workloads import get_workload
+from tests.clirun import autotune, one_line_error
+
+NOT_A_WORKLOAD = """
+from pathlib import Path
+
+class Marker:
+    def __init__(self):
+        Path(__file__).with_name("instantiated").write_text("yes")
+"""
+
+
+def test_a_class_that_is_not_a_workload_is_never_instantiated(tmp_path):
+    (tmp_path / "marker.py").write_text(NOT_A_WORKLOAD)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"workload: {tmp_path / 'marker.py'}:Marker\n")
+    line = one_line_error(autotune("train", "--config", config, "--steps", "1", cwd=tmp_path))
+    assert line == (
+        f"autotune: error: workload '{tmp_path / 'marker.py'}:Marker': Marker is the class Marker, "
+        "not a subclass of autotune.workloads.Workload (nor an instance of one)"
+    )
+    assert not (tmp_path / "instantiated").exists()
+
+
+def test_popen_named_as_a_workload_is_refused_before_it_runs(tmp_path):
+    line = one_line_error(
+        autotune("run", "--workload", "subprocess:Popen", "--out", tmp_path / "run")
+    )
+    assert "'subprocess:Popen': Popen is the class Popen, not a subclass of" in line
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(WorkloadError, match=r"'os:system': system is a builtin_function_or_method"):
+        get_workload("os:system")
