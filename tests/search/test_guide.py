@@ -21,7 +21,7 @@ from autotune.search.guide import (
     ranked_buckets,
 )
 from autotune.search.space import load_space, parse_space
-from autotune.search.trials import attrs_of, reason_of
+from autotune.search.trials import RECORD, attrs_of, reason_of
 from tests.records import measured
 
 SPACE = {
@@ -608,8 +608,7 @@ def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimiz
     profile 94 % compute_serial): the compute bucket's remedies come first, the exact ones (skip the
     dead LM head, the vision MLP's bias in its GELU, the masked tokens' keys; master weights) before
     the searches; the GELU in the fc1 GEMM's epilogue, one bf16 rounding less, with them."""
-    from autotune.benchmarks.suite_configs import BEST_1GPU
-    from autotune.config import load_config
+    from autotune.config import config_from_dict
     from autotune.config.compat import Machine
     from autotune.search.study import sample
 
@@ -617,21 +616,26 @@ def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimiz
         Machine(cuda=True, capability=(9, 0), world_size=1, cpus=16)
     )
     study = optuna.create_study(direction="maximize")
-    study.enqueue_trial(space.stock_params(load_config(BEST_1GPU)))
+    # a tuned 1-GPU configuration: the whole model compiled in a whole-step graph, fused AdamW, a fed loader
+    incumbent = config_from_dict(
+        {
+            "graphs": {"mode": "step"},
+            "compile": {"regions": ["all"]},
+            "optimizer": {"impl": "fused"},
+            "data": {"num_workers": 14, "prefetch_factor": 4, "device_prefetch": 2},
+        }
+    )
+    study.enqueue_trial(space.stock_params(incumbent))
     trial = study.ask()
     sample(trial, space)
-    trial.set_user_attr(
-        "buckets",
-        json.dumps(
-            {
-                "compute_serial": 0.94,
-                "launch_overhead": 0.04,
-                "data_stall": 0.014,
-                "comm_wait": 0.0,
-                "other": 0.006,
-            }
-        ),
-    )
+    buckets = {
+        "compute_serial": 0.94,
+        "launch_overhead": 0.04,
+        "data_stall": 0.014,
+        "comm_wait": 0.0,
+        "other": 0.006,
+    }
+    trial.set_user_attr(RECORD, measured(202.0, buckets=buckets).to_json())
     study.tell(trial, 202.0)
     best = study.trials[-1]
     together = Guide(space, stage_trials=3).next_trial(study, best)[

@@ -3,8 +3,6 @@ synchronising call is sync_wait, which no knob group addresses."""
 
 from __future__ import annotations
 
-import json
-
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
@@ -12,6 +10,8 @@ from optuna.trial import create_trial
 from autotune.profiling import BUCKETS
 from autotune.search.guide import BUCKET_GROUPS, Guide
 from autotune.search.space import parse_space
+from autotune.search.trials import RECORD
+from tests.records import measured
 
 SPACE = {"knobs": {
     "graphs.mode": {"type": "categorical", "choices": ["none", "step"], "group": "graphs", "remedy": "step"},
@@ -24,7 +24,7 @@ DISTS = {"graphs.mode": CategoricalDistribution(["none", "step"]),
 def _first_stage(tmp_path, buckets):
     study = optuna.create_study(direction="maximize")
     study.add_trial(create_trial(params={"graphs.mode": "none", "optimizer.impl": "foreach"}, distributions=DISTS,
-                                 value=10.0, user_attrs={"buckets": json.dumps(buckets), "dominant": max(buckets, key=buckets.get)}))  # fmt: skip
+                                 value=10.0, user_attrs={RECORD: measured(10.0, buckets=buckets).to_json()}))  # fmt: skip
     guide = Guide(
         parse_space(SPACE, tmp_path / "s.yaml"), stage_trials=2, together=False
     )  # one remedy a stage
