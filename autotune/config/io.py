@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from autotune.argtypes import check_seed
 from autotune.config._strict import from_dict, to_dict
 from autotune.config.training import TrainConfig
 from autotune.errors import ConfigError
@@ -91,9 +92,12 @@ def load_config(path: str | os.PathLike, cls: type[T] = TrainConfig) -> T:  # ty
     """Load a configuration file strictly; every error names the file and the dotted key."""
     data = read_yaml(path)
     try:
-        return from_dict(cls, data)
+        cfg = from_dict(cls, data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    if isinstance(cfg, TrainConfig):
+        check_seed(cfg.seed, f"{path}: seed")
+    return cfg
 
 
 def config_from_dict(data: dict[str, Any], cls: type[T] = TrainConfig) -> T:  # type: ignore[assignment]
