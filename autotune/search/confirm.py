@@ -30,7 +30,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.boundedread import read_text
 from autotune.config.io import write_text_atomic
+from autotune.errors import AutotuneError
 from autotune.search.noise import WIDE_SPREAD, margin, within
 from autotune.search.study import StudyOptions, config_of, run_env
 from autotune.search.trials import measurement_of, ranked_trials, record_of, span_s, stock_trial
@@ -161,8 +163,8 @@ def previous(out: Path, study: optuna.Study, rounds: int) -> Confirmation | None
     if not path.exists():
         return None
     try:
-        old = Confirmation.from_dict(json.loads(path.read_text()))
-    except (ValueError, TypeError):
+        old = Confirmation.from_dict(json.loads(read_text(path)))
+    except (AutotuneError, OSError, ValueError, TypeError):  # not one this study wrote
         return None
     stock, found = stock_trial(study), candidates(study)
     same = (
