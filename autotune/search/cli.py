@@ -388,7 +388,7 @@ def run_search(args: argparse.Namespace) -> int:
     from autotune.search.data_echo import data_echo
     from autotune.search.output import write_run_info
     from autotune.search.reuse import check_same_study
-    from autotune.search.study import run_study
+    from autotune.search.study import open_study, run_study
     from autotune.workloads import get_workload
 
     machine = Machine.current(world_size=_or(args.nproc, 1))
@@ -418,10 +418,16 @@ def run_search(args: argparse.Namespace) -> int:
                 f"--timeout-per-trial; --preset {workload.preset_for(False)} is the CPU's",
                 flush=True,
             )
+        study = open_study(opts)  # first: a study measured under other settings is refused here
         write_run_info(opts, finished=False)
         say = lambda line: print(line, flush=True)  # noqa: E731
         result = run_study(
-            opts, machine, regions, report=say, reserve=lambda s: reserve_s(s, opts.confirm_rounds)
+            opts,
+            machine,
+            regions,
+            report=say,
+            reserve=lambda s: reserve_s(s, opts.confirm_rounds),
+            study=study,
         )
         if result.stopped is not None:
             stop_study(opts, result.study, result.stopped)
