@@ -54,11 +54,18 @@ def record(study: optuna.Study, opts) -> None:
     study.set_user_attr(KEY, json.dumps(settings(opts), sort_keys=True))
 
 
+MEASURED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
 def check_unchanged(study: optuna.Study, opts) -> None:
-    """Refuse to continue ``study`` under settings other than those it was created with (a study
-    from before the settings were recorded is continued as it is)."""
+    """Refuse to continue ``study`` under settings other than those it was created with, once a
+    trial has been measured under them; before that (every trial stopped or failed) the new
+    settings replace them. A study from before the settings were recorded continues as it is."""
     stored = study.user_attrs.get(KEY)
     if not isinstance(stored, str):
+        return
+    if not study.get_trials(deepcopy=False, states=MEASURED):
+        record(study, opts)
         return
     old, new = _flat(json.loads(stored)), _flat(json.loads(json.dumps(settings(opts))))
     for key in sorted(old.keys() | new.keys(), key=lambda k: (k not in FLAGS, k)):

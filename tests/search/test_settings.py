@@ -108,3 +108,26 @@ def test_the_same_settings_continue_the_study(study, tmp_path, capsys):
     base, out = _copy(study, tmp_path)
     assert main([*RUN[:-1], "2", *SETTINGS, "--base", str(base), "--out", str(out)]) == 0
     assert [t[0] for t in _trials(out)] == [0, 1]  # trial 1 ran in the same study
+
+
+def test_a_study_with_nothing_measured_takes_the_new_settings(tmp_path):
+    """Its trials stopped or failed before measuring anything: no measurement to pair wrongly."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from autotune.errors import ConfigError
+    from autotune.search import settings
+
+    def opts(steps: int) -> SimpleNamespace:
+        base = stock_config("gr00t_n16", "tiny", cuda=False)
+        return SimpleNamespace(base=base, steps=steps, warmup=1, nproc=1, out=tmp_path)
+
+    study = optuna.create_study(direction="maximize", study_name="s")
+    settings.record(study, opts(3))
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    settings.check_unchanged(study, opts(1))  # nothing measured: the new settings are kept
+    study.tell(study.ask(), 1.0)
+    settings.check_unchanged(study, opts(1))
+    with pytest.raises(ConfigError, match="was measured with --steps 1, this command gives 3"):
+        settings.check_unchanged(study, opts(3))
