@@ -323,7 +323,7 @@ def reference_config(base, text: str):
     import yaml
 
     from autotune.errors import ConfigError
-    from autotune.search.space import apply_values
+    from autotune.search.space import _check_key, apply_values
 
     values = {}
     for pair in text.split(","):
@@ -332,8 +332,22 @@ def reference_config(base, text: str):
             raise ConfigError(
                 f"--reference: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])"
             )
-        values[key.strip()] = yaml.safe_load(value)
-    return apply_values(base, values)
+        try:
+            values[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ConfigError(
+                f"--reference: {pair!r}: the value is not YAML ({problem}); e.g. compile.regions=[all]"
+            ) from None
+    for key in values:
+        try:
+            _check_key(key)
+        except ConfigError as exc:
+            raise ConfigError(f"--reference: {key!r}: {exc}") from None
+    try:
+        return apply_values(base, values)
+    except ConfigError as exc:
+        raise ConfigError(f"--reference {text!r}: {exc}") from None
 
 
 def check_references(opts) -> None:

@@ -94,3 +94,20 @@ def test_a_config_number_out_of_range_names_the_key(tmp_path, capsys, text, line
 def test_the_largest_seed_is_accepted(tmp_path):
     (tmp_path / "c.yaml").write_text("workload: gr00t_n16\npreset: tiny\nseed: 4294967295\n")
     assert load_config(tmp_path / "c.yaml").seed == 2**32 - 1
+
+
+@pytest.mark.parametrize(
+    "reference, line",
+    [
+        ("compile.regions=[all", "--reference: 'compile.regions=[all': the value is not YAML (expected ',' or ']', "
+         "but got '<stream end>'); e.g. compile.regions=[all]"),
+        ("nosuch.key=1", "--reference: 'nosuch.key': not a knob of the training configuration; allowed at this "
+         "level: "),
+        ("optimizer.lr=.inf", "--reference 'optimizer.lr=.inf': optimizer.lr: inf is out of range; allowed: a "
+         "finite number"),
+    ],
+)  # fmt: skip
+def test_a_bad_reference_is_one_line_before_the_run_folder(tmp_path, capsys, reference, line):
+    argv = ["run", "--synthetic", "--reference", reference, "--out", str(tmp_path / "run")]
+    assert _error(capsys, argv).startswith(f"autotune: error: {line}")
+    assert not (tmp_path / "run").exists()
