@@ -62,14 +62,6 @@ SEED = integer(0, SEED_MAX)
 SECONDS = number(0, above=True, unit="seconds")
 
 
-def check_seed(value: int, where: str) -> None:
-    """Refuse a seed outside ``0..SEED_MAX`` (a configuration's ``seed``), naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MAX:
-        raise ConfigError(
-            f"{where}: {value!r} is out of range; allowed: an integer from 0 to {SEED_MAX}"
-        )
-
-
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are a :class:`ConfigError` (one line, exit code 2, like every
     other user error of the CLI) instead of argparse's usage block and ``SystemExit``."""

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 
 import yaml
 
-from autotune.argtypes import check_seed
 from autotune.boundedread import METADATA_BYTES, read_bytes
 from autotune.config._strict import from_dict, to_dict
 from autotune.config.training import TrainConfig
@@ -93,12 +92,9 @@ def load_config(path: str | os.PathLike, cls: type[T] = TrainConfig) -> T:  # ty
     """Load a configuration file strictly; every error names the file and the dotted key."""
     data = read_yaml(path)
     try:
-        cfg = from_dict(cls, data)
+        return from_dict(cls, data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    if isinstance(cfg, TrainConfig):
-        check_seed(cfg.seed, f"{path}: seed")
-    return cfg
 
 
 def config_from_dict(data: dict[str, Any], cls: type[T] = TrainConfig) -> T:  # type: ignore[assignment]

@@ -78,8 +78,8 @@ def test_a_memory_budget_on_run_is_one_line(tmp_path, capsys):
         ("optimizer:\n  weight_decay: -.inf\n", "optimizer.weight_decay: -inf is out of range; allowed: a finite number"),
         ("ddp:\n  bucket_cap_mb: .inf\n", "ddp.bucket_cap_mb: inf is out of range; allowed: a finite number"),
         ("seed: 99999999999999999999\n", "seed: 99999999999999999999 is out of range; allowed: a 64-bit integer"),
-        ("seed: -1\n", "seed: -1 is out of range; allowed: an integer from 0 to 4294967295"),
-        ("seed: 4294967296\n", "seed: 4294967296 is out of range; allowed: an integer from 0 to 4294967295"),
+        ("seed: -1\n", "seed: -1 is out of range; allowed: an integer in [0, 4294967295]"),
+        ("seed: 4294967296\n", "seed: 4294967296 is out of range; allowed: an integer in [0, 4294967295]"),
     ],
 )  # fmt: skip
 def test_a_config_number_out_of_range_names_the_key(tmp_path, capsys, text, line):
