@@ -139,7 +139,7 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
             "p90": stats.p90 * 1e3,
         },
         "samples_per_s": batch / med,
-        "mfu": model_flops_utilization(flops, batch / med, 1, rate),
+        "mfu": model_flops_utilization(flops, batch / med, 1, rate / 1e12),
         "matmul_tflops": rate / 1e12,
         "peak_memory_bytes": peak_memory(s.device)["allocated"],
         "steps": steps,

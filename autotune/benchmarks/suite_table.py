@@ -26,9 +26,7 @@ def mfu(run: Measurement, *, useful: bool = False) -> float | None:
     flops = run.useful_flops_per_sample if useful else run.flops_per_sample
     if not run.matmul_tflops or flops is None:
         return None
-    return model_flops_utilization(
-        flops, run.samples_per_s, run.world_size, run.matmul_tflops * 1e12
-    )
+    return model_flops_utilization(flops, run.samples_per_s, run.world_size, run.matmul_tflops)
 
 
 def record_of(row: dict[str, Any]) -> TrialRecord:

@@ -39,5 +39,5 @@ def test_the_study_and_the_suite_give_the_same_mfu_for_the_same_record(record):
     assert row["mfu"] == csv["mfu"] == m.mfu > 0
     assert row["useful_mfu"] == csv["useful_mfu"] == m.useful_mfu > 0
     assert m.mfu == model_flops_utilization(
-        m.flops_per_sample, m.samples_per_s, m.world_size, m.matmul_tflops * 1e12
+        m.flops_per_sample, m.samples_per_s, m.world_size, m.matmul_tflops
     )
