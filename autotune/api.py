@@ -65,16 +65,27 @@ class _UserJob(Workload):
     def regions(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         if self._regions is not None:
             return self._regions
-        return self.base.regions(model) if self.base is not None else {"model": [model]}
+        if self.base is None:
+            return {"model": [model]}
+        return self._from_base(self.base.regions, model, "regions")
 
     def blocks(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         if self._blocks is not None:
             return self._blocks
-        return (
-            self.base.blocks(model)
-            if self.base is not None and self._regions is None
-            else self.regions(model)
-        )
+        if self.base is not None and self._regions is None:
+            return self._from_base(self.base.blocks, model, "blocks")
+        return self.regions(model)
+
+    def _from_base(self, read: Callable, model: nn.Module, what: str) -> dict[str, list[nn.Module]]:
+        """The registered workload's map of ``model``; a model of another kind has no such map."""
+        try:
+            return read(model)
+        except (AttributeError, KeyError, IndexError, TypeError) as exc:
+            raise WorkloadError(
+                f"autotune.prepare: the model ({type(model).__name__}) has no {what} map of workload "
+                f"{self.base.name!r} ({type(exc).__name__}: {exc}); pass regions= (and blocks=) naming its "
+                "modules, e.g. regions={'model': [model]}"
+            ) from None
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return self._loss(model, batch) if self._loss is not None else self.base.loss(model, batch)

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 
+from autotune.argtypes import OneLineParser
 from autotune.errors import AutotuneError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -42,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="autotune",
         description="Profiling-driven auto-tuner for GR00T N1.6 training (and other PyTorch jobs).",
     )
@@ -69,7 +70,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command_in(argv))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except AutotuneError as exc:  # a flag's value out of range, a missing flag: one line
+        if "--debug" in argv:
+            raise
+        print(f"autotune: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if not argv else 2

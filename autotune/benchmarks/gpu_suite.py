@@ -32,8 +32,10 @@ per row::
 Every row is trained from the same seed on the same
 data by :func:`autotune.train.trial.launch.launch` (warm-up, then measured steps with the device
 synchronised); its loss parity against ``stock`` is computed from the same runs
-(:func:`autotune.train.window.verify.compare`). The bf16 matmul rate for MFU is measured once, in a
-fresh process, before the rows. Then the fastest row (``--profile`` names others) is profiled
+(:func:`autotune.train.window.verify.compare`). Each row's MFU is its record's
+(:func:`autotune.train.trial.record.model_flops_utilization`: against the matmul rate measured in
+that row's run, as a study's trials); the bf16 matmul rate of a fresh process, measured once before
+the rows, is shown beside the table for reference. Then the fastest row (``--profile`` names others) is profiled
 with ``autotune profile`` (:mod:`autotune.train.window.profile`): its profiling overhead (profiled
 vs unprofiled steps of that run) and time buckets. ``--model-bench`` adds the stock model
 on one batch already on the GPU, eager steps (no data path).
@@ -67,7 +69,7 @@ from autotune.benchmarks.suite_configs import (
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.errors import AutotuneError
 from autotune.train.trial.launch import launch
-from autotune.train.trial.record import TrialRecord
+from autotune.train.trial.record import TrialRecord, model_flops_utilization
 from autotune.train.window.verify import compare, tolerance_for
 
 DEFAULT_CONFIGS = ["stock", "step_graph", "region_graph", "precision_fp16_frozen"]
@@ -137,7 +139,7 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
             "p90": stats.p90 * 1e3,
         },
         "samples_per_s": batch / med,
-        "mfu": flops * batch / med / rate,
+        "mfu": model_flops_utilization(flops, batch / med, 1, rate / 1e12),
         "matmul_tflops": rate / 1e12,
         "peak_memory_bytes": peak_memory(s.device)["allocated"],
         "steps": steps,

@@ -1,8 +1,9 @@
 """The GPU suite's derived numbers and its markdown table, computed from the suite's JSON.
 
-``rows(results)`` turns the runs' records into one comparable row per configuration (MFU
-against the matmul rate the suite measured once, speed-up against ``stock`` of the same run,
-loss parity); ``markdown(results)`` renders those rows and the profiles. Both read only the
+``rows(results)`` turns the runs' records into one comparable row per configuration (MFU as
+every figure of autotune defines it, from the record alone:
+:func:`autotune.train.trial.record.model_flops_utilization`; speed-up against ``stock`` of the same
+run, loss parity); ``markdown(results)`` renders those rows and the profiles. Both read only the
 JSON the suite writes (each run's record), so a table can be rebuilt from a saved file.
 """
 
@@ -10,21 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.train.trial.record import Measurement, TrialRecord
+from autotune.train.trial.record import Measurement, TrialRecord, model_flops_utilization
 
 GIB = 2**30
 
 
-def mfu(run: Measurement, matmul_flops: float | None, *, useful: bool = False) -> float | None:
-    """Model FLOP/s per process over the suite's measured matmul rate (None without one).
+def mfu(run: Measurement, *, useful: bool = False) -> float | None:
+    """The run's MFU (None where its record lacks the FLOPs or the matmul rate), as a study's
+    ``trials.csv`` gives it for the same record.
 
     ``useful``: count only the FLOPs that reach the loss or a gradient
     (``useful_flops_per_sample``) instead of the upstream step's (``flops_per_sample``, dead work
     included)."""
     flops = run.useful_flops_per_sample if useful else run.flops_per_sample
-    if not matmul_flops or flops is None:
+    if not run.matmul_tflops or flops is None:
         return None
-    return flops * run.samples_per_s / run.world_size / matmul_flops
+    return model_flops_utilization(flops, run.samples_per_s, run.world_size, run.matmul_tflops)
 
 
 def record_of(row: dict[str, Any]) -> TrialRecord:
@@ -42,7 +44,6 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         if stock is not None and stock.measurement is not None
         else None
     )
-    matmul = (results.get("matmul") or {}).get("flops")
     out = []
     for name, row in runs.items():
         if "skipped" in row:
@@ -69,8 +70,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "p10_ms": m.step_time.p10_ms,
                 "p90_ms": m.step_time.p90_ms,
                 "peak_memory_gib": m.memory.allocated_bytes / GIB,
-                "mfu": mfu(m, matmul),
-                "useful_mfu": mfu(m, matmul, useful=True),
+                "mfu": mfu(m),
+                "useful_mfu": mfu(m, useful=True),
                 "speedup_vs_stock": m.samples_per_s / base if base else None,
                 "parity_passed": par["passed"] if par else None,
                 "loss_rel_diff": par["loss_rel_diff"] if par else None,
@@ -156,8 +157,9 @@ def markdown(results: dict[str, Any]) -> str:
     elif matmul:
         lines += [
             "",
-            f"MFU against {matmul['tflops']:.4g} TFLOP/s ({matmul['dtype']} {matmul['n']}³ matmul on "
-            f"{matmul['device']}, measured in this run)",
+            f"MFU: each row against the matmul rate measured in its own run (as a study's trials); "
+            f"{matmul['tflops']:.4g} TFLOP/s ({matmul['dtype']} {matmul['n']}³ matmul on "
+            f"{matmul['device']}) in a fresh process before the rows",
         ]
     profiles = results.get("profiles") or {}
     if profiles:

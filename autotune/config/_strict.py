@@ -3,12 +3,14 @@
 ``from_dict`` walks a dataclass type and the data together. An unknown key, a missing value of
 the wrong type or a value that a ``__post_init__`` rejects raises :class:`ConfigError` naming the
 dotted key, the bad value and what is allowed, e.g.
-``ddp.bucket_cap_mb: -1 is out of range; allowed: a number > 0``.
+``ddp.bucket_cap_mb: -1 is out of range; allowed: a number > 0``. Every float is finite and every
+integer fits in 64 bits, whatever the field (``optimizer.lr: inf is out of range``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -16,6 +18,10 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 from autotune.errors import ConfigError
 
 T = TypeVar("T")
+
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+"""Every integer of a configuration fits in 64 bits (what torch and numpy take); a float field is
+finite: YAML's ``.inf`` and ``.nan`` are never a learning rate, an epsilon or a bucket size."""
 
 OMIT_NONE = {"omit_none": True}
 """Field metadata: :func:`to_dict` leaves the field out while it is None (its default), so that a
@@ -104,10 +110,14 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: an integer")
+        if not INT_MIN <= value <= INT_MAX:
+            raise ConfigError(f"{key}: {value!r} is out of range; allowed: a 64-bit integer")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: {value!r} is out of range; allowed: a finite number")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from autotune.boundedread import METADATA_BYTES, read_bytes
 from autotune.config._strict import from_dict, to_dict
 from autotune.config.training import TrainConfig
 from autotune.errors import ConfigError
@@ -25,7 +26,7 @@ def read_yaml(path: str | os.PathLike) -> Any:
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, METADATA_BYTES, ConfigError)  # a regular file, never /dev/zero
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from autotune.argtypes import NON_NEGATIVE, POSITIVE, SEED, number
 from autotune.data.check import check_dataset, render_summary
 from autotune.data.content import EMBODIMENTS
 from autotune.data.encode import CODECS
@@ -48,24 +49,35 @@ def register(subparsers) -> None:
 def _make_parser(sub) -> None:
     make = sub.add_parser("make", help="write a synthetic LeRobot dataset (parquet + mp4 + meta)")
     make.add_argument("dir", help="folder to create")
-    make.add_argument("--episodes", type=int, required=True, help="number of episodes")
-    make.add_argument("--views", type=int, default=2, help="camera views per episode (default 2)")
+    make.add_argument("--episodes", type=POSITIVE, required=True, help="number of episodes")
     make.add_argument(
-        "--size", type=int, default=256, help="frame height (and width) in pixels (default 256)"
+        "--views", type=POSITIVE, default=2, help="camera views per episode (default 2)"
     )
     make.add_argument(
-        "--width", type=int, default=None, help="frame width in pixels (default: --size)"
+        "--size",
+        type=POSITIVE,
+        default=256,
+        help="frame height (and width) in pixels (default 256)",
     )
-    make.add_argument("--seed", type=int, default=0, help="seed of the content (default 0)")
     make.add_argument(
-        "--frames", type=int, default=None, help="frames per episode (default: 60 to 150, seeded)"
+        "--width", type=POSITIVE, default=None, help="frame width in pixels (default: --size)"
     )
-    make.add_argument("--fps", type=int, default=20, help="frames per second (default 20)")
+    make.add_argument("--seed", type=SEED, default=0, help="seed of the content (default 0)")
+    make.add_argument(
+        "--frames",
+        type=POSITIVE,
+        default=None,
+        help="frames per episode (default: 60 to 150, seeded)",
+    )
+    make.add_argument("--fps", type=POSITIVE, default=20, help="frames per second (default 20)")
     make.add_argument(
         "--embodiment", choices=list(EMBODIMENTS), default="panda", help="state/action layout"
     )
     make.add_argument(
-        "--embodiment-id", type=int, default=None, help="projector slot (default: the embodiment's)"
+        "--embodiment-id",
+        type=NON_NEGATIVE,
+        default=None,
+        help="projector slot (default: the embodiment's)",
     )
     make.add_argument("--format", choices=list(FORMATS), default="v2.1",
                       help="codebase version: v2.1 (a file per episode) or v3.0 (many episodes per file)")  # fmt: skip
@@ -75,7 +87,7 @@ def _make_parser(sub) -> None:
         default="h264",
         help="video codec (default h264; av1 as lerobot)",
     )
-    make.add_argument("--file-mb", type=float, default=None,
+    make.add_argument("--file-mb", type=number(0, above=True, unit="MB"), default=None,
                       help="v3.0: size at which a data or video file is closed and the next begun (lerobot: 100/200)")  # fmt: skip
     make.add_argument("--no-extras", dest="extras", action="store_false",
                       help="write only what lerobot writes: no modality.json, tokenizer.json or embodiment")  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from autotune.boundedread import METADATA_BYTES, TABLE_BYTES, read_text
 from autotune.errors import DataError
 
 
@@ -17,27 +18,48 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def read_json(path: Path) -> Any:
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    """JSON has no NaN or Infinity (Python's parser accepts them): a metadata number is finite."""
+    raise _NotFinite(f"holds {name}; allowed: finite numbers")
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _read(path: Path, limit: int) -> str:
+    """The text of a metadata file: a regular file of at most ``limit`` bytes, UTF-8."""
     try:
-        return json.loads(path.read_text())
+        return read_text(path, limit, DataError)
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot be read ({one_line(exc)})") from None
+
+
+def read_json(path: Path) -> Any:
+    text = _read(path, METADATA_BYTES)
+    try:
+        return _loads(text)
+    except _NotFinite as exc:
+        raise DataError(f"{path}: {exc}") from None
+    except ValueError as exc:
         raise DataError(f"{path}: not a readable JSON file ({one_line(exc)})") from None
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({one_line(exc)})") from None
+    lines = _read(path, TABLE_BYTES).splitlines()
     rows = []
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:
-                row = json.loads(line)
+                row = _loads(line)
+            except _NotFinite as exc:
+                raise DataError(f"{path}: line {n} {exc}") from None
             except ValueError as exc:
                 raise DataError(f"{path}: line {n} is not JSON ({one_line(exc)})") from None
             if not isinstance(row, dict):

@@ -60,4 +60,8 @@ def path_template(info: dict, key: str, placeholders: tuple[str, ...], path: Pat
         raise DataError(
             f"{path}: {key} {template!r} has placeholder {unknown[0]!r}; this codebase version allows {list(placeholders)}"
         )
+    try:  # the format specs too: {episode_index:06q} parses, and fails only when an episode is read
+        template.format(**{name: "key" if name == "video_key" else 0 for name in placeholders})
+    except (ValueError, IndexError, KeyError) as exc:
+        raise DataError(f"{path}: {key} {template!r} is not a path template ({exc})") from None
     return template

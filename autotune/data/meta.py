@@ -12,6 +12,7 @@ Every problem raises :class:`DataError` as ``path/of/file: problem``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,8 @@ def load_meta(root: str | Path) -> DatasetMeta:
             f"{info_path}: codebase_version {version!r} is not supported; supported: {list(VERSIONS)}"
         )
     fps = float(get(info, "fps", info_path, (int, float)))
-    if fps <= 0:
-        raise DataError(f"{info_path}: fps is {fps}, not > 0")
+    if not (math.isfinite(fps) and fps > 0):  # 1e999 reads as inf
+        raise DataError(f"{info_path}: fps is {fps}; allowed: a finite number > 0")
     features = get(info, "features", info_path, dict)
     modality, notices = _modality(root, features)
     reader = v3 if version == "v3.0" else v2

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from autotune.data.files import read_json
 from autotune.errors import DataError
 
 TOKENIZER_TYPE = "word_level"
@@ -64,12 +65,7 @@ class WordVocabulary:
 
     @classmethod
     def load(cls: type[_V], path: Path) -> _V:
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise DataError(f"{path}: missing") from None
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: not a readable JSON file ({exc})") from None
+        data = read_json(path)
         if (
             not isinstance(data, dict)
             or data.get("type") != TOKENIZER_TYPE

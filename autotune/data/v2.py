@@ -30,6 +30,10 @@ PLACEHOLDERS = ("episode_chunk", "episode_index", "video_key")
 def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Index:
     info_path = root / INFO
     chunks = get(info, "chunks_size", info_path, int)
+    if chunks < 1:
+        raise DataError(
+            f"{info_path}: chunks_size is {chunks}; allowed: an integer >= 1 (episodes per chunk)"
+        )
     data = path_template(info, "data_path", PLACEHOLDERS, info_path)
     video = path_template(info, "video_path", PLACEHOLDERS, info_path)
     episodes = []

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.boundedread import check_regular
 from autotune.errors import TraceFormatError
 from autotune.profiling.kinds import CATEGORY_TABLE, LEGACY_ANNOTATION, Category, first_match
 
@@ -174,6 +175,10 @@ class _Reader:
     """The decoded text of a trace, read in chunks so that a large file is never held whole."""
 
     CHUNK = 1 << 23  # characters
+    MAX_VALUE = 1 << 26
+    """Characters one top-level value or event may span: Kineto's largest (``deviceProperties``) are
+    kilobytes. A value still incomplete past this is a corrupt file, refused without reading the
+    rest of it (a file cut short and padded with gigabytes of zeros)."""
 
     def __init__(self, fh, path: Path) -> None:
         self.fh, self.path = fh, path
@@ -194,6 +199,11 @@ class _Reader:
         if not chunk:
             self.eof = True
             return False
+        if "\x00" in chunk:  # never in JSON text (a string escapes it): a file padded with zeros
+            at = self.base + len(self.buf) + chunk.index("\x00")
+            raise TraceFormatError(
+                f"{self.path}: not a complete JSON trace (a NUL byte at character {at}; truncated or corrupt?)"
+            )
         self.base += self.pos
         self.buf = self.buf[self.pos :] + chunk
         self.pos = 0
@@ -236,12 +246,13 @@ class _Reader:
                 error = (self.pos, "expected a JSON value")
             except json.JSONDecodeError as exc:
                 error = (exc.pos, exc.msg)
-            if not self.more():
+            if len(self.buf) - self.pos > self.MAX_VALUE or not self.more():
                 raise self.fail(error[1], error[0])
 
 
 def _open_text(path: Path):
     try:
+        check_regular(path, TraceFormatError)  # a link to /dev/zero is not a trace
         if path.name.endswith(".gz"):
             return gzip.open(path, "rt", encoding="utf-8")
         return open(path, encoding="utf-8")  # noqa: SIM115 (closed by the caller)

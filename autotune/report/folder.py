@@ -14,7 +14,8 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import ReportError
+from autotune.boundedread import read_text as read_bounded
+from autotune.errors import AutotuneError, ReportError
 from autotune.redact import StorageURL, is_redacted, redact
 from autotune.search.storage import JOURNAL, open_storage
 
@@ -37,8 +38,8 @@ def read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_bounded(path, error=ReportError))
+    except (AutotuneError, OSError, ValueError) as exc:
         notes.append(f"{path.name} could not be read ({exc}); left out")
         return None
     if not isinstance(data, dict):
@@ -48,7 +49,8 @@ def read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
 
 
 def read_text(path: Path) -> str | None:
-    return path.read_text() if path.is_file() else None
+    """The text of a file of the folder (at most a metadata file's size), None when absent."""
+    return read_bounded(path, error=ReportError) if path.is_file() else None
 
 
 def open_study(

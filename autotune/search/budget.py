@@ -22,6 +22,8 @@ UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
+MAX_BYTES = 2**60
+"""No machine has an exabyte of memory: a budget beyond it is a typo (or an overflow)."""
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
@@ -34,10 +36,12 @@ def parse_bytes(text: str) -> int:
             f"--memory-budget: {text!r} is not a size; allowed: a number of bytes with an optional "
             f"unit, e.g. 80GiB or 64GB (units: {sorted(k for k in UNITS if k)})"
         )
-    value = int(float(m.group(1)) * UNITS[unit])
-    if value <= 0:
-        raise ConfigError(f"--memory-budget: {text!r} is out of range; allowed: a size > 0")
-    return value
+    value = float(m.group(1)) * UNITS[unit]
+    if not 0 < value < MAX_BYTES:  # 1e400GiB reads as inf: no integer, no budget
+        raise ConfigError(
+            f"--memory-budget: {text!r} is out of range; allowed: a size > 0 and below 1 EiB"
+        )
+    return int(value)
 
 
 def default_budget(cuda: bool) -> int:

@@ -16,6 +16,7 @@ import argparse
 import re
 from pathlib import Path
 
+from autotune.argtypes import NON_NEGATIVE, POSITIVE, SECONDS, SEED
 from autotune.config.compat import Machine, check_data, use_dataset
 from autotune.errors import ConfigError
 from autotune.search.budget import default_budget, parse_bytes
@@ -51,20 +52,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--trials",
-        type=int,
+        type=POSITIVE,
         default=None,
         help="at most this many trials in the study, counting those of earlier runs; it ends earlier when it "
         "converges (default: 30 on GPU, 12 on CPU)",
     )
     p.add_argument(
-        "--timeout-per-trial", type=float, default=600.0, help="seconds before a trial is killed"
+        "--timeout-per-trial", type=SECONDS, default=600.0, help="seconds before a trial is killed"
     )
     p.add_argument(
         "--memory-budget",
         default=None,
         help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)",
     )
-    p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per trial")
+    p.add_argument("--nproc", type=POSITIVE, default=1, help="processes (GPUs) per trial")
     p.add_argument(
         "--storage",
         default=None,
@@ -73,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--grace-period",
-        type=int,
+        type=POSITIVE,
         default=GRACE_PERIOD,
         metavar="SECONDS",
         help="with --storage: a running trial whose worker sent no heartbeat for this long is failed and queued "
@@ -82,25 +83,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="run folder (default: runs/WORKLOAD-PRESET-SPACE)")
     p.add_argument(
         "--steps",
-        type=int,
+        type=POSITIVE,
         default=None,
         help="measured steps per trial (default: 10 on GPU, 3 on CPU)",
     )
     p.add_argument(
         "--warmup",
-        type=int,
+        type=NON_NEGATIVE,
         default=None,
         help="warm-up steps per trial, at least (default: 4 on GPU, 1 on CPU; more where the loader's buffer "
         "or a graph capture needs them)",
     )
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=POSITIVE,
         default=None,
         help="samples per process per step (default: the preset's; 2 for tiny)",
     )
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the sampler")
     p.add_argument(
         "--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)"
     )
@@ -133,7 +134,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--stage-trials",
-        type=int,
+        type=POSITIVE,
         default=None,
         help="at most this many trials per profile-guided search stage; a stage ends earlier at its first "
         "trial that gains nothing beyond noise (default: 2)",
@@ -145,7 +146,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--profile-steps",
-        type=int,
+        type=NON_NEGATIVE,
         default=3,
         help="steps profiled after each trial's measured steps (0: none)",
     )
@@ -159,7 +160,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--converge-after",
-        type=int,
+        type=NON_NEGATIVE,
         default=FREE_TRIALS,
         metavar="K",
         help="stop when no bucket is left to act on and the last K free (TPE) trials found nothing within "
@@ -169,7 +170,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--confirm-rounds",
-        type=int,
+        type=NON_NEGATIVE,
         default=2,
         metavar="N",
         help="at the end, measure stock and the best again in fresh processes, interleaved, N rounds (more "
@@ -191,7 +192,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset", default=None, help="model preset (default: the workload's for this machine)"
     )
     sp.add_argument(
-        "--nproc", type=int, default=1, help="processes (GPUs) per trial: several add the DDP knobs"
+        "--nproc",
+        type=POSITIVE,
+        default=1,
+        help="processes (GPUs) per trial: several add the DDP knobs",
     )
     sp.add_argument("--synthetic", action="store_true", help="synthetic batches (no loader knobs)")
     sp.add_argument(
@@ -214,7 +218,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     else:
         base = stock_config(args.workload, args.preset, cuda=gpu)
     if args.batch_size is not None:
-        base.batch_size = _at_least(args.batch_size, 1, "--batch-size", base.batch_size)
+        base.batch_size = args.batch_size
     use_dataset(base, args.dataset, args.synthetic)
     space = default_space(args.space, base, machine)
     # one folder whatever the workload's spelling: path/to/my.py:Class -> path.to.my.py.Class
@@ -227,11 +231,11 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         base=base,
         space=space,
         out=Path(args.out or Path("runs") / name),
-        trials=_at_least(args.trials, 1, "--trials", 30 if gpu else 12),
-        steps=_at_least(args.steps, 1, "--steps", 10 if gpu else 3),
-        warmup=_at_least(args.warmup, 0, "--warmup", 4 if gpu else 1),
-        nproc=_at_least(args.nproc, 1, "--nproc", 1),
-        timeout_per_trial=_positive(args.timeout_per_trial, "--timeout-per-trial"),
+        trials=_or(args.trials, 30 if gpu else 12),
+        steps=_or(args.steps, 10 if gpu else 3),
+        warmup=_or(args.warmup, 4 if gpu else 1),
+        nproc=_or(args.nproc, 1),
+        timeout_per_trial=args.timeout_per_trial,
         memory_budget=budget,
         sampler=args.sampler,
         seed=args.seed,
@@ -239,30 +243,20 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         study_name=name,
         guidance=not args.no_guidance,
         references=references,
-        stage_trials=_at_least(args.stage_trials, 1, "--stage-trials", 2),
+        stage_trials=_or(args.stage_trials, 2),
         prune=not args.no_prune,
-        profile_steps=_at_least(args.profile_steps, 0, "--profile-steps", 3),
+        profile_steps=_or(args.profile_steps, 3),
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-        grace_period_s=_at_least(args.grace_period, 1, "--grace-period", GRACE_PERIOD),
-        confirm_rounds=_at_least(args.confirm_rounds, 0, "--confirm-rounds", 2),
-        converge_after=_at_least(args.converge_after, 0, "--converge-after", FREE_TRIALS),
+        grace_period_s=_or(args.grace_period, GRACE_PERIOD),
+        confirm_rounds=_or(args.confirm_rounds, 2),
+        converge_after=_or(args.converge_after, FREE_TRIALS),
         plateau=args.trials is None and args.time_budget is None,
     )
 
 
-def _positive(value: float, flag: str) -> float:
-    if not value > 0:
-        raise ConfigError(f"{flag}: {value} is out of range; allowed: a number of seconds > 0")
-    return value
-
-
-def _at_least(value: int | None, low: int, flag: str, default: int) -> int:
-    """``value`` (``default`` when not given); below ``low`` is an error, not the default."""
-    if value is None:
-        return default
-    if value < low:
-        raise ConfigError(f"{flag}: {value} is out of range; allowed: an integer >= {low}")
-    return value
+def _or(value: int | None, default: int) -> int:
+    """``value`` (range-checked by its argparse type), ``default`` when not given."""
+    return default if value is None else value
 
 
 def default_space(name: str | None, base, machine: Machine):
@@ -329,7 +323,7 @@ def reference_config(base, text: str):
     import yaml
 
     from autotune.errors import ConfigError
-    from autotune.search.space import apply_values
+    from autotune.search.space import _check_key, apply_values
 
     values = {}
     for pair in text.split(","):
@@ -338,8 +332,22 @@ def reference_config(base, text: str):
             raise ConfigError(
                 f"--reference: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])"
             )
-        values[key.strip()] = yaml.safe_load(value)
-    return apply_values(base, values)
+        try:
+            values[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ConfigError(
+                f"--reference: {pair!r}: the value is not YAML ({problem}); e.g. compile.regions=[all]"
+            ) from None
+    for key in values:
+        try:
+            _check_key(key)
+        except ConfigError as exc:
+            raise ConfigError(f"--reference: {key!r}: {exc}") from None
+    try:
+        return apply_values(base, values)
+    except ConfigError as exc:
+        raise ConfigError(f"--reference {text!r}: {exc}") from None
 
 
 def check_references(opts) -> None:
@@ -394,10 +402,10 @@ def run_search(args: argparse.Namespace) -> int:
     from autotune.search.data_echo import data_echo
     from autotune.search.output import write_run_info
     from autotune.search.reuse import check_same_study
-    from autotune.search.study import run_study
+    from autotune.search.study import open_study, run_study
     from autotune.workloads import get_workload
 
-    machine = Machine.current(world_size=_at_least(args.nproc, 1, "--nproc", 1))
+    machine = Machine.current(world_size=_or(args.nproc, 1))
     opts = options(args, machine)
     worker_hint = " (to add a worker to the same study, use --storage and a folder of its own)"
     # first: a second tuner on the folder is refused at once
@@ -424,10 +432,16 @@ def run_search(args: argparse.Namespace) -> int:
                 f"--timeout-per-trial; --preset {workload.preset_for(False)} is the CPU's",
                 flush=True,
             )
+        study = open_study(opts)  # first: a study measured under other settings is refused here
         write_run_info(opts, finished=False)
         say = lambda line: print(line, flush=True)  # noqa: E731
         result = run_study(
-            opts, machine, regions, report=say, reserve=lambda s: reserve_s(s, opts.confirm_rounds)
+            opts,
+            machine,
+            regions,
+            report=say,
+            reserve=lambda s: reserve_s(s, opts.confirm_rounds),
+            study=study,
         )
         if result.stopped is not None:
             stop_study(opts, result.study, result.stopped)

@@ -30,7 +30,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.boundedread import read_text
 from autotune.config.io import write_text_atomic
+from autotune.errors import AutotuneError
 from autotune.search.noise import WIDE_SPREAD, margin, within
 from autotune.search.study import StudyOptions, config_of, run_env
 from autotune.search.trials import measurement_of, ranked_trials, record_of, span_s, stock_trial
@@ -96,13 +98,22 @@ class Confirmation:
         runs = [Run(**r) for r in data.get("runs", [])]
         return cls(**{**data, "runs": runs})
 
+    def spread_text(self, trial: int) -> str:
+        """``±3 %`` (half the rounds' range over their median), or ``1 round, no spread``: one round
+        has no range to show, and ``±0 %`` would claim a precision it does not have."""
+        n = sum(1 for r in self.runs if r.trial == trial and r.samples_per_s is not None)
+        if (n or self.rounds) < 2:
+            return "1 round, no spread"
+        return f"±{50 * self.spread.get(str(trial), 0):.0f} %"
+
     def line(self) -> str:
         if not self.confirmed:
             return f"not confirmed: {self.note}"
+        rounds = f"{self.rounds} round{'s' if self.rounds != 1 else ''}"
         text = (
-            f"confirmed in {self.rounds} rounds: #{self.trial} {self.samples_per_s:.2f} samples/s "
-            f"(±{50 * self.spread.get(str(self.trial), 0):.0f} %), stock {self.stock_samples_per_s:.2f} "
-            f"(±{50 * self.spread.get(str(self.stock_trial), 0):.0f} %): {self.speedup:.2f}x stock"
+            f"confirmed in {rounds}: #{self.trial} {self.samples_per_s:.2f} samples/s "
+            f"({self.spread_text(self.trial)}), stock {self.stock_samples_per_s:.2f} "
+            f"({self.spread_text(self.stock_trial)}): {self.speedup:.2f}x stock"
         )
         if self.study_speedup is not None:
             text += f" (the study's trials said {self.study_speedup:.2f}x)"
@@ -161,8 +172,8 @@ def previous(out: Path, study: optuna.Study, rounds: int) -> Confirmation | None
     if not path.exists():
         return None
     try:
-        old = Confirmation.from_dict(json.loads(path.read_text()))
-    except (ValueError, TypeError):
+        old = Confirmation.from_dict(json.loads(read_text(path)))
+    except (AutotuneError, OSError, ValueError, TypeError):  # not one this study wrote
         return None
     stock, found = stock_trial(study), candidates(study)
     same = (

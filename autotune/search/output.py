@@ -19,9 +19,10 @@ from typing import Any
 
 import optuna
 
+from autotune.boundedread import read_text
 from autotune.config import SCHEMA_VERSION, load_config, save_config
 from autotune.config.io import write_text_atomic
-from autotune.errors import AutotuneError, TrialError
+from autotune.errors import AutotuneError, ConfigError, TrialError
 from autotune.redact import StorageURL
 from autotune.search.confirm import Confirmation
 from autotune.search.converge import Convergence
@@ -45,7 +46,7 @@ from autotune.workloads.registry import absolute_spec
 def write_run_info(opts: StudyOptions, *, finished: bool) -> Path:
     """``run.json``: the study's name, storage and options (started_at kept from the first write)."""
     path = opts.out / "run.json"
-    old = json.loads(path.read_text()) if path.exists() else {}
+    old = json.loads(read_text(path, error=ConfigError)) if path.exists() else {}
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     info = {
         "study_name": opts.study_name,

@@ -91,7 +91,8 @@ def _noise_note(trial: FrozenTrial) -> str:
     m = record.measurement if record is not None else None
     if m is None:
         return ""
-    note = f" ±{50 * m.step_time.spread:.0f} %"
+    one = m.steps is not None and m.steps < 2  # one step has no spread to show
+    note = " 1 step, no spread" if one else f" ±{50 * m.step_time.spread:.0f} %"
     again = record.remeasure
     if again is not None:
         second = (

@@ -34,6 +34,7 @@ from sqlalchemy.engine import URL, make_url
 from autotune.errors import ConfigError
 from autotune.redact import StorageURL, redact, scrub
 from autotune.search.journal import open_journal
+from autotune.search.retry import retrying
 
 JOURNAL = "study.journal"
 HEARTBEAT_INTERVAL = 30
@@ -75,7 +76,7 @@ def open_storage(
         else given
     )
     try:
-        return _rdb_storage(parsed, heartbeat_interval, grace_period)
+        storage = _rdb_storage(parsed, heartbeat_interval, grace_period)
     except sqlalchemy.exc.NoSuchModuleError:
         raise ConfigError(
             f"--storage {shown}: {parsed.drivername!r} is not a database SQLAlchemy knows "
@@ -91,6 +92,15 @@ def open_storage(
         raise ConfigError(
             f"--storage {shown}: cannot open the database: {_reason(exc, url)}"
         ) from None
+    return retrying(storage, shown, lambda exc: _reason(_database_error(exc), url))
+
+
+def _database_error(exc: BaseException) -> BaseException:
+    """The SQLAlchemy error inside ``exc`` (Optuna wraps a failed commit in its own), else ``exc``."""
+    found: BaseException | None = exc
+    while found is not None and not isinstance(found, sqlalchemy.exc.SQLAlchemyError):
+        found = found.__cause__ or found.__context__
+    return found or exc
 
 
 def _rdb_storage(
@@ -119,7 +129,8 @@ def _rdb_storage(
         with engine.connect() as conn:
             conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK})
             try:
-                return storage(connect_args=connect_args)
+                # pre-ping: a pooled connection that a server restart closed is replaced, not used
+                return storage(connect_args=connect_args, pool_pre_ping=True)
             finally:
                 conn.execute(
                     sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK}
@@ -148,7 +159,7 @@ def _parse(url: str) -> URL:
         ) from None
 
 
-def _reason(exc: sqlalchemy.exc.SQLAlchemyError, url: str) -> str:
+def _reason(exc: BaseException, url: str) -> str:
     """The driver's own message (first line), without SQLAlchemy's boilerplate or any secret of ``url``."""
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     line = " ".join(text[0].split()) if text else type(exc).__name__

@@ -69,6 +69,7 @@ from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError, TrialError
 from autotune.redact import StorageURL
+from autotune.search import settings
 from autotune.search.baseline import queue_stock_again, stock_failure
 from autotune.search.converge import FREE_TRIALS, Convergence, convergence, plateau
 from autotune.search.expected import expected_of, too_costly
@@ -192,7 +193,11 @@ def open_study(opts: StudyOptions) -> optuna.Study:
     try:  # of several workers starting at once, exactly one creates the study (its name is unique)
         study = optuna.create_study(direction="maximize", **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
-        return optuna.load_study(**kwargs)
+        study = optuna.load_study(**kwargs)
+        settings.check_unchanged(study, opts)
+        check_space_unchanged(study, opts.space)
+        return study
+    settings.record(study, opts)
     study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
     return study
 
@@ -427,12 +432,13 @@ def run_study(
     regions: tuple[str, ...],
     report: Callable[[str], None] = print,
     reserve: Callable[[optuna.Study], float] | None = None,
+    study: optuna.Study | None = None,
 ) -> StudyResult:
     """Run trials until the study holds ``opts.trials`` finished ones (all workers together; those
     queued again do not count), the time budget ends (less ``reserve(study)`` seconds kept for what
-    the caller does next), or it converges."""
+    the caller does next), or it converges. ``study``: the study already opened (:func:`open_study`)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(opts)
+    study = study or open_study(opts)
     own_folder = opts.storage is None  # the run folder's journal, whose lock the caller holds
     for line in recover_lost(study, own_folder=own_folder, grace_period_s=opts.grace_period_s):
         report(line)
@@ -440,7 +446,6 @@ def run_study(
     for name, cfg in opts.references:
         if name not in have:
             study.enqueue_trial(opts.space.stock_params(cfg), user_attrs={REFERENCE: name})
-    check_space_unchanged(study, opts.space)
     guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance, stock=opts.base)
     guide.load(study)
     done = counted(study)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from autotune.argtypes import NON_NEGATIVE, POSITIVE, number
 from autotune.config import TrainConfig, load_config
 from autotune.config.compat import use_dataset
 from autotune.errors import ParityError, TrialError
@@ -28,10 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _common(p)
     p.add_argument(
-        "--steps", type=int, default=None, help="measured steps (after warm-up; default 20)"
+        "--steps", type=POSITIVE, default=None, help="measured steps (after warm-up; default 20)"
     )
     p.add_argument(
-        "--warmup", type=int, default=None, help="warm-up steps, not measured (default 5)"
+        "--warmup", type=NON_NEGATIVE, default=None, help="warm-up steps, not measured (default 5)"
     )
     p.add_argument(
         "--json",
@@ -53,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument(
         "--max-shard-size",
-        type=float,
+        type=number(0, above=True, unit="GB"),
         default=5.0,
         help="GB per shard (default 5, as save_pretrained)",
     )
@@ -68,9 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="folder for the per-rank traces and classification.summary (must be new or empty)",
     )
-    pr.add_argument("--steps", type=int, default=5, help="profiled (active) steps")
+    pr.add_argument("--steps", type=POSITIVE, default=5, help="profiled (active) steps")
     pr.add_argument(
-        "--warmup", type=int, default=5, help="unprofiled warm-up steps before the window"
+        "--warmup", type=NON_NEGATIVE, default=5, help="unprofiled warm-up steps before the window"
     )
     pr.add_argument(
         "--json", action="store_true", help="print the summary as one JSON object on the last line"
@@ -81,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verify", help="loss parity of a configuration against the stock configuration"
     )
     _common(v)
-    v.add_argument("--steps", type=int, default=20, help="steps trained by each configuration")
+    v.add_argument("--steps", type=POSITIVE, default=20, help="steps trained by each configuration")
     v.add_argument(
         "--json", action="store_true", help="print the result as one JSON object on the last line"
     )
@@ -105,7 +106,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="model preset (default: the workload's, e.g. full on GPU and tiny on "
         "CPU for gr00t_n16)",
     )
-    p.add_argument("--batch-size", type=int, default=None, help="samples per process per step")
+    p.add_argument("--batch-size", type=POSITIVE, default=None, help="samples per process per step")
     p.add_argument(
         "--synthetic", action="store_true", help="synthetic batches instead of the dataset (no I/O)"
     )
@@ -116,7 +117,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="train on this LeRobot dataset folder (sets data.dataset of the configuration)",
     )
     p.add_argument(
-        "--nproc", type=int, default=1, help="processes (GPUs); several run through torchrun"
+        "--nproc", type=POSITIVE, default=1, help="processes (GPUs); several run through torchrun"
     )
 
 

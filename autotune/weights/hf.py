@@ -21,6 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from autotune.boundedread import read_text
 from autotune.errors import DataError
 
 INDEX = "model.safetensors.index.json"
@@ -47,10 +48,10 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
             f"{folder}: neither {INDEX} nor {SINGLE} is there (a Hugging Face checkpoint folder has one)"
         )
     try:
-        data = json.loads(index.read_text())
+        data = json.loads(read_text(index, error=DataError))
         weight_map = data["weight_map"]
         assert isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
-    except (ValueError, KeyError, TypeError, AssertionError):
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
         raise DataError(
             f"{index}: not an index of shards (needs a 'weight_map' of key -> file)"
         ) from None

@@ -50,6 +50,12 @@ def _instance(obj: object, what: str) -> Workload:
     if isinstance(obj, Workload):
         return obj
     if isinstance(obj, type) and issubclass(obj, Workload):
+        missing = sorted(getattr(obj, "__abstractmethods__", ()))
+        if missing:  # Python's own error is a traceback at obj()
+            raise WorkloadError(
+                f"{what} does not define {', '.join(missing)}; a Workload implements every abstract "
+                "method of autotune.workloads.Workload (see its docstring)"
+            )
         return obj()
     kind = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
     raise WorkloadError(

@@ -64,7 +64,9 @@ def test_unknown_entry_names_the_choices():
 def _run(
     samples_per_s: float, losses: list[float], useful_flops_per_sample: float | None = None, **extra
 ) -> dict:
-    m = measurement(samples_per_s, peak=3 * 2**30, losses=losses, flops_per_sample=1e12)
+    m = measurement(
+        samples_per_s, peak=3 * 2**30, losses=losses, flops_per_sample=1e12, matmul_tflops=1000.0
+    )
     m = replace(
         m,
         step_time=replace(m.step_time, p10_ms=90.0, p90_ms=110.0),

@@ -153,6 +153,14 @@ def test_the_watch_compares_per_gpu_rates_and_warns_once():
     assert line.startswith("likely cause: data_stall (60 % of the step): the data loader")
 
 
+@pytest.mark.parametrize("device, named", [("cpu", "the CPU"), ("cuda", "the GPU")])
+def test_the_likely_cause_names_the_device_the_job_ran_on(device, named):
+    for bucket in ("compute_serial", "launch_overhead"):
+        line = likely_cause({"dominant": bucket, "buckets": {bucket: 0.9, "other": 0.1}}, device)
+        assert named in line and "the GPU the CPU" not in line
+        assert ("the GPU" in line) == (device == "cuda")
+
+
 @pytest.mark.parametrize("start", [0, 2])
 def test_a_restarted_job_drops_what_it_logged_past_its_start(tmp_path, start):
     """Resumed from checkpoint ``start`` (0: a job killed before its first checkpoint, started again

@@ -10,18 +10,20 @@ file                        what
                             generators (the CUDA one is the generator the captured graphs draw from)
 ``config.yaml``             the configuration trained
 ``trainer_state.json``      the step, the data position, the weights the job started from, and the
-                            size of every file above; written last
+                            size and SHA-256 of every file above; written last
 ==========================  =======================================================================
 
 A checkpoint is written into ``D/.checkpoint-<step>.tmp`` (every file synced to disk) and renamed
 to ``D/checkpoint-<step>`` when complete; only rank 0 writes. A checkpoint whose
-``trainer_state.json`` is missing or unreadable, whose files differ in size from it, or whose
-files do not load, is corrupt: :func:`latest` skips it with a one-line warning and takes the one
-before.
+``trainer_state.json`` is missing or unreadable, whose files differ in size or in SHA-256 from it
+(bytes changed in place: a bad disk, a stray write), or whose files do not load, is corrupt:
+:func:`latest` skips it with a one-line warning and takes the one before, so a rerun resumes from
+the newest state that is intact instead of training on damaged weights.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -127,7 +129,9 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
     torch.save(snapshot.rng, tmp / RNG)
     (tmp / CONFIG).write_text(snapshot.config_yaml)
     files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-    (tmp / STATE).write_text(json.dumps({**snapshot.state, "files": files}, indent=1) + "\n")
+    sums = {name: sha256(tmp / name) for name in files}
+    state = {**snapshot.state, "files": files, "sha256": sums}
+    (tmp / STATE).write_text(json.dumps(state, indent=1) + "\n")
     for p in tmp.iterdir():
         _fsync(p)
     _fsync(tmp)
@@ -140,15 +144,31 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
     return final, sum(files.values()) + (final / STATE).stat().st_size
 
 
+def sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks (a checkpoint's optimizer state is gigabytes)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+STATE_MAX_BYTES = 1 << 24
+"""``trainer_state.json`` is a few kilobytes; more is not a state this module wrote."""
+
+
 def read_state(folder: Path) -> dict[str, Any]:
     """``trainer_state.json`` of a checkpoint whose files are all there, at their sizes."""
+    from autotune.boundedread import read_bytes
+
     try:
-        state = json.loads((folder / STATE).read_text())
+        state = json.loads(read_bytes(folder / STATE, STATE_MAX_BYTES))
         files = state["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        files.items()
+    except (AutotuneError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptCheckpoint(
             f"{folder / STATE} is missing or unreadable ({type(exc).__name__})"
         ) from None
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CorruptCheckpoint(f"{folder / STATE}: step: {step!r} is not a step (an integer >= 0)")
     for name, size in files.items():
         path = folder / name
         actual = path.stat().st_size if path.is_file() else None
@@ -158,9 +178,23 @@ def read_state(folder: Path) -> dict[str, Any]:
     return state
 
 
+def verify(folder: Path, state: dict[str, Any]) -> None:
+    """Every file's SHA-256 against ``trainer_state.json`` (a checkpoint written before the sums
+    were recorded is checked by size only)."""
+    sums = state.get("sha256")
+    if not isinstance(sums, dict):
+        return
+    for name, expected in sums.items():
+        if sha256(folder / name) != expected:
+            raise CorruptCheckpoint(
+                f"{folder / name}: its bytes changed since it was written (SHA-256 differs from {STATE})"
+            )
+
+
 def load(folder: Path) -> Loaded:
     """Every part of the checkpoint in ``folder``, in host memory; ``CorruptCheckpoint`` if any part fails."""
     state = read_state(folder)
+    verify(folder, state)
     try:
         weights = load_file(folder / WEIGHTS)
         optimizer = torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True)
@@ -170,7 +204,7 @@ def load(folder: Path) -> Loaded:
         raise CorruptCheckpoint(
             f"{folder} does not load ({type(exc).__name__}: {str(exc).splitlines()[0]})"
         ) from None
-    return Loaded(folder, int(state["step"]), weights, optimizer, scheduler, rng, state)
+    return Loaded(folder, state["step"], weights, optimizer, scheduler, rng, state)
 
 
 def latest(

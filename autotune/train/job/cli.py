@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from autotune.argtypes import NON_NEGATIVE, POSITIVE
 from autotune.config import TrainConfig
 from autotune.errors import ConfigError, TrialError
 
@@ -23,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "training job (with --max-steps; without it, train measures --steps steps)"
     )
     job.add_argument(
-        "--max-steps", type=int, help="train steps 1..N (the learning-rate schedule spans N)"
+        "--max-steps", type=POSITIVE, help="train steps 1..N (the learning-rate schedule spans N)"
     )
     job.add_argument(
         "--output-dir",
@@ -32,10 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "command again resumes after its newest complete checkpoint",
     )
     job.add_argument(
-        "--save-steps", type=int, help="write D/checkpoint-<step> every K steps (and at the end)"
+        "--save-steps",
+        type=POSITIVE,
+        help="write D/checkpoint-<step> every K steps (and at the end)",
     )
-    job.add_argument("--save-total-limit", type=int, help="keep only the newest L checkpoints")
-    job.add_argument("--log-steps", type=int, default=10, help="metrics every M steps (default 10)")
+    job.add_argument("--save-total-limit", type=POSITIVE, help="keep only the newest L checkpoints")
+    job.add_argument(
+        "--log-steps", type=POSITIVE, default=10, help="metrics every M steps (default 10)"
+    )
     job.add_argument(
         "--init-from",
         type=Path,
@@ -43,16 +48,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "with model.safetensors.index.json, e.g. the released GR00T N1.6 weights)",
     )
     job.add_argument(
-        "--stop-at", type=int, help="train up to this step of the schedule, save and exit 0"
+        "--stop-at", type=POSITIVE, help="train up to this step of the schedule, save and exit 0"
     )
     job.add_argument("--no-progress", action="store_true", help="no progress bar")
     job.add_argument(
         "--nnodes",
-        type=int,
+        type=POSITIVE,
         default=1,
         help="nodes (torchrun's rendezvous; run the command on each)",
     )
-    job.add_argument("--node-rank", type=int, default=0, help="this node's rank among --nnodes")
+    job.add_argument(
+        "--node-rank", type=NON_NEGATIVE, default=0, help="this node's rank among --nnodes"
+    )
     job.add_argument(
         "--rdzv-endpoint", help="HOST:PORT of the rendezvous (torchrun's --rdzv-endpoint)"
     )

@@ -50,6 +50,10 @@ def build_trained_model(folder: Path) -> tuple[torch.nn.Module, str]:
         loaded = checkpoint.load(folder)
     except checkpoint.CorruptCheckpoint as exc:
         raise ConfigError(str(exc)) from None
+    if not isinstance(state.get("config"), dict):
+        raise ConfigError(
+            f"{folder / checkpoint.STATE}: config: no configuration in it; not a checkpoint of `autotune train`"
+        )
     cfg = config_from_dict(state["config"])
     workload = get_workload(cfg.workload)
     torch.manual_seed(

@@ -191,7 +191,7 @@ class Loop:
             "classification": found,
         }
         write_text_atomic(out / "classification.summary", json.dumps(summary, indent=1))
-        cause = likely_cause(found)
+        cause = likely_cause(found, job.device.type)
         self.profile = {
             "step": self.step,
             "folder": str(out),

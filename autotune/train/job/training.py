@@ -160,7 +160,22 @@ class Job:
                     f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen}, which rank 0 resumes "
                     f"from (is --output-dir on a file system every node shares?)"
                 )
+        if chosen is not None:
+            self._check_end(loaded)
         return loaded if chosen is not None else None
+
+    def _check_end(self, loaded: checkpoint.Loaded) -> None:
+        """A job resumed past its end would train nothing and report steps N+1..M of M < N."""
+        end, flag = (
+            (self.opts.stop_at, "--stop-at")
+            if self.opts.stop_at
+            else (self.opts.max_steps, "--max-steps")
+        )
+        if loaded.step > end:
+            raise ConfigError(
+                f"{flag} {end}: {loaded.path} has already trained to step {loaded.step}; allowed: "
+                f"{flag} >= {loaded.step} to resume it, or another --output-dir to start afresh"
+            )
 
     def _init_weights(self, loaded: checkpoint.Loaded | None) -> dict[str, Any] | None:
         from autotune.weights import fingerprint, load_upstream

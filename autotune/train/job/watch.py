@@ -25,8 +25,8 @@ TOLERANCE = 0.10
 CAUSES = {
     "data_stall": "the data loader does not keep up (data.num_workers, data.prefetch_factor, data.device_prefetch)",
     "comm_wait": "gradient communication is exposed (ddp.bucket_cap_mb, ddp.graph_overlap; the interconnect)",
-    "launch_overhead": "the host launches kernels slower than the GPU runs them (graphs.mode, compile; a busy CPU)",
-    "compute_serial": "the GPU itself is slower at this work (another process on it, clocks, power or thermal limits)",
+    "launch_overhead": "the host launches kernels slower than {device} runs them (graphs.mode, compile; a busy CPU)",
+    "compute_serial": "{device} itself is slower at this work (another process on it, clocks, power or thermal limits)",
     "other": "time outside the classified work (host-side stalls between steps)",
 }
 
@@ -140,11 +140,19 @@ class ThroughputWatch:
         )
 
 
-def likely_cause(classification: dict[str, Any]) -> str:
-    """One line: the dominant bucket of a classified profile window and what it usually means."""
+DEVICE_NAMES = {"cuda": "the GPU", "cpu": "the CPU"}
+"""How a cause names the device the job ran on (``torch.device.type``)."""
+
+
+def likely_cause(classification: dict[str, Any], device: str = "cuda") -> str:
+    """One line: the dominant bucket of a classified profile window and what it usually means, the
+    device named as the job used it (``device``: ``cuda`` or ``cpu``)."""
     bucket = classification["dominant"]
     share = classification["buckets"][bucket]
     shares = ", ".join(
         f"{b} {100 * s:.0f} %" for b, s in classification["buckets"].items() if s >= 0.01
     )
-    return f"likely cause: {bucket} ({100 * share:.0f} % of the step): {CAUSES.get(bucket, bucket)} [{shares}]"
+    what = CAUSES.get(bucket, bucket).format(
+        device=DEVICE_NAMES.get(device, f"the {device} device")
+    )
+    return f"likely cause: {bucket} ({100 * share:.0f} % of the step): {what} [{shares}]"

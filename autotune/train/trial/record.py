@@ -31,6 +31,24 @@ the warm parent that forked it died): says nothing of the configuration; a study
 """Of the record's JSON; a reader refuses a newer one rather than misread it."""
 
 
+def model_flops_utilization(
+    flops_per_sample: float, samples_per_s: float, world_size: int, matmul_tflops: float
+) -> float:
+    """MFU: the one definition every figure of autotune uses (``train``, a study's trials and
+    ``trials.csv``, the report, the GPU suite's table).
+
+    The model FLOP/s of one process (``flops_per_sample`` x ``samples_per_s`` / ``world_size``) over
+    the dense matmul rate measured on the same device in the same run, right after the measured
+    window (:func:`autotune.train.window.measure.matmul_rate`: bf16 8192^3 on CUDA, fp32 on a CPU),
+    so the peak is what that device sustained under the same clocks, heat and neighbours, and a
+    record's MFU follows from the record alone (``Measurement.matmul_tflops``, the argument as
+    stored, so that a figure recomputed from a record is the same float). The FLOPs are
+    upstream's count of a step (``flops_per_sample``, dead work included: the model as shipped does
+    that work) for ``mfu``, and those that reach the loss or a gradient (``useful_flops_per_sample``)
+    for ``useful_mfu``."""
+    return flops_per_sample * samples_per_s / world_size / (matmul_tflops * 1e12)
+
+
 @dataclass(frozen=True)
 class StepTimes:
     """Step time over the measured window, milliseconds; per step, the slowest rank's."""
@@ -101,7 +119,8 @@ class Measurement:
     memory: Memory
     loader: LoaderRate
     mfu: float
-    """Of ``samples_per_s``, against the matmul rate measured on the same device."""
+    """Of ``samples_per_s``: :func:`model_flops_utilization` of ``flops_per_sample`` against
+    ``matmul_tflops``."""
     world_size: int
     losses: list[float]
     """Every step's, the warm-up's included."""

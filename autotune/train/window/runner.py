@@ -29,6 +29,7 @@ from autotune.train.trial.record import (
     RankMemory,
     StepTimes,
     TrialRecord,
+    model_flops_utilization,
 )
 from autotune.train.window import cost
 from autotune.train.window.measure import (
@@ -344,7 +345,7 @@ def _result(
         peak_memory_bytes=max(m["allocated"] for m in ranks.memory),
         peak_reserved_bytes=max(m["reserved"] for m in ranks.memory),
         peak_memory_per_rank=ranks.memory,
-        mfu=flops * samples_per_s / world / matmul,
+        mfu=model_flops_utilization(flops, samples_per_s, world, matmul / 1e12),
         matmul_tflops=matmul / 1e12,
         flops_per_sample=flops,
         losses=measured.losses,
@@ -363,7 +364,7 @@ def _result(
         loader_samples_per_s=ranks.loader_rate,
         loader_bound=samples_per_s < ranks.window_rate,
         useful_flops_per_sample=useful,
-        useful_mfu=useful * samples_per_s / world / matmul,
+        useful_mfu=model_flops_utilization(useful, samples_per_s, world, matmul / 1e12),
     )
 
 

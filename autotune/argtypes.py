@@ -1,0 +1,70 @@
+"""Range-checked argparse types: every number on a command line is checked where it is parsed.
+
+A value out of range is refused by argparse before the command does anything (no folder is
+created, no model built), on one line naming the flag, the value and what is allowed:
+``autotune: error: --steps: 0 is out of range; allowed: an integer >= 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+from autotune.errors import ConfigError
+
+SEED_MAX = 2**32 - 1
+"""Seeds are what every consumer accepts: numpy's RandomState (Optuna's samplers) takes
+0..2**32-1, and the trainer derives per-rank torch seeds from it that must fit in 64 bits."""
+
+
+def integer(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[low, high]`` (no upper bound when ``high`` is None)."""
+    allowed = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not an integer; allowed: {allowed}"
+            ) from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: {allowed}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its messages
+    return parse
+
+
+def number(low: float, *, above: bool = False, unit: str = "") -> Callable[[str], float]:
+    """An argparse type: a finite number ``>= low`` (``> low`` with ``above``); never inf or nan."""
+    what = f"a finite number {'>' if above else '>='} {low:g}" + (f" ({unit})" if unit else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: {what}") from None
+        if not math.isfinite(value) or value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range; allowed: {what}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+POSITIVE = integer(1)
+"""Counts that must be at least one: steps, trials, processes, batch sizes, episodes."""
+NON_NEGATIVE = integer(0)
+"""Counts where zero means none: warm-up steps, profiled steps, confirmation rounds."""
+SEED = integer(0, SEED_MAX)
+SECONDS = number(0, above=True, unit="seconds")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are a :class:`ConfigError` (one line, exit code 2, like every
+    other user error of the CLI) instead of argparse's usage block and ``SystemExit``."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError(message.removeprefix("argument "))

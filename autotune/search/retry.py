@@ -1,0 +1,109 @@
+"""A shared database that goes away for a moment (a restart, a failover, a dropped connection) does
+not end the study: every call of the storage is retried with backoff for a bounded time.
+
+:func:`retrying` wraps the methods of an ``RDBStorage`` instance in place (the object stays
+an ``RDBStorage``, so Optuna's cache and heartbeat machinery treat it as before). A call that fails
+because the server cannot be reached is repeated after 0.5, 1, 2, 4, ... seconds (at most
+``MAX_WAIT_S`` apart) until ``OUTAGE_S`` have passed since the first failure; then it raises one
+line naming the storage (redacted) and the driver's reason, and saying that the study is kept
+there. A call made inside another (a method that calls another) is not retried on its own:
+the outermost call owns the one deadline. A heartbeat that fails is skipped, not raised: the next
+one is due shortly, and a trial's own calls decide whether the outage ends the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+import sqlalchemy.exc
+
+from autotune.errors import ConfigError
+
+OUTAGE_S = 120.0
+"""Seconds a call keeps trying after its first failure to reach the server."""
+MAX_WAIT_S = 10.0
+"""Longest pause between two tries."""
+
+_depth = threading.local()
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says the server could not be reached, as opposed to a
+    query the server refused (which no retry fixes)."""
+    while exc is not None:
+        if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return True
+        if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _call(
+    method: Callable, shown: str, reason: Callable[[BaseException], str], outage_s: float
+) -> Callable:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_depth, "n", 0)
+        _depth.n = depth + 1
+        try:
+            if depth:  # inside a retried call: it retries the whole
+                return method(*args, **kwargs)
+            return _with_retries(method, args, kwargs, shown, reason, outage_s)
+        finally:
+            _depth.n = depth
+
+    return call
+
+
+def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> Any:
+    first, wait = None, 0.5
+    while True:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  only an unreachable server is retried
+            if not unreachable(exc):
+                raise
+            now = time.monotonic()
+            first = now if first is None else first
+            if now - first >= outage_s:
+                raise ConfigError(
+                    f"--storage {shown}: the database did not answer for {outage_s:.0f} s ({reason(exc)}); "
+                    "the study is kept there: run the same command again to continue it"
+                ) from None
+            time.sleep(min(wait, MAX_WAIT_S, max(0.0, first + outage_s - now)))
+            wait *= 2
+
+
+def _skip_on_outage(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def beat(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except ConfigError:
+            return None
+
+    return beat
+
+
+def retrying(
+    storage: optuna.storages.RDBStorage,
+    shown: str,
+    reason: Callable[[BaseException], str],
+    outage_s: float | None = None,
+) -> optuna.storages.RDBStorage:
+    """``storage`` with its methods retried through an outage of up to ``outage_s`` seconds
+    (default :data:`OUTAGE_S`; see the module docstring); ``shown`` is the redacted URL,
+    ``reason(exc)`` the driver's message without secrets."""
+    outage_s = OUTAGE_S if outage_s is None else outage_s
+    for name in dir(type(storage)):  # Optuna's cache calls some private ones (``_get_trials``)
+        if name.startswith("__") or not callable(getattr(type(storage), name, None)):
+            continue
+        setattr(storage, name, _call(getattr(storage, name), shown, reason, outage_s))
+    storage.record_heartbeat = _skip_on_outage(storage.record_heartbeat)
+    return storage

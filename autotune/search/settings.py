@@ -1,0 +1,78 @@
+"""The settings a study's measurements depend on, kept in the study and checked when it continues.
+
+Every trial of a study is the base configuration (stock, or ``--base``) with knob values applied,
+measured for ``--warmup`` + ``--steps`` steps on ``--nproc`` processes; the speed-ups compare
+trials with each other and with the stock trial. A study continued with another batch size,
+``--synthetic``, an edited ``--base`` or another window would pair the old trials' speeds with
+configurations they were not measured with (``best.yaml`` with batch 8 and a speed measured at 2),
+so it is refused with one line naming the setting, its stored and its new value.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import optuna
+
+from autotune.config import to_dict
+from autotune.errors import ConfigError
+
+KEY = "measuring_settings"
+"""The study's user attribute holding :func:`settings` of the run that created it (JSON)."""
+
+FLAGS = {
+    "base.batch_size": "--batch-size",
+    "base.data.source": "--synthetic",
+    "base.workload": "--workload",
+    "base.preset": "--preset",
+    "steps": "--steps",
+    "warmup": "--warmup",
+    "nproc": "--nproc",
+}
+"""How a setting is named to the user: the flag that sets it, else the base configuration's key."""
+
+
+def settings(opts) -> dict[str, Any]:
+    """What the study's measurements depend on (``opts`` a :class:`StudyOptions`)."""
+    base = to_dict(opts.base)
+    base.pop("provenance", None)  # where the base came from, not what it trains
+    return {"base": base, "steps": opts.steps, "warmup": opts.warmup, "nproc": opts.nproc}
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def record(study: optuna.Study, opts) -> None:
+    """Store the settings of the run creating ``study``."""
+    study.set_user_attr(KEY, json.dumps(settings(opts), sort_keys=True))
+
+
+MEASURED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def check_unchanged(study: optuna.Study, opts) -> None:
+    """Refuse to continue ``study`` under settings other than those it was created with, once a
+    trial has been measured under them; before that (every trial stopped or failed) the new
+    settings replace them. A study from before the settings were recorded continues as it is."""
+    stored = study.user_attrs.get(KEY)
+    if not isinstance(stored, str):
+        return
+    if not study.get_trials(deepcopy=False, states=MEASURED):
+        record(study, opts)
+        return
+    old, new = _flat(json.loads(stored)), _flat(json.loads(json.dumps(settings(opts))))
+    for key in sorted(old.keys() | new.keys(), key=lambda k: (k not in FLAGS, k)):
+        if old.get(key) != new.get(key):
+            name = FLAGS.get(key) or f"the base configuration's {key.removeprefix('base.')}"
+            raise ConfigError(
+                f"{opts.out}: study {study.study_name!r} was measured with {name} {old.get(key)!r}, this "
+                f"command gives {new.get(key)!r}; continue it with the same setting, or give another --out "
+                "for a new study"
+            )

@@ -1,0 +1,102 @@
+"""The PostgreSQL server going away for a moment mid-study (a real server, stopped and started
+again): the study's calls wait and go on; an outage longer than the bound is one line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.search import retry
+from autotune.search.storage import open_storage
+from tests.ports import free_port
+from tests.search.test_postgres import _bindir
+
+pytestmark = pytest.mark.slow
+
+
+class Server:
+    """A throwaway PostgreSQL server of this test's own, so that it may stop it."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bin, self.root = bindir, Path(tempfile.mkdtemp(prefix="autotune-pg-outage-"))
+        self.as_user: list[str] = []
+        if __import__("os").geteuid() == 0:  # initdb refuses to run as root
+            shutil.chown(self.root, "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.data, self.port = self.root / "data", free_port()
+        self._run("initdb", "-D", self.data, "-U", "autotune", "--auth=trust", "--no-sync")
+        self.start()
+        self.url = f"postgresql://autotune@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args) -> None:
+        subprocess.run(
+            [*self.as_user, self.bin / tool, *args], check=True, capture_output=True, cwd=self.root
+        )
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", self.data, "-l", self.root / "log", "-w", "-o", opts, "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+
+    def remove(self) -> None:
+        subprocess.run([*self.as_user, self.bin / "pg_ctl", "-D", self.data, "-m", "immediate", "stop"],
+                       capture_output=True, cwd=self.root)  # fmt: skip
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def server():
+    bindir = _bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL binaries (install postgresql; .ci/run does)")
+    srv = Server(bindir)
+    yield srv
+    srv.remove()
+
+
+def _trial(study: optuna.Study) -> None:
+    trial = study.ask()
+    trial.suggest_int("x", 0, 9)
+    study.tell(trial, 1.0)
+
+
+def test_a_study_goes_on_through_a_restart_of_the_server(server, tmp_path):
+    study = optuna.create_study(storage=open_storage(server.url, tmp_path), study_name="s")
+    _trial(study)
+    server.stop()
+    restart = threading.Timer(3.0, server.start)
+    restart.start()
+    start = time.monotonic()
+    _trial(study)  # blocks through the outage, then goes on
+    restart.join()
+    assert time.monotonic() - start >= 2.5
+    _trial(study)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 3
+
+
+def test_an_outage_beyond_the_bound_is_one_line_naming_the_storage(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(retry, "OUTAGE_S", 3.0)
+    study = optuna.create_study(storage=open_storage(server.url, tmp_path), study_name="s")
+    _trial(study)
+    server.stop()
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as exc:
+        _trial(study)
+    assert 3.0 <= time.monotonic() - start < 20
+    message = str(exc.value)
+    assert message.startswith(f"--storage {server.url}: the database did not answer for 3 s (")
+    assert message.endswith("the study is kept there: run the same command again to continue it")
+    assert "\n" not in message
+    server.start()
+    again = optuna.load_study(storage=open_storage(server.url, tmp_path), study_name="s")
+    assert len(again.trials) >= 1  # what the study held before the outage is there

@@ -1,0 +1,133 @@
+"""A study continues only under the settings its measurements were made with: another batch size,
+``--synthetic``, an edited ``--base`` or another window is one line naming the setting, its stored
+and its new value, and the run folder is left as it was."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.config import load_config, save_config
+from autotune.workloads.stock import stock_config
+
+pytestmark = pytest.mark.slow
+
+RUN = ["run", "--space", "quick", "--confirm-rounds", "0", "--converge-after", "0", "--warmup", "1",
+       "--profile-steps", "0", "--seed", "1", "--trials", "1"]  # fmt: skip
+SETTINGS = ["--synthetic", "--steps", "1", "--batch-size", "2"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> tuple[Path, Path]:
+    """A one-trial study from a ``--base`` file: (the base file, the run folder)."""
+    folder = tmp_path_factory.mktemp("study")
+    base = folder / "base.yaml"
+    save_config(stock_config("gr00t_n16", "tiny", cuda=False), base)
+    out = folder / "run"
+    assert main([*RUN, *SETTINGS, "--base", str(base), "--out", str(out)]) == 0
+    return base, out
+
+
+def _copy(study, tmp_path: Path) -> tuple[Path, Path]:
+    base, out = study
+    return Path(shutil.copy(base, tmp_path / "base.yaml")), Path(
+        shutil.copytree(out, tmp_path / "run")
+    )
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    """The folder's files, less the lock (the refused run held it) and the journal, which Optuna's
+    ``create_study`` appends an entry to before it finds the study exists (the trials are compared)."""
+    keep = {"run.lock", "study.journal"}
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    return {k: v for k, v in files.items() if k not in keep} | {
+        "trials": repr(_trials(out)).encode()
+    }
+
+
+def _trials(out: Path) -> list[tuple]:
+    import optuna
+
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
+    )
+    study = optuna.load_study(study_name="gr00t_n16-tiny-quick-base", storage=storage)
+    return [(t.number, t.state, t.params, t.values, t.user_attrs) for t in study.trials]
+
+
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        (
+            ["--synthetic", "--steps", "1", "--batch-size", "4"],
+            "--batch-size 2, this command gives 4",
+        ),
+        (
+            ["--steps", "1", "--batch-size", "2"],
+            "--synthetic 'synthetic', this command gives 'lerobot'",
+        ),
+        (["--synthetic", "--steps", "2", "--batch-size", "2"], "--steps 1, this command gives 2"),
+    ],
+    ids=["batch-size", "synthetic", "steps"],
+)
+def test_another_measuring_setting_is_refused_and_nothing_is_touched(
+    study, tmp_path, capsys, settings, named
+):
+    base, out = _copy(study, tmp_path)
+    before = _files(out)
+    capsys.readouterr()
+    assert main([*RUN, *settings, "--base", str(base), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"autotune: error: {out}: study 'gr00t_n16-tiny-quick-base' was measured with {named}; continue "
+        "it with the same setting, or give another --out for a new study\n"
+    )
+    assert _files(out) == before
+
+
+def test_an_edited_base_is_refused_naming_its_key(study, tmp_path, capsys):
+    base, out = _copy(study, tmp_path)
+    cfg = load_config(base)
+    cfg.optimizer.lr = 3e-4
+    save_config(cfg, base)
+    before = _files(out)
+    capsys.readouterr()
+    assert main([*RUN, *SETTINGS, "--base", str(base), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {out}: study 'gr00t_n16-tiny-quick-base' was measured with the base "
+        "configuration's optimizer.lr 0.0001, this command gives 0.0003; continue it with the same "
+        "setting, or give another --out for a new study\n"
+    )
+    assert _files(out) == before
+
+
+def test_the_same_settings_continue_the_study(study, tmp_path, capsys):
+    base, out = _copy(study, tmp_path)
+    assert main([*RUN[:-1], "2", *SETTINGS, "--base", str(base), "--out", str(out)]) == 0
+    assert [t[0] for t in _trials(out)] == [0, 1]  # trial 1 ran in the same study
+
+
+def test_a_study_with_nothing_measured_takes_the_new_settings(tmp_path):
+    """Its trials stopped or failed before measuring anything: no measurement to pair wrongly."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from autotune.errors import ConfigError
+    from autotune.search import settings
+
+    def opts(steps: int) -> SimpleNamespace:
+        base = stock_config("gr00t_n16", "tiny", cuda=False)
+        return SimpleNamespace(base=base, steps=steps, warmup=1, nproc=1, out=tmp_path)
+
+    study = optuna.create_study(direction="maximize", study_name="s")
+    settings.record(study, opts(3))
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    settings.check_unchanged(study, opts(1))  # nothing measured: the new settings are kept
+    study.tell(study.ask(), 1.0)
+    settings.check_unchanged(study, opts(1))
+    with pytest.raises(ConfigError, match="was measured with --steps 1, this command gives 3"):
+        settings.check_unchanged(study, opts(3))

@@ -1,0 +1,53 @@
+"""A spread is shown only where there is one: a confirmation of one round and a trial of one
+measured step say so instead of printing "±0 %"."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from autotune.search.confirm import Confirmation, Run
+from autotune.search.progress import _noise_note
+from autotune.search.trials import store
+from tests.records import measured
+
+
+def _confirmation(rounds: int) -> Confirmation:
+    runs = [Run(r, t, 10.0 + r + t) for r in range(rounds) for t in (0, 3)]
+    return Confirmation(
+        stock_trial=0, trial=3, samples_per_s=13.0, stock_samples_per_s=10.0, speedup=1.3,
+        study_speedup=1.25, rounds=rounds, spread={"0": 0.1, "3": 0.06} if rounds > 1 else {"0": 0.0, "3": 0.0},
+        runs=runs,
+    )  # fmt: skip
+
+
+def test_a_confirmation_of_one_round_says_it_has_no_spread():
+    line = _confirmation(1).line()
+    assert line.startswith("confirmed in 1 round: #3 13.00 samples/s (1 round, no spread), stock 10.00 "
+                           "(1 round, no spread): 1.30x stock")  # fmt: skip
+    assert "±" not in line
+
+
+def test_a_confirmation_of_two_rounds_shows_half_its_range():
+    assert (
+        _confirmation(2)
+        .line()
+        .startswith(
+            "confirmed in 2 rounds: #3 13.00 samples/s (±3 %), stock 10.00 (±5 %): 1.30x stock"
+        )
+    )
+
+
+@pytest.mark.parametrize("steps, note", [(1, " 1 step, no spread"), (3, " ±10 %")])
+def test_a_trial_of_one_measured_step_says_it_has_no_spread(steps, note):
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    record = measured(12.0)
+    record = dataclasses.replace(
+        record, measurement=dataclasses.replace(record.measurement, steps=steps)
+    )
+    store(trial, record)
+    study.tell(trial, 12.0)
+    assert _noise_note(study.trials[0]).startswith(note)

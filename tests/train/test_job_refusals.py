@@ -1,0 +1,99 @@
+"""A job's checkpoints are trusted only as far as they check: bytes changed in place are caught by
+their SHA-256 (the job resumes from the checkpoint before, and says so), a resume past the job's
+end and an export of a state without its step are one line each, and nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.train.job import checkpoint
+from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def _flip_weight_bytes(path: Path) -> None:
+    """Change bytes of a tensor's data in place, same size, header intact: the file still loads."""
+    raw = bytearray(path.read_bytes())
+    header = 8 + int.from_bytes(raw[:8], "little")
+    middle = header + (len(raw) - header) // 2
+    raw[middle : middle + 64] = bytes(b ^ 0x5A for b in raw[middle : middle + 64])
+    path.write_bytes(bytes(raw))
+
+
+def test_a_checkpoint_whose_bytes_changed_is_skipped_and_the_one_before_resumed(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    src, ref = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    weights = out / "checkpoint-6" / checkpoint.WEIGHTS
+    size = weights.stat().st_size
+    _flip_weight_bytes(weights)
+    assert weights.stat().st_size == size
+    code, res, err = train(capsys, out)
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 1, err
+    assert f"{weights}: its bytes changed since it was written" in warnings[0]
+    assert code == 0 and res["start_step"] == 5 and res["losses"] == ref["losses"][4:]
+
+
+def test_every_checkpoint_file_has_its_sha256_in_the_state(reference):  # noqa: F811
+    out, _ = reference
+    folder = out / "checkpoint-4"
+    state = checkpoint.read_state(folder)
+    assert set(state["sha256"]) == set(state["files"])
+    assert state["sha256"][checkpoint.WEIGHTS] == checkpoint.sha256(folder / checkpoint.WEIGHTS)
+
+
+@pytest.mark.parametrize(
+    "flags, flag, end",
+    [(["--max-steps", "3"], "--max-steps", 3), (["--stop-at", "4"], "--stop-at", 4)],
+)
+def test_resuming_past_the_jobs_end_is_one_line_and_keeps_every_checkpoint(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+    flags,
+    flag,
+    end,
+):
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    argv = [a for a in STEPS if a != "--json"]
+    argv[argv.index("--max-steps") + 1] = flags[1] if flag == "--max-steps" else "6"
+    if flag == "--stop-at":
+        argv += flags
+    assert main(["train", *argv, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"autotune: error: {flag} {end}: {out / 'checkpoint-6'} has already trained to step 6; allowed: "
+        f"{flag} >= 6 to resume it, or another --output-dir to start afresh"
+    )
+    assert [s for s, _ in checkpoint.checkpoints(out)] == [2, 4, 6]
+    assert (out / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("key", ["step", "config"])
+def test_exporting_a_state_without_its_step_or_config_is_one_line(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+    key,
+):
+    src, _ = reference
+    folder = Path(shutil.copytree(src / "checkpoint-2", tmp_path / "checkpoint-2"))
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    del state[key]
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    assert main(["export", str(folder), "--out", str(tmp_path / "export")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"autotune: error: {folder / checkpoint.STATE}: {key}: ")
+    assert not (tmp_path / "export").exists()
