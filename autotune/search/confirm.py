@@ -85,6 +85,8 @@ class Confirmation:
     runs: list[Run] = field(default_factory=list)
     note: str = ""
     """What the confirmation changed or could not do, for a person."""
+    measured_rounds: dict[str, int] = field(default_factory=dict)
+    """Per trial number: the rounds its median and spread are taken over (the kept ones)."""
 
     @property
     def confirmed(self) -> bool:
@@ -101,7 +103,9 @@ class Confirmation:
     def spread_text(self, trial: int) -> str:
         """``±3 %`` (half the rounds' range over their median), or ``1 round, no spread``: one round
         has no range to show, and ``±0 %`` would claim a precision it does not have."""
-        n = sum(1 for r in self.runs if r.trial == trial and r.samples_per_s is not None)
+        n = self.measured_rounds.get(str(trial))
+        if n is None:  # a confirmation written before the count was kept
+            n = sum(1 for r in self.runs if r.trial == trial and r.samples_per_s is not None)
         if (n or self.rounds) < 2:
             return "1 round, no spread"
         return f"±{50 * self.spread.get(str(trial), 0):.0f} %"
@@ -384,6 +388,7 @@ def _summary(
         if (rs := _rates(runs, n)) and not _failed(runs, n)
     }
     spread = {str(n): _range(_rates(runs, n)) for n in map(int, medians)}
+    counted = {str(n): len(_rates(runs, n)) for n in map(int, medians)}
     base = Confirmation(
         stock.number,
         found[0].number,
@@ -396,6 +401,7 @@ def _summary(
         medians,
         all_runs,
         note,
+        counted,
     )
     stock_rate = medians.get(str(stock.number))
     if stock_rate is None:

@@ -51,3 +51,23 @@ def test_a_trial_of_one_measured_step_says_it_has_no_spread(steps, note):
     store(trial, record)
     study.tell(trial, 12.0)
     assert _noise_note(study.trials[0]).startswith(note)
+
+
+def test_a_confirmation_that_keeps_one_of_several_rounds_says_it_has_no_spread():
+    """Four rounds run, three of them on a disturbed host: the one kept has no spread to show."""
+    from autotune.search.confirm import _summary
+
+    study = optuna.create_study(direction="maximize")
+    for rate in (10.0, 13.0):
+        trial = study.ask()
+        store(trial, measured(rate, step_time=dataclasses.replace(
+            measured(rate).measurement.step_time, p10_ms=190.0, p90_ms=210.0)))  # fmt: skip
+        study.tell(trial, rate)
+    stock, best = study.trials
+    runs = [
+        Run(r, t, rate, step_time_spread=spread)
+        for r, spread in ((1, 0.9), (2, 0.9), (3, 0.9), (4, 0.05))
+        for t, rate in ((0, 10.0 + r), (1, 13.0 + r))
+    ]
+    line = _summary(stock, [best], runs, 1.3, "").line()
+    assert "round(s) 4 kept" in line and "1 round, no spread" in line and "±" not in line
