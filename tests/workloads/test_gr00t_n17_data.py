@@ -99,3 +99,25 @@ def test_train_two_steps_under_n17s_preprocessing(datasets, name, tmp_path, caps
     assert main(["train", "--config", str(config), "--steps", "2", "--warmup", "0", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["measurement"]
     assert result["steps"] == 2 and all(torch.isfinite(torch.tensor(result["losses"])))
+
+
+def test_data_make_writes_a_dataset_n17_reads(tmp_path, capsys):
+    """``autotune data make``'s frames (any size: N1.7 resizes the whole frame) and vectors fit N1.7."""
+    root = tmp_path / "made"
+    argv = [
+        "data",
+        "make",
+        str(root),
+        "--episodes",
+        "2",
+        "--frames",
+        "6",
+        "--size",
+        "64",
+        "--views",
+        "1",
+    ]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith(f"made {root}")
+    sample = Gr00tN17Dataset(root, TINY)[3]
+    assert sample["images"].shape == (1, 3, 64, 64) and sample["action"].shape == (40, 132)
