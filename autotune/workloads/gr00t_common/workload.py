@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
