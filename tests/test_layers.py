@@ -20,7 +20,8 @@ ROOT = Path(autotune.__file__).parent
 LOWER = ("autotune.config", "autotune.profiling", "autotune.data")
 """Layers below the training runner and the workloads: the configuration tree, the profiler and
 classifier, and the generic LeRobot data layer."""
-UPPER = ("autotune.train", "autotune.search", "autotune.report", "autotune.workloads.gr00t_n16")
+UPPER = ("autotune.train", "autotune.search", "autotune.report", "autotune.workloads.gr00t_n16",
+         "autotune.workloads.gr00t_n17", "autotune.workloads.gr00t_common")  # fmt: skip
 ACYCLIC = (
     "autotune.config",
     "autotune.data",
@@ -34,6 +35,12 @@ ACYCLIC = (
 ONE_WAY = [
     ("autotune.data", "autotune.workloads.gr00t_n16"),
     ("autotune.train.window.profile", "autotune.train.window.runner"),
+    ("autotune.data", "autotune.workloads.gr00t_n17"),
+    ("autotune.data", "autotune.workloads.gr00t_common"),
+    ("autotune.workloads.gr00t_common", "autotune.workloads.gr00t_n16"),
+    ("autotune.workloads.gr00t_common", "autotune.workloads.gr00t_n17"),
+    ("autotune.workloads.gr00t_n16", "autotune.workloads.gr00t_n17"),
+    ("autotune.workloads.gr00t_n17", "autotune.workloads.gr00t_n16"),
     ("autotune.config", "autotune.train"),
     ("autotune.search.guide", "autotune.search.study"),
     ("autotune.search.trials", "autotune.search.study"),

@@ -1,10 +1,12 @@
-"""Image augmentation of camera frames (GR00T N1.6's recipe), with torch ops only (no torchvision).
+"""Image augmentation of camera frames (GR00T's recipes), with torch ops only (no torchvision).
 
-Per sample: resize the short edge to ``short_edge`` -> fractional random crop (0.95 of each side)
--> resize to ``image_shape`` (height, width) -> colour jitter (brightness 0.3, contrast 0.4, saturation
-0.5, hue 0.08, in a random order as torchvision's ``ColorJitter``). Upstream replays one draw
-across the views of a sample, so every view gets the same crop window and jitter. All
-randomness comes from the generator passed in, so a sample is the same in any worker.
+Per sample: resize the short edge to ``short_edge`` (N1.6) or the whole frame to ``image_shape``
+(``short_edge`` None: N1.7) -> fractional random crop (0.95 of each side for N1.6, 230/256 for N1.7)
+-> resize to ``image_shape`` (height, width) -> unless ``jitter`` is off (N1.7's default), colour
+jitter (brightness 0.3, contrast 0.4, saturation 0.5, hue 0.08, in a random order as torchvision's
+``ColorJitter``). Upstream replays one draw across the views of a sample, so every view gets the
+same crop window and jitter. All randomness comes from the generator passed in, so a sample is the
+same in any worker.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ _GRAY = (0.299, 0.587, 0.114)
 class AugmentSpec:
     image_shape: tuple[int, int]
     """(height, width) of the output."""
-    short_edge: int = 256
+    short_edge: int | None = 256
+    """The short edge the frame is first resized to; None: the whole frame to ``image_shape``."""
     crop_fraction: float = 0.95
+    jitter: bool = True
     brightness: float = 0.3
     contrast: float = 0.4
     saturation: float = 0.5
@@ -37,10 +41,14 @@ def short_edge_for(image_size: int) -> int:
 def augment(frames: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
     """``frames``: uint8 [V, 3, H, W] (views of one sample) -> uint8 [V, 3, *spec.image_shape]."""
     x = frames.float().div_(255)
-    x = _resize_short_edge(x, spec.short_edge)
+    if spec.short_edge is None:
+        x = _resize(x, *spec.image_shape)
+    else:
+        x = _resize_short_edge(x, spec.short_edge)
     x = _random_crop(x, spec.crop_fraction, generator)
     x = _resize(x, *spec.image_shape)
-    x = color_jitter(x, spec, generator)
+    if spec.jitter:
+        x = color_jitter(x, spec, generator)
     return x.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
 
 

@@ -65,7 +65,9 @@ class LeRobotDataset(Dataset):
         self.views = meta.video_keys[: spec.views]
         self.norm_state = Normalizer(meta.state_keys, meta.stats)
         self.norm_action = Normalizer(meta.action_keys, meta.stats)
-        self.augment_spec = AugmentSpec(spec.image_shape, short_edge_for(min(spec.image_shape)))
+        self.augment_spec = spec.augment or AugmentSpec(
+            spec.image_shape, short_edge_for(min(spec.image_shape))
+        )
         self.starts = np.cumsum([0] + [e.length for e in meta.episodes])
         self.readers = ReaderPool(video_backend, meta.fps)
         self._pid: int | None = None

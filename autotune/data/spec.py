@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.data.augment import AugmentSpec
 from autotune.errors import DataError
 
 
@@ -29,6 +30,8 @@ class ReadSpec:
     """Who asks, for error messages (``preset tiny``)."""
     image_width: int | None = None
     """Width in pixels of the images after augmentation; ``None``: square (``image_size``)."""
+    augment: AugmentSpec | None = None
+    """How frames become images of ``image_shape``; ``None``: GR00T N1.6's recipe (``augment.py``)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -44,6 +47,11 @@ class ReadSpec:
                 not isinstance(value, int) or value < 1
             ):
                 raise DataError(f"ReadSpec.{name} is {value!r}; allowed: an integer >= 1")
+
+        if self.augment is not None and self.augment.image_shape != self.image_shape:
+            raise DataError(
+                f"ReadSpec.augment makes {self.augment.image_shape} images; the spec reads {self.image_shape}"
+            )
 
     @property
     def image_shape(self) -> tuple[int, int]:

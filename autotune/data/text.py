@@ -5,7 +5,7 @@ Nothing can be downloaded, so the vocabulary is built from the dataset's own tas
 wrote) gets the same vocabulary built from its tasks when it is read. Word ids start at ``FIRST_WORD_ID``; the ids
 below it are left to a model's special tokens, ``UNK_ID`` (a word not in the vocabulary) the
 last of them. A workload maps these ids into its own vocabulary (GR00T N1.6:
-``autotune.workloads.gr00t_n16.text``).
+``autotune.workloads.gr00t_common.text``).
 """
 
 from __future__ import annotations

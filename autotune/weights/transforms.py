@@ -2,7 +2,8 @@
 
 Each transform is a pair of exact permutations (no arithmetic, so a round trip is bit-exact):
 ``to_upstream`` takes the replica's tensor to the layout the upstream model reads, ``to_replica``
-inverts it. The name map (``gr00t_n16.yaml``) names them per row, with their arguments.
+inverts it. The name maps (``gr00t_n16.yaml``, ``gr00t_n17.yaml``) name them per row, with their
+arguments.
 """
 
 from __future__ import annotations
@@ -58,6 +59,16 @@ def _swap_time_features(w: torch.Tensor) -> torch.Tensor:
     return torch.cat([a, sin_rows, cos_rows], dim=1).contiguous()
 
 
+def _linear_to_conv(w: torch.Tensor, kernel: list[int]) -> torch.Tensor:
+    """Linear weight [out, prod(kernel)] on patches flattened in the kernel's order -> the convolution's
+    weight [out, *kernel] (a convolution with stride = kernel is that GEMM on each patch)."""
+    return w.reshape(w.shape[0], *kernel).contiguous()
+
+
+def _conv_to_linear(w: torch.Tensor) -> torch.Tensor:
+    return w.reshape(w.shape[0], -1).contiguous()
+
+
 @dataclass(frozen=True)
 class Transform:
     name: str
@@ -81,6 +92,9 @@ _FACTORIES: dict[str, Callable[..., Transform]] = {
         "unshuffle_channels",
         lambda x: _unshuffle_to_upstream(x, groups),
         lambda x: _unshuffle_to_replica(x, groups),
+    ),
+    "conv_kernel": lambda kernel: Transform(
+        "conv_kernel", lambda w: _linear_to_conv(w, kernel), _conv_to_linear
     ),
     "swap_time_features": lambda: Transform(
         "swap_time_features", _swap_time_features, _swap_time_features

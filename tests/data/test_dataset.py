@@ -13,7 +13,7 @@ import torch
 from autotune.config import DataConfig
 from autotune.data import LeRobotDataset, ReadSpec, build_host_loader
 from autotune.errors import DataError
-from autotune.workloads.gr00t_n16.batch import BATCH_KEYS, synthetic_batch
+from autotune.workloads.gr00t_common.batch import BATCH_KEYS, synthetic_batch
 from autotune.workloads.gr00t_n16.data import Gr00tDataset
 from autotune.workloads.gr00t_n16.presets import (
     IMG_CONTEXT_ID,

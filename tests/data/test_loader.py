@@ -13,7 +13,7 @@ from autotune.data import ShardedInfiniteSampler
 from autotune.data.loader import LOAD_KEY, worker_message
 from autotune.errors import DataError
 from autotune.workloads import get_workload
-from autotune.workloads.gr00t_n16.batch import BATCH_KEYS
+from autotune.workloads.gr00t_common.batch import BATCH_KEYS
 from autotune.workloads.gr00t_n16.data import build_loader
 from autotune.workloads.gr00t_n16.presets import get_preset
 

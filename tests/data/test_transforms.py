@@ -9,8 +9,8 @@ import torch
 
 from autotune.data.augment import AugmentSpec, adjust_hue, augment, hsv_to_rgb, rgb_to_hsv
 from autotune.data.text import normalize_text
+from autotune.workloads.gr00t_common.text import WordTokenizer
 from autotune.workloads.gr00t_n16.presets import NUM_SPECIAL_TOKENS, UNK_ID
-from autotune.workloads.gr00t_n16.text import WordTokenizer
 
 
 def test_normalize_lowercases_and_strips_punctuation():

@@ -9,7 +9,7 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear  # noqa: E402
+from autotune.workloads.gr00t_common.projectors import CategorySpecificLinear  # noqa: E402
 
 
 def test_the_grouped_gemm_writes_zero_gradients_for_unused_slots_and_matches_the_gather():

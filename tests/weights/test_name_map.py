@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from autotune.weights import load_name_map
 from autotune.weights.transforms import make_transform
 from autotune.workloads import get_workload
+from autotune.workloads.gr00t_common.projectors import ActionEncoder
 from autotune.workloads.gr00t_n16 import get_preset
-from autotune.workloads.gr00t_n16.projectors import ActionEncoder
 from autotune.workloads.gr00t_n16.vision import Connector, VisionTower
 from tests.weights.upstream import upstream_shapes
 

@@ -7,7 +7,7 @@ import torch
 
 from autotune.errors import WorkloadError
 from autotune.workloads import get_workload
-from autotune.workloads.gr00t_n16.dit import DiTBlock, block_kind
+from autotune.workloads.gr00t_common.dit import DiTBlock, block_kind
 from autotune.workloads.gr00t_n16.model import sample_flow_times
 from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, get_preset
 

@@ -18,7 +18,7 @@ from autotune.config import DataConfig
 from autotune.data import MakeSpec, load_meta, make_dataset
 from autotune.errors import DataError
 from autotune.workloads import get_workload
-from autotune.workloads.gr00t_n16.batch import BATCH_KEYS, synthetic_batch
+from autotune.workloads.gr00t_common.batch import BATCH_KEYS, synthetic_batch
 from autotune.workloads.gr00t_n16.data import Gr00tDataset
 from autotune.workloads.gr00t_n16.fit import fit_preset, model_image_shape
 from autotune.workloads.gr00t_n16.model import Gr00tN16Model

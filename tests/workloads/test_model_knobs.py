@@ -18,10 +18,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from autotune.config import ModelConfig, config_from_dict
 from autotune.errors import ConfigError
 from autotune.workloads import get_workload
-from autotune.workloads.gr00t_n16.dit import block_kind
+from autotune.workloads.gr00t_common.dit import block_kind
+from autotune.workloads.gr00t_common.projectors import CategorySpecificLinear, slot_groups
 from autotune.workloads.gr00t_n16.knobs import Gr00tModelKnobs
 from autotune.workloads.gr00t_n16.presets import get_preset
-from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, slot_groups
 
 W = get_workload("gr00t_n16")
 
@@ -94,7 +94,7 @@ def test_gelu_epilogue_leaves_a_cpu_step_and_a_trained_tower_as_they_were():
 
 def _texts_of_length(batch: dict, lengths: list[int]) -> dict:
     """``batch`` with its samples' text lengths set (the layout of ``batch.layout_tokens``)."""
-    from autotune.workloads.gr00t_n16.batch import layout_tokens
+    from autotune.workloads.gr00t_common.batch import layout_tokens
 
     p = W.resolve("tiny")
     for b, n in enumerate(lengths):
@@ -119,7 +119,7 @@ def test_fused_frozen_qkv_gives_the_same_loss_and_gradients():
 
 
 def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_nothing_more():
-    from autotune.workloads.gr00t_n16.layers import FusedProjections
+    from autotune.workloads.gr00t_common.layers import FusedProjections
 
     def built(fused: bool):
         torch.manual_seed(0)
@@ -155,7 +155,7 @@ def test_fused_frozen_qkv_runs_one_gemm_in_the_frozen_layers_only_and_saves_noth
 
 
 def test_attended_keeps_each_samples_tokens_in_order_then_masked_filler():
-    from autotune.workloads.gr00t_n16.dit import attended
+    from autotune.workloads.gr00t_common.dit import attended
 
     vl = torch.arange(2 * 6, dtype=torch.float32).reshape(2, 6, 1)
     keep = torch.tensor([[0, 1, 0, 1, 1, 0], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)
@@ -348,7 +348,7 @@ def test_a_workload_without_model_knobs_refuses_them_when_the_file_is_read(tmp_p
 
 def test_flop_counts_are_kept_on_disk_and_a_bad_file_is_counted_again(tmp_path, monkeypatch):
     """Every run needs the counts for its MFU: they are counted once a preset and read after."""
-    from autotune.workloads.gr00t_n16.flops import cached_total, count_flops
+    from autotune.workloads.gr00t_common.flops import cached_total, count_flops
     from autotune.workloads.gr00t_n16.workload import Gr00tN16
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autotune.data.augment import short_edge_for
-from autotune.data.meta import INFO, DatasetMeta
-from autotune.errors import DataError
+from autotune.data.meta import DatasetMeta
+from autotune.workloads.gr00t_common.fit import check_vectors
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 
@@ -34,17 +34,7 @@ def model_image_shape(preset: Gr00tPreset, height: int, width: int) -> tuple[int
 
 def fit_preset(preset: Gr00tPreset, meta: DatasetMeta) -> Gr00tPreset:
     """``preset`` with the views, image shape and sequence length of ``meta``'s dataset."""
-    info = meta.root / INFO
-    for part, dim, room in (
-        ("state", meta.state_dim, preset.state_dim),
-        ("action", meta.action_dim, preset.action_dim),
-    ):
-        if dim > room:
-            keys = meta.state_keys if part == "state" else meta.action_keys
-            names = ", ".join(f"{k.name} ({k.source}[{k.start}:{k.end}])" for k in keys)
-            raise DataError(
-                f"{info}: {part} {names} has {dim} dims; preset {preset.name} takes at most {room} (padded to {room})"
-            )
+    check_vectors(preset, meta)
     height, width, _ = meta.video_shapes[meta.video_keys[0]]
     h, w = model_image_shape(preset, height, width)
     side = preset.patch_size * preset.unshuffle

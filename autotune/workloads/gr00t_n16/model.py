@@ -12,29 +12,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from autotune.workloads.gr00t_n16.dit import DiT, attended
-from autotune.workloads.gr00t_n16.layers import FusedProjections, init_weights
+from autotune.workloads.gr00t_common.head import FlowMatchingHead, sample_flow_times
+from autotune.workloads.gr00t_common.layers import FusedProjections, init_weights
+from autotune.workloads.gr00t_common.projectors import CategorySpecificLinear
 from autotune.workloads.gr00t_n16.llm import LLMFrozen, LLMTrainable
-from autotune.workloads.gr00t_n16.presets import IMG_CONTEXT_ID, Gr00tPreset
-from autotune.workloads.gr00t_n16.projectors import CategorySpecificLinear, Projectors
+from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 from autotune.workloads.gr00t_n16.vision import Connector, VisionTower
 
-BETA_ALPHA = 1.5  # s ~ Beta(1.5, 1.0)
-NOISE_S = 0.999
+__all__ = ["Gr00tN16Model", "sample_flow_times"]
 
 
-def sample_flow_times(batch_size: int, device) -> torch.Tensor:
-    """t = (1 - s) * 0.999 with s ~ Beta(1.5, 1), drawn on ``device``.
-
-    Beta(a, 1) has CDF s**a, so s = u**(1/a) with u ~ U(0, 1) is an exact sample; unlike
-    ``torch.distributions.Beta`` it needs one ``rand`` kernel, no host round trip, and stays random
-    inside a captured CUDA graph (the Philox offset advances on every replay).
-    """
-    s = torch.rand(batch_size, device=device) ** (1.0 / BETA_ALPHA)
-    return (1.0 - s) * NOISE_S
-
-
-class Gr00tN16Model(nn.Module):
+class Gr00tN16Model(FlowMatchingHead):
     def __init__(self, preset: Gr00tPreset, device: str | torch.device = "cpu") -> None:
         super().__init__()
         self.preset = preset
@@ -44,9 +32,7 @@ class Gr00tN16Model(nn.Module):
             self.llm_frozen = LLMFrozen(preset)
             self.llm_trainable = LLMTrainable(preset, self.llm_frozen.embed_tokens)
             self.vlln = nn.LayerNorm(preset.llm_hidden)
-            self.dit = DiT(preset)
-            self.position_embedding = nn.Embedding(preset.max_positions, preset.dit_width)
-            self.projectors = Projectors(preset)
+            self.build_head(preset)
         if torch.device(device).type != "meta":
             # The backbone as HF initialises Qwen3/SigLIP (normal, std 0.02); the action head
             # keeps PyTorch's default (fan-in scaled) initialisation, as diffusers' DiT does.
@@ -97,33 +83,14 @@ class Gr00tN16Model(nn.Module):
 
     def region_map(self) -> dict[str, list[nn.Module]]:
         """Region name -> the callable modules it owns (the position embedding sits with the DiT)."""
-        pr = self.projectors
         return {
             "vision": [self.vision],
             "connector": [self.connector],
             "llm_frozen": [self.llm_frozen],
             "llm_trainable": [self.llm_trainable],
             "vlln": [self.vlln],
-            "dit": [self.dit, self.position_embedding],
-            "projectors": [pr.state_encoder, pr.action_encoder, pr.action_decoder],
+            **self.head_regions(),
         }
-
-    def cross_contexts(self, vl: torch.Tensor, ids: torch.Tensor, attn: torch.Tensor):
-        """(context, mask) of the DiT's text layers and of its image layers.
-
-        Upstream: every VL token for both, the text layers masked to the real tokens that are not image
-        context tokens, the image layers to the image context tokens. With ``attended_kv_only`` each
-        gets only its tokens, so the keys and values of the tokens it masks are never projected: a
-        sample has exactly ``views x image_tokens_per_view`` image context tokens, and so at most
-        ``seq_len`` minus those of the others (``batch.layout_tokens``).
-        """
-        text_keep, image_keep = attn & (ids != IMG_CONTEXT_ID), ids == IMG_CONTEXT_ID
-        if not self.attended_kv_only:
-            return (vl, text_keep[:, None, None, :]), (vl, image_keep[:, None, None, :])
-        images = self.preset.views * self.preset.image_tokens_per_view
-        return attended(vl, text_keep, self.preset.seq_len - images), attended(
-            vl, image_keep, images
-        )
 
     PREFIX_REGIONS = ("vision", "connector", "llm_frozen")
     """The regions :meth:`frozen_prefix` runs (frozen unless ``model.unfreeze`` names one)."""
@@ -142,33 +109,5 @@ class Gr00tN16Model(nn.Module):
     def forward_from(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The loss from :meth:`frozen_prefix`'s hidden states: the trained LLM layers, ``vlln``, the
         flow-matching step through the DiT and the projectors."""
-        p = self.preset
         hidden, _logits = self.llm_trainable(hidden)
-        vl = self.vlln(hidden)
-        text, image = self.cross_contexts(vl, batch["input_ids"], batch["attention_mask"])
-
-        # Padding is zero upstream by construction; enforce it so padded values never leak in.
-        mask = batch["action_mask"].to(torch.float32)
-        action, cat_ids = batch["action"] * mask, batch["embodiment_id"]
-        B = action.shape[0]
-        t = sample_flow_times(B, action.device)[:, None, None]
-        noise = torch.randn_like(action)
-        x_t = (1 - t) * noise + t * action
-        velocity = action - noise
-        t_disc = (t[:, 0, 0] * 1000).floor()
-
-        pr = self.projectors
-        state_tokens = pr.state_encoder(batch["state"], cat_ids)
-        action_tokens = pr.action_encoder(x_t, t_disc, cat_ids)
-        pos = torch.arange(action_tokens.shape[1], device=action.device)
-        action_tokens = action_tokens + self.position_embedding(pos).to(action_tokens.dtype)
-        tokens = torch.cat([state_tokens, action_tokens], dim=1)
-        out = self.dit(tokens, text, image, t_disc)
-        if (
-            self.skip_dead_work
-        ):  # the decoder works token by token: decode only the action tokens the loss reads
-            pred = pr.action_decoder(out[:, -p.action_horizon :], cat_ids)
-        else:  # upstream decodes the state token too, and drops it
-            pred = pr.action_decoder(out, cat_ids)[:, -p.action_horizon :]
-
-        return ((pred.float() - velocity) ** 2 * mask).sum() / (mask.sum() + 1e-6)
+        return self.action_loss(self.vlln(hidden), batch)

@@ -5,15 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.errors import WorkloadError
-
-# Special token ids of the model; the dataset's words come after them (text.py).
-PAD_ID, IMG_START_ID, IMG_END_ID, IMG_CONTEXT_ID, UNK_ID = 0, 1, 2, 3, 4
-NUM_SPECIAL_TOKENS = 5
+from autotune.workloads.gr00t_common.shape import (  # noqa: F401  the ids the replica's batch uses
+    IMG_CONTEXT_ID,
+    IMG_END_ID,
+    IMG_START_ID,
+    NUM_SPECIAL_TOKENS,
+    PAD_ID,
+    UNK_ID,
+    Gr00tSizes,
+)
 
 
 @dataclass(frozen=True)
-class Gr00tPreset:
-    name: str
+class Gr00tPreset(Gr00tSizes):
+    """The LLM and action-head sizes are ``Gr00tSizes``' (its defaults are N1.6's)."""
+
     # Vision tower (SigLIP2-shaped).
     image_size: int = 252
     """Height of a view at the vision tower (and its width unless ``image_width``)."""
@@ -23,41 +29,10 @@ class Gr00tPreset:
     vision_layers: int = 27
     vision_heads: int = 16
     vision_pos_grid: int = 16
-    views: int = 2
     unshuffle: int = 2
     image_width: int | None = None
     """Width of a view; ``None``: square. A dataset's frames set it (``fit.py``)."""
-    # LLM (Qwen3-shaped, truncated).
-    llm_hidden: int = 2048
-    llm_ffn: int = 6144
-    llm_layers: int = 16
     llm_trainable_layers: int = 4
-    llm_heads: int = 16
-    llm_kv_heads: int = 8
-    llm_head_dim: int = 128
-    vocab_size: int = 151_680
-    rope_theta: float = 1e6
-    seq_len: int = 220
-    # Action head (alternating DiT).
-    dit_layers: int = 32
-    dit_heads: int = 32
-    dit_head_dim: int = 48
-    dit_ffn: int = 6144
-    dit_out: int = 1024
-    timestep_channels: int = 256
-    max_positions: int = 1024
-    dropout: float = 0.2
-    # Embodiment-specific projectors.
-    num_embodiments: int = 32
-    state_dim: int = 128
-    action_dim: int = 128
-    action_horizon: int = 50
-    state_hidden: int = 1024
-    decoder_hidden: int = 1024
-
-    @property
-    def dit_width(self) -> int:
-        return self.dit_heads * self.dit_head_dim
 
     @property
     def image_shape(self) -> tuple[int, int]:
@@ -75,21 +50,13 @@ class Gr00tPreset:
         gh, gw = self.patch_grid
         return (gh // self.unshuffle) * (gw // self.unshuffle)
 
-    @property
-    def max_text_tokens(self) -> int:
-        """Room left for text once every view's ``<img>`` + context tokens + ``</img>`` is placed."""
-        return self.seq_len - self.views * (self.image_tokens_per_view + 2)
-
     def __post_init__(self) -> None:
         side = self.patch_size * self.unshuffle
         if any(x % side for x in self.image_shape):
             raise WorkloadError(
                 f"preset {self.name}: image {self.image_shape} is not a multiple of {side} px on each side"
             )
-        if self.max_text_tokens < 4:
-            raise WorkloadError(
-                f"preset {self.name}: seq_len {self.seq_len} leaves no room for text"
-            )
+        super().__post_init__()
 
 
 FULL = Gr00tPreset(name="full")

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.workloads.gr00t_n16.layers import BlockStack, FusedProjections
+from autotune.workloads.gr00t_common.layers import BlockStack, FusedProjections
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 

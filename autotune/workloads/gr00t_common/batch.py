@@ -1,7 +1,7 @@
-"""The batch of the GR00T N1.6 workload: what the data path yields and the model consumes.
+"""The batch of the GR00T workloads (N1.6, N1.7): what the data path yields and the model consumes.
 
 Keys, shapes and dtypes (B samples, V = preset.views, L = preset.seq_len, (H, W) = preset.image_shape;
-fitted to a dataset's views and frame size by ``fit.py``):
+fitted to a dataset by each workload's ``fit.py``):
 
 ==================  =====================  ========  ==============================================
 key                 shape                  dtype     meaning
@@ -16,7 +16,7 @@ key                 shape                  dtype     meaning
 ``embodiment_id``   [B]                    int64     projector slot in [0, num_embodiments)
 ==================  =====================  ========  ==============================================
 
-The image context tokens (``IMG_CONTEXT_ID``) are where the connector's outputs replace the
+The image context tokens (``IMG_CONTEXT_ID``) are where the vision features replace the
 token embeddings, in view order; each view has exactly ``preset.image_tokens_per_view`` of them.
 """
 
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import torch
 
-from autotune.workloads.gr00t_n16.presets import (
+from autotune.workloads.gr00t_common.shape import (
     IMG_CONTEXT_ID,
     IMG_END_ID,
     IMG_START_ID,
     NUM_SPECIAL_TOKENS,
     PAD_ID,
-    Gr00tPreset,
+    Gr00tSizes,
 )
 
 BATCH_KEYS = (
@@ -44,7 +44,7 @@ BATCH_KEYS = (
 )
 
 
-def layout_tokens(text_ids: list[int], preset: Gr00tPreset) -> tuple[list[int], int]:
+def layout_tokens(text_ids: list[int], preset: Gr00tSizes) -> tuple[list[int], int]:
     """Text then, per view, ``<img>`` + context tokens + ``</img>``; returns (ids, real length).
 
     Text longer than the room the images leave is truncated; the result is padded to seq_len.
@@ -58,7 +58,7 @@ def layout_tokens(text_ids: list[int], preset: Gr00tPreset) -> tuple[list[int], 
 
 
 def synthetic_batch(
-    preset: Gr00tPreset, batch_size: int, device, generator: torch.Generator | None = None
+    preset: Gr00tSizes, batch_size: int, device, generator: torch.Generator | None = None
 ) -> dict:
     """Random batch of the real shapes (text lengths, action lengths and embodiments vary)."""
     g = generator

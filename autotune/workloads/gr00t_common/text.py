@@ -4,7 +4,7 @@ read by ``autotune.data.text``) mapped into the model's ids, after its special t
 from __future__ import annotations
 
 from autotune.data.text import FIRST_WORD_ID, WordVocabulary
-from autotune.workloads.gr00t_n16.presets import NUM_SPECIAL_TOKENS, UNK_ID
+from autotune.workloads.gr00t_common.shape import NUM_SPECIAL_TOKENS, UNK_ID
 
 
 class WordTokenizer(WordVocabulary):

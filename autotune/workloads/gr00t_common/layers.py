@@ -1,4 +1,4 @@
-"""Building blocks shared by the towers of the replica."""
+"""Building blocks shared by the towers of the GR00T replicas."""
 
 from __future__ import annotations
 
@@ -91,11 +91,14 @@ class BlockStack(nn.Module):
 
     def run(self, x: torch.Tensor, *args) -> torch.Tensor:
         for block in self.blocks:
-            if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, *args, use_reentrant=False)
-            else:
-                x = block(x, *args)
+            x = self.call(block, x, *args)
         return x
+
+    def call(self, block: nn.Module, x: torch.Tensor, *args) -> torch.Tensor:
+        """One block of the stack on ``x``, checkpointed where the stack is asked to be."""
+        if self.activation_checkpointing and torch.is_grad_enabled():
+            return checkpoint(block, x, *args, use_reentrant=False)
+        return block(x, *args)
 
 
 def sinusoidal(t: torch.Tensor, channels: int, max_period: float = 10000.0) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The alternating vision-language DiT of the action head (flow matching).
 
-Blocks alternate: odd layers self-attend over the 51 query tokens (1 state + 50 actions); even
+Blocks alternate: odd layers self-attend over the query tokens (1 state + the horizon's actions); even
 layers cross-attend to the VL tokens, layers 0, 4, 8, ... to the text tokens only and layers 2,
 6, 10, ... to the image tokens only (boolean masks). Every block is AdaLN(timestep) ->
 attention -> dropout + residual; LayerNorm (no affine) -> FFN (gelu-tanh) -> residual, with
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.workloads.gr00t_n16.layers import BlockStack, sinusoidal
-from autotune.workloads.gr00t_n16.presets import Gr00tPreset
+from autotune.workloads.gr00t_common.layers import BlockStack, sinusoidal
+from autotune.workloads.gr00t_common.shape import Gr00tSizes
 
 
 def few_rows(linear: nn.Linear) -> nn.Linear:
@@ -63,7 +63,7 @@ class DiTAttention(nn.Module):
 class DiTBlock(nn.Module):
     """``kind``: ``self``, ``text`` (cross-attention to text tokens) or ``image``."""
 
-    def __init__(self, p: Gr00tPreset, kind: str) -> None:
+    def __init__(self, p: Gr00tSizes, kind: str) -> None:
         super().__init__()
         dim = p.dit_width
         self.kind = kind
@@ -113,7 +113,7 @@ def block_kind(i: int) -> str:
 class TimestepEncoder(nn.Module):
     """t_disc -> sinusoidal(256) -> Linear -> SiLU -> Linear."""
 
-    def __init__(self, p: Gr00tPreset) -> None:
+    def __init__(self, p: Gr00tSizes) -> None:
         super().__init__()
         self.channels = p.timestep_channels
         self.linear_1 = few_rows(nn.Linear(p.timestep_channels, p.dit_width))
@@ -125,14 +125,14 @@ class TimestepEncoder(nn.Module):
 
 
 class DiT(BlockStack):
-    """``forward(tokens [B, 51, W], text, image, t_disc [B]) -> [B, 51, out]``.
+    """``forward(tokens [B, 1 + horizon, W], text, image, t_disc [B]) -> [B, 1 + horizon, out]``.
 
     ``text`` and ``image`` are (context, mask) pairs: the VL tokens the text (image) layers attend
     over [B, C, 2048] and their boolean mask [B, 1, 1, C] (True = attend); upstream passes every VL
     token to both, with masks that pick the text or the image tokens.
     """
 
-    def __init__(self, p: Gr00tPreset) -> None:
+    def __init__(self, p: Gr00tSizes) -> None:
         super().__init__([DiTBlock(p, block_kind(i)) for i in range(p.dit_layers)])
         self.timestep_encoder = TimestepEncoder(p)
         self.norm_out = nn.LayerNorm(p.dit_width, eps=1e-6, elementwise_affine=False)

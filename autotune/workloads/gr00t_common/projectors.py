@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.workloads.gr00t_n16.layers import sinusoidal
-from autotune.workloads.gr00t_n16.presets import Gr00tPreset
+from autotune.workloads.gr00t_common.layers import sinusoidal
+from autotune.workloads.gr00t_common.shape import Gr00tSizes
 
 
 def slot_groups(
@@ -75,7 +75,7 @@ class CategorySpecificMLP(nn.Module):
 class ActionEncoder(nn.Module):
     """W1(actions) ++ sinusoidal(t) -> W2 -> swish -> W3."""
 
-    def __init__(self, p: Gr00tPreset) -> None:
+    def __init__(self, p: Gr00tSizes) -> None:
         super().__init__()
         w = p.dit_width
         self.width = w
@@ -94,7 +94,7 @@ class ActionEncoder(nn.Module):
 class Projectors(nn.Module):
     """The ``projectors`` region: state encoder, action encoder, action decoder."""
 
-    def __init__(self, p: Gr00tPreset) -> None:
+    def __init__(self, p: Gr00tSizes) -> None:
         super().__init__()
         self.state_encoder = CategorySpecificMLP(
             p.num_embodiments, p.state_dim, p.state_hidden, p.dit_width

@@ -1,0 +1,18 @@
+"""The ``gr00t_n17`` workload: binds the N1.7 replica, its batch, its loss and its data path."""
+
+from __future__ import annotations
+
+from autotune.workloads.gr00t_common.workload import Gr00tWorkload
+from autotune.workloads.gr00t_n17 import presets
+
+
+class Gr00tN17(Gr00tWorkload):
+    """GR00T N1.7: Qwen3-VL vision and text (all frozen), VL adapter, alternating DiT action head.
+
+    It declares no ``model`` knobs yet (``model_knobs`` None): its model's ``configure`` takes
+    ``skip_dead_work``, ``category_matmul`` and ``attended_kv_only`` as N1.6's does."""
+
+    name = "gr00t_n17"
+    presets = tuple(presets.PRESETS)
+    package = "autotune.workloads.gr00t_n17"
+    model_class = "Gr00tN17Model"
