@@ -207,3 +207,31 @@ def test_presets_keep_the_structure(name):
     p = get_preset(name)
     assert p.adapter_width == p.llm_hidden and len(p.deepstack_layers) == 3 - (name == "tiny")
     assert p.image_tokens_per_view * p.merge**2 == p.patch_grid[0] * p.patch_grid[1]
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{"skip_dead_work": True}, {"category_matmul": "grouped"}, {"attended_kv_only": True}],
+)
+def test_each_model_knob_keeps_the_loss_and_every_gradient(knobs):
+    """N1.7's declared model knobs (the ones every GR00T replica has) change how, never what."""
+    from autotune.config import ModelConfig
+    from autotune.workloads.gr00t_common.knobs import Gr00tHeadKnobs
+
+    w = get_workload("gr00t_n17")
+    batch = w.synthetic_batch("tiny", 4, "cpu", torch.Generator().manual_seed(1))
+
+    def run(options):
+        torch.manual_seed(0)
+        model = w.build_model("tiny", "cpu")
+        w.apply_model_options(model, ModelConfig(options=options))
+        torch.manual_seed(3)  # the same noise, flow times and dropout
+        loss = w.loss(model, batch)
+        loss.backward()
+        return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+    ref_loss, ref = run(Gr00tHeadKnobs())
+    loss, grads = run(Gr00tHeadKnobs(**knobs))
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for name in ref:
+        torch.testing.assert_close(grads[name], ref[name], rtol=1e-4, atol=1e-6)

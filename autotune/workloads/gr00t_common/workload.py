@@ -11,6 +11,7 @@ process does) loads neither the data layer nor the model.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from collections.abc import Iterable
@@ -26,7 +27,7 @@ from autotune.workloads.base import Batch, LossSplit, Workload
 from autotune.workloads.gr00t_common import batch as batch_mod
 
 if TYPE_CHECKING:
-    from autotune.config import DataConfig
+    from autotune.config import DataConfig, ModelConfig
 
 
 class Gr00tWorkload(Workload):
@@ -41,6 +42,11 @@ class Gr00tWorkload(Workload):
     """The model's package, e.g. ``autotune.workloads.gr00t_n16``."""
     model_class: ClassVar[str]
     """The name of the model's class in ``<package>.model``."""
+
+    def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
+        # the model's configure takes each declared knob (``model_knobs``) by its name
+        if options.options is not None:
+            model.configure(**dataclasses.asdict(options.options))
 
     def part(self, module: str, name: str) -> Any:
         """``name`` of the model package's ``module`` (imported on first use)."""

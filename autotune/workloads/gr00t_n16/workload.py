@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from torch import nn
@@ -12,7 +11,7 @@ from autotune.workloads.gr00t_n16 import presets
 from autotune.workloads.gr00t_n16.knobs import Gr00tModelKnobs
 
 if TYPE_CHECKING:
-    from autotune.config import ModelConfig
+    pass
 
 REGION_NAMES = ("vision", "connector", "llm_frozen", "llm_trainable", "vlln", "dit", "projectors")
 
@@ -25,10 +24,6 @@ class Gr00tN16(Gr00tWorkload):
     presets = tuple(presets.PRESETS)
     package = "autotune.workloads.gr00t_n16"
     model_class = "Gr00tN16Model"
-
-    def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
-        # the model takes each declared knob (Gr00tModelKnobs) by its name
-        model.configure(**dataclasses.asdict(options.options))
 
     def prepare_model(self, model: nn.Module) -> None:
         model.prepare_fused_projections()
