@@ -154,6 +154,12 @@ RULES: tuple[Rule, ...] = (
         lambda c, m: c.optimizer.overlap and c.graphs.mode != "step",
         "the update runs beside the next step's prefix inside the captured step; it needs graphs.mode 'step'",
     ),
+    (
+        "memory.accumulation_steps",
+        lambda c, m: c.memory.accumulation_steps > 1 and c.graphs.mode == "step",
+        "a captured whole step replays one forward, backward and update on one static batch; "
+        "accumulating micro-batches needs graphs.mode 'none' or 'regions'",
+    ),
 )
 """The rules that combine several knobs, or the machine's device with a knob's meaning; the rules
 of single knobs are declared with the knob (:func:`declared_rules`)."""

@@ -17,7 +17,7 @@ from typing import Any
 from autotune.config._strict import FieldError, check, from_dict
 from autotune.config.data import DataConfig
 from autotune.config.knob import Carried, NotCarried, knob, validate
-from autotune.config.memory import MemoryConfig
+from autotune.config.memory import MemoryConfig, micro_batch_size
 from autotune.config.optimizer import OPTIMIZER_IMPLS, OptimizerConfig
 from autotune.config.step import (
     DTYPES,
@@ -170,6 +170,11 @@ def _device_to_trainer(device: str, cfg: Any, cuda: bool) -> tuple[dict[str, Any
     return ({"use_cpu": True} if device == "cpu" or not cuda else {}), None
 
 
+def _batch_to_trainer(batch: int, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
+    """The Trainer's batch is per micro-batch: ``gradient_accumulation_steps`` of them an update."""
+    return {"per_device_train_batch_size": batch // cfg.memory.accumulation_steps}, None
+
+
 @dataclass
 class TrainConfig:
     """One training configuration: what ``autotune train --config`` runs and ``run`` emits.
@@ -184,10 +189,9 @@ class TrainConfig:
     """Workload name (``autotune inspect --list`` shows them), ``path/to/file.py:Class`` or ``package.module:Class``."""
     preset: str = "full"
     """Model size preset of the workload (``full``, ``medium``, ``tiny`` for gr00t_n16)."""
-    batch_size: int = knob(
-        16, group=None, low=1, integer=True, hf=Carried("per_device_train_batch_size")
-    )
-    """Samples per GPU (per process) per step."""
+    batch_size: int = knob(16, group=None, low=1, integer=True, hf=_batch_to_trainer)
+    """Samples per GPU (per process) per step (one optimizer update); with
+    ``memory.accumulation_steps`` k, each update runs k micro-batches of ``batch_size / k``."""
     seed: int = knob(0, group=None, low=0, high=2**32 - 1, integer=True, hf=Carried("seed"))
     """Seed of the model initialisation, the data order and the training randomness."""
     device: str = knob("auto", group=None, choices=("auto", "cuda", "cpu"), hf=_device_to_trainer)
@@ -215,6 +219,7 @@ class TrainConfig:
             "is not supported",
         )
         validate(self)
+        micro_batch_size(self.batch_size, self.memory.accumulation_steps)
         self.model.bind(self.workload)
 
     def environment(self, current: Mapping[str, str]) -> dict[str, str]:

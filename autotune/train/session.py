@@ -11,8 +11,9 @@ from torch import nn
 
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
+from autotune.config.memory import micro_batch_size
 from autotune.errors import IncompatibleConfigError
-from autotune.train import distributed, graphs, knobs, precision
+from autotune.train import accumulate, distributed, graphs, knobs, precision
 from autotune.train.optim import adamw as optim
 from autotune.train.optim import master as optim_master
 from autotune.train.window import cost
@@ -50,6 +51,8 @@ class Session:
         workload: Workload | None = None,
     ) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world_size
+        self.accumulation = cfg.memory.accumulation_steps
+        self.micro_batch = micro_batch_size(cfg.batch_size, self.accumulation)
         self.load_times: list[
             float
         ] = []  # seconds each host batch took in its worker (see batches)
@@ -203,29 +206,46 @@ class Session:
     def _eager_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         if self.reducer is not None:
             self.reducer.begin()
-        loss = self._forward(batch)
         clip = self.cfg.optimizer.grad_clip
+        loss = self._backward(batch)
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)
             norm = optim.clip_and_norm(self.params, clip)
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
-            loss.backward()
             if self.reducer is not None:
                 self.reducer()
             norm = optim.clip_and_step(self.optimizer, self.params, clip)
         if self.reducer is None:
             self.optimizer.zero_grad(set_to_none=True)
         self.schedule.step()
-        return loss.detach(), norm.detach()
+        return loss, norm.detach()
+
+    def _backward(self, batch: Batch) -> torch.Tensor:
+        """Forward and backward of the update's batch, as ``memory.accumulation_steps`` micro-batches
+        whose losses are divided by their number (the gradients sum to the whole batch's); the mean
+        loss. With DDP only the last micro-batch's backward all-reduces."""
+        parts = accumulate.micro_batches(batch, self.accumulation)
+        total = None
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            quiet = self.ddp.no_sync() if self.ddp is not None and not last else None
+            with quiet or contextlib.nullcontext():
+                loss = self._forward(part)
+                scaled = loss / len(parts) if len(parts) > 1 else loss
+                if self.scaler is not None:
+                    scaled = self.scaler.scale(scaled)
+                scaled.backward()
+            loss = loss.detach()
+            total = loss if total is None else total + loss
+        return total / len(parts) if len(parts) > 1 else total
 
     def _capture_regions(self) -> None:
         gen = torch.Generator().manual_seed(self.cfg.seed)
         sample = contract.checked_batch(
             self.workload,
-            self.workload.synthetic_batch(self.cfg.preset, self.cfg.batch_size, self.device, gen),
+            self.workload.synthetic_batch(self.cfg.preset, self.micro_batch, self.device, gen),
             "synthetic_batch",
         )
         modules = [m for name in self.cfg.graphs.regions for m in self.regions[name]]
