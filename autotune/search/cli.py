@@ -19,13 +19,14 @@ from pathlib import Path
 from autotune.argtypes import NON_NEGATIVE, POSITIVE, SECONDS, SEED
 from autotune.config.compat import Machine, check_data, use_dataset
 from autotune.errors import ConfigError
-from autotune.search.budget import default_budget, parse_bytes
+from autotune.search.budget import budget_of, default_budget
 from autotune.search.converge import FREE_TRIALS
 from autotune.search.sampling import SAMPLERS
 from autotune.search.space import load_space
 from autotune.search.storage import GRACE_PERIOD
 from autotune.search.study import StudyOptions
 from autotune.search.urls import STORAGE_ENV, storage_url
+from autotune.train.memcap import GPU_HELP
 from autotune.workloads.stock import stock_config
 
 DEFAULT_WORKLOAD = "gr00t_n16"
@@ -63,8 +64,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--memory-budget",
         default=None,
-        help="peak memory allowed, e.g. 80GiB (default: the GPU's memory, or RAM on CPU)",
+        help="device memory each training process may use, e.g. 24GiB: on CUDA its allocator is "
+        "capped there (the CUDA context counted) and a trial that needs more fails as out of "
+        "memory with its peak; on a CPU its measured peak is checked against it (default: the "
+        "GPU's memory, or RAM on CPU, as a constraint only)",
     )
+    p.add_argument("--gpu", default=None, metavar="NAME", help=GPU_HELP)
     p.add_argument("--nproc", type=POSITIVE, default=1, help="processes (GPUs) per trial")
     p.add_argument(
         "--storage",
@@ -207,7 +212,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     """The study's options from the command line, with the machine's defaults filled in."""
     gpu = machine.cuda
-    budget = parse_bytes(args.memory_budget) if args.memory_budget else default_budget(gpu)
+    asked = budget_of(args.memory_budget, args.gpu)
+    budget = asked if asked is not None else default_budget(gpu)
     if args.base:
         from autotune.config import load_config
 
@@ -237,6 +243,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         nproc=_or(args.nproc, 1),
         timeout_per_trial=args.timeout_per_trial,
         memory_budget=budget,
+        memory_cap=asked is not None,
         sampler=args.sampler,
         seed=args.seed,
         storage=storage_url(args.storage),

@@ -108,6 +108,7 @@ from autotune.search.trials import (
 from autotune.search.vet import needs_second_run, parity_with_stock, settled
 from autotune.train.compile_cache import FOLDER as CACHE_FOLDER
 from autotune.train.compile_cache import cache_env
+from autotune.train.memcap import BUDGET_ENV
 from autotune.train.trial.launch import launch
 from autotune.train.trial.record import INTERRUPTED, TrialRecord
 from autotune.train.window.cost import with_wall
@@ -129,6 +130,10 @@ class StudyOptions:
     nproc: int
     timeout_per_trial: float
     memory_budget: int
+    memory_cap: bool = False
+    """Every run of the study runs under ``memory_budget`` (:mod:`autotune.train.memcap`): capped on
+    CUDA, its peak checked on a CPU; a run over it fails as out of memory. False: the budget is a
+    constraint on the measured peak only."""
     sampler: str = "tpe"
     seed: int = 0
     storage: StorageURL | None = None
@@ -173,7 +178,10 @@ class StudyResult:
 
 def run_env(opts: StudyOptions) -> dict[str, str]:
     """The environment every run of the study gets beside the tuner's: the study's compile cache."""
-    return cache_env(opts.out / CACHE_FOLDER)
+    env = cache_env(opts.out / CACHE_FOLDER)
+    if opts.memory_cap:
+        env[BUDGET_ENV] = str(opts.memory_budget)
+    return env
 
 
 def open_study(opts: StudyOptions) -> optuna.Study:
@@ -398,7 +406,9 @@ def tell_record(
         shutil.rmtree(profile_dir, ignore_errors=True)
         return TrialState.PRUNED, None
     if failure.reason == "oom":
-        store(trial, record, constraint=1.0)
+        peak = failure.peak_bytes
+        over = (peak - opts.memory_budget) / opts.memory_budget if peak else 0.0
+        store(trial, record, constraint=max(over, 1e-3) if peak else 1.0)
         return TrialState.COMPLETE, 0.0
     if failure.reason == "timeout" and budget_s is not None:
         stopped = TrialRecord.failed(

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from autotune.argtypes import NON_NEGATIVE, POSITIVE, number
 from autotune.config import TrainConfig, load_config
 from autotune.config.compat import use_dataset
 from autotune.errors import ParityError, TrialError
+from autotune.train import memcap
 from autotune.train.job import cli as job_cli
 from autotune.train.trial.record import Measurement, TrialRecord
 from autotune.workloads.stock import stock_config
@@ -39,6 +41,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the run's record (autotune.train.trial.record) as one JSON object on the last line",
     )
+    p.add_argument(
+        "--memory-budget",
+        default=None,
+        help="device memory each training process may use, e.g. 24GiB: on CUDA its allocator is "
+        "capped there (the CUDA context counted; see autotune/train/memcap.py for what is and is "
+        "not emulated), on a CPU its measured peak is checked against it; over it the run fails "
+        "as out of memory with its peak",
+    )
+    p.add_argument("--gpu", default=None, metavar="NAME", help=memcap.GPU_HELP)
     job_cli.add_arguments(p)
     p.set_defaults(func=run_train)
 
@@ -142,6 +153,9 @@ def run_train(args: argparse.Namespace) -> int:
 
     job_cli.check_mode(args)
     cfg = resolve_config(args)
+    budget = memcap.budget_of(args.memory_budget, args.gpu)
+    if budget is not None:  # read by every training process this command starts, this one included
+        os.environ[memcap.BUDGET_ENV] = str(budget)
     if args.max_steps is not None:
         return job_cli.run(args, cfg)
     args.steps = 20 if args.steps is None else args.steps

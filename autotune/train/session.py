@@ -13,7 +13,7 @@ from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
 from autotune.config.memory import micro_batch_size
 from autotune.errors import IncompatibleConfigError
-from autotune.train import accumulate, distributed, graphs, knobs, precision
+from autotune.train import accumulate, distributed, graphs, knobs, memcap, precision
 from autotune.train.optim import adamw as optim
 from autotune.train.optim import master as optim_master
 from autotune.train.window import cost
@@ -61,6 +61,8 @@ class Session:
         self.workload = workload or get_workload(cfg.workload)
         cfg.model.bind_class(self.workload.model_knobs, cfg.workload)  # a module:Class's own knobs
         self.device = resolve_device(cfg, local_rank)
+        # before the model: the cap counts the CUDA context as it stands, the model within the cap
+        self.cap = memcap.apply_cap(self.device, memcap.budget_from_env())
         if model is None:
             self.workload.check_preset(cfg.preset)
             self.workload.fit_data(

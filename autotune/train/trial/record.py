@@ -217,6 +217,11 @@ class Failure:
     traceback: str | None = None
     steps_run: int | None = None
     """Measured steps before the run was stopped (a pruned run)."""
+    peak_bytes: int | None = None
+    """An out-of-memory run under a memory budget: its peak as the budget counts it (on CUDA, where
+    the allocator refused: the peak reached before the refused allocation)."""
+    budget_bytes: int | None = None
+    """The memory budget it ran under."""
 
 
 @dataclass(frozen=True)
@@ -247,11 +252,16 @@ class TrialRecord:
 
     @classmethod
     def failed(
-        cls, reason: str, error: str, *, traceback: str | None = None, steps_run: int | None = None
+        cls,
+        reason: str,
+        error: str,
+        *,
+        traceback: str | None = None,
+        steps_run: int | None = None,
+        peak_bytes: int | None = None,
+        budget_bytes: int | None = None,
     ) -> TrialRecord:
-        return cls(
-            failure=Failure(reason=reason, error=error, traceback=traceback, steps_run=steps_run)
-        )
+        return cls(failure=Failure(reason, error, traceback, steps_run, peak_bytes, budget_bytes))
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -15,6 +15,7 @@ import traceback
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, TrialError
+from autotune.train import memcap
 from autotune.train.trial.record import ProfileSummary, TrialRecord
 from autotune.train.window import cost
 
@@ -37,6 +38,16 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     if "inductor" in low or "dynamo" in low or "backendcompilerfailed" in low:
         return "compile", text.splitlines()[0]
     return "error", text.splitlines()[0]
+
+
+def _peak_of(exc: BaseException) -> tuple[int, int] | None:
+    """(peak, budget) of an out-of-memory run under a memory budget (None without one)."""
+    if isinstance(exc, memcap.OverBudget):
+        return exc.peak_bytes, exc.budget_bytes
+    try:
+        return memcap.current_peak()
+    except Exception:  # noqa: BLE001  a device that failed may not answer: the failure stands
+        return None
 
 
 def _progress_writer(path: str):
@@ -111,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)
+        peak = _peak_of(exc) if reason == "oom" else None
         record = TrialRecord.failed(
-            reason, message, traceback=traceback.format_exc()[-TRACEBACK_CHARS:]
+            reason,
+            message,
+            traceback=traceback.format_exc()[-TRACEBACK_CHARS:],
+            peak_bytes=peak[0] if peak else None,
+            budget_bytes=peak[1] if peak else None,
         )
         code = 1
     cost.write_counters()

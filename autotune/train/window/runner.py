@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from autotune.config import TrainConfig, to_dict
 from autotune.errors import TrialError
+from autotune.train import memcap
 from autotune.train.trial.record import (
     DDPBuckets,
     LoaderRate,
@@ -207,6 +208,12 @@ def run_training(
             with cost.part("profile"):
                 profile = _profile_after(window, profile_out, profile_steps)
         matmul = matmul_rate(window.session.device)
+        session = window.session
+        if (
+            session.cap is not None
+        ):  # over the budget on any rank: out of memory on the card emulated
+            peaks = _gather(memcap.peak_bytes(session.device, session.cap), session.world)
+            memcap.check_peak(max(peaks), session.cap.budget_bytes)
         return _result(window, measured, ranks, profile, matmul)
 
 
