@@ -53,7 +53,7 @@ class MemoryConfig:
         group="memory",
         low=1,
         integer=True,
-        search=Search("categorical", choices=ACCUMULATION_CHOICES, when=_EAGER, remedy=2),
+        search=Search("categorical", choices=ACCUMULATION_CHOICES, when=_EAGER),
         hf=Carried("gradient_accumulation_steps", to=lambda v, c: v if v > 1 else None),
     )
     """Micro-batches per optimizer update: each update runs this many forward and backward passes

@@ -11,6 +11,9 @@ Some knobs are speed knobs in one direction only:
 * **activation checkpointing** (``checkpointing.regions``): recomputing a region's forward costs
   time and saves memory; a search stage may only checkpoint fewer regions (the memory budget is
   the sampler's constraint, and the free stage may still trade speed for memory).
+* **gradient accumulation** (``memory.accumulation_steps``): more, smaller micro-batches per update
+  cost time and save memory; a search stage may only take fewer. Where stock does not fit the
+  memory budget, the guide's memory stage (:mod:`autotune.search.guide`) moves the other way.
 
 And a remedy the incumbent holds is kept by its searches: on H200 studies of ``full`` searching
 away from fused AdamW (foreach, loop) never paid (six trials, each pruned or stopped). The free stage
@@ -49,6 +52,8 @@ def search_choices(knob: Knob, current: Any) -> tuple[Any, ...] | None:
     if knob.key == "checkpointing.regions" and isinstance(current, list):
         fewer = tuple(c for c in knob.choices if set(c) < set(current))
         return (current, *fewer)
+    if knob.key == "memory.accumulation_steps" and isinstance(current, int):
+        return (current, *(c for c in knob.choices if c < current))
     return (current, *(c for c in knob.choices if c != current))
 
 

@@ -26,6 +26,11 @@ profile_after=...)``), so the incumbent's buckets are always known. The search r
    trial beats its incumbent beyond noise (then the stages begin again from the new incumbent)
    or the study has converged (:mod:`autotune.search.converge`).
 
+Where the stock trial does not fit the memory budget (out of memory, or a peak over it) no trial
+is an incumbent, and memory is the bottleneck: a ``memory`` stage runs stock with the memory knobs
+lowered step by step, cheapest first (:mod:`autotune.search.fit`), each trial's peak against the
+budget kept in the stage, until one fits; the stages above go on from it.
+
 The stages are the chain "bottleneck -> knob group -> measured gain" of the report. They live in
 the study's user attributes (``STUDY_ATTR``), so a resumed or shared study continues them, and in
 ``diagnosis.json`` of the run folder.
@@ -41,10 +46,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import TrainConfig
+from autotune.search import fit
 from autotune.search.directions import LOCAL, search_choices
 from autotune.search.noise import beats, margin
 from autotune.search.space import Knob, SearchSpace, get_value
-from autotune.search.trials import PROFILE_DIR, eligible, measurement_of, profile_of
+from autotune.search.trials import PROFILE_DIR, eligible, measurement_of, profile_of, stock_trial
 
 BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
@@ -97,7 +103,11 @@ class Stage:
     kind: str = "search"
     """``remedies``: one trial, the remedy values of every group in ``groups`` at once; ``remedy``: one
     trial, the group's remedy values; ``search``: the group's knobs varied; ``free``: the sampler over
-    every knob."""
+    every knob; ``memory``: stock did not fit the memory budget, one trial per rung of
+    :func:`autotune.search.fit.ladder` until one fits."""
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    """A ``memory`` stage: each trial's peak against the memory budget (``peak_bytes``,
+    ``budget_bytes``, ``fits``), the stock trial's first."""
     loader_bound: bool = False
     """The incumbent's measured rate was its loader's, below its steps' rate: ``share`` is then at least
     the part of its step spent waiting on the loader (see :func:`ranked_buckets`)."""
@@ -163,8 +173,10 @@ class Guide:
         enabled: bool = True,
         together: bool = True,
         stock: TrainConfig | None = None,
+        memory_budget: int | None = None,
     ) -> None:
         self.space = space
+        self.memory_budget = memory_budget
         self.stock = stock
         """The stock configuration: a knob that comes to exist beside a remedy (``compile.mode`` beside a
         compiled region) takes its stock value in a remedy trial, not the sampler's draw."""
@@ -203,8 +215,10 @@ class Guide:
         Starts a new stage when the current one has had its trials. Without an incumbent (no
         feasible trial yet, e.g. the stock trial itself) nothing is guided.
         """
-        if not self.enabled or incumbent is None:
+        if not self.enabled:
             return None, None
+        if incumbent is None:
+            return self._memory_trial(study)
         stage = self.stages[-1] if self.stages else None
         untried = self._untried(study, stage, incumbent) if stage is not None else None
         if stage is None or self._over(study, stage, incumbent, untried):
@@ -238,6 +252,40 @@ class Guide:
             fixed.update(untried[0])
         return fixed, stage
 
+    def _memory_trial(self, study: optuna.Study) -> tuple[dict[str, Any] | None, Stage | None]:
+        """Where stock ran out of memory and nothing fits yet: the next rung of the memory ladder
+        (:mod:`autotune.search.fit`) in a ``memory`` stage; nothing guided otherwise."""
+        stock = stock_trial(study)
+        if stock is None or self.stock is None or not fit.out_of_memory(stock):
+            return None, None
+        stage = self.stages[-1] if self.stages and self.stages[-1].kind == "memory" else None
+        if stage is None:
+            if any(s.kind == "memory" for s in self.stages):
+                return None, None  # the ladder was climbed and nothing fitted: the sampler goes on
+            stage = Stage(
+                stage=len(self.stages) + 1,
+                bottleneck="memory",
+                share=None,
+                groups=["memory"],
+                knobs=[k.key for k in self.space.knobs if k.group == "memory"],
+                incumbent=stock.number,
+                incumbent_samples_per_s=0.0,
+                profile=None,
+                buckets=None,
+                dominant=None,
+                kind="memory",
+                memory=[fit.peak_line(stock, self.memory_budget)],
+            )
+            self.stages.append(stage)
+            self.save(study)
+        tried = [
+            t.params for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING
+        ]
+        for rung in fit.ladder(self.space, stock.params, self.stock.batch_size):
+            if rung not in tried:
+                return rung, stage
+        return None, None
+
     def _stock_beside(self, fixed: dict[str, Any]) -> dict[str, Any]:
         """Stock's values of the knobs that ``fixed`` brings into existence and does not set: a remedy trial
         changes its remedies alone (a sampled ``compile.mode: max-autotune`` beside the whole model compiled
@@ -260,6 +308,8 @@ class Guide:
     ) -> bool:
         """Whether ``stage`` has had its trials: its length, every candidate measured, its patience spent
         (a search), or, for the free stage, a trial that beat its incumbent beyond noise."""
+        if stage.kind == "memory":  # a trial fits: the usual stages go on from it
+            return True
         if stage.kind == "free":
             if incumbent.number == stage.incumbent or stage.incumbent >= len(study.trials):
                 return False
@@ -536,6 +586,8 @@ class Guide:
         if stage is None:
             return
         stage.trials.append(trial.number)
+        if stage.kind == "memory":
+            stage.memory.append(fit.peak_line(trial, self.memory_budget))
         self._update(study, stage)
         self.save(study)
 

@@ -456,7 +456,13 @@ def run_study(
     for name, cfg in opts.references:
         if name not in have:
             study.enqueue_trial(opts.space.stock_params(cfg), user_attrs={REFERENCE: name})
-    guide = Guide(opts.space, opts.stage_trials, enabled=opts.guidance, stock=opts.base)
+    guide = Guide(
+        opts.space,
+        opts.stage_trials,
+        enabled=opts.guidance,
+        stock=opts.base,
+        memory_budget=opts.memory_budget,
+    )
     guide.load(study)
     done = counted(study)
     todo = max(0, opts.trials - done)

@@ -1,0 +1,101 @@
+"""Memory as a bottleneck: when the stock configuration does not fit the memory budget.
+
+A study whose stock trial ran out of memory (under ``--memory-budget`` or ``--gpu``, or measured
+over the budget) has no incumbent to profile: no time bucket can say what to do. The guide then
+runs a ``memory`` stage (:class:`autotune.search.guide.Guide`): one trial per rung of
+:func:`ladder`, stock with the memory knobs set to values that lower its peak, cheapest first,
+until a trial fits; that trial is the incumbent the usual stages continue from.
+
+The rungs, cheapest first: the caching allocator's expandable segments (no cost in the step);
+then each more micro-batches per update (``memory.accumulation_steps``: smaller kernels, the
+same samples per update), and after the first of them, the largest choice of activation
+checkpointing (recomputing the trainable regions' forward, about a third more of their work)
+with each accumulation again. Rungs are cumulative: a later one keeps the earlier's knobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from autotune.search.space import Knob, SearchSpace
+from autotune.search.trials import constraint_of, measurement_of, reason_of, record_of
+
+EXPANDABLE = "memory.expandable_segments"
+ACCUMULATION = "memory.accumulation_steps"
+CHECKPOINTING = "checkpointing.regions"
+
+
+def out_of_memory(trial: FrozenTrial) -> bool:
+    """The trial ran out of memory, or measured a peak over the budget."""
+    if reason_of(trial) == "oom":
+        return True
+    return measurement_of(trial) is not None and constraint_of(trial)[0] > 0
+
+
+def ladder(space: SearchSpace, stock: dict[str, Any], batch_size: int) -> list[dict[str, Any]]:
+    """Optuna parameters of each rung (see the module docstring) over ``stock``'s, in order;
+    accumulation steps that do not divide ``batch_size`` are left out."""
+    knobs = {k.key: k for k in space.knobs}
+    rungs: list[dict[str, Any]] = []
+    base = dict(stock)
+    if EXPANDABLE in knobs and True in knobs[EXPANDABLE].choices:
+        base[EXPANDABLE] = knobs[EXPANDABLE].encode(True)
+        rungs.append(dict(base))
+    steps = _more_steps(knobs.get(ACCUMULATION), stock.get(ACCUMULATION, 1), batch_size)
+    widest = _widest(knobs.get(CHECKPOINTING), stock.get(CHECKPOINTING))
+    for i, k in enumerate(steps):
+        rungs.append({**base, ACCUMULATION: k})
+        if i == 0 and widest is not None:
+            rungs.append({**base, CHECKPOINTING: widest})
+        if widest is not None:
+            rungs.append({**base, CHECKPOINTING: widest, ACCUMULATION: k})
+    if not steps and widest is not None:
+        rungs.append({**base, CHECKPOINTING: widest})
+    unique: list[dict[str, Any]] = []
+    for rung in (active_params(space, r) for r in rungs):
+        if rung != active_params(space, stock) and rung not in unique:
+            unique.append(rung)
+    return unique
+
+
+def active_params(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` without the knobs that do not exist beside the others (what a trial records)."""
+    values: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for knob in space.knobs:
+        if knob.key in params and knob.active(values):
+            values[knob.key] = knob.decode(params[knob.key])
+            out[knob.key] = params[knob.key]
+    return out
+
+
+def _more_steps(knob: Knob | None, current: int, batch_size: int) -> list[int]:
+    if knob is None:
+        return []
+    return [c for c in knob.choices if c > current and batch_size % c == 0]
+
+
+def _widest(knob: Knob | None, current: Any) -> Any:
+    """The encoded checkpointing choice of the most regions, where it checkpoints more than stock."""
+    if knob is None or not knob.choices:
+        return None
+    widest = max(knob.choices, key=len)
+    have = knob.decode(current) if current is not None else []
+    return knob.encode(widest) if set(widest) > set(have) else None
+
+
+def peak_line(trial: FrozenTrial, budget: int | None) -> dict[str, Any]:
+    """The trial's peak against the budget, for the report and ``diagnosis.json``."""
+    record = record_of(trial)
+    peak = None
+    if record is not None and record.failure is not None:
+        peak = record.failure.peak_bytes
+        budget = record.failure.budget_bytes or budget
+    elif record is not None and record.measurement is not None:
+        peak = record.measurement.memory.allocated_bytes
+    fits = None if peak is None or budget is None else peak <= budget
+    if reason_of(trial) == "oom":
+        fits = False
+    return {"trial": trial.number, "peak_bytes": peak, "budget_bytes": budget, "fits": fits}

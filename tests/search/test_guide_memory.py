@@ -1,0 +1,115 @@
+"""Memory as the bottleneck: stock does not fit the budget, the guide lowers its peak, cheapest first."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import create_trial
+
+from autotune.config import config_from_dict
+from autotune.search import fit
+from autotune.search.guide import Guide
+from autotune.search.space import parse_space
+from autotune.search.trials import STOCK, attrs_of
+from autotune.train.trial.record import TrialRecord
+from tests.records import measured
+
+GiB = 2**30
+SPACE = {
+    "knobs": {
+        "optimizer.impl": {
+            "type": "categorical",
+            "choices": ["foreach", "fused"],
+            "remedy": "fused",
+        },
+        "checkpointing.regions": {
+            "type": "categorical",
+            "choices": [[], ["dit"], ["llm_trainable", "dit"]],
+        },
+        "memory.expandable_segments": {},
+        "memory.accumulation_steps": {"choices": [1, 2, 4, 8]},
+    }
+}
+DISTS = {
+    "optimizer.impl": CategoricalDistribution(["foreach", "fused"]),
+    "checkpointing.regions": CategoricalDistribution(["none", "dit", "llm_trainable+dit"]),
+    "memory.expandable_segments": CategoricalDistribution([False, True]),
+    "memory.accumulation_steps": CategoricalDistribution([1, 2, 4, 8]),
+}
+STOCK_PARAMS = {
+    "optimizer.impl": "foreach",
+    "checkpointing.regions": "none",
+    "memory.expandable_segments": False,
+    "memory.accumulation_steps": 1,
+}
+
+
+def add(study, params, record, constraint, stock=False):
+    attrs = attrs_of(record, constraint=constraint)
+    if stock:
+        attrs[STOCK] = True
+    value = record.measurement.samples_per_s if record.measurement else 0.0
+    study.add_trial(create_trial(params=params, distributions=DISTS, value=value, user_attrs=attrs))
+    return study.trials[-1]
+
+
+def oom(peak):
+    return TrialRecord.failed("oom", "out of memory", peak_bytes=peak, budget_bytes=24 * GiB)
+
+
+def test_stock_over_the_budget_climbs_the_ladder_until_a_trial_fits(tmp_path):
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    base = config_from_dict({"preset": "tiny", "batch_size": 4})
+    study = optuna.create_study(direction="maximize")
+    add(study, STOCK_PARAMS, oom(30 * GiB), 0.25, stock=True)
+    guide = Guide(space, stage_trials=2, stock=base, memory_budget=24 * GiB)
+
+    rungs = fit.ladder(space, STOCK_PARAMS, batch_size=4)
+    # cheapest first, cumulative; 8 micro-batches do not divide a batch of 4
+    assert [
+        (
+            r["memory.expandable_segments"],
+            r["memory.accumulation_steps"],
+            r["checkpointing.regions"],
+        )
+        for r in rungs
+    ] == [
+        (True, 1, "none"),
+        (True, 2, "none"),
+        (True, 1, "llm_trainable+dit"),
+        (True, 2, "llm_trainable+dit"),
+        (True, 4, "none"),
+        (True, 4, "llm_trainable+dit"),
+    ]
+    fixed, stage = guide.next_trial(study, None)  # no trial fits: no incumbent
+    assert stage.kind == "memory" and stage.bottleneck == "memory"
+    assert fixed == rungs[0]
+    guide.record(study, stage, add(study, fixed, oom(26 * GiB), 26 / 24 - 1))
+    fixed, stage = guide.next_trial(study, None)
+    assert fixed == rungs[1]  # the next rung, not the same one again
+    profile = {"compute_serial": 0.9, "other": 0.1}
+    fits = add(study, fixed, measured(8.0, peak=20 * GiB, buckets=profile), 20 / 24 - 1)
+    guide.record(study, stage, fits)
+
+    # a trial fits: the usual stages go on from it (a remedy of the optimizer, memory knobs kept)
+    fixed, stage = guide.next_trial(study, fits)
+    assert stage.kind != "memory" and stage.incumbent == fits.number
+    assert stage.groups == ["optimizer"] and fixed["optimizer.impl"] == "fused"
+    assert fixed["memory.accumulation_steps"] == 2
+    memory = guide.stages[0]
+    assert [(m["peak_bytes"], m["fits"]) for m in memory.memory] == [
+        (30 * GiB, False),
+        (26 * GiB, False),
+        (20 * GiB, True),
+    ]
+    assert all(m["budget_bytes"] == 24 * GiB for m in memory.memory)
+
+
+def test_stock_that_fits_gets_no_memory_stage(tmp_path):
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    study = optuna.create_study(direction="maximize")
+    stock = add(study, STOCK_PARAMS, measured(10.0, peak=GiB), -0.5, stock=True)
+    guide = Guide(space, stage_trials=2, stock=config_from_dict({"batch_size": 4}))
+    _, stage = guide.next_trial(study, stock)
+    assert stage.kind != "memory"
+    assert guide.next_trial(study, None) == (None, None)  # nothing to fit
