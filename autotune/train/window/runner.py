@@ -201,6 +201,12 @@ def run_training(
         ranks = Throughput.across_ranks(
             measured, cfg, window.session.world
         )  # the same on every rank
+        session = window.session
+        if session.cap is not None:
+            # the measured window's peak against the budget (over it on any rank: out of memory on
+            # the card emulated), before a profiler adds its own
+            peaks = _gather(memcap.peak_bytes(session.device, session.cap), session.world)
+            memcap.check_peak(max(peaks), session.cap.budget_bytes)
         profile = None
         if profile_out is not None and (
             profile_if_above is None or ranks.samples_per_s >= profile_if_above
@@ -208,12 +214,6 @@ def run_training(
             with cost.part("profile"):
                 profile = _profile_after(window, profile_out, profile_steps)
         matmul = matmul_rate(window.session.device)
-        session = window.session
-        if (
-            session.cap is not None
-        ):  # over the budget on any rank: out of memory on the card emulated
-            peaks = _gather(memcap.peak_bytes(session.device, session.cap), session.world)
-            memcap.check_peak(max(peaks), session.cap.budget_bytes)
         return _result(window, measured, ranks, profile, matmul)
 
 
