@@ -49,8 +49,8 @@ def needs_second_run(study: optuna.Study, record: TrialRecord) -> bool:
     """A flagged measurement that would make the trial the study's best."""
     if record.measurement is None or not flags(record):
         return False
-    best = best_trial(study)
-    return best is not None and record.measurement.samples_per_s > float(best.value)
+    best = best_trial(study)  # none yet (stock out of memory): the first that fits would be it
+    return best is None or record.measurement.samples_per_s > float(best.value)
 
 
 def settled(record: TrialRecord) -> bool:

@@ -1,0 +1,61 @@
+"""A study under a memory budget that stock exceeds finds a configuration that fits, at the same batch.
+
+The workload is gr00t_n16 with a wide activation per sample (``tests/search/wide.py``), so its peak
+follows the micro-batch; on a CPU the trials' measured peaks are checked against the budget. The
+budget is set between stock's peak and that of 8 micro-batches, both measured first.
+"""
+
+from __future__ import annotations
+
+import json
+
+from autotune.cli import main
+from autotune.config import config_from_dict, load_config
+from autotune.train.trial.launch import launch
+from autotune.train.window.verify import verify
+
+WIDE = "tests.search.wide:Workload"
+BATCH = 8
+
+
+def cfg(steps: int = 1):
+    return config_from_dict(
+        {
+            "workload": WIDE,
+            "preset": "tiny",
+            "batch_size": BATCH,
+            "device": "cpu",
+            "data": {"source": "synthetic"},
+            "memory": {"accumulation_steps": steps},
+        }
+    )
+
+
+def peak(tmp_path, steps: int) -> int:
+    record = launch(cfg(steps), steps=2, warmup=1, timeout=240, log_path=tmp_path / f"k{steps}.log")
+    assert record.failure is None, record.failure
+    return record.measurement.memory.allocated_bytes
+
+
+def test_a_budget_stock_exceeds_leads_to_a_configuration_that_fits(tmp_path):
+    stock_peak, small_peak = peak(tmp_path, 1), peak(tmp_path, 8)
+    assert stock_peak - small_peak > 64 * 2**20  # the wide activation shows in the measured peak
+    budget = (stock_peak + small_peak) // 2
+    out = tmp_path / "run"
+    code = main(
+        ["run", "--workload", WIDE, "--preset", "tiny", "--synthetic", "--batch-size", str(BATCH),
+         "--memory-budget", str(budget), "--trials", "6", "--steps", "2", "--warmup", "1",
+         "--confirm-rounds", "0", "--no-prune", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    stages = json.loads((out / "diagnosis.json").read_text())["stages"]
+    memory = stages[0]
+    assert memory["kind"] == "memory" and memory["bottleneck"] == "memory"
+    assert memory["memory"][0]["fits"] is False  # stock, out of memory with its peak
+    assert memory["memory"][0]["peak_bytes"] > budget
+    assert memory["memory"][-1]["fits"] is True and memory["memory"][-1]["peak_bytes"] <= budget
+    best = load_config(out / "best.yaml")
+    assert best.batch_size == BATCH  # the user's batch, fitted by micro-batches
+    assert best.memory.accumulation_steps > 1
+    parity = verify(best, steps=6, timeout=240)  # against stock at the same batch, uncapped
+    assert parity.passed, parity
