@@ -584,7 +584,9 @@ def _trials(
                 plateau=opts.plateau and opts.converge_after > 0,
             )
         )
-        stopped = stock_failure(frozen, opts.out, opts.timeout_per_trial)
+        # under a memory budget a stock out of memory is what the guide's memory stage remedies
+        capped_oom = opts.memory_cap and reason_of(frozen) == "oom"
+        stopped = None if capped_oom else stock_failure(frozen, opts.out, opts.timeout_per_trial)
         if stopped is not None:
             queue_stock_again(study, frozen)
             return StudyResult(study, None, deadline, stopped)
