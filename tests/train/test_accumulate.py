@@ -20,7 +20,7 @@ from autotune.errors import ConfigError, IncompatibleConfigError
 from autotune.export import trainer_arguments
 from autotune.train.accumulate import micro_batches
 from autotune.train.session import Session
-from autotune.workloads.gr00t_n16 import model as gr00t_model
+from autotune.workloads.gr00t_common import head as gr00t_model
 
 BATCH = 4
 
