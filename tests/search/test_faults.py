@@ -247,10 +247,15 @@ def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys
     """Row 2: what a crash or a full disk leaves, here while the tuner wrote the end of the last
     trial. Read with a warning; the run writes on after the last whole entry (the cut bytes kept
     aside), every entry before it stands, and the trial whose end was cut is measured again."""
-    finished = journal_study(finished_study).trials
-    n = len(finished)
-    assert finished[-1].state == TrialState.COMPLETE
     out = copy_of(finished_study, tmp_path)
+    # the shared study may end with a skipped duplicate: one trial more, measured, ends it here
+    study = journal_study(out)
+    n = len(study.trials) + 1
+    study.enqueue_trial({**study.trials[0].params, "ddp.bucket_cap_mb": 200.0})
+    assert main([*RUN, "--trials", str(n), "--out", str(out)]) == 0
+    capsys.readouterr()
+    finished = journal_study(out).trials
+    assert len(finished) == n and finished[-1].state == TrialState.COMPLETE
     journal = out / "study.journal"
     whole = journal.read_bytes()
     boundary = whole.rfind(b'{"op_code":6,')  # the last trial's state: COMPLETE, and its value
