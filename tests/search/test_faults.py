@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +26,6 @@ from autotune.cli import main
 from autotune.config import load_config
 from autotune.search.journal import SafeJournalFile, open_journal
 from autotune.search.trials import reason_of, record_of
-from tests.studies import copy_of
 from tests.trialprocs import guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
@@ -66,10 +66,15 @@ def summary(trials) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def finished_study(quick_run) -> Path:
-    """The session's finished quick study (``tests/studies.py``: stock, a reference, one guided trial),
-    copied by the tests that damage or run it on. RUN continues it: the same space, so the same study."""
-    return quick_run
+def finished_study(tmp_path_factory) -> Path:
+    """A real two-trial study, copied by the tests that damage it."""
+    out = tmp_path_factory.mktemp("study") / "run"
+    assert main([*RUN, "--trials", "2", "--out", str(out)]) == 0
+    return out
+
+
+def copy_of(study: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(study, tmp_path / "run"))
 
 
 # A tuner started as a user would, on the crashy workload's hang (batch size 5, or 6 with loader workers).
@@ -248,14 +253,6 @@ def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys
     trial. Read with a warning; the run writes on after the last whole entry (the cut bytes kept
     aside), every entry before it stands, and the trial whose end was cut is measured again."""
     out = copy_of(finished_study, tmp_path)
-    # the shared study may end with a skipped duplicate: one trial more, measured, ends it here
-    study = journal_study(out)
-    n = len(study.trials) + 1
-    study.enqueue_trial({**study.trials[0].params, "ddp.bucket_cap_mb": 200.0})
-    assert main([*RUN, "--trials", str(n), "--out", str(out)]) == 0
-    capsys.readouterr()
-    finished = journal_study(out).trials
-    assert len(finished) == n and finished[-1].state == TrialState.COMPLETE
     journal = out / "study.journal"
     whole = journal.read_bytes()
     boundary = whole.rfind(b'{"op_code":6,')  # the last trial's state: COMPLETE, and its value
@@ -265,24 +262,23 @@ def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys
     kept.mkdir()
     (kept / "study.journal").write_bytes(whole[:boundary])
     before = summary(journal_study(kept).trials)
-    assert [t[1] for t in before] == [*(t.state for t in finished[:-1]), TrialState.RUNNING]
-    assert before[:-1] == summary(finished[:-1])
+    assert [t[1] for t in before] == [TrialState.COMPLETE, TrialState.RUNNING]
 
     assert main(["report", str(out)]) == 0
     assert "its last entry (line" in capsys.readouterr().err
-    assert main([*RUN, "--trials", str(n), "--out", str(out)]) == 0
+    assert main([*RUN, "--trials", "2", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert f"moved to {out / f'study.journal.cut-{boundary}'}" in err
     assert (out / f"study.journal.cut-{boundary}").read_bytes() == whole[boundary:cut]
     assert journal.read_bytes().startswith(whole[:boundary])
     after = journal_study(out).trials
-    assert summary(after)[: n - 1] == before[:-1]
-    lost, again = after[n - 1 :]
-    assert lost.params == before[-1][3] and reason_of(lost) == "interrupted"
+    assert summary(after)[0] == before[0]
+    lost, again = after[1:]
+    assert lost.params == before[1][3] and reason_of(lost) == "interrupted"
     assert (
         again.state == TrialState.COMPLETE
         and again.params == lost.params
-        and again.user_attrs["queued_again_from"] == n - 1
+        and again.user_attrs["queued_again_from"] == 1
     )
 
 
@@ -415,10 +411,9 @@ def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_pat
 def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, capsys):
     """Row 13: a new --memory-budget, and no trial to run under it: best.yaml is not rewritten."""
     out = copy_of(finished_study, tmp_path)
-    n = len(journal_study(out).trials)
     best = out / "best.yaml"
     text, stamp = best.read_bytes(), best.stat().st_mtime_ns
-    assert main([*RUN, "--trials", str(n), "--memory-budget", "1GiB", "--out", str(out)]) == 0
+    assert main([*RUN, "--trials", "2", "--memory-budget", "1GiB", "--out", str(out)]) == 0
     assert "nothing new in study" in capsys.readouterr().out
     assert best.read_bytes() == text and best.stat().st_mtime_ns == stamp
 
@@ -428,10 +423,9 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
     on a GPU): the same study run again with nothing new to try confirms it, and a third run leaves it."""
     out = copy_of(finished_study, tmp_path)
     study = journal_study(out)
-    n = len(study.trials)  # the added trial is #n
     stock = study.trials[
         0
-    ]  # one trial more that "beat stock by far": stock's configuration and measured record
+    ]  # a third trial that "beat stock by far": stock's configuration and measured record
     study.add_trial(
         optuna.trial.create_trial(
             params=stock.params,
@@ -440,7 +434,7 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
             user_attrs={k: v for k, v in stock.user_attrs.items() if k != "stock"},
         )
     )
-    assert main([*RUN, "--trials", str(n + 1), "--out", str(out)]) == 0
+    assert main([*RUN, "--trials", "3", "--out", str(out)]) == 0
     assert (
         not load_config(out / "best.yaml").provenance["confirmed"]
         and "confirming" not in capsys.readouterr().out
@@ -451,11 +445,11 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
         "1",
         *RUN[RUN.index("--confirm-rounds") + 2 :],
     ]
-    assert main([*again, "--trials", str(n + 1), "--out", str(out)]) == 0
+    assert main([*again, "--trials", "3", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "nothing new" not in printed and f"confirming, round 1: trial #{n}" in printed
+    assert "nothing new" not in printed and "confirming, round 1: trial #2" in printed
     assert load_config(out / "best.yaml").provenance["confirmation"]["rounds"] == 1
-    assert main([*again, "--trials", str(n + 1), "--out", str(out)]) == 0
+    assert main([*again, "--trials", "3", "--out", str(out)]) == 0
     assert "nothing new in study" in capsys.readouterr().out
 
 
