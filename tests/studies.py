@@ -1,5 +1,5 @@
 """Run folders of real tiny CPU studies, made once per test session and shared by the report and study
-and fault tests (``tests/conftest.py`` offers the fixtures to every test).
+tests (``tests/conftest.py`` offers the fixtures to every test).
 
 A test that only reads a finished study takes its folder; a test that changes it (runs it again,
 damages its journal) works on ``copy_of`` it, so every test sees the study as the run left it.
