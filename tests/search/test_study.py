@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.config import load_config
 from autotune.search.trials import measurement_of, reason_of, record_of
+from tests.studies import CRASHY, CRASHY_STUDY, QUICK, copy_of
 
 pytestmark = pytest.mark.slow
 
@@ -43,10 +44,12 @@ def load_study(out, name):
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def test_study_writes_a_trainable_best_yaml_and_resumes(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert main([*RUN, "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+def test_study_writes_a_trainable_best_yaml_and_resumes(
+    quick_run, quick_run_printed, tmp_path, capsys
+):
+    """The session's quick study (``tests/studies.py``: RUN with a reference trial), then run on."""
+    out = copy_of(quick_run, tmp_path)
+    printed = quick_run_printed
     assert "trial 1/3 #0:" in printed and "[stock]" in printed and "trial 3/3" in printed
     best = load_config(out / "best.yaml")
     prov = best.provenance
@@ -74,45 +77,38 @@ def test_study_writes_a_trainable_best_yaml_and_resumes(tmp_path, capsys):
     )
     assert main(["train", "--config", str(out / "best.yaml"), "--steps", "1", "--warmup", "0"]) == 0
 
-    # the same command with more trials continues the study; the stock trial is not enqueued twice
-    assert main([*RUN[:4], "4", *RUN[5:], "--out", str(out)]) == 0
+    # the same command with more trials continues the study; neither the stock trial nor the
+    # reference is enqueued twice
+    capsys.readouterr()
+    assert main([*QUICK[:4], "4", *QUICK[5:], "--out", str(out)]) == 0
     assert "continuing study" in capsys.readouterr().out
     study = load_study(out, "gr00t_n16-tiny-quick")
     assert len(study.trials) == 4
     assert [t.number for t in study.trials if t.user_attrs.get("stock")] == [0]
+    assert [t.number for t in study.trials if t.user_attrs.get("reference")] == [1]
     assert len(list(csv.DictReader((out / "trials.csv").open()))) == 4
 
 
-def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
-    """Batch size 3 crashes, 5 hangs (killed at the timeout), fp8 on CPU is refused; the study completes."""
-    space = tmp_path / "fail.yaml"
-    space.write_text(
-        "knobs:\n  batch_size: {type: categorical, choices: [2, 3, 5], group: data}\n"
-        "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n"
-    )
-    out = tmp_path / "run"
-    workload = "tests.search.crashy:Workload"
-    name = "tests.search.crashy.Workload-tiny-fail"
-    # queue the trials to make (the stock one first, as the study itself would)
-    storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal"))
-    )
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
-    study.enqueue_trial(
-        {"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True}
-    )
-    for bs, prec in ((3, "bf16"), (5, "bf16"), (2, "fp8")):
-        study.enqueue_trial({"batch_size": bs, "precision.regions.dit": prec})
+def test_failed_trials_are_recorded_with_their_reason(
+    failed_run, failed_run_printed, tmp_path, capsys
+):
+    """The session's failed study (``tests/studies.py``): batch size 3 crashes, fp8 on CPU is refused,
+    4 is slow; run on, batch size 5 hangs (killed at the timeout). The study completes."""
+    assert "failed (config)" in failed_run_printed
+    out = copy_of(failed_run, tmp_path)
+    name = CRASHY_STUDY
+    study = load_study(out, name)
+    study.enqueue_trial({"batch_size": 5, "precision.regions.dit": "bf16"})
     argv = [
         "run",
         "--workload",
-        workload,
+        CRASHY,
         "--preset",
         "tiny",
         "--space",
-        str(space),
+        str(failed_run.parent / "fail.yaml"),
         "--trials",
-        "4",
+        "5",
         "--synthetic",
         "--confirm-rounds",
         "0",
@@ -131,19 +127,21 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "failed (timeout)" in printed and "failed (config)" in printed
+    assert "failed (timeout)" in printed
     trials = load_study(out, name).trials
-    assert [t.state for t in trials] == [
+    # #3 (batch size 4, slow) is the report tests' pruned trial
+    ours = [trials[n] for n in (0, 1, 2, 4)]
+    assert [t.state for t in ours] == [
         TrialState.COMPLETE,
         TrialState.FAIL,
         TrialState.FAIL,
         TrialState.FAIL,
     ]
-    reasons = [reason_of(t) for t in trials]
+    reasons = [reason_of(t) for t in ours]
     assert (
         reasons[0] is None
         and reasons[1] in ("error", "crash")
-        and reasons[2:] == ["timeout", "config"]
+        and reasons[2:] == ["config", "timeout"]
     )
     crash = record_of(trials[1]).failure
     assert "this batch size always crashes" in crash.error
@@ -151,7 +149,7 @@ def test_failed_trials_are_recorded_with_their_reason(tmp_path, capsys):
         crash.reason == "crash" or "RuntimeError" in crash.traceback
     )  # the worker's traceback, kept with its record
     # the CPU's space has no fp8 choice: the queued fp8 trial is refused, not a crash
-    error = record_of(trials[3]).failure.error
+    error = record_of(trials[2]).failure.error
     assert (
         "precision.regions.dit: a queued value is not one of this machine's choices" in error
         and "'fp8'" in error

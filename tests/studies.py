@@ -1,0 +1,166 @@
+"""Run folders of real tiny CPU studies, made once per test session and shared by the report and study
+tests (``tests/conftest.py`` offers the fixtures to every test).
+
+A test that only reads a finished study takes its folder; a test that changes it (runs it again,
+damages its journal) works on ``copy_of`` it, so every test sees the study as the run left it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.cli import main
+
+REFERENCE = "optimizer.impl=fused"
+QUICK = [
+    "run",
+    "--space",
+    "quick",
+    "--trials",
+    "3",
+    "--synthetic",
+    "--confirm-rounds",
+    "0",
+    "--converge-after",
+    "0",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--batch-size",
+    "2",
+    "--seed",
+    "1",
+    "--reference",
+    REFERENCE,
+]
+QUICK_DIR = Path("runs/gr00t_n16-tiny-quick")  # the default run folder of QUICK, relative
+QUICK_STUDY = "gr00t_n16-tiny-quick"
+PRINTED = "printed.txt"  # what QUICK printed, beside (not inside) its run folder
+CRASHY = "tests.search.crashy:Workload"
+CRASHY_STUDY = "tests.search.crashy.Workload-tiny-fail"
+
+
+def journal(out: Path) -> optuna.storages.JournalStorage:
+    return optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
+    )
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    """A private copy of a shared run folder, for a test that changes it."""
+    return Path(shutil.copytree(run, tmp_path / "run"))
+
+
+class _Tee(io.TextIOBase):
+    """Writes to a buffer and on to the process's own stdout: pytest's capture of the whole session shows a
+    failed run's output, and no test's ``capsys`` receives what the shared run printed."""
+
+    def __init__(self, stream) -> None:
+        self.buffer_ = io.StringIO()
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        return self.buffer_.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def run_printing(argv: list[str], printed: Path) -> None:
+    """``main(argv)``, asserting exit 0, with what it printed kept in the file ``printed``."""
+    tee = _Tee(sys.__stdout__)
+    try:
+        with contextlib.redirect_stdout(tee):
+            assert main(argv) == 0
+    finally:
+        printed.write_text(tee.buffer_.getvalue())
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory) -> Path:
+    """``autotune run`` of the quick space on the CPU: the stock trial, a reference (fused AdamW), one sampled.
+
+    Started as a user starts it, in a folder of its own without ``--out``: the run folder is the default,
+    relative ``runs/gr00t_n16-tiny-quick`` (the report's links must not depend on where the run started).
+    What it printed is kept two folders up (``quick_run_printed``).
+    """
+    home = tmp_path_factory.mktemp("quick")
+    cwd = os.getcwd()
+    os.chdir(home)
+    try:
+        run_printing(QUICK, home / PRINTED)
+    finally:
+        os.chdir(cwd)
+    return home / QUICK_DIR
+
+
+@pytest.fixture(scope="session")
+def quick_run_printed(quick_run) -> str:
+    """What ``autotune run`` printed while it made ``quick_run``."""
+    return (quick_run.parents[1] / PRINTED).read_text()
+
+
+@pytest.fixture(scope="session")
+def failed_run(tmp_path_factory) -> Path:
+    """#0 stock, #1 crashes (batch size 3), #2 is refused (fp8 is not a choice on a CPU), #3 is pruned (batch size 4 sleeps).
+
+    Batch size 5 (it hangs) is a choice of the space, for a test that runs the study on (``copy_of``)."""
+    root = tmp_path_factory.mktemp("failed")
+    space = root / "fail.yaml"
+    space.write_text(
+        "knobs:\n  batch_size: {type: categorical, choices: [2, 3, 4, 5], group: data}\n"
+        "  precision.regions.dit: {type: categorical, choices: [bf16, fp8], group: precision}\n"
+    )
+    out = root / "run"
+    out.mkdir()
+    study = optuna.create_study(study_name=CRASHY_STUDY, storage=journal(out), direction="maximize")
+    study.enqueue_trial(
+        {"batch_size": 2, "precision.regions.dit": "bf16"}, user_attrs={"stock": True}
+    )
+    study.enqueue_trial({"batch_size": 3, "precision.regions.dit": "bf16"})
+    study.enqueue_trial({"batch_size": 2, "precision.regions.dit": "fp8"})
+    study.enqueue_trial({"batch_size": 4, "precision.regions.dit": "bf16"})
+    argv = [
+        "run",
+        "--workload",
+        CRASHY,
+        "--preset",
+        "tiny",
+        "--space",
+        str(space),
+        "--trials",
+        "4",
+        "--synthetic",
+        "--confirm-rounds",
+        "0",
+        "--converge-after",
+        "0",
+        "--steps",
+        "4",
+        "--warmup",
+        "1",
+        "--timeout-per-trial",
+        "60",
+        "--profile-steps",
+        "0",
+        "--out",
+        str(out),
+    ]
+    run_printing(argv, root / PRINTED)
+    return out
+
+
+@pytest.fixture(scope="session")
+def failed_run_printed(failed_run) -> str:
+    """What ``autotune run`` printed while it made ``failed_run``."""
+    return (failed_run.parent / PRINTED).read_text()
