@@ -128,6 +128,9 @@ class Stage:
     best_samples_per_s: float | None = None
     gain: float | None = None
     """Best samples/s of the stage over the incumbent's (1.2 = 20 % faster)."""
+    memory: list[dict[str, Any]] | None = None
+    """A ``memory`` stage: each trial's peak against the memory budget (``peak_bytes``,
+    ``budget_bytes``, ``fits``), as the guide's diagnosis has them."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], run_dir: Path) -> Stage:
