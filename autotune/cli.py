@@ -94,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as exc:
+        # torch.OutOfMemoryError (a RuntimeError): the device, or the --memory-budget cap, is full
+        if args.debug or not _out_of_memory(exc):
+            raise
+        print(f"autotune: error: {out_of_memory_line(exc)}", file=sys.stderr)
+        return 1
     except (
         OSError
     ) as exc:  # a file or folder of the command that cannot be used (full disk, no permission)
@@ -108,6 +114,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+
+
+def out_of_memory_line(exc: BaseException) -> str:
+    """One line for a run that ran out of memory: where and how much it held (the allocator's words
+    up to its advice), and what to do."""
+    first = one_line(str(exc)).split(" If reserved")[0].split(" See documentation")[0]
+    return (
+        f"out of memory: {first or type(exc).__name__}; lower the memory a step needs "
+        "(memory.accumulation_steps, checkpointing.regions, a smaller --batch-size) or raise "
+        "--memory-budget (rerun with --debug for the traceback)"
+    )
 
 
 def one_line(message: str) -> str:

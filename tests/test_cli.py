@@ -93,3 +93,26 @@ def test_the_console_script_is_the_same_entry_point():
     proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "classify" in proc.stdout and "sync" in proc.stdout
     assert "autotune.cli:main" in (ROOT / "pyproject.toml").read_text()
+
+
+def test_a_run_out_of_device_memory_is_one_line(monkeypatch, capsys):
+    """What torch raises when a step passes the device or the --memory-budget cap: one line, no
+    traceback, the allocator's figures and what to do."""
+    import torch
+
+    from autotune.cli import main
+    from autotune.train.window import runner
+
+    def full(cfg, **kwargs):
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 36.00 MiB. GPU 0 has a total capacity of 139.80 GiB"
+            " of which 115.58 GiB is free. 23.49 GiB allowed; If reserved but unallocated memory is"
+            " large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        )
+
+    monkeypatch.setattr(runner, "run_training", full)  # the device filling up, as torch says it
+    code = main(["train", "--preset", "tiny", "--steps", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "out of memory: CUDA out of memory. Tried to allocate 36.00 MiB" in err
+    assert "23.49 GiB allowed" in err and "memory.accumulation_steps" in err
