@@ -4,12 +4,15 @@ Each region's modules get their ``forward`` wrapped in the autocast context of t
 precision; ``fp32`` regions run without autocast and cast floating inputs to fp32. Parameter
 storage follows the region: fp32 regions keep fp32; autocast regions store frozen weights in
 ``frozen_dtype`` and trainable weights in ``trainable_dtype``. ``fp8`` converts the region's
-linear layers with torchao's float8 training (bf16 autocast around the rest).
+linear layers with torchao's float8 training (bf16 autocast around the rest); a converted layer
+whose parameters are all frozen has its weight cast to fp8 once, at this point, instead of in every
+forward (:mod:`autotune.train.fp8_static`: the same fp8 weight, so the same numerics).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 
 import torch
 from torch import nn
@@ -129,10 +132,22 @@ def fp8_eligible(mod: nn.Module, fqn: str = "") -> bool:
 
 
 def _convert_fp8(modules: list[nn.Module]) -> None:
+    """Convert the eligible linear layers of ``modules`` to fp8 (after their parameters have their
+    dtype and trainability: a frozen layer's weight is cast to fp8 here, once)."""
     from torchao.float8 import convert_to_float8_training
+
+    from autotune.train.fp8_static import freeze_fp8_weights
 
     for module in modules:
         convert_to_float8_training(module, module_filter_fn=fp8_eligible)
+    freeze_fp8_weights(modules)
+
+
+def refresh_frozen_fp8(model: nn.Module) -> None:
+    """Cast the frozen fp8 layers' weights again, in place, after weights were loaded into them."""
+    static = sys.modules.get("autotune.train.fp8_static")  # not imported: no fp8 layer to refresh
+    if static is not None:
+        static.refresh_fp8_weights(model)
 
 
 def needs_scaler(cfg: PrecisionConfig) -> bool:

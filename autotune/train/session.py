@@ -141,8 +141,9 @@ class Session:
 
     def weights_loaded(self) -> None:
         """Weights were copied into the built model (``--init-from``): layers that keep copies of frozen
-        weights refresh them, in place."""
+        weights refresh them, in place (the frozen fp8 layers their fp8 weights too)."""
         self.workload.prepare_model(self.model)
+        precision.refresh_frozen_fp8(self.model)
 
     def _optimizer(
         self, capturable: bool

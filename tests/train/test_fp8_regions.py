@@ -59,7 +59,7 @@ def test_an_fp8_vision_mlp_with_its_bias_in_the_activation_still_runs_its_fc1_in
     W.apply_model_options(model, ModelConfig(options=Gr00tModelKnobs(bias_in_activation=True)))
     _convert_fp8(model.region_map()["vision"])
     layer = model.vision.blocks[0]
-    assert type(layer.fc1) is Float8Linear
+    assert isinstance(layer.fc1, Float8Linear)
     calls = []
     layer.fc1.register_forward_hook(lambda *_: calls.append(1))
     x = torch.randn(2, 8, layer.fc1.in_features)
@@ -79,7 +79,7 @@ def test_fp8_projections_are_not_fused_and_still_run():
     _convert_fp8(model.region_map()["vision"])
     W.prepare_model(model)
     attn = model.vision.blocks[0].self_attn
-    assert type(attn.q_proj) is Float8Linear and attn.qkv.weight is None
+    assert isinstance(attn.q_proj, Float8Linear) and attn.qkv.weight is None
     assert model.llm_frozen.blocks[0].self_attn.qkv.weight is not None  # the bf16 tower still fuses
     calls = []
     attn.q_proj.register_forward_hook(lambda *_: calls.append(1))

@@ -27,7 +27,16 @@ class Gr00tHeadKnobs:
 
     skip_dead_work: bool = knob(False, group="model", search=Search("bool", remedy=True), hf=OWN)
     """Skip work whose output never reaches the loss: the LM-head logits, which upstream computes
-    and discards, and the action decoder on the state token. Exact: no loss or gradient changes."""
+    and discards, and the action decoder on the state token. The loss reads no position's logits
+    (N1.6 computes them at every position, N1.7 at the last one, upstream's ``logits_to_keep=1``),
+    so the LM head is dropped whole. Exact: no loss or gradient changes."""
+    frozen_prefix_no_grad: bool = knob(
+        False, group="model", search=Search("bool", remedy=True), hf=OWN
+    )
+    """Run the frozen prefix (the backbone: vision, connector, frozen LLM layers) with gradients
+    off, so that autograd records nothing for it and checkpointed prefix blocks are not wrapped.
+    With every prefix weight frozen nothing there needs a gradient: exact, bit for bit. Refused
+    where ``model.unfreeze`` trains a prefix region."""
     category_matmul: str = knob(
         "gather",
         group="model",

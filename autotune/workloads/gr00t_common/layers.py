@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+
+def prefix_grad_mode(no_grad: bool) -> contextlib.AbstractContextManager:
+    """The grad mode a model's frozen prefix runs in (knob ``model.frozen_prefix_no_grad``):
+    gradients off, or as the caller has them. Both compose with torch.compile and CUDA-graph
+    capture (``inference_mode`` would not: its tensors cannot be saved for the backward of the
+    trainable layers that read the prefix's output)."""
+    return torch.no_grad() if no_grad else contextlib.nullcontext()
 
 
 class RMSNorm(nn.Module):

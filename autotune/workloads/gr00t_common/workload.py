@@ -23,6 +23,7 @@ from torch import nn
 
 from autotune.config import TrainConfig
 from autotune.config.stock import stock_config
+from autotune.errors import IncompatibleConfigError
 from autotune.workloads.base import Batch, LossSplit, Workload
 from autotune.workloads.gr00t_common import batch as batch_mod
 
@@ -45,8 +46,15 @@ class Gr00tWorkload(Workload):
 
     def apply_model_options(self, model: nn.Module, options: ModelConfig) -> None:
         # the model's configure takes each declared knob (``model_knobs``) by its name
-        if options.options is not None:
-            model.configure(**dataclasses.asdict(options.options))
+        if options.options is None:
+            return
+        trained = [r for r in options.unfreeze if r in model.PREFIX_REGIONS]
+        if getattr(options.options, "frozen_prefix_no_grad", False) and trained:
+            raise IncompatibleConfigError(
+                f"model.frozen_prefix_no_grad: refused: model.unfreeze trains {trained}, which the "
+                "frozen prefix runs without gradients; set it false or leave those regions frozen"
+            )
+        model.configure(**dataclasses.asdict(options.options))
 
     def part(self, module: str, name: str) -> Any:
         """``name`` of the model package's ``module`` (imported on first use)."""

@@ -13,7 +13,11 @@ import torch
 from torch import nn
 
 from autotune.workloads.gr00t_common.head import FlowMatchingHead, sample_flow_times
-from autotune.workloads.gr00t_common.layers import FusedProjections, init_weights
+from autotune.workloads.gr00t_common.layers import (
+    FusedProjections,
+    init_weights,
+    prefix_grad_mode,
+)
 from autotune.workloads.gr00t_common.projectors import CategorySpecificLinear
 from autotune.workloads.gr00t_n16.llm import LLMFrozen, LLMTrainable
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
@@ -43,6 +47,7 @@ class Gr00tN16Model(FlowMatchingHead):
             module.requires_grad_(False)
         self.skip_dead_work = False
         self.attended_kv_only = False
+        self.frozen_prefix_no_grad = False
 
     def configure(
         self,
@@ -53,6 +58,7 @@ class Gr00tN16Model(FlowMatchingHead):
         attended_kv_only: bool = False,
         gelu_epilogue: bool = False,
         fused_frozen_qkv: bool = False,
+        frozen_prefix_no_grad: bool = False,
     ) -> None:
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs
         the loss never reads (knob ``model.skip_dead_work``). ``category_matmul``: how the
@@ -62,8 +68,11 @@ class Gr00tN16Model(FlowMatchingHead):
         :class:`SiglipLayer`). ``attended_kv_only``: the DiT's cross-attention layers
         get only the VL tokens they attend to (:meth:`cross_contexts`). ``fused_frozen_qkv``: frozen
         attention layers' q, k and v in one GEMM (:class:`FusedProjections`, made by
-        :meth:`prepare_fused_projections`). None changes the loss or a gradient beyond rounding."""
+        :meth:`prepare_fused_projections`). ``frozen_prefix_no_grad``: :meth:`frozen_prefix` with
+        gradients off (the workload refuses it where a prefix region trains). None changes the loss
+        or a gradient beyond rounding."""
         self.skip_dead_work = skip_dead_work
+        self.frozen_prefix_no_grad = frozen_prefix_no_grad
         self.attended_kv_only = attended_kv_only
         for layer in self.vision.blocks:
             layer.bias_in_activation, layer.gelu_epilogue = bias_in_activation, gelu_epilogue
@@ -99,9 +108,10 @@ class Gr00tN16Model(FlowMatchingHead):
         """The first part of the forward: vision -> connector -> the frozen LLM layers; their hidden
         states [B, L, 2048]. It reads the batch's images and token ids and the prefix regions' weights."""
         images = batch["images"]
-        feats = self.vision(images.flatten(0, 1))
-        image_embeds = self.connector(feats).reshape(images.shape[0], -1, self.preset.llm_hidden)
-        return self.llm_frozen(batch["input_ids"], image_embeds)
+        with prefix_grad_mode(self.frozen_prefix_no_grad):
+            feats = self.vision(images.flatten(0, 1))
+            embeds = self.connector(feats).reshape(images.shape[0], -1, self.preset.llm_hidden)
+            return self.llm_frozen(batch["input_ids"], embeds)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.forward_from(self.frozen_prefix(batch), batch)

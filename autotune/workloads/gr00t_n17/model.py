@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from autotune.workloads.gr00t_common.head import FlowMatchingHead
-from autotune.workloads.gr00t_common.layers import init_weights
+from autotune.workloads.gr00t_common.layers import init_weights, prefix_grad_mode
 from autotune.workloads.gr00t_common.projectors import CategorySpecificLinear
 from autotune.workloads.gr00t_n17.adapter import VLAdapter
 from autotune.workloads.gr00t_n17.llm import TextModel
@@ -47,15 +47,18 @@ class Gr00tN17Model(FlowMatchingHead):
             module.requires_grad_(False)
         self.skip_dead_work = False
         self.attended_kv_only = False
+        self.frozen_prefix_no_grad = False
 
     def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather",
-                  attended_kv_only: bool = False) -> None:  # fmt: skip
+                  attended_kv_only: bool = False, frozen_prefix_no_grad: bool = False) -> None:  # fmt: skip
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs the
         loss never reads. ``category_matmul``: how the projectors apply each sample's embodiment
         weights (:class:`CategorySpecificLinear`). ``attended_kv_only``: the DiT's cross-attention
-        layers get only the VL tokens they attend to (``FlowMatchingHead.cross_contexts``). None
-        changes the loss or a gradient beyond rounding."""
+        layers get only the VL tokens they attend to (``FlowMatchingHead.cross_contexts``).
+        ``frozen_prefix_no_grad``: :meth:`frozen_prefix` with gradients off (the workload refuses it
+        where a prefix region trains). None changes the loss or a gradient beyond rounding."""
         self.skip_dead_work = skip_dead_work
+        self.frozen_prefix_no_grad = frozen_prefix_no_grad
         self.attended_kv_only = attended_kv_only
         self.llm_frozen.compute_logits = not skip_dead_work
         for module in self.projectors.modules():
@@ -78,11 +81,12 @@ class Gr00tN17Model(FlowMatchingHead):
         before the final norm. It reads the batch's images and token ids and the backbone's weights."""
         images = batch["images"]
         B = images.shape[0]
-        last, deep = self.vision(images.flatten(0, 1))
-        tokens, deepstack = self.connector(last, deep)
-        flat = [t.reshape(B, -1, self.preset.llm_hidden) for t in (tokens, *deepstack)]
-        hidden, _logits = self.llm_frozen(batch["input_ids"], flat[0], flat[1:])
-        return hidden
+        with prefix_grad_mode(self.frozen_prefix_no_grad):
+            last, deep = self.vision(images.flatten(0, 1))
+            tokens, deepstack = self.connector(last, deep)
+            flat = [t.reshape(B, -1, self.preset.llm_hidden) for t in (tokens, *deepstack)]
+            hidden, _logits = self.llm_frozen(batch["input_ids"], flat[0], flat[1:])
+            return hidden
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.forward_from(self.frozen_prefix(batch), batch)
