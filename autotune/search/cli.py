@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--space",
         default=None,
         help="search space name or YAML path (default: the space made from the "
-        "workload's regions and this machine, `autotune space` prints it; gr00t_n16 and quick for gr00t_n16)",
+        "workload's regions and this machine, `autotune space` prints it; for gr00t_n16 and gr00t_n17 their "
+        "own spaces on a GPU, quick on a CPU)",
     )
     p.add_argument(
         "--trials",
@@ -266,16 +267,30 @@ def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
+OWN_SPACES = ("gr00t_n16", "gr00t_n17")
+"""Workloads with a shipped space of their own (``search_spaces/<workload>.yaml``), their default on a
+GPU; on a CPU theirs is ``quick``."""
+
+
+def shipped_space(workload: str, machine: Machine) -> str | None:
+    """The shipped space ``run`` searches by default for ``workload`` here; None: the auto space."""
+    if workload not in OWN_SPACES:
+        return None
+    return workload if machine.cuda else "quick"
+
+
 def default_space(name: str | None, base, machine: Machine):
-    """The space asked for (validated against the workload's regions), or by default: gr00t_n16's
-    own spaces for it (``gr00t_n16`` on GPU, ``quick`` on CPU), for any other workload the space made
-    from its region map and the machine (:func:`autotune.search.auto_space.auto_space`)."""
+    """The space asked for (validated against the workload's regions), or by default: a GR00T
+    workload's own spaces for it (``gr00t_n16`` or ``gr00t_n17`` on GPU, ``quick`` on CPU), for any
+    other workload the space made from its region map and the machine
+    (:func:`autotune.search.auto_space.auto_space`)."""
     from autotune.search.auto_space import auto_space, check_space_regions, workload_facts
 
     facts = workload_facts(base)
-    if name is None and base.workload != DEFAULT_WORKLOAD:
+    name = name or shipped_space(base.workload, machine)
+    if name is None:
         return auto_space(facts, machine)
-    space = load_space(name or ("gr00t_n16" if machine.cuda else "quick"))
+    space = load_space(name)
     check_space_regions(space, facts)
     return space
 
@@ -291,6 +306,14 @@ def print_space(args: argparse.Namespace) -> int:
     machine = Machine.current(world_size=args.nproc)
     if args.cpu:
         machine = dataclasses.replace(machine, cuda=False, capability=None)
+    shipped = shipped_space(args.workload, machine)
+    if shipped is not None:  # what run searches: the file itself, its comments included
+        from autotune.search.space import spaces_dir
+
+        print(f"# autotune space --workload {args.workload}: search_spaces/{shipped}.yaml, the "
+              "default of `autotune run` here; `autotune run --space FILE` searches an edited copy.")  # fmt: skip
+        print((spaces_dir() / f"{shipped}.yaml").read_text(), end="")
+        return 0
     base = stock_config(args.workload, args.preset, cuda=machine.cuda)
     if args.synthetic:
         base.data.source = "synthetic"
