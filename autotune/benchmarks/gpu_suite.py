@@ -6,6 +6,14 @@ winner), on one or two GPUs::
     python -m autotune.benchmarks.gpu_suite --preset full --nproc 1 --steps 20 --warmup 5 \
         --configs stock compile_all runs/x/best.yaml --json headline.json
 
+Every row trains ``--workload`` (default gr00t_n16; a file of another workload is refused), e.g.
+GR00T N1.7 at upstream's 64 samples a step on one GPU, with the frozen-prefix knobs on top of a
+study's best::
+
+    python -m autotune.benchmarks.gpu_suite --workload gr00t_n17 --preset full --batch-size 64 \
+        --configs stock compile_all runs/x/best.yaml runs/x/best.yaml+model.frozen_prefix_no_grad=true \
+        runs/x/best.yaml+precision.regions.vision=fp8 --out out
+
 The same on the CPU, in a minute (the tiny preset, synthetic batches, gloo for ``--nproc 2``)::
 
     python -m autotune.benchmarks.gpu_suite --preset tiny --batch-size 2 --source synthetic \
@@ -100,7 +108,7 @@ def measure_matmul(timeout: float) -> dict[str, Any]:
     return out
 
 
-def model_bench(preset: str, batch: int, steps: int) -> dict:
+def model_bench(preset: str, batch: int, steps: int, workload: str = "gr00t_n16") -> dict:
     """Stock model, one batch already on the GPU, eager steps after warm-up (no data path)."""
     import torch
 
@@ -114,7 +122,7 @@ def model_bench(preset: str, batch: int, steps: int) -> dict:
         reset_peak_memory,
     )
 
-    s = Session(stock_config(preset=preset))
+    s = Session(stock_config(workload, preset))
     b = s.workload.synthetic_batch(preset, batch, s.device, torch.Generator().manual_seed(0))
     for _ in range(5):
         s.step(b)
@@ -285,6 +293,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--out", type=Path, help="folder for suite-<nproc>.json when --json is not given"
     )
+    ap.add_argument(
+        "--workload",
+        default="gr00t_n16",
+        help="the workload every row trains (gr00t_n16, gr00t_n17); files must be of it",
+    )
     ap.add_argument("--preset", default="full")
     ap.add_argument("--batch-size", type=int, default=16, help="samples per process per step")
     ap.add_argument("--seed", type=int, default=0)
@@ -343,14 +356,11 @@ def _prepare_dataset(args: argparse.Namespace) -> None:
     # Made here, once, so that no training process encodes video (and then forks loader
     # workers while the encoder's threads exist) and the dataset is outside every timing.
     from autotune.config import DataConfig
-    from autotune.data.loader import dataset_root
-    from autotune.workloads.gr00t_n16.data import read_spec
-    from autotune.workloads.gr00t_n16.presets import get_preset
+    from autotune.workloads import get_workload
 
     t0 = time.time()
-    path = dataset_root(
-        DataConfig(), read_spec(get_preset(args.preset))
-    )  # the cached dataset stock reads
+    # the cached dataset stock reads, made to the workload's preset where it is not there yet
+    path = get_workload(args.workload).data_folder(args.preset, DataConfig())
     print(f"dataset: {path} ({time.time() - t0:.1f} s)", flush=True)
 
 
@@ -382,7 +392,7 @@ def _fit(entries: list[Entry], args: argparse.Namespace) -> None:
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     settings = SuiteSettings(
-        args.preset, args.batch_size, args.source, args.video_backend, args.seed
+        args.preset, args.batch_size, args.source, args.video_backend, args.seed, args.workload
     )
     # Stock first: the parity and the speed-up of every other row are against its run.
     entries = sorted(resolve(args.configs, settings), key=lambda e: e.name != "stock")
@@ -408,7 +418,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     if args.model_bench:
         t0 = time.time()
         try:
-            results["model_bench"] = model_bench(args.preset, args.batch_size, args.steps)
+            results["model_bench"] = model_bench(
+                args.preset, args.batch_size, args.steps, args.workload
+            )
         except Exception as exc:  # noqa: BLE001  keep going: the other measurements still count
             results["model_bench"] = {"error": f"{type(exc).__name__}: {exc}"}
         results["model_bench"]["elapsed_s"] = time.time() - t0

@@ -51,6 +51,8 @@ class SuiteSettings:
     """``data.source``: ``lerobot`` (the project's data path) or ``synthetic``."""
     video_backend: str
     seed: int = 0
+    workload: str = "gr00t_n16"
+    """The workload every row trains; a file of another workload is refused (one line)."""
 
 
 @dataclass
@@ -88,13 +90,24 @@ class Entry:
         return out
 
 
+def region_names(workload: str, preset: str) -> list[str]:
+    """The regions of ``workload``'s region map (the model built on the meta device)."""
+    from autotune.workloads import get_workload
+
+    w = get_workload(workload)
+    return list(w.regions(w.build_model(preset, "meta")))
+
+
 def builtin(name: str, settings: SuiteSettings) -> Entry:
     over = copy.deepcopy(CONFIGS[name])
+    if name == "region_graph" and settings.workload != "gr00t_n16":  # every region of its own
+        over["graphs"]["regions"] = region_names(settings.workload, settings.preset)
     data = over.setdefault("data", {})
     data.setdefault("source", settings.source)
     data.setdefault("video_backend", settings.video_backend)
     cfg = config_from_dict(
         {
+            "workload": settings.workload,
             "preset": settings.preset,
             "batch_size": settings.batch_size,
             "seed": settings.seed,
@@ -112,6 +125,11 @@ def row_name(path: Path) -> str:
 
 def from_file(path: Path, settings: SuiteSettings) -> Entry:
     cfg = load_config(path)
+    if cfg.workload != settings.workload:
+        raise ConfigError(
+            f"--configs: {path} trains workload {cfg.workload!r}; the suite measures "
+            f"{settings.workload!r} (give --workload {cfg.workload})"
+        )
     provenance = copy.deepcopy(cfg.provenance)
     cfg.provenance = None
     stock = TrainConfig()

@@ -234,3 +234,34 @@ def test_bad_knobs_on_top_name_the_entry_and_what_is_allowed():
         resolve([f"{BEST}+model.fast=true"], TINY)
     with pytest.raises(ConfigError, match=r"optimizer.streams: 'x' has the wrong type"):
         resolve([f"{BEST}+optimizer.streams=x"], TINY)
+
+
+def test_n17_rows_stock_compile_all_a_best_file_and_frozen_prefix_knobs_on_top(tmp_path):
+    """``--workload gr00t_n17``: every row trains N1.7 (region graphs over its own regions), knobs on top
+    of its study's best validate against its regions on an H200, and a file of N1.6 is refused."""
+    from autotune.benchmarks.suite_configs import region_names
+    from autotune.config.compat import Machine, check_compatible
+
+    n17 = replace(TINY, workload="gr00t_n17")
+    cfg = TrainConfig(workload="gr00t_n17", preset="full")
+    cfg.compile.regions = ["all"]
+    path = tmp_path / "n17" / "best.yaml"
+    path.parent.mkdir()
+    save_config(cfg, path)
+    on_top = "+model.frozen_prefix_no_grad=true+precision.regions.vision=fp8"
+    stock, compiled, graphs, best, more = resolve(
+        ["stock", "compile_all", "region_graph", str(path), f"{path}{on_top}"], n17
+    )
+    regions = region_names("gr00t_n17", "tiny")
+    assert {e.config.workload for e in (stock, compiled, graphs, best, more)} == {"gr00t_n17"}
+    assert graphs.config.graphs.regions == regions and "vl_adapter" in regions
+    assert more.config.model.frozen_prefix_no_grad and more.config.precision.regions == {
+        "vision": "fp8"
+    }
+    h200 = Machine(cuda=True, capability=(9, 0))
+    for entry in (stock, compiled, graphs, best, more):
+        check_compatible(entry.config, h200, regions)
+    with pytest.raises(
+        ConfigError, match=r"trains workload 'gr00t_n16'; the suite measures 'gr00t_n17'"
+    ):
+        resolve([str(BEST)], n17)
