@@ -1,0 +1,116 @@
+"""GPU-only: fp8 frozen layers with their weights cast once (``autotune.train.fp8_static``) on the device:
+the same loss and gradients as torchao's per-step cast, eager and compiled, and a captured CUDA graph or
+a ``reduce-overhead`` compile that reads the fp8 copy (refreshed in place) rather than a copy of it.
+
+    python -m pytest -q tests/train/test_gpu_fp8_frozen.py   # on a GPU of compute capability >= 8.9
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+    reason="needs a CUDA device with fp8 (compute capability >= 8.9)",
+)
+
+from autotune.config import PrecisionConfig  # noqa: E402
+from autotune.train import precision  # noqa: E402
+from autotune.train.fp8_static import FrozenFloat8Linear  # noqa: E402
+from autotune.workloads import get_workload  # noqa: E402
+
+W = get_workload("gr00t_n17")
+FP8 = {"vision": "fp8", "connector": "fp8", "llm_frozen": "fp8", "dit": "fp8"}
+CUDA = torch.device("cuda")
+
+
+def _model(static: bool = True):
+    """Tiny N1.7 on the GPU, its backbone and DiT in fp8; ``static=False``: torchao's per-step cast."""
+    from torchao.float8 import convert_to_float8_training
+
+    torch.manual_seed(0)
+    model = W.build_model("tiny", CUDA)
+    regions = model.region_map()
+    cfg = PrecisionConfig(regions=FP8)
+    if static:
+        precision.apply_precision(regions, cfg, CUDA, graphs=True)
+        return model
+    precision.set_param_dtypes(regions, cfg)
+    for name in FP8:
+        for module in regions[name]:
+            convert_to_float8_training(module, module_filter_fn=precision.fp8_eligible)
+    for name, modules in regions.items():
+        for module in modules:
+            dtype = precision.autocast_dtype(cfg.of(name))
+            precision._wrap_forward(module, "cuda", dtype, cache=False)
+    return model
+
+
+def _batch():
+    batch = W.synthetic_batch("tiny", 4, "cpu", torch.Generator().manual_seed(1))
+    return {k: v.to(CUDA) for k, v in batch.items()}
+
+
+def _loss_and_grads(model, batch, seed: int = 3):
+    torch.manual_seed(seed)
+    loss = W.loss(model, batch)
+    loss.backward()
+    grads = {n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad(set_to_none=True)
+    return loss.detach().float(), grads
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_static_weight_gives_the_per_step_casts_loss_and_gradients(compiled):
+    batch = _batch()
+    ref_model, model = _model(static=False), _model()
+    assert any(type(m) is FrozenFloat8Linear for m in model.modules())
+    if compiled:
+        ref_model.compile()
+        model.compile()
+    ref_loss, ref = _loss_and_grads(ref_model, batch)
+    loss, grads = _loss_and_grads(model, batch)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-3, atol=1e-4)
+    for name in ref:
+        torch.testing.assert_close(grads[name], ref[name], rtol=2e-2, atol=1e-3, msg=name)
+
+
+def _prefix(model, batch):
+    with torch.no_grad():
+        return model.frozen_prefix(batch)
+
+
+def test_a_captured_prefix_reads_the_fp8_copy_refreshed_in_place():
+    model, batch = _model(), _batch()
+    eager = _prefix(model, batch)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            _prefix(model, batch)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = _prefix(model, batch)
+    graph.replay()
+    torch.testing.assert_close(out, eager)
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, FrozenFloat8Linear):
+                layer.weight.mul_(0.5)
+    precision.refresh_frozen_fp8(model)  # as Session.weights_loaded does
+    graph.replay()
+    changed = _prefix(model, batch)
+    assert not torch.equal(changed, eager)
+    torch.testing.assert_close(out, changed)
+
+
+def test_a_reduce_overhead_compile_of_the_prefix_runs_and_matches_eager():
+    model, batch = _model(), _batch()
+    eager = _prefix(model, batch)
+    prefix = torch.compile(model.frozen_prefix, mode="reduce-overhead")
+    for _ in range(3):
+        with torch.no_grad():
+            out = prefix(batch).clone()
+    torch.testing.assert_close(out.float(), eager.float(), rtol=2e-2, atol=2e-2)
