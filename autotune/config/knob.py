@@ -10,6 +10,9 @@ is said of the knob anywhere else, so the rest derives from it:
   machine rules of :mod:`autotune.config.compat` and the search spaces derive from;
 * its default search range and remedy (:class:`Search`), from which the auto space is made and
   which a search-space file may narrow;
+* which of its values change what is computed, not only how fast (``numerics``: fp8 layers,
+  quantized optimizer states): loss parity with stock decides a trial that holds one, and the
+  report names them (:func:`numerics_of`);
 * how it maps to Hugging Face's ``TrainingArguments`` (:class:`Carried` or :class:`NotCarried`),
   from which ``autotune trainer-args`` is made.
 
@@ -133,6 +136,13 @@ class KnobSpec:
     """What is allowed, as an error says it (derived from choices and range when empty)."""
     needs: tuple[Needs, ...] = ()
     search: Search | None = None
+    numerics: tuple[Any, ...] = ()
+    """Values that change what is computed (within the parity tolerance at best), not only its speed;
+    for a mapping knob (``precision.regions``), values of the mapping."""
+
+    def changes_numerics(self, value: Any) -> bool:
+        values = value.values() if isinstance(value, dict) else (value,)
+        return any(v in self.numerics for v in values if isinstance(v, (str, int, float, bool)))
 
     def __post_init__(self) -> None:
         assert self.group is None or self.group in GROUPS, self.group
@@ -229,3 +239,16 @@ def not_carried_value(spec: KnobSpec, default: Any) -> Any:
     """The value at which a :class:`NotCarried` knob loses nothing."""
     assert isinstance(spec.hf, NotCarried)
     return default if spec.hf.same_as is _UNSET else spec.hf.same_as
+
+
+def numerics_of(cls: type, obj: Any) -> dict[str, Any]:
+    """The knobs of ``obj`` (a ``cls`` tree) that hold a value changing what is computed
+    (:attr:`KnobSpec.numerics`), by dotted key."""
+    out = {}
+    for d in walk(cls):
+        value = obj
+        for part in d.key.split("."):
+            value = getattr(value, part)
+        if d.spec.changes_numerics(value):
+            out[d.key] = value
+    return out

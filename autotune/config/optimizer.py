@@ -10,11 +10,20 @@ from typing import Any
 from autotune.config._strict import check
 from autotune.config.knob import Carried, Needs, NotCarried, Search, knob, validate
 
-OPTIMIZER_IMPLS = ("foreach", "fused", "loop", "compiled", "master")
+OPTIMIZER_IMPLS = ("foreach", "fused", "loop", "compiled", "master", "adamw8bit", "adamw4bit")
+LOW_BIT = {"adamw8bit": 8, "adamw4bit": 4}
+"""The implementations that keep AdamW's two moments quantized (torchao.optim), by bits a value."""
+_LOW_BIT_BLOCK = {"adamw8bit": 256, "adamw4bit": 128}
+"""Values per fp32 scale of torchao's block-wise quantization (its AdamW8bit and AdamW4bit defaults)."""
+_TRAINER_OPTIM = {
+    "fused": "adamw_torch_fused",
+    "adamw8bit": "adamw_torch_8bit",  # torchao's AdamW8bit, as transformers' OptimizerNames says
+    "adamw4bit": "adamw_torch_4bit",
+}
 
 
 def _impl_to_trainer(impl: str, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
-    args = {"optim": "adamw_torch_fused" if impl == "fused" else "adamw_torch"}
+    args = {"optim": _TRAINER_OPTIM.get(impl, "adamw_torch")}
     if impl == "loop":
         return (
             args,
@@ -27,6 +36,15 @@ def _impl_to_trainer(impl: str, cfg: Any, cuda: bool) -> tuple[dict[str, Any], s
             f"{impl!r} is autotune's own AdamW; the Trainer steps torch's over fp32 weights{extra}",
         )
     return args, None
+
+
+def _offload_to_trainer(offload: bool, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
+    if not offload:
+        return {}, None
+    return {}, (
+        "the Trainer keeps AdamW's state on the device; wrap its optimizer in torchao's "
+        "CPUOffloadOptimizer yourself (optimizer_cls_and_kwargs)"
+    )
 
 
 def _schedule_to_trainer(schedule: str, cfg: Any, cuda: bool) -> tuple[dict[str, Any], str | None]:
@@ -58,9 +76,12 @@ class OptimizerConfig:
                 "one_process",
                 "'master' trains on one process: several would all-reduce the bf16 weights' "
                 "gradients in bf16",
-                unless=("foreach", "fused", "loop", "compiled"),
+                unless=("foreach", "fused", "loop", "compiled", *LOW_BIT),
             ),
         ),
+        # quantized moments are not the same update: a trial holding one leads only where loss
+        # parity with stock passes, and the report says so
+        numerics=tuple(LOW_BIT),
         # autotune's own implementations are a choice of a workload's space file (they assume
         # bf16-autocast linear weights); every model runs torch's three
         search=Search("categorical", choices=("foreach", "fused", "loop"), remedy="fused"),
@@ -72,7 +93,10 @@ class OptimizerConfig:
     pass that computes the gradient norm; see :mod:`autotune.train.optim.compiled`) or ``master``
     (trainable weights that the forward reads only through bf16 autocast stored in bf16, their fp32
     masters in the optimizer, the update one pass over every tensor; one process only; see
-    :mod:`autotune.train.optim.master`)."""
+    :mod:`autotune.train.optim.master`), ``adamw8bit`` or ``adamw4bit`` (torchao's AdamW with both
+    moments quantized block-wise to 8 or 4 bits, updated per parameter by a compiled function:
+    about 2 or 1 byte of state a parameter instead of 8; not the same numbers, so loss parity
+    decides; see :mod:`autotune.train.optim.lowbit`)."""
     lr: float = knob(1e-4, group=None, low=0, low_open=True, hf=Carried("learning_rate"))
     """Peak learning rate."""
     betas: list[float] = knob(
@@ -138,6 +162,30 @@ class OptimizerConfig:
     of the weights it writes) instead of after the step's backward. The same updates in the same
     order: step k's update (with step k's learning rate and clipping) is done before step k+1's
     first trained layer. With ``impl: master`` and ``graphs.mode: step``, on one process."""
+    offload: bool = knob(
+        False,
+        group="memory",
+        needs=(
+            Needs("cuda", "the optimizer state moves to host memory from a CUDA device", (False,)),
+            Needs(
+                "one_process",
+                "the host update reads each gradient as its backward leaves it, before DDP has "
+                "all-reduced it",
+                (False,),
+            ),
+        ),
+        search=Search(
+            "bool", when={"optimizer.impl": ["fused"], "graphs.mode": ["none", "regions"]}
+        ),
+        hf=_offload_to_trainer,
+    )
+    """AdamW's moments and the fp32 update in host memory (torchao's ``CPUOffloadOptimizer``
+    around torch's fused AdamW on the CPU): each gradient is copied to the host as its backward
+    finishes, the host steps each parameter as its gradient arrives and copies it back, the copies
+    on a side stream beside the backward and the host's work. The same AdamW update; 0 bytes of
+    state a parameter on the device (tensors under 4096 values stay there), at the cost of
+    moving every gradient and parameter over the host link each step. With ``impl: fused``, on one
+    process, not in a captured step (see :mod:`autotune.train.optim.offload`)."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -156,9 +204,34 @@ class OptimizerConfig:
             "is not supported",
         )
         check(
-            self.streams == 1 or self.impl not in ("compiled", "master"),
+            not self.offload or self.impl == "fused",
+            "offload",
+            self.offload,
+            "false unless impl is 'fused' (the host steps torch's fused AdamW)",
+            "is not supported",
+        )
+        check(
+            self.streams == 1 or self.impl not in ("compiled", "master", *LOW_BIT),
             "streams",
             self.streams,
             f"1 with impl {self.impl!r}",
             "is not supported",
         )
+
+    def state_bytes_per_param(self, param_bytes: int = 4) -> float:
+        """Device bytes the optimizer holds per trainable parameter (moments, master copy; 0 for
+        what ``offload`` keeps on the host), for trainable weights of ``param_bytes`` bytes each.
+
+        torch's AdamW (``foreach``, ``fused``, ``loop``) and ``compiled`` keep two moments in the
+        parameter's dtype; ``master`` two fp32 moments and an fp32 master (its weights are bf16 on
+        the device); the low-bit ones two moments of 1 or 1/2 byte and an fp32 scale per block.
+        Parameters under 4096 values (biases, norms) keep full moments in every case; they are a
+        rounding error of a large model and not counted.
+        """
+        if self.offload:
+            return 0.0
+        if self.impl in LOW_BIT:
+            return 2 * (LOW_BIT[self.impl] / 8 + 4 / _LOW_BIT_BLOCK[self.impl])
+        if self.impl == "master":
+            return 3 * 4.0
+        return 2.0 * param_bytes

@@ -95,7 +95,11 @@ class PrecisionConfig:
     """
 
     default: str = knob(
-        "bf16", group="precision", choices=PRECISIONS, hf=_default_precision_to_trainer
+        "bf16",
+        group="precision",
+        choices=PRECISIONS,
+        numerics=("fp8",),
+        hf=_default_precision_to_trainer,
     )
     """Precision of every region that ``regions`` does not name."""
     regions: dict[str, str] = knob(
@@ -103,6 +107,7 @@ class PrecisionConfig:
         factory=dict,
         choices=PRECISIONS,
         allowed=str(list(PRECISIONS)),
+        numerics=("fp8",),
         hf=NotCarried("the Trainer runs the whole model in one precision, not one per region"),
     )
     """Per-region precision overrides, e.g. ``{dit: fp32}`` (a search space names one region a knob:

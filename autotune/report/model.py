@@ -81,6 +81,9 @@ class Summary:
     stock_spread: float | None = None
     best_spread: float | None = None
     """p10-p90 of the trial's measured steps relative to their median."""
+    best_numerics: dict[str, Any] | None = None
+    """The best's knobs at values that change what is computed (low-bit optimizer states, fp8
+    layers): its speed-up is of a different computation, which loss parity with stock decides."""
 
 
 @dataclass
@@ -179,6 +182,14 @@ def report_of(
     profiles = [Profile.read(d, run_dir, notes) for d in folder.profile_dirs(run_dir)]
     stock_profile = _profile_of(stock, profiles, None)
     best_profile = _profile_of(best, profiles, diagnosis.get("final_profile"))
+    summary = _confirmed(
+        _summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)),
+        provenance,
+        diagnosis,
+        trials,
+    )
+    won = next((r for r in rows if r.number == summary.best_trial), None)
+    summary.best_numerics = won.numerics if won is not None else None
     for trial, prof in ((stock, stock_profile), (best, best_profile)):
         _at_measured_rate(trial, prof)
     if best_yaml is None:
@@ -208,12 +219,7 @@ def report_of(
         status=_status(run, trials, best_yaml),
         generated_at=dt.datetime.now().isoformat(timespec="seconds"),
         run=run,
-        summary=_confirmed(
-            _summary(trials, stock, best, budget, _parity(run_dir, provenance, notes)),
-            provenance,
-            diagnosis,
-            trials,
-        ),
+        summary=summary,
         trials=rows,
         param_names=sorted({p for t in trials for p in t.params}),
         importances=importances,

@@ -13,6 +13,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.config import TrainConfig
+from autotune.config.knob import walk
 from autotune.report import folder
 from autotune.search.noise import flags
 from autotune.search.trials import (
@@ -269,6 +271,9 @@ class TrialRow:
     noisy: bool = False
     """Noisy and not settled by a second run: never the best."""
     parity_passed: bool | None = None
+    numerics: dict[str, Any] | None = None
+    """Its knobs at values that change what is computed, not only how fast (fp8 layers, low-bit
+    optimizer states: the knob's ``numerics``): loss parity with stock decides whether it may lead."""
     cost: dict[str, float] | None = None
     """Where its wall time went, seconds per part (:mod:`autotune.train.window.cost`)."""
 
@@ -338,10 +343,23 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
         remeasured_samples_per_s=_again(record),
         noisy=bool(a.get(NOISY)),
         parity_passed=parity_passed(t),
+        numerics=changes_numerics(t.params) or None,
         cost={k: v for k, v in record.cost.parts.items() if v >= 0.05}
         if record is not None and record.cost
         else None,
     )
+
+
+def changes_numerics(params: dict[str, Any]) -> dict[str, Any]:
+    """The trial parameters at a value that changes what is computed (by the knob's declaration;
+    ``precision.regions.R`` by ``precision.regions``'s)."""
+    specs = {d.key: d.spec for d in walk(TrainConfig)}
+    out = {}
+    for key, value in params.items():
+        spec = specs.get(key) or specs.get(key.rsplit(".", 1)[0])
+        if spec is not None and spec.changes_numerics(value):
+            out[key] = value
+    return out
 
 
 def _again(record) -> float | None:

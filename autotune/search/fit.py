@@ -11,6 +11,19 @@ then each more micro-batches per update (``memory.accumulation_steps``: smaller 
 same samples per update), and after the first of them, the largest choice of activation
 checkpointing (recomputing the trainable regions' forward, about a third more of their work)
 with each accumulation again. Rungs are cumulative: a later one keeps the earlier's knobs.
+
+Then the optimizer's state, whose size no batch remedy touches (full GR00T N1.6: 1.62 B trainable
+parameters, 13 GB of fp32 moments beside 13 GB of fp32 weights and gradients, more than a 24 GiB
+card holds whatever the batch). Each state tier runs the rungs above again from none:
+
+1. the exact rungs above, with AdamW's fp32 moments;
+2. ``optimizer.impl: adamw8bit`` (2 bytes a parameter instead of 8; the update only, one compiled
+   kernel a parameter: a small share of the step), then ``adamw4bit`` (1 byte). They come after
+   every exact rung because they change what is computed: loss parity with stock decides, and a
+   failed parity is a trial spent (the study goes on to the next rung);
+3. ``optimizer.offload`` (no state on the device, with the fused AdamW it steps on the host):
+   last, as every step moves each gradient and parameter over the host link and runs AdamW on
+   the host's cores, several times the update's device time for a model of this size.
 """
 
 from __future__ import annotations
@@ -25,6 +38,10 @@ from autotune.search.trials import constraint_of, measurement_of, reason_of, rec
 EXPANDABLE = "memory.expandable_segments"
 ACCUMULATION = "memory.accumulation_steps"
 CHECKPOINTING = "checkpointing.regions"
+IMPL = "optimizer.impl"
+OFFLOAD = "optimizer.offload"
+LOW_BIT = ("adamw8bit", "adamw4bit")
+GRAPHS = "graphs.mode"
 
 
 def out_of_memory(trial: FrozenTrial) -> bool:
@@ -38,26 +55,49 @@ def ladder(space: SearchSpace, stock: dict[str, Any], batch_size: int) -> list[d
     """Optuna parameters of each rung (see the module docstring) over ``stock``'s, in order;
     accumulation steps that do not divide ``batch_size`` are left out."""
     knobs = {k.key: k for k in space.knobs}
-    rungs: list[dict[str, Any]] = []
     base = dict(stock)
     if EXPANDABLE in knobs and True in knobs[EXPANDABLE].choices:
         base[EXPANDABLE] = knobs[EXPANDABLE].encode(True)
-        rungs.append(dict(base))
-    steps = _more_steps(knobs.get(ACCUMULATION), stock.get(ACCUMULATION, 1), batch_size)
-    widest = _widest(knobs.get(CHECKPOINTING), stock.get(CHECKPOINTING))
-    for i, k in enumerate(steps):
-        rungs.append({**base, ACCUMULATION: k})
-        if i == 0 and widest is not None:
-            rungs.append({**base, CHECKPOINTING: widest})
-        if widest is not None:
-            rungs.append({**base, CHECKPOINTING: widest, ACCUMULATION: k})
-    if not steps and widest is not None:
-        rungs.append({**base, CHECKPOINTING: widest})
+    batch = _batch_rungs(knobs, stock, batch_size)
+    rungs = [{**base, **tier, **rung} for tier in _state_tiers(knobs, stock) for rung in batch]
     unique: list[dict[str, Any]] = []
     for rung in (active_params(space, r) for r in rungs):
         if rung != active_params(space, stock) and rung not in unique:
             unique.append(rung)
     return unique
+
+
+def _batch_rungs(knobs: dict[str, Knob], stock: dict[str, Any], batch_size: int) -> list[dict]:
+    """The activation rungs over the base, the base itself ({}) first."""
+    rungs: list[dict[str, Any]] = [{}]
+    steps = _more_steps(knobs.get(ACCUMULATION), stock.get(ACCUMULATION, 1), batch_size)
+    widest = _widest(knobs.get(CHECKPOINTING), stock.get(CHECKPOINTING))
+    for i, k in enumerate(steps):
+        rungs.append({ACCUMULATION: k})
+        if i == 0 and widest is not None:
+            rungs.append({CHECKPOINTING: widest})
+        if widest is not None:
+            rungs.append({CHECKPOINTING: widest, ACCUMULATION: k})
+    if not steps and widest is not None:
+        rungs.append({CHECKPOINTING: widest})
+    return rungs
+
+
+def _state_tiers(knobs: dict[str, Knob], stock: dict[str, Any]) -> list[dict[str, Any]]:
+    """The optimizer-state settings, stock's ({}) first, that the space offers beside stock's
+    graphs (neither runs in a captured whole step)."""
+    tiers: list[dict[str, Any]] = [{}]
+    impl = knobs.get(IMPL)
+    graphs = knobs.get(GRAPHS)
+    captured = graphs is not None and GRAPHS in stock and graphs.decode(stock[GRAPHS]) == "step"
+    if impl is None or captured:
+        return tiers
+    current = impl.decode(stock[IMPL]) if IMPL in stock else None
+    tiers += [{IMPL: impl.encode(c)} for c in LOW_BIT if c in impl.choices and c != current]
+    offload = knobs.get(OFFLOAD)
+    if offload is not None and True in offload.choices and "fused" in impl.choices:
+        tiers.append({IMPL: impl.encode("fused"), OFFLOAD: offload.encode(True)})
+    return tiers
 
 
 def active_params(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:

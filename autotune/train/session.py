@@ -141,9 +141,18 @@ class Session:
 
     def weights_loaded(self) -> None:
         """Weights were copied into the built model (``--init-from``): layers that keep copies of frozen
-        weights refresh them, in place (the frozen fp8 layers their fp8 weights too)."""
+        weights refresh them, in place (the frozen fp8 layers their fp8 weights too), and so does an
+        optimizer with copies of the trainable ones."""
         self.workload.prepare_model(self.model)
         precision.refresh_frozen_fp8(self.model)
+        self.trainable_loaded()
+
+    def trainable_loaded(self) -> None:
+        """The trainable weights were overwritten in place (a checkpoint's): an optimizer that keeps
+        its own copies of them (``optimizer.offload``: on the host) takes their values."""
+        refresh = getattr(self.optimizer, "weights_loaded", None)
+        if refresh is not None:
+            refresh()
 
     def _optimizer(
         self, capturable: bool
@@ -153,7 +162,11 @@ class Session:
         own = getattr(self.workload, "optimizer", None)
         if own is not None:
             opt = optim.rebuild_optimizer(
-                own, self.cfg.optimizer.impl, capturable=capturable, masters=self.masters
+                own,
+                self.cfg.optimizer.impl,
+                capturable=capturable,
+                masters=self.masters,
+                offload=self.cfg.optimizer.offload,
             )
             return opt, torch.optim.lr_scheduler.LambdaLR(
                 opt, lambda step: 1.0

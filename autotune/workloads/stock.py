@@ -11,7 +11,8 @@ import copy
 
 import torch
 
-from autotune.config import TrainConfig
+from autotune.config import OptimizerConfig, TrainConfig
+from autotune.config.knob import walk
 from autotune.workloads.registry import get_workload
 
 
@@ -35,7 +36,8 @@ def stock_like(cfg: TrainConfig) -> TrainConfig:
     for name in ("source", "dataset", "episodes", "video_backend"):
         setattr(stock.data, name, getattr(cfg.data, name))
     stock.model = copy.deepcopy(cfg.model)
-    impl = stock.optimizer.impl
+    knobs = {d.key: getattr(stock.optimizer, d.key) for d in walk(OptimizerConfig) if d.spec.group}
     stock.optimizer = copy.deepcopy(cfg.optimizer)
-    stock.optimizer.impl = impl
+    for key, value in knobs.items():  # its knobs stock's: how the update runs, where its state is
+        setattr(stock.optimizer, key, value)
     return stock

@@ -3,7 +3,9 @@
 Taking a snapshot copies the state into host buffers that are kept between checkpoints (page-locked
 on CUDA, so that the copy runs at the link's speed and the buffers are not allocated again), after
 synchronising the device once; the write then runs from the copy while training goes on.
-Restoring copies into the existing tensors in place (parameters, the optimizer's device
+A tensor subclass in the optimizer's state (torchao's quantized moments) is copied as the tensors
+it is made of (codes, scales), so that a checkpoint holds the state as it was, not a dequantized
+copy. Restoring copies into the existing tensors in place (parameters, the optimizer's device
 learning rate): graphs captured on them, compiled modules and the optimizer keep their addresses.
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from autotune.train.session import Session
 
@@ -133,7 +136,10 @@ def masters(session: Session) -> dict[str, torch.Tensor]:
 
 
 def _tensors(value: Any, path: str, out: dict[str, torch.Tensor]) -> None:
-    if isinstance(value, torch.Tensor):
+    if is_traceable_wrapper_subclass(value):  # torchao's quantized moments: their codes and scales
+        for name in value.__tensor_flatten__()[0]:
+            _tensors(getattr(value, name), f"{path}#{name}", out)
+    elif isinstance(value, torch.Tensor):
         out[path] = value
     elif isinstance(value, dict):
         for k, v in value.items():
@@ -144,6 +150,10 @@ def _tensors(value: Any, path: str, out: dict[str, torch.Tensor]) -> None:
 
 
 def _rebuild(value: Any, path: str, copies: dict[str, torch.Tensor]) -> Any:
+    if is_traceable_wrapper_subclass(value):
+        names, meta = value.__tensor_flatten__()
+        inner = {n: _rebuild(getattr(value, n), f"{path}#{n}", copies) for n in names}
+        return type(value).__tensor_unflatten__(inner, meta, value.shape, value.stride())
     if isinstance(value, torch.Tensor):
         return copies[path]
     if isinstance(value, dict):
@@ -229,6 +239,7 @@ def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str)
             )  # a bf16 parameter takes its master's value rounded, as the optimizer writes it
             if params[n] is not p:
                 params[n].copy_(weights[n])
+    session.trainable_loaded()
 
 
 def load_optimizer(session: Session, state: dict[str, Any]) -> None:

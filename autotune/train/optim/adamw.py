@@ -1,8 +1,10 @@
 """AdamW in the configured implementation, the cosine schedule with warm-up, gradient clipping.
 
-``impl`` picks torch's for-each, fused or per-parameter AdamW, or the compiled update of
-:mod:`autotune.train.optim.compiled`; ``streams > 1`` steps torch's AdamW in shards on concurrent
-CUDA streams (:mod:`autotune.train.optim.streams`). Each gives the same parameters as the others
+``impl`` picks torch's for-each, fused or per-parameter AdamW, the compiled update of
+:mod:`autotune.train.optim.compiled`, or torchao's AdamW with 8- or 4-bit moments
+(:mod:`autotune.train.optim.lowbit`: not the same numbers); ``offload`` steps torch's fused AdamW
+on the host (:mod:`autotune.train.optim.offload`); ``streams > 1`` steps torch's AdamW in shards on concurrent
+CUDA streams (:mod:`autotune.train.optim.streams`). Each exact one gives the same parameters as the others
 to float rounding (``tests/train/test_optim.py``).
 """
 
@@ -13,9 +15,12 @@ import math
 import torch
 
 from autotune.config import OptimizerConfig
+from autotune.config.optimizer import LOW_BIT
 from autotune.train.optim.clip import ClipsInStep
 from autotune.train.optim.compiled import CompiledAdamW
+from autotune.train.optim.lowbit import low_bit_adamw
 from autotune.train.optim.master import MasterAdamW
+from autotune.train.optim.offload import offload_adamw
 from autotune.train.optim.streams import StreamedAdamW
 
 
@@ -30,6 +35,11 @@ def build_optimizer(
     ``compiled`` and ``master`` are capturable whatever the graphs: their learning rates are device
     tensors. ``masters``: with ``master``, the fp32 masters of the parameters stored in bf16
     (``optim_master.bf16_with_masters``)."""
+    hyper = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    if cfg.offload:
+        return offload_adamw(param_groups, **hyper)
+    if cfg.impl in LOW_BIT:
+        return low_bit_adamw(param_groups, cfg.impl, **hyper)
     if cfg.impl == "compiled":
         return CompiledAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.impl == "master":
@@ -54,33 +64,50 @@ def build_optimizer(
     return torch.optim.AdamW(param_groups, lr=lr, **kwargs)
 
 
+def _adamw_groups(optimizer: torch.optim.Optimizer, knob: str) -> list[dict]:
+    """The groups of a user's torch AdamW with its hyper-parameters, for ``knob``'s AdamW to replace it."""
+    from autotune.errors import ConfigError
+
+    cls = type(optimizer)
+    if cls is not torch.optim.AdamW:
+        raise ConfigError(f"{knob} is refused: it replaces torch's AdamW, not a {cls.__name__}")
+    if optimizer.defaults.get("amsgrad") or optimizer.defaults.get("maximize"):
+        raise ConfigError(f"{knob} is refused: it has no amsgrad or maximize variant")
+    return [
+        {k: v for k, v in g.items() if k in ("params", "lr", "weight_decay", "betas", "eps")}
+        for g in optimizer.param_groups
+    ]
+
+
 def rebuild_optimizer(
     optimizer: torch.optim.Optimizer,
     impl: str,
     *,
     capturable: bool,
     masters: dict[int, torch.Tensor] | None = None,
+    offload: bool = False,
 ) -> torch.optim.Optimizer:
     """``optimizer`` (a fresh one, of a class with torch's ``fused``/``foreach`` options: Adam, AdamW,
     SGD, ...) made again over its own groups and hyper-parameters, with ``impl``'s kernels
-    (``master``: a torch AdamW made again as :class:`MasterAdamW`)."""
+    (``master``, the low-bit ones, and ``offload``: a torch AdamW made again as that AdamW)."""
     from autotune.errors import ConfigError
 
     cls = type(optimizer)
     defaults = dict(optimizer.defaults)
+    if offload or impl in LOW_BIT:
+        knob = "optimizer.offload: true" if offload else f"optimizer.impl: {impl!r}"
+        groups = _adamw_groups(optimizer, knob)
+        hyper = dict(
+            lr=float(defaults["lr"]),
+            betas=tuple(defaults["betas"]),
+            eps=defaults["eps"],
+            weight_decay=defaults["weight_decay"],
+        )
+        if offload:
+            return offload_adamw(groups, **hyper)
+        return low_bit_adamw(groups, impl, **hyper)
     if impl == "master":
-        if cls is not torch.optim.AdamW:
-            raise ConfigError(
-                f"optimizer.impl: 'master' is refused: it replaces torch's AdamW, not a {cls.__name__}"
-            )
-        if defaults.get("amsgrad") or defaults.get("maximize"):
-            raise ConfigError(
-                "optimizer.impl: 'master' is refused: it has no amsgrad or maximize variant"
-            )
-        groups = [
-            {k: v for k, v in g.items() if k in ("params", "lr", "weight_decay", "betas", "eps")}
-            for g in optimizer.param_groups
-        ]
+        groups = _adamw_groups(optimizer, "optimizer.impl: 'master'")
         return MasterAdamW(
             groups,
             lr=float(defaults["lr"]),
