@@ -387,3 +387,41 @@ def test_a_confirmation_that_kept_another_trial_is_what_the_summary_shows(quick_
         for n in report.notes
     ), report.notes
     assert not any("is now" in n for n in report.notes)
+
+
+def test_a_trial_that_changes_what_is_computed_says_so_and_so_does_the_page(quick_run, tmp_path):
+    """Low-bit optimizer states and fp8 layers are declared to change the numerics: the trial's row,
+    the best's summary and the page say that loss parity decides; exact knobs are not named."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from autotune.report.model import load_report
+    from autotune.report.parts import trial_row
+    from autotune.report.render import render_html
+
+    params = {
+        "optimizer.impl": "adamw8bit",
+        "precision.regions.dit": "fp8",
+        "precision.regions.vision": "bf16",
+        "memory.accumulation_steps": 2,
+    }
+    dists = {k: CategoricalDistribution([v]) for k, v in params.items()}
+    row = trial_row(
+        create_trial(params=params, distributions=dists, value=1.0),
+        tmp_path,
+        stock=False,
+        best=True,
+        pareto=False,
+    )
+    assert row.numerics == {"optimizer.impl": "adamw8bit", "precision.regions.dit": "fp8"}
+
+    report, study = load_report(quick_run)
+    assert report.summary.best_numerics is None  # the quick study's knobs are all exact
+    best = report.trial(report.summary.best_trial)
+    best.numerics = report.summary.best_numerics = {"optimizer.impl": "adamw8bit"}
+    html = render_html(report, study)
+    assert (
+        "<b>changes what is computed</b>: optimizer.impl: adamw8bit; loss parity with stock decides"
+        in html
+    )
+    assert "changes what is computed (optimizer.impl): parity decides" in html

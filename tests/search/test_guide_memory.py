@@ -113,3 +113,44 @@ def test_stock_that_fits_gets_no_memory_stage(tmp_path):
     _, stage = guide.next_trial(study, stock)
     assert stage.kind != "memory"
     assert guide.next_trial(study, None) == (None, None)  # nothing to fit
+
+
+def test_the_optimizer_state_tiers_come_after_every_exact_rung_each_from_none(tmp_path):
+    """adamw8bit, adamw4bit, then the state on the host (with the fused AdamW it steps): each tier
+    climbs the batch rungs again from none, after every rung of fp32 moments."""
+    spec = {"knobs": dict(SPACE["knobs"])}
+    spec["knobs"]["optimizer.impl"] = {
+        "type": "categorical",
+        "choices": ["foreach", "fused", "adamw8bit", "adamw4bit"],
+        "remedy": "fused",
+    }
+    spec["knobs"]["optimizer.offload"] = {"when": {"optimizer.impl": ["fused"]}}
+    space = parse_space(spec, tmp_path / "s.yaml")
+    rungs = fit.ladder(space, {**STOCK_PARAMS, "optimizer.offload": False}, batch_size=2)
+    got = [
+        (
+            r["optimizer.impl"],
+            r.get("optimizer.offload"),
+            r["memory.accumulation_steps"],
+            r["checkpointing.regions"],
+        )
+        for r in rungs
+    ]
+    batch = [(1, "none"), (2, "none"), (1, "llm_trainable+dit"), (2, "llm_trainable+dit")]
+    # optimizer.offload exists beside the fused AdamW only
+    tiers = [("foreach", None), ("adamw8bit", None), ("adamw4bit", None), ("fused", True)]
+    assert got == [(impl, off, *b) for impl, off in tiers for b in batch]
+    assert all(r["memory.expandable_segments"] for r in rungs)
+
+
+def test_a_captured_stock_step_gets_no_optimizer_state_tiers(tmp_path):
+    """Neither low-bit states nor the host's update run in a captured whole step."""
+    spec = {"knobs": {"graphs.mode": {}, **SPACE["knobs"]}}
+    spec["knobs"]["optimizer.impl"] = {
+        "type": "categorical",
+        "choices": ["foreach", "fused", "adamw8bit"],
+    }
+    space = parse_space(spec, tmp_path / "s.yaml")
+    stock = {**STOCK_PARAMS, "graphs.mode": "step"}
+    impls = {r["optimizer.impl"] for r in fit.ladder(space, stock, batch_size=4)}
+    assert impls == {"foreach"}

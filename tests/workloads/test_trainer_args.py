@@ -60,3 +60,26 @@ def test_a_cpu_made_configuration_is_accepted_on_the_cpu(tmp_path, capsys):
     assert kwargs["use_cpu"] and kwargs["learning_rate"] == 3e-4 and kwargs["max_grad_norm"] == 0.5
     assert kwargs["lr_scheduler_type"] == "constant_with_warmup"
     _accepted(tmp_path, kwargs)
+
+
+@pytest.mark.parametrize(
+    ("impl", "optim"), [("adamw8bit", "adamw_torch_8bit"), ("adamw4bit", "adamw_torch_4bit")]
+)
+def test_low_bit_states_carry_as_the_trainers_torchao_optimizers(tmp_path, capsys, impl, optim):
+    cfg = stock_config("gr00t_n16", "tiny")
+    cfg.optimizer.impl = impl
+    save_config(cfg, tmp_path / "best.yaml")
+    export = _export(capsys, tmp_path / "best.yaml", "--for", "cpu")
+    kwargs = export["training_arguments"]
+    assert kwargs["optim"] == optim and "optimizer.impl" not in export["not_carried"]
+    assert optim in {n.value for n in transformers.training_args.OptimizerNames}
+    _accepted(tmp_path, kwargs)
+
+
+def test_an_offloaded_optimizer_state_is_listed_as_not_carried(tmp_path, capsys):
+    cfg = stock_config("gr00t_n16", "tiny")
+    cfg.optimizer.impl, cfg.optimizer.offload = "fused", True
+    save_config(cfg, tmp_path / "best.yaml")
+    export = _export(capsys, tmp_path / "best.yaml", "--for", "cpu")
+    assert export["training_arguments"]["optim"] == "adamw_torch_fused"
+    assert "CPUOffloadOptimizer" in export["not_carried"]["optimizer.offload"]
