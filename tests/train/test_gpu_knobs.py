@@ -35,6 +35,18 @@ def test_the_grouped_gemm_writes_zero_gradients_for_unused_slots_and_matches_the
         assert (got - want).norm() <= 1e-2 * want.norm()
 
 
+def test_a_132_wide_grouped_layer_compiles_on_the_gather_path():
+    torch.manual_seed(0)
+    layer = CategorySpecificLinear(32, 132, 1024).cuda()
+    x = torch.randn(16, 40, 132, device="cuda", dtype=torch.bfloat16)
+    ids = torch.tensor([3] * 12 + [7] * 4, device="cuda")
+    layer.matmul = "gather"
+    want = layer(x, ids)
+    layer.matmul = "grouped"
+    got = torch.compile(layer)(x, ids)
+    torch.testing.assert_close(got, want)
+
+
 def _run(cfg: dict, *, capture: bool, steps: int = 4) -> list[torch.Tensor]:
     """AdamW of ``cfg`` on 60 tensors of various sizes, the same gradients each step, clipped on
     every other one; with ``capture`` the clipped step is a CUDA graph replayed after 3 eager steps."""

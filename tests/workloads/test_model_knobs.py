@@ -19,7 +19,11 @@ from autotune.config import ModelConfig, config_from_dict
 from autotune.errors import ConfigError
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_common.dit import block_kind
-from autotune.workloads.gr00t_common.projectors import CategorySpecificLinear, slot_groups
+from autotune.workloads.gr00t_common.projectors import (
+    CategorySpecificLinear,
+    grouped_supported,
+    slot_groups,
+)
 from autotune.workloads.gr00t_n16.knobs import Gr00tModelKnobs
 from autotune.workloads.gr00t_n16.presets import get_preset
 
@@ -238,6 +242,16 @@ def test_grouped_linear_in_bf16_matches_the_gather_to_bf16_rounding():
         out[mode] = (y.float(), xi.grad.float(), layer.W.grad.clone())
     for got, want in zip(out["grouped"], out["gather"]):
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_grouped_gemm_on_cuda_only_for_bf16_widths_its_kernel_takes():
+    bf16 = torch.bfloat16
+    assert grouped_supported("cuda", bf16, 1536, 1536)
+    # N1.7's 132-wide state and action layers: rows of 264 bytes, not a multiple of 16
+    assert not grouped_supported("cuda", bf16, 132, 1536)
+    assert not grouped_supported("cuda", bf16, 1024, 132)
+    assert not grouped_supported("cuda", torch.float32, 1536, 1536)
+    assert grouped_supported("cpu", torch.float32, 132, 132)
 
 
 def test_slot_groups_have_static_shapes_whatever_the_ids():

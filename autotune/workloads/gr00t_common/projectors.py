@@ -23,11 +23,15 @@ def slot_groups(
     return order, (torch.cumsum(counts, 0) * tokens).to(torch.int32)
 
 
-def grouped_supported(x: torch.Tensor) -> bool:
-    """Whether ``torch._grouped_mm`` has a kernel for ``x``: any dtype on the CPU, bf16 on CUDA."""
+def grouped_supported(device: str, dtype: torch.dtype, d_in: int, d_out: int) -> bool:
+    """Whether ``torch._grouped_mm`` has a kernel for rows of ``d_in`` times weights ``[d_in, d_out]``:
+    any dtype on the CPU; on CUDA bf16 with both widths a multiple of 8 (its operands' row strides
+    must be multiples of 16 bytes: GR00T N1.7's 132-wide state and action layers are not)."""
     if not hasattr(torch, "_grouped_mm"):
         return False
-    return x.device.type == "cpu" or (x.device.type == "cuda" and x.dtype == torch.bfloat16)
+    if device == "cpu":
+        return True
+    return device == "cuda" and dtype == torch.bfloat16 and d_in % 8 == 0 and d_out % 8 == 0
 
 
 class CategorySpecificLinear(nn.Module):
@@ -39,7 +43,8 @@ class CategorySpecificLinear(nn.Module):
     one grouped GEMM multiplies each slot's rows by that slot's weights, read in place; its
     backward gives the same dense gradients (zeros for slots no sample used). The same FLOPs; the
     weights are read once per used slot instead of copied once per sample. On CUDA the grouped GEMM
-    exists for bf16 only: a region computing in fp32 takes the gather path.
+    exists for bf16 only and for widths that are multiples of 8: a region computing in fp32, or a
+    layer of another width, takes the gather path.
     """
 
     def __init__(self, slots: int, d_in: int, d_out: int) -> None:
@@ -50,7 +55,8 @@ class CategorySpecificLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, cat_ids: torch.Tensor) -> torch.Tensor:
         bias = self.b[cat_ids].unsqueeze(1).to(x.dtype)
-        if self.matmul == "grouped" and grouped_supported(x):
+        d_in, d_out = self.W.shape[1:]
+        if self.matmul == "grouped" and grouped_supported(x.device.type, x.dtype, d_in, d_out):
             return self._grouped(x, cat_ids) + bias
         return torch.bmm(x, self.W[cat_ids].to(x.dtype)) + bias
 
