@@ -170,6 +170,16 @@ def _device_step(trace: RankTrace, host_kind: np.ndarray, steps: _Steps) -> np.n
     return attribute(trace, host_kind, steps.start, steps.end).step
 
 
+def device_steps(trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+    """The trace's step numbers (``ProfilerStep#N``, in time order) and, per device event, the
+    index into them of the step that launched it (-1: none). Refuses what :func:`classify`
+    refuses: no step markers, another accelerator's trace, a GPU trace without its device side."""
+    host_kind = kinds_of(HOST_TABLE, trace.names)[trace.host.name]
+    check_traced(trace, host_kind)
+    steps = _find_steps(trace, host_kind)
+    return steps.number, _device_step(trace, host_kind, steps)
+
+
 def launched_in_steps(trace: RankTrace) -> np.ndarray:
     """Whether each device event of ``trace`` was launched by one of its steps."""
     host_kind = kinds_of(HOST_TABLE, trace.names)[trace.host.name]
