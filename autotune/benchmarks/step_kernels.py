@@ -1,10 +1,10 @@
 """Device time of each profiled step of a trace, by kind of kernel, with the step's idle time.
 
-A step's device events are those its host span launched (:func:`autotune.profiling.classify.device_steps`:
-by correlation id, and a CUDA graph's kernels by its launch), on every stream: kernels, copies
-and sets. Per step:
+A step's device events are those its host span launched
+(:func:`autotune.profiling.classify.device_steps`: by correlation id, and a CUDA graph's kernels
+by its launch), on every stream: kernels, copies and sets. Per step:
 
-* per kind (:mod:`autotune.benchmarks.kernel_kinds`): the events' summed durations and their count;
+* per kind (:mod:`autotune.benchmarks.kernel_kinds`): the events' summed durations and count;
 * ``span``: from the start of the step's first event to the end of its last;
 * ``busy``: the union of its events' intervals (the time some stream runs something);
 * ``idle``: ``span - busy``, the gaps inside the span where no stream runs anything. Each gap is
@@ -17,6 +17,7 @@ and sets. Per step:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ KINDS = tuple(KernelKind)
 
 @dataclass(frozen=True)
 class StepKernels:
-    """One step's device time, in nanoseconds; per-kind tuples are indexed by :class:`KernelKind`."""
+    """One step's device time in nanoseconds; per-kind tuples are indexed by :class:`KernelKind`."""
 
     step: int
     """The N of ``ProfilerStep#N``."""
@@ -67,7 +68,7 @@ class TraceKernels:
     path: Path
     steps: tuple[StepKernels, ...]
 
-    def mean_ms(self, value) -> float:
+    def mean_ms(self, value: Callable[[StepKernels], int]) -> float:
         """The mean over steps of ``value(step)`` (nanoseconds), in milliseconds."""
         return float(np.mean([value(s) for s in self.steps])) / 1e6
 

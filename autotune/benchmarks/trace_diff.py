@@ -10,8 +10,9 @@ launched on the device (:mod:`autotune.benchmarks.step_kernels`): per kind of ke
 (:mod:`autotune.benchmarks.kernel_kinds`) the milliseconds and the count; then the kernel time,
 the time counted twice by concurrent streams, the busy time, the idle time inside the span and
 the span from the first kernel to the last. A second table puts the idle time down to the kind
-of kernel each gap preceded, and again to the kind each gap followed. ``AFTER - BEFORE`` is the difference. A trace the table cannot be
-made from (no kernels, a single profiled step, not a trace) gets one line naming the file; exit 2.
+of kernel each gap preceded, and again to the kind each gap followed. The difference is
+``AFTER - BEFORE``. A trace the table cannot be made from (no kernels, a single profiled step,
+not a trace) gets one line naming the file, exit code 2 (``--debug``: the traceback).
 """
 
 from __future__ import annotations
