@@ -31,7 +31,7 @@ MODE_FACTOR = {
 }
 """Compile time relative to ``default``, assumed until a trial of the mode is measured: Inductor's
 max-autotune benchmarks several kernel configurations for each matmul and fused kernel."""
-NOT_RUN = ("config", "duplicate", "cost")
+NOT_RUN = ("config", "duplicate", "cost", "predicted_oom")
 """Failure reasons of trials that did not run: their costs say nothing of a run."""
 
 

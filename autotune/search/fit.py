@@ -33,7 +33,13 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from autotune.search.space import Knob, SearchSpace
-from autotune.search.trials import constraint_of, measurement_of, reason_of, record_of
+from autotune.search.trials import (
+    PREDICTED_OOM,
+    constraint_of,
+    measurement_of,
+    reason_of,
+    record_of,
+)
 
 EXPANDABLE = "memory.expandable_segments"
 ACCUMULATION = "memory.accumulation_steps"
@@ -136,6 +142,9 @@ def peak_line(trial: FrozenTrial, budget: int | None) -> dict[str, Any]:
     elif record is not None and record.measurement is not None:
         peak = record.measurement.memory.allocated_bytes
     fits = None if peak is None or budget is None else peak <= budget
-    if reason_of(trial) == "oom":
+    if reason_of(trial) in ("oom", PREDICTED_OOM):
         fits = False
-    return {"trial": trial.number, "peak_bytes": peak, "budget_bytes": budget, "fits": fits}
+    line = {"trial": trial.number, "peak_bytes": peak, "budget_bytes": budget, "fits": fits}
+    if reason_of(trial) == PREDICTED_OOM:  # not run: its peak is the prediction's
+        line["predicted"] = True
+    return line

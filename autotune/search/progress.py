@@ -14,6 +14,7 @@ from autotune.search.trials import (
     COST,
     DUPLICATE,
     NOISY,
+    PREDICTED_OOM,
     REFERENCE,
     STOCK,
     best_trial,
@@ -46,7 +47,7 @@ def progress_line(
     failure = record.failure if record is not None else None
     if trial.state == TrialState.PRUNED:
         what = f"pruned ({failure.error if failure else ''})"
-    elif failure is not None and failure.reason == DUPLICATE:
+    elif failure is not None and failure.reason in (DUPLICATE, PREDICTED_OOM):
         what = f"skipped: {failure.error}"
     elif failure is not None and failure.reason == COST:
         what = failure.error  # "not started: expected ~N s (...), M s left of the time budget; ..."

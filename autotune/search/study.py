@@ -75,6 +75,7 @@ from autotune.search.converge import FREE_TRIALS, Convergence, convergence, plat
 from autotune.search.expected import expected_of, too_costly
 from autotune.search.guide import Guide, Stage
 from autotune.search.noise import trusted_value
+from autotune.search.predict import accuracy, predicted_of, too_large
 from autotune.search.progress import progress_line
 from autotune.search.recovery import (
     MAX_INTERRUPTIONS,
@@ -94,6 +95,8 @@ from autotune.search.trials import (
     COST,
     DUPLICATE,
     GROUP,
+    PREDICTED,
+    PREDICTED_OOM,
     QUEUED_AGAIN,
     REFERENCE,
     STAGE,
@@ -298,6 +301,10 @@ def run_trial(
             ),
         )
         return TrialState.FAIL, None
+    if not trial.user_attrs.get(STOCK) and opts.memory_cap:
+        skipped = predict_peak(trial, cfg, opts, may_skip=search)
+        if skipped is not None:
+            return skipped
     log = opts.out / "logs" / f"trial-{trial.number:04d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     profile_dir = opts.out / "profiles" / f"trial-{trial.number:04d}"
@@ -339,6 +346,25 @@ def run_trial(
         parity=parity,
         noisy=noisy,
     )
+
+
+def predict_peak(
+    trial: optuna.Trial, cfg: TrainConfig, opts: StudyOptions, may_skip: bool
+) -> tuple[TrialState, float] | None:
+    """Keep the trial's predicted peak (:mod:`autotune.search.predict`) in its attributes; where it
+    ``may_skip`` and the prediction is over the budget, the trial is not run: it is told as out of
+    memory (value 0, its predicted excess the constraint), so the sampler learns the region."""
+    pred = predicted_of(cfg, trial.study, lambda t: config_of(opts, t))
+    if pred is None:
+        return None
+    trial.set_user_attr(PREDICTED, pred.to_dict())
+    why = too_large(pred, opts.memory_budget) if may_skip else None
+    if why is None:
+        return None
+    budget = opts.memory_budget
+    record = TrialRecord.failed(PREDICTED_OOM, why, peak_bytes=pred.peak_bytes, budget_bytes=budget)
+    store(trial, record, constraint=max((pred.peak_bytes - budget) / budget, 1e-3))
+    return TrialState.COMPLETE, 0.0
 
 
 def vet_trial(
@@ -568,7 +594,7 @@ def _trials(
         guide.record(study, stage, frozen)
         keep_traces(study, guide, opts.out)
         converged = study_convergence(study, guide, opts)
-        write_diagnosis(opts.out, guide, converged)
+        write_diagnosis(opts.out, guide, converged, accuracy(study) if opts.memory_cap else None)
         ran += 1
         report(
             progress_line(
@@ -656,7 +682,7 @@ def typical_trial_s(study: optuna.Study) -> float | None:
         if t.state.is_finished()
         and t.datetime_start
         and t.datetime_complete
-        and reason_of(t) not in ("config", DUPLICATE, COST, *QUEUED_AGAIN)
+        and reason_of(t) not in ("config", DUPLICATE, COST, PREDICTED_OOM, *QUEUED_AGAIN)
     ]
     return statistics.median(spans) if spans else None
 
@@ -683,8 +709,17 @@ def check_space_unchanged(study: optuna.Study, space: SearchSpace) -> None:
                     ) from None
 
 
-def write_diagnosis(out: Path, guide: Guide, converged: Convergence | None = None) -> None:
+def write_diagnosis(
+    out: Path,
+    guide: Guide,
+    converged: Convergence | None = None,
+    prediction: dict[str, Any] | None = None,
+) -> None:
+    """``diagnosis.json``: the guide's stages, the convergence, and under a memory budget how the
+    predicted peaks matched the measured ones (:func:`autotune.search.predict.accuracy`)."""
     from autotune.config.io import write_text_atomic
 
     data = {**guide.to_dict(), "converged": converged.to_dict() if converged is not None else None}
+    if prediction is not None:
+        data["memory_prediction"] = prediction
     write_text_atomic(out / "diagnosis.json", json.dumps(data, indent=1))

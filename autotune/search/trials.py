@@ -46,6 +46,11 @@ COST = "cost"
 """Failure reason of a trial not started: its expected cost exceeded the time budget left (queued again)."""
 DUPLICATE = "duplicate"
 """Failure reason of a trial the sampler drew with the parameters of one measured already (not run)."""
+PREDICTED_OOM = "predicted_oom"
+"""Failure reason of a trial not run: its predicted peak exceeded the memory budget
+(:mod:`autotune.search.predict`); told to the sampler as out of memory."""
+PREDICTED = "predicted_peak"
+"""A trial's predicted peak before it ran (:meth:`autotune.search.predict.Prediction.to_dict`)."""
 CONVERGED = "autotune.converged"
 """The study's user attribute: why it stopped by itself (``autotune.search.converge``), as JSON."""
 ERROR_CHARS = 2000
