@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.redact import StorageURL, redact
 from autotune.report import folder
+from autotune.report.memory import MemoryPrediction
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
 from autotune.search.data_echo import DataEcho
 from autotune.search.finetune import Finetune, finetune
@@ -116,6 +117,9 @@ class Report:
     """The command that fine-tunes with best.yaml (None until it is written)."""
     data_line: str | None = None
     """Which data the study trained on, as ``run`` printed it at its start (None: run.json says not)."""
+    memory_prediction: MemoryPrediction | None = None
+    """Under a memory budget: the trials not run for their predicted peak, and how the predictions
+    of those that ran matched their measured peaks (None: no budget, or a run without them)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,6 +237,7 @@ def report_of(
         notes=notes,
         finetune=finetune(run_dir / "best.yaml", provenance) if best_yaml is not None else None,
         data_line=_data_line(run.data),
+        memory_prediction=MemoryPrediction.from_dict(diagnosis.get("memory_prediction")),
     )
 
 

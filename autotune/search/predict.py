@@ -197,7 +197,9 @@ def too_large(pred: Prediction | None, budget: int) -> str | None:
 
 def accuracy(study: optuna.Study) -> dict:
     """Predicted against measured peak of every trial that ran with a prediction, and the errors
-    (``(predicted - measured) / measured``) for ``diagnosis.json`` and the report."""
+    (``(predicted - measured) / measured``) for ``diagnosis.json`` and the report. A prediction
+    that is a lower bound only is left out, and so is a peak where CUDA refused an allocation
+    from the error figures (it is below what the run needed)."""
     rows, skipped = [], []
     for t in study.get_trials(deepcopy=False):
         pred = t.user_attrs.get(PREDICTED)

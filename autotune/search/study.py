@@ -28,7 +28,12 @@ How a trial ends:
   ``WilcoxonPruner`` stops the trial when its steps are significantly slower than the best
   trial's same steps (one-sided signed-rank test, p < ``PRUNE_P``);
 * a configuration measured already (the sampler drew it again): FAIL with reason ``duplicate``,
-  not run.
+  not run;
+* under ``--memory-budget``/``--gpu``, a search trial whose peak is predicted over the budget
+  (:mod:`autotune.search.predict`): not run, COMPLETE with value 0 and its predicted excess as the
+  constraint, as out of memory; the record's reason is ``predicted_oom``. Every trial with a
+  prediction keeps it (``user_attrs["predicted_peak"]``), and ``diagnosis.json`` pairs it with the
+  measured peak.
 
 A measured search trial is vetted before it may lead (:mod:`autotune.search.vet`): loss parity
 with the stock trial, and a second run where its measurement was noisy; its value is then the
@@ -354,7 +359,10 @@ def predict_peak(
     """Keep the trial's predicted peak (:mod:`autotune.search.predict`) in its attributes; where it
     ``may_skip`` and the prediction is over the budget, the trial is not run: it is told as out of
     memory (value 0, its predicted excess the constraint), so the sampler learns the region."""
-    pred = predicted_of(cfg, trial.study, lambda t: config_of(opts, t))
+    try:
+        pred = predicted_of(cfg, trial.study, lambda t: config_of(opts, t))
+    except Exception:  # noqa: BLE001  advice only: a model the meta count cannot build runs unpredicted
+        return None
     if pred is None:
         return None
     trial.set_user_attr(PREDICTED, pred.to_dict())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import optuna
 import pytest
+import torch
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
 
@@ -73,21 +74,32 @@ def add(study, steps, peak, regions="none", impl="foreach", record=None, **attrs
 
 
 def real_bytes(c) -> int:
-    """Weights, gradients and AdamW state of the model the session builds, on the CPU."""
+    """Weights, gradients and optimizer state of the model the session builds, on the CPU: torch's
+    AdamW's state after a step; ``master``'s fp32 moments and masters."""
     workload = get_workload(c.workload)
     model = workload.build_model(c.preset, "cpu")
     regions = workload.regions(model)
     knobs.apply_trainability(regions, c)
     precision.set_param_dtypes(regions, c.precision)
-    masters = {}
+    params = [p for p in model.parameters() if p.requires_grad]
     if c.optimizer.impl == "master":
         masters = bf16_with_masters(precision.autocast_only_params(regions, c.precision))
-    params = list(model.parameters())
-    weights = sum(p.numel() * p.element_size() for p in params)
-    grads = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    moments = sum(8 * p.numel() for p in params if p.requires_grad)
+        state = 8 * sum(p.numel() for p in params) + 4 * sum(m.numel() for m in masters.values())
+    else:
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        opt = torch.optim.AdamW(params, foreach=True)
+        opt.step()
+        state = sum(
+            t.numel() * t.element_size()
+            for s in opt.state.values()
+            for k, t in s.items()
+            if k != "step"
+        )
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.numel() * p.element_size() for p in params)
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-    return weights + grads + moments + 4 * sum(m.numel() for m in masters.values()) + buffers
+    return weights + grads + state + buffers
 
 
 @pytest.mark.parametrize(
@@ -109,6 +121,9 @@ def test_static_bytes_are_those_of_the_model_the_session_builds(over, impl):
 
 def test_state_bytes_per_param():
     assert state_bytes_per_param(cfg().optimizer) == 8
+    assert (
+        state_bytes_per_param(cfg().optimizer, param_bytes=2) == 4
+    )  # moments in the weight's dtype
     assert state_bytes_per_param(cfg(impl="master").optimizer) == 12
 
 

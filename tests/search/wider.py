@@ -1,5 +1,5 @@
-"""A test workload (``tests.search.wider:Workload``): gr00t_n16 whose step holds a 16 MiB activation
-per sample (twice ``tests/search/wide.py``'s), so that on a CPU the peaks of micro-batches of 8,
+"""A test workload (``tests.search.wider:Workload``): gr00t_n16 whose step holds a 32 MiB activation
+per sample (four times ``tests/search/wide.py``'s), so that on a CPU the peaks of micro-batches of 8,
 4, 2 and 1 samples lie far apart against the run-to-run noise of the process's resident set."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 
 from autotune.workloads.gr00t_n16.workload import Gr00tN16
 
-WIDE = 4 * 2**20
-"""Floats per sample: 16 MiB."""
+WIDE = 8 * 2**20
+"""Floats per sample: 32 MiB."""
 
 
 class Workload(Gr00tN16):
