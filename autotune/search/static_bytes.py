@@ -10,8 +10,8 @@ that use it. A configuration's bytes then follow the rules the training session 
   ``optimizer.impl: master`` a trainable fp32 weight used only by plain linear layers of bf16
   regions is stored in bf16;
 * a trainable weight has a gradient of its own dtype;
-* the optimizer holds :func:`state_bytes_per_param` bytes per trainable parameter (the masters
-  only of the weights stored in bf16);
+* the optimizer holds :meth:`OptimizerConfig.state_bytes_per_param` bytes per trainable
+  parameter (the masters only of the weights stored in bf16);
 * buffers are counted as built.
 
 What is not counted (it lands in the activation term the peak model fits): copies a workload makes
@@ -24,12 +24,10 @@ import functools
 import json
 from dataclasses import dataclass
 
-from autotune.config import OptimizerConfig, TrainConfig
+from autotune.config import TrainConfig
 from autotune.config._strict import to_dict
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-MOMENTS_BYTES = 8
-"""Two fp32 moments per parameter (``optimizer.impl: master``)."""
 MASTER_BYTES = 4
 """An fp32 master copy per parameter (``optimizer.impl: master``)."""
 
@@ -52,18 +50,6 @@ class Layout:
     buffer_bytes: int
 
 
-def state_bytes_per_param(opt: OptimizerConfig, param_bytes: int = 4) -> float:
-    """Device bytes the optimizer holds per trainable parameter of ``param_bytes`` bytes (moments,
-    and masters where kept): :meth:`OptimizerConfig.state_bytes_per_param` where the configuration
-    defines it."""
-    own = getattr(opt, "state_bytes_per_param", None)
-    if callable(own):
-        return float(own(param_bytes))
-    if opt.impl == "master":
-        return MOMENTS_BYTES + MASTER_BYTES  # fp32 moments and an fp32 master
-    return 2.0 * param_bytes  # torch's AdamW and ``compiled`` keep moments in the weight's dtype
-
-
 def static_bytes(cfg: TrainConfig) -> int:
     """Weights, gradients, optimizer state and buffers of ``cfg`` in bytes (see the module docstring)."""
     lay = layout(_layout_key(cfg))
@@ -81,7 +67,7 @@ def static_bytes(cfg: TrainConfig) -> int:
 
 
 def _state_bytes(cfg: TrainConfig, weight: int, mastered: bool) -> float:
-    state = state_bytes_per_param(cfg.optimizer, weight)
+    state = cfg.optimizer.state_bytes_per_param(weight)
     if _masters(cfg) and not mastered:  # only the weights stored in bf16 have a master
         state = max(0.0, state - MASTER_BYTES)
     return state

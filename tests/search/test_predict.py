@@ -11,6 +11,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
 
 from autotune.config import config_from_dict
+from autotune.config._strict import to_dict
 from autotune.search.predict import (
     MARGIN,
     accuracy,
@@ -18,7 +19,7 @@ from autotune.search.predict import (
     predicted_of,
     too_large,
 )
-from autotune.search.static_bytes import state_bytes_per_param, static_bytes
+from autotune.search.static_bytes import static_bytes
 from autotune.search.trials import PREDICTED, PREDICTED_OOM, attrs_of
 from autotune.train import knobs, precision
 from autotune.train.optim.master import bf16_with_masters
@@ -119,14 +120,6 @@ def test_static_bytes_are_those_of_the_model_the_session_builds(over, impl):
     assert static_bytes(c) == real_bytes(c)
 
 
-def test_state_bytes_per_param():
-    assert state_bytes_per_param(cfg().optimizer) == 8
-    assert (
-        state_bytes_per_param(cfg().optimizer, param_bytes=2) == 4
-    )  # moments in the weight's dtype
-    assert state_bytes_per_param(cfg(impl="master").optimizer) == 12
-
-
 def test_a_family_ignores_what_the_static_count_models():
     assert family(cfg(1)) == family(cfg(4)) == family(cfg(2, impl="master"))
     assert family(cfg(1)) == family(cfg(1, precision={"frozen_dtype": "fp32"}))
@@ -208,3 +201,17 @@ def test_accuracy_pairs_predicted_and_measured_peaks():
     assert acc["skipped"] == [
         {"trial": 3, "peak_bytes": 2**31, "at_least": False, "budget_bytes": 2**30}
     ]
+
+
+def test_state_held_on_the_host_or_in_low_bits_counts_as_the_optimizer_says():
+    base = cfg()
+    trainable = sum(
+        p.numel()
+        for p in get_workload(base.workload).build_model("tiny", "meta").parameters()
+        if p.requires_grad
+    )
+    offload = config_from_dict({**to_dict(base), "optimizer": {"impl": "fused", "offload": True}})
+    assert static_bytes(base) - static_bytes(offload) == 8 * trainable  # no moments on the device
+    low = config_from_dict({**to_dict(base), "optimizer": {"impl": "adamw8bit"}})
+    per = low.optimizer.state_bytes_per_param(4)
+    assert static_bytes(base) - static_bytes(low) == pytest.approx((8 - per) * trainable, abs=8)
