@@ -28,6 +28,9 @@ class Machine:
     cpus: int | None = (
         None  # host cores this process may run on (its affinity), shared by the ranks
     )
+    device_bytes: int | None = None
+    """Memory of one device (CUDA): a memory budget below it is emulated by a cap, and lifting the
+    cap runs what the budget refused."""
 
     @classmethod
     def current(cls, world_size: int = 1) -> Machine:
@@ -35,7 +38,8 @@ class Machine:
 
         cpus = usable_cpus()
         if torch.cuda.is_available():
-            return cls(True, torch.cuda.get_device_capability(), world_size, cpus)
+            total = torch.cuda.get_device_properties(0).total_memory
+            return cls(True, torch.cuda.get_device_capability(), world_size, cpus, total)
         return cls(False, None, world_size, cpus)
 
 

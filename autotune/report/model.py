@@ -85,6 +85,9 @@ class Summary:
     best_numerics: dict[str, Any] | None = None
     """The best's knobs at values that change what is computed (low-bit optimizer states, fp8
     layers): its speed-up is of a different computation, which loss parity with stock decides."""
+    parity_reference: str | None = None
+    """Whose losses the trials were compared with (stock's; where stock did not fit, stock's
+    without the memory cap or the first exact configuration that fits: ``autotune.search.vet``)."""
 
 
 @dataclass
@@ -194,6 +197,7 @@ def report_of(
     )
     won = next((r for r in rows if r.number == summary.best_trial), None)
     summary.best_numerics = won.numerics if won is not None else None
+    summary.parity_reference = _parity_reference(summary.parity, diagnosis)
     for trial, prof in ((stock, stock_profile), (best, best_profile)):
         _at_measured_rate(trial, prof)
     if best_yaml is None:
@@ -367,6 +371,14 @@ def _at_measured_rate(trial: FrozenTrial | None, profile: Profile | None) -> Non
     ):
         return
     profile.measured_step_ms = 1e3 * m.batch_size * m.world_size / m.samples_per_s
+
+
+def _parity_reference(parity: Parity | None, diagnosis: dict[str, Any]) -> str | None:
+    """parity.json's reference, else diagnosis.json's (the study's, while it has no winner)."""
+    if parity is not None and parity.reference:
+        return parity.reference
+    ref = diagnosis.get("parity_reference")
+    return ref.get("text") if isinstance(ref, dict) else None
 
 
 def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Parity | None:

@@ -13,8 +13,6 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.config import TrainConfig
-from autotune.config.knob import walk
 from autotune.report import folder
 from autotune.search.noise import flags
 from autotune.search.trials import (
@@ -26,9 +24,11 @@ from autotune.search.trials import (
     measured,
     measurement_of,
     parity_passed,
+    parity_pending,
     reason_of,
     record_of,
 )
+from autotune.search.vet import changes_numerics
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -99,10 +99,19 @@ class Parity:
     loss_rel_diff: float | None = None
     grad_norm_rel_diff: float | None = None
     steps: int | None = None
+    reference: str | None = None
+    """Whose losses the best's were compared with (:func:`autotune.search.vet.parity_reference`):
+    stock's, stock's without the memory cap, or the first exact configuration that fits."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Parity | None:
-        return cls(**_known(cls, data)) if "passed" in data else None
+        if "passed" not in data:
+            return None
+        ref = data.get("reference")
+        known = _known(
+            cls, {**data, "reference": ref.get("text") if isinstance(ref, dict) else ref}
+        )
+        return cls(**known)
 
 
 @dataclass
@@ -271,6 +280,8 @@ class TrialRow:
     noisy: bool = False
     """Noisy and not settled by a second run: never the best."""
     parity_passed: bool | None = None
+    parity_pending: bool = False
+    """It changes what is computed and had no parity reference yet: not taken as the best."""
     numerics: dict[str, Any] | None = None
     """Its knobs at values that change what is computed, not only how fast (fp8 layers, low-bit
     optimizer states: the knob's ``numerics``): loss parity with stock decides whether it may lead."""
@@ -343,23 +354,12 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
         remeasured_samples_per_s=_again(record),
         noisy=bool(a.get(NOISY)),
         parity_passed=parity_passed(t),
+        parity_pending=parity_pending(t),
         numerics=changes_numerics(t.params) or None,
         cost={k: v for k, v in record.cost.parts.items() if v >= 0.05}
         if record is not None and record.cost
         else None,
     )
-
-
-def changes_numerics(params: dict[str, Any]) -> dict[str, Any]:
-    """The trial parameters at a value that changes what is computed (by the knob's declaration;
-    ``precision.regions.R`` by ``precision.regions``'s)."""
-    specs = {d.key: d.spec for d in walk(TrainConfig)}
-    out = {}
-    for key, value in params.items():
-        spec = specs.get(key) or specs.get(key.rsplit(".", 1)[0])
-        if spec is not None and spec.changes_numerics(value):
-            out[key] = value
-    return out
 
 
 def _again(record) -> float | None:

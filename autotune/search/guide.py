@@ -29,7 +29,9 @@ profile_after=...)``), so the incumbent's buckets are always known. The search r
 Where the stock trial does not fit the memory budget (out of memory, or a peak over it) no trial
 is an incumbent, and memory is the bottleneck: a ``memory`` stage runs stock with the memory knobs
 lowered step by step, cheapest first (:mod:`autotune.search.fit`), each trial's peak against the
-budget kept in the stage, until one fits; the stages above go on from it.
+budget kept in the stage, until one fits and may lead; the stages above go on from it. A rung that
+changes what is computed and fits before any loss-parity reference exists cannot lead
+(:mod:`autotune.search.vet`): the ladder then goes on over its exact rungs only.
 
 The stages are the chain "bottleneck -> knob group -> measured gain" of the report. They live in
 the study's user attributes (``STUDY_ATTR``), so a resumed or shared study continues them, and in
@@ -50,7 +52,15 @@ from autotune.search import fit
 from autotune.search.directions import LOCAL, search_choices
 from autotune.search.noise import beats, margin
 from autotune.search.space import Knob, SearchSpace, get_value
-from autotune.search.trials import PROFILE_DIR, eligible, measurement_of, profile_of, stock_trial
+from autotune.search.trials import (
+    PROFILE_DIR,
+    eligible,
+    measurement_of,
+    parity_pending,
+    profile_of,
+    stock_trial,
+)
+from autotune.search.vet import changes_numerics
 
 BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
     "data_stall": ("data",),
@@ -278,11 +288,13 @@ class Guide:
             )
             self.stages.append(stage)
             self.save(study)
-        tried = [
-            t.params for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING
-        ]
+        trials = study.get_trials(deepcopy=False)
+        tried = [t.params for t in trials if t.state != TrialState.WAITING]
+        # a rung that changes what is computed fitted, with no reference to check it against: the
+        # exact rungs left give one (autotune.search.vet); the others would wait for it too
+        exact_only = any(parity_pending(t) for t in trials)
         for rung in fit.ladder(self.space, stock.params, self.stock.batch_size):
-            if rung not in tried:
+            if rung not in tried and not (exact_only and changes_numerics(rung)):
                 return rung, stage
         return None, None
 

@@ -3,8 +3,10 @@
 ``run.json`` (how the study was started, so that ``autotune report`` can find it), ``best.yaml``
 (the winner, with its provenance: the confirmed numbers where the winner was measured again,
 ``autotune.search.confirm``), ``parity.json`` (loss parity of the winner against the stock
-trial: both trials train from the same seed on the same batches, so their losses are compared
-with :func:`autotune.train.window.verify.compare` at the winner's tolerance) and ``trials.csv`` (every
+trial, or where stock did not fit, the study's parity reference named in it,
+:func:`autotune.search.vet.parity_reference`: both train from the same seed on the same batches, so
+their losses are compared with :func:`autotune.train.window.verify.compare` at the winner's
+tolerance) and ``trials.csv`` (every
 trial with its record's numbers: the step-time spread, the host's load at its start, where its
 wall time went).
 """
@@ -39,6 +41,7 @@ from autotune.search.trials import (
     record_of,
     stock_trial,
 )
+from autotune.search.vet import parity_reference
 from autotune.train.window.cost import PARTS
 from autotune.workloads.registry import absolute_spec
 
@@ -88,16 +91,18 @@ def winner_of(
 def write_parity(
     opts: StudyOptions, study: optuna.Study, confirmation: Confirmation | None = None
 ) -> dict[str, Any] | None:
-    """Loss parity of the winner against the stock trial, from the losses both recorded."""
+    """Loss parity of the winner against the study's reference (stock's losses, or where stock
+    did not fit, :func:`autotune.search.vet.parity_reference`), from the losses both recorded."""
     from autotune.train.window.verify import compare, tolerance_for
 
-    best, stock = winner_of(study, confirmation), stock_trial(study)
+    best, ref = winner_of(study, confirmation), parity_reference(study)
     best_m = measurement_of(best) if best is not None else None
-    stock_m = measurement_of(stock) if stock is not None else None
-    if best_m is None or stock_m is None or not best_m.losses or not stock_m.losses:
+    if best_m is None or ref is None or not best_m.losses:
         return None
-    result = compare(stock_m, best_m, tolerance_for(config_of(opts, best))).to_dict()
-    result.update({"stock_trial": stock.number, "trial": best.number})
+    result = compare(ref, best_m, tolerance_for(config_of(opts, best))).to_dict()
+    result.update({"trial": best.number, "reference": ref.to_dict()})
+    if ref.kind != "exact":
+        result["stock_trial"] = ref.trial
     write_text_atomic(opts.out / "parity.json", json.dumps(result, indent=1))
     return result
 
@@ -191,6 +196,7 @@ def write_best(
             k: parity[k]
             for k in ("passed", "tolerance", "loss_rel_diff", "grad_norm_rel_diff", "steps")
         }
+        cfg.provenance["parity"]["reference"] = parity["reference"]["text"]
     path = opts.out / "best.yaml"
     save_config(cfg, path)
     return path

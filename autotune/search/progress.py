@@ -20,6 +20,7 @@ from autotune.search.trials import (
     best_trial,
     feasible,
     parity_passed,
+    parity_pending,
     record_of,
     stock_trial,
 )
@@ -108,6 +109,8 @@ def _noise_note(trial: FrozenTrial) -> str:
         note += " [not taken as the best on its word]"
     if parity_passed(trial) is False:
         note += " [loss parity with stock FAILED: never the best]"
+    elif parity_pending(trial):
+        note += " [changes what is computed, no parity reference yet: not the best]"
     return note
 
 

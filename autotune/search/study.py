@@ -36,7 +36,9 @@ How a trial ends:
   measured peak.
 
 A measured search trial is vetted before it may lead (:mod:`autotune.search.vet`): loss parity
-with the stock trial, and a second run where its measurement was noisy; its value is then the
+with stock's losses (where stock ran out of memory under an emulated budget, of stock run once more
+without the cap: ``UNCAPPED`` on the stock trial; where the card cannot hold stock, of the first
+exact configuration that fits), and a second run where its measurement was noisy; its value is then the
 lower of its two runs. Its record keeps the host's load at its start and where its wall time went
 (``record.cost``, the second run and the tuner's own work included), and every run of the study
 shares one compile cache in the run folder (:mod:`autotune.train.compile_cache`).
@@ -103,9 +105,11 @@ from autotune.search.trials import (
     PREDICTED,
     PREDICTED_OOM,
     QUEUED_AGAIN,
+    RECHECK_OF,
     REFERENCE,
     STAGE,
     STOCK,
+    UNCAPPED,
     WORKER,
     best_trial,
     reason_of,
@@ -113,7 +117,16 @@ from autotune.search.trials import (
     span_s,
     store,
 )
-from autotune.search.vet import needs_second_run, parity_with_stock, settled
+from autotune.search.vet import (
+    Reference,
+    needs_second_run,
+    needs_uncapped,
+    parity_reference,
+    parity_with_stock,
+    rechecks,
+    settled,
+    uncapped_run,
+)
 from autotune.train.compile_cache import FOLDER as CACHE_FOLDER
 from autotune.train.compile_cache import cache_env
 from autotune.train.memcap import BUDGET_ENV
@@ -190,6 +203,11 @@ def run_env(opts: StudyOptions) -> dict[str, str]:
     if opts.memory_cap:
         env[BUDGET_ENV] = str(opts.memory_budget)
     return env
+
+
+def cap_of(opts: StudyOptions) -> int | None:
+    """The memory cap every run of the study runs under (None: none)."""
+    return opts.memory_budget if opts.memory_cap else None
 
 
 def open_study(opts: StudyOptions) -> optuna.Study:
@@ -335,6 +353,19 @@ def run_trial(
         profile_if_above=float(best.value) if best else None,
         extra_env=run_env(opts),
     )
+    if trial.user_attrs.get(STOCK) and needs_uncapped(record, cap_of(opts), machine):
+        # stock's losses, the reference of loss parity: the budget is emulated below the device's
+        # memory, which may hold stock (autotune.search.vet)
+        uncapped = uncapped_run(
+            cfg,
+            steps=opts.steps,
+            warmup=opts.warmup,
+            nproc=opts.nproc,
+            timeout=limit - (time.monotonic() - began),
+            log_path=opts.out / "logs" / f"trial-{trial.number:04d}-uncapped.log",
+            env={**run_env(opts), BUDGET_ENV: ""},
+        )
+        trial.set_user_attr(UNCAPPED, uncapped)
     parity, noisy = None, False
     if search and record.measurement is not None:
         record, parity, noisy = vet_trial(
@@ -602,7 +633,15 @@ def _trials(
         guide.record(study, stage, frozen)
         keep_traces(study, guide, opts.out)
         converged = study_convergence(study, guide, opts)
-        write_diagnosis(opts.out, guide, converged, accuracy(study) if opts.memory_cap else None)
+        for again in rechecks(study):  # a reference exists now: compare what had none
+            study.enqueue_trial(again.params, user_attrs={RECHECK_OF: again.number})
+        write_diagnosis(
+            opts.out,
+            guide,
+            converged,
+            accuracy(study) if opts.memory_cap else None,
+            parity_reference(study),
+        )
         ran += 1
         report(
             progress_line(
@@ -722,12 +761,18 @@ def write_diagnosis(
     guide: Guide,
     converged: Convergence | None = None,
     prediction: dict[str, Any] | None = None,
+    reference: Reference | None = None,
 ) -> None:
-    """``diagnosis.json``: the guide's stages, the convergence, and under a memory budget how the
-    predicted peaks matched the measured ones (:func:`autotune.search.predict.accuracy`)."""
+    """``diagnosis.json``: the guide's stages, the convergence, under a memory budget how the
+    predicted peaks matched the measured ones (:func:`autotune.search.predict.accuracy`), and the
+    loss-parity reference (:func:`autotune.search.vet.parity_reference`; None: none yet)."""
     from autotune.config.io import write_text_atomic
 
-    data = {**guide.to_dict(), "converged": converged.to_dict() if converged is not None else None}
+    data = {
+        **guide.to_dict(),
+        "converged": converged.to_dict() if converged is not None else None,
+        "parity_reference": reference.to_dict() if reference is not None else None,
+    }
     if prediction is not None:
         data["memory_prediction"] = prediction
     write_text_atomic(out / "diagnosis.json", json.dumps(data, indent=1))

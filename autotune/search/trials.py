@@ -11,8 +11,11 @@ with the trial), ``STAGE`` and ``GROUP`` (the guide's stage), ``WORKER`` (host:p
 ``QUEUED_AGAIN_FROM``, ``CONSTRAINT`` (memory: (peak - budget) / budget, feasible when <= 0),
 ``PROFILE_DIR`` (the profiled window's folder, relative to the run folder), ``NOISY`` (a search
 trial whose measurement was flagged, :func:`autotune.search.noise.flags`, and not settled by a
-second run: never the best) and ``PARITY`` (its loss parity against the stock trial's losses, a
-mapping with ``passed``: a trial that fails it is never the best).
+second run: never the best), ``PARITY`` (its loss parity against the reference's losses,
+:mod:`autotune.search.vet`, a mapping with ``passed``: a trial that fails it, or that changes what
+is computed and was measured before any reference existed, ``passed`` None, is never the best),
+``UNCAPPED`` (on the stock trial: the losses of stock run without the memory cap, or why it gave
+none) and ``RECHECK_OF`` (a trial queued again to compare one measured before a reference existed).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ WORKER = "worker"
 QUEUED_AGAIN_FROM = "queued_again_from"
 NOISY = "noisy"
 PARITY = "parity"
+UNCAPPED = "uncapped"
+RECHECK_OF = "recheck_of"
 
 BUDGET = "budget"
 """Failure reason of a trial stopped by the end of ``--time-budget`` (queued again, not a verdict on it)."""
@@ -162,13 +167,21 @@ def eligible(trial: FrozenTrial) -> bool:
         and not a.get(REFERENCE)
         and not a.get(NOISY)
         and parity_passed(trial) is not False
+        and not parity_pending(trial)
     )
 
 
 def parity_passed(trial: FrozenTrial) -> bool | None:
-    """Whether the trial's losses matched the stock trial's (None: not compared)."""
+    """Whether the trial's losses matched the reference's (None: not compared)."""
     parity = trial.user_attrs.get(PARITY)
-    return bool(parity["passed"]) if isinstance(parity, dict) and "passed" in parity else None
+    passed = parity.get("passed") if isinstance(parity, dict) else None
+    return None if passed is None else bool(passed)
+
+
+def parity_pending(trial: FrozenTrial) -> bool:
+    """The trial changes what is computed and had no reference to be compared with."""
+    parity = trial.user_attrs.get(PARITY)
+    return isinstance(parity, dict) and "passed" in parity and parity["passed"] is None
 
 
 def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:

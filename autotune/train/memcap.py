@@ -160,16 +160,23 @@ def current_peak() -> tuple[int, int] | None:
 class OverBudget(TrialError):
     """A run whose measured peak exceeded the memory budget: out of memory on the card emulated."""
 
-    def __init__(self, peak: int, budget: int) -> None:
+    def __init__(
+        self, peak: int, budget: int, trained: tuple[list[float], list[float]] | None = None
+    ) -> None:
         super().__init__(
             f"out of memory: peak {peak / 2**30:.2f} GiB over the memory budget "
             f"{budget / 2**30:.2f} GiB",
             "oom",
         )
         self.peak_bytes, self.budget_bytes = peak, budget
+        self.trained = trained
+        """(losses, gradient norms) of a run that trained to its end before its peak was checked."""
 
 
-def check_peak(peak: int, budget: int | None) -> None:
-    """Raise :class:`OverBudget` where ``peak`` exceeds ``budget``."""
+def check_peak(
+    peak: int, budget: int | None, trained: tuple[list[float], list[float]] | None = None
+) -> None:
+    """Raise :class:`OverBudget` where ``peak`` exceeds ``budget``; ``trained``: the run's losses and
+    gradient norms, kept in its failure (loss parity can still use what it computed)."""
     if budget is not None and peak > budget:
-        raise OverBudget(peak, budget)
+        raise OverBudget(peak, budget, trained)

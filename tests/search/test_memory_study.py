@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import json
 
+import optuna
+
 from autotune.cli import main
 from autotune.config import config_from_dict, load_config
+from autotune.report.model import build_report
+from autotune.search.trials import record_of
 from autotune.train.trial.launch import launch
 from autotune.train.window.verify import verify
+from tests.studies import journal
 
 WIDE = "tests.search.wide:Workload"
 BATCH = 8
@@ -59,3 +64,15 @@ def test_a_budget_stock_exceeds_leads_to_a_configuration_that_fits(tmp_path):
     assert best.memory.accumulation_steps > 1
     parity = verify(best, steps=6, timeout=240)  # against stock at the same batch, uncapped
     assert parity.passed, parity
+
+    # the loss-parity reference: stock trained to its end over the budget and kept its losses
+    study = optuna.load_study(study_name=None, storage=journal(out))
+    stock = study.trials[0]
+    assert record_of(stock).failure.reason == "oom" and record_of(stock).failure.losses
+    fitted = study.trials[memory["memory"][-1]["trial"]]
+    checked = fitted.user_attrs["parity"]
+    assert checked["stock_trial"] == 0 and checked["reference"]["kind"] == "stock"
+    assert isinstance(checked["passed"], bool)
+    reference = json.loads((out / "diagnosis.json").read_text())["parity_reference"]
+    assert reference["kind"] == "stock" and "over" in reference["text"]
+    assert build_report(out).summary.parity_reference == reference["text"]

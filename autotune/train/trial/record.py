@@ -222,6 +222,10 @@ class Failure:
     the allocator refused: the peak reached before the refused allocation)."""
     budget_bytes: int | None = None
     """The memory budget it ran under."""
+    losses: list[float] | None = None
+    """A run over the budget that trained to its end (on a CPU the peak is checked after the
+    measured window): every step's loss, the warm-up's included, for loss parity with it."""
+    grad_norms: list[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -260,8 +264,14 @@ class TrialRecord:
         steps_run: int | None = None,
         peak_bytes: int | None = None,
         budget_bytes: int | None = None,
+        losses: list[float] | None = None,
+        grad_norms: list[float] | None = None,
     ) -> TrialRecord:
-        return cls(failure=Failure(reason, error, traceback, steps_run, peak_bytes, budget_bytes))
+        return cls(
+            failure=Failure(
+                reason, error, traceback, steps_run, peak_bytes, budget_bytes, losses, grad_norms
+            )
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

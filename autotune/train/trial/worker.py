@@ -123,12 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)
         peak = _peak_of(exc) if reason == "oom" else None
+        trained = exc.trained if isinstance(exc, memcap.OverBudget) else None
         record = TrialRecord.failed(
             reason,
             message,
             traceback=traceback.format_exc()[-TRACEBACK_CHARS:],
             peak_bytes=peak[0] if peak else None,
             budget_bytes=peak[1] if peak else None,
+            losses=trained[0] if trained else None,
+            grad_norms=trained[1] if trained else None,
         )
         code = 1
     cost.write_counters()

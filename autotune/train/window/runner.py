@@ -206,7 +206,9 @@ def run_training(
             # the measured window's peak against the budget (over it on any rank: out of memory on
             # the card emulated), before a profiler adds its own
             peaks = _gather(memcap.peak_bytes(session.device, session.cap), session.world)
-            memcap.check_peak(max(peaks), session.cap.budget_bytes)
+            memcap.check_peak(
+                max(peaks), session.cap.budget_bytes, (measured.losses, measured.grad_norms)
+            )
         profile = None
         if profile_out is not None and (
             profile_if_above is None or ranks.samples_per_s >= profile_if_above
