@@ -38,6 +38,7 @@ from autotune.search.trials import (
     measured,
     measurement_of,
     parity_passed,
+    parity_pending,
     record_of,
     stock_trial,
 )
@@ -207,6 +208,13 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
     commonest failure (with its first error)."""
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     ran = [m for t in done if measured(t) and (m := measurement_of(t)) is not None]
+    pending = [t.number for t in done if parity_pending(t)]
+    if pending:
+        return (
+            f"may be the best: trials {pending} fit but change what is computed, and no loss-parity "
+            "reference exists (stock did not fit, and no configuration that computes what stock "
+            "does fitted): raise --memory-budget, or give the space an exact remedy (optimizer.offload)"
+        )
     if ran:
         low = min(m.memory.allocated_bytes for m in ran)
         return (

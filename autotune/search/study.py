@@ -353,7 +353,8 @@ def run_trial(
         profile_if_above=float(best.value) if best else None,
         extra_env=run_env(opts),
     )
-    if trial.user_attrs.get(STOCK) and needs_uncapped(record, cap_of(opts), machine):
+    left = limit - (time.monotonic() - began)
+    if trial.user_attrs.get(STOCK) and needs_uncapped(record, cap_of(opts), machine) and left > 0:
         # stock's losses, the reference of loss parity: the budget is emulated below the device's
         # memory, which may hold stock (autotune.search.vet)
         uncapped = uncapped_run(
@@ -361,7 +362,7 @@ def run_trial(
             steps=opts.steps,
             warmup=opts.warmup,
             nproc=opts.nproc,
-            timeout=limit - (time.monotonic() - began),
+            timeout=left,
             log_path=opts.out / "logs" / f"trial-{trial.number:04d}-uncapped.log",
             env={**run_env(opts), BUDGET_ENV: ""},
         )

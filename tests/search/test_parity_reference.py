@@ -15,6 +15,7 @@ from autotune.config import config_from_dict
 from autotune.config.compat import Machine
 from autotune.report.parts import Parity, trial_row
 from autotune.search.guide import Guide
+from autotune.search.output import why_no_best
 from autotune.search.space import parse_space
 from autotune.search.trials import RECHECK_OF, STOCK, UNCAPPED, attrs_of, best_trial
 from autotune.search.vet import (
@@ -97,6 +98,7 @@ def test_without_a_reference_a_low_bit_fit_is_not_the_best_and_the_ladder_goes_o
     assert best_trial(study) is None  # it fits, but cannot lead
     row = trial_row(low, tmp_path, stock=False, best=False, pareto=False)
     assert row.parity_pending and row.parity_passed is None  # not "parity failed"
+    assert f"trials [{low.number}] fit but change what is computed" in why_no_best(study, BUDGET)
 
     space = parse_space(SPACE, tmp_path / "s.yaml")
     guide = Guide(space, stage_trials=2, stock=cfg("foreach"), memory_budget=BUDGET)
