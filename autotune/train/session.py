@@ -240,22 +240,23 @@ class Session:
 
     def _backward(self, batch: Batch) -> torch.Tensor:
         """Forward and backward of the update's batch, as ``memory.accumulation_steps`` micro-batches
-        whose losses are divided by their number (the gradients sum to the whole batch's); the mean
-        loss. With DDP only the last micro-batch's backward all-reduces."""
+        whose losses are weighted by their share of the batch (``accumulate.shares``: the gradients
+        sum to the whole batch's); the whole batch's loss. With DDP only the last micro-batch's
+        backward all-reduces."""
         parts = accumulate.micro_batches(batch, self.accumulation)
+        if len(parts) == 1:
+            loss = self._forward(batch)
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            return loss.detach()
         total = None
-        for i, part in enumerate(parts):
+        for i, (part, share) in enumerate(zip(parts, accumulate.shares(self.workload, parts))):
             last = i == len(parts) - 1
             quiet = self.ddp.no_sync() if self.ddp is not None and not last else None
             with quiet or contextlib.nullcontext():
-                loss = self._forward(part)
-                scaled = loss / len(parts) if len(parts) > 1 else loss
-                if self.scaler is not None:
-                    scaled = self.scaler.scale(scaled)
-                scaled.backward()
-            loss = loss.detach()
-            total = loss if total is None else total + loss
-        return total / len(parts) if len(parts) > 1 else total
+                scaled = self._forward(part) * share
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            total = scaled.detach() if total is None else total + scaled.detach()
+        return total
 
     def _capture_regions(self) -> None:
         gen = torch.Generator().manual_seed(self.cfg.seed)

@@ -109,6 +109,13 @@ class Workload(ABC):
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Scalar loss of one batch; draws its randomness on the batch's device."""
 
+    def loss_weight(self, batch: Batch) -> torch.Tensor | None:
+        """How much ``batch`` weighs in a loss averaged over several batches: the denominator of its
+        mean (e.g. the count of unmasked targets), so that micro-batches of one update
+        (``memory.accumulation_steps``) combine to the loss of the whole batch. None: the loss is a
+        mean over samples, and equal micro-batches weigh the same."""
+        return None
+
     @abstractmethod
     def synthetic_batch(
         self,

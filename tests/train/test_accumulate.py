@@ -3,9 +3,9 @@
 The GR00T loss draws its flow times and noise from the global generator inside the forward, so k
 micro-batches draw them in another order than one batch does. The test records the draws of the
 accumulating session and replays them, concatenated, to the one-batch session: both then compute
-the same samples with the same noise, and only the accumulation differs. The loss is a masked mean;
-micro-batches agree with the whole batch exactly when they hold equal shares of the mask, so the
-batch's action mask is made full. The DiT's dropout masks are drawn per call as well and cannot be
+the same samples with the same noise, and only the accumulation differs. The loss is a masked mean:
+each micro-batch's loss weighs by its share of the batch's mask (``accumulate.shares``), tested with
+a full mask and with samples masked unevenly. The DiT's dropout masks are drawn per call as well and cannot be
 replayed, so both sessions run their dropout layers as identities (``eval`` on those layers only).
 """
 
@@ -19,6 +19,7 @@ from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError, IncompatibleConfigError
 from autotune.export import trainer_arguments
 from autotune.train.accumulate import micro_batches
+from autotune.train.accumulate import shares as shares_of
 from autotune.train.session import Session
 from autotune.workloads.gr00t_common import head as gr00t_model
 
@@ -62,10 +63,15 @@ class Draws:
         monkeypatch.setattr(torch, "randn_like", noise)
 
 
-def batch_of(session):
+def batch_of(session, uneven: bool = False):
     gen = torch.Generator().manual_seed(3)
     batch = session.workload.synthetic_batch("tiny", BATCH, "cpu", gen)
-    batch["action_mask"] = torch.ones_like(batch["action_mask"])
+    mask = torch.ones_like(batch["action_mask"])
+    if uneven:  # sample 0 keeps one step of its horizon, sample 2 half of it
+        horizon = mask.shape[1]
+        mask[0, 1:] = 0
+        mask[2, horizon // 2 :] = 0
+    batch["action_mask"] = mask
     return batch
 
 
@@ -80,11 +86,11 @@ def trained(session):
     return {n: p.detach().clone() for n, p in session.model.named_parameters() if p.requires_grad}
 
 
-@pytest.mark.parametrize("steps", [2, 4])
-def test_k_micro_batches_make_the_update_of_one_batch(monkeypatch, steps):
+@pytest.mark.parametrize("steps,uneven", [(2, False), (4, False), (4, True)])
+def test_k_micro_batches_make_the_update_of_one_batch(monkeypatch, steps, uneven):
     draws = Draws(monkeypatch)
     acc = without_dropout(Session(tiny(steps)))
-    batch = batch_of(acc)
+    batch = batch_of(acc, uneven)
     before = trained(acc)
     loss_acc, norm_acc = acc.step(batch)
     assert len(draws.flow) == steps  # the forward ran once per micro-batch
@@ -102,6 +108,15 @@ def test_k_micro_batches_make_the_update_of_one_batch(monkeypatch, steps):
         torch.testing.assert_close(after_acc[n], after_one[n], rtol=1e-4, atol=1e-6)
     # the schedule advanced once per update, not per micro-batch
     assert acc.schedule.last_epoch == one.schedule.last_epoch == 1
+
+
+def test_micro_batches_weigh_by_their_share_of_the_mask():
+    session = Session(tiny(4))
+    parts = micro_batches(batch_of(session, uneven=True), 4)
+    shares = [float(s) for s in shares_of(session.workload, parts)]
+    horizon = parts[0]["action_mask"].shape[1]
+    counts = [1, horizon, horizon - horizon // 2, horizon]
+    assert shares == pytest.approx([c / sum(counts) for c in counts])
 
 
 def test_micro_batches_are_the_batch_in_order():

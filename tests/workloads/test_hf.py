@@ -247,3 +247,16 @@ def test_autotune_run_tunes_it_with_no_space_and_no_preset(workload, tmp_path, m
 
 
 LM_SOURCES = {"hf_causal_lm": "tokens", "image_classifier": "image_files"}
+
+
+def test_the_lm_loss_weighs_by_the_tokens_it_averages_over():
+    torch.manual_seed(0)
+    model = LM.build_model("tiny")
+    batch = LM.synthetic_batch("tiny", 2, "cpu", torch.Generator().manual_seed(1))
+    batch["labels"][0, 5:] = -100  # the first sample predicts fewer tokens
+    logits = model(input_ids=batch["input_ids"], use_cache=False).logits
+    targets = batch["labels"][:, 1:]
+    summed = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum"
+    )
+    torch.testing.assert_close(LM.loss(model, batch) * LM.loss_weight(batch), summed)

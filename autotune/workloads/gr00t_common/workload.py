@@ -121,6 +121,10 @@ class Gr00tWorkload(Workload):
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch)
 
+    def loss_weight(self, batch: Batch) -> torch.Tensor:
+        """The loss is a mean over the action mask's set entries: their count."""
+        return batch["action_mask"].to(torch.float32).sum()
+
     def split_loss(self, model: nn.Module) -> LossSplit:
         """The frozen backbone (``model.frozen_prefix``), then the rest (``model.forward_from``)."""
         return LossSplit(model.frozen_prefix, model.forward_from, model.PREFIX_REGIONS)

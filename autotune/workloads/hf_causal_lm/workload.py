@@ -60,6 +60,10 @@ class HFCausalLM(Workload):
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(input_ids=batch["input_ids"], labels=batch["labels"], use_cache=False).loss
 
+    def loss_weight(self, batch: Batch) -> torch.Tensor:
+        """The loss is a mean over the predicted tokens (labels shifted by one, -100 ignored)."""
+        return (batch["labels"][:, 1:] != -100).sum().to(torch.float32)
+
     def synthetic_batch(self, preset, batch_size, device, generator=None) -> Batch:
         p = get_preset(preset)
         ids = torch.randint(0, p.vocab_size, (batch_size, p.seq_len), generator=generator).to(
