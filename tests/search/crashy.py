@@ -2,10 +2,10 @@
 
 Batch size 3 raises in the loader (a crash), batch size 5 hangs (killed at the trial timeout),
 batch size 6 hangs in two loader worker processes (a trial with a process tree), batch size 7
-fills host memory (for the OOM killer of a memory-limited cgroup), batch size 4 waits 3 s for
-every batch (clearly slower: pruned), batch size 9 raises naming the process's temporary folder;
-any other batch size trains like gr00t_n16. The hangs last
-``$CRASHY_HANG_S`` seconds (default an hour), after which the batch size trains like any other:
+fills host memory (for the OOM killer of a memory-limited cgroup), batch size 4 waits 3 s (or 5
+steps, where a loaded host makes steps long) for every batch (clearly slower: pruned), batch size 9
+raises naming the process's temporary folder; any other batch size trains like gr00t_n16. The hangs
+last ``$CRASHY_HANG_S`` seconds (default an hour), after which the batch size trains like any other:
 the same queued trial hangs in one run and completes in the next.
 """
 
@@ -55,7 +55,20 @@ class _Hang(torch.utils.data.Dataset):
         return index
 
 
+SLOW_S = 3.0
+"""The least a slow batch waits; at least ``SLOW_STEPS`` times the step that used the batch before,
+at most ``SLOW_MAX_S`` (a stopped process is no step)."""
+SLOW_STEPS = 5
+SLOW_MAX_S = 30.0
+
+
 def _slow(loader):
+    """``loader``'s batches, each after a wait that keeps the trial clearly slower (under half the
+    best's rate, :class:`autotune.search.sampling.ClearlyWorsePruner`) on a loaded host too: there a
+    step takes seconds, and a fixed 3 s wait would leave the trial within reach of the best."""
+    handed = None
     for batch in loader:
-        time.sleep(3.0)
+        step = 0.0 if handed is None else time.monotonic() - handed  # the consumer's step
+        time.sleep(min(max(SLOW_S, SLOW_STEPS * step), SLOW_MAX_S))
+        handed = time.monotonic()
         yield batch
