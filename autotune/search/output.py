@@ -32,6 +32,7 @@ from autotune.search.noise import flags
 from autotune.search.study import StudyOptions, config_of
 from autotune.search.trials import (
     NOISY,
+    PARITY,
     RECORD,
     best_trial,
     feasible,
@@ -214,6 +215,12 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
             f"may be the best: trials {pending} fit but change what is computed, and no loss-parity "
             "reference exists (stock did not fit, and no configuration that computes what stock "
             "does fitted): raise --memory-budget, or give the space an exact remedy (optimizer.offload)"
+        )
+    unlike = [t.number for t in done if (t.user_attrs.get(PARITY) or {}).get("passed") is False]
+    if unlike:
+        return (
+            f"kept loss parity: trials {unlike} ran but their losses or gradient norms differ from "
+            "the reference's by more than the tolerance (parity in report.html and trials.csv)"
         )
     if ran:
         low = min(m.memory.allocated_bytes for m in ran)

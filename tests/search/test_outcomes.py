@@ -101,3 +101,21 @@ def test_no_feasible_trial_is_an_error(tmp_path, monkeypatch, capsys):
         in capsys.readouterr().err
     )
     assert (out / "trials.csv").exists()
+
+
+def test_a_study_whose_fitting_trials_all_failed_parity_says_so():
+    from autotune.search.output import why_no_best
+    from autotune.search.trials import attrs_of
+    from tests.records import measured as measured_record
+
+    study = optuna.create_study()
+    failed = {"passed": False, "tolerance": 0.05, "loss_rel_diff": 0.1, "grad_norm_rel_diff": 0.2}
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=10.0, user_attrs=attrs_of(measured_record(10.0), parity=failed)
+        )
+    )
+    assert why_no_best(study, 2**30) == (
+        "kept loss parity: trials [0] ran but their losses or gradient norms differ from the "
+        "reference's by more than the tolerance (parity in report.html and trials.csv)"
+    )
