@@ -164,3 +164,30 @@ def failed_run(tmp_path_factory) -> Path:
 def failed_run_printed(failed_run) -> str:
     """What ``autotune run`` printed while it made ``failed_run``."""
     return (failed_run.parent / PRINTED).read_text()
+
+
+def accumulating(workload: str, batch: int, steps: int = 1):
+    """A tiny CPU configuration of ``workload`` on synthetic data: ``batch`` samples an update in
+    ``steps`` micro-batches."""
+    from autotune.config import config_from_dict
+
+    return config_from_dict(
+        {
+            "workload": workload,
+            "preset": "tiny",
+            "batch_size": batch,
+            "device": "cpu",
+            "data": {"source": "synthetic"},
+            "memory": {"accumulation_steps": steps},
+        }
+    )
+
+
+def measured_peak(tmp_path: Path, workload: str, batch: int, steps: int) -> int:
+    """The allocated peak of a short real run of :func:`accumulating`'s configuration."""
+    from autotune.train.trial.launch import launch
+
+    cfg = accumulating(workload, batch, steps)
+    record = launch(cfg, steps=2, warmup=1, timeout=240, log_path=tmp_path / f"k{steps}.log")
+    assert record.failure is None, record.failure
+    return record.measurement.memory.allocated_bytes

@@ -14,34 +14,18 @@ import json
 import optuna
 
 from autotune.cli import main
-from autotune.config import config_from_dict, load_config
+from autotune.config import load_config
 from autotune.report.model import build_report
 from autotune.search.trials import record_of
-from autotune.train.trial.launch import launch
 from autotune.train.window.verify import verify
-from tests.studies import journal
+from tests.studies import journal, measured_peak
 
 WIDE = "tests.search.wide:Workload"
 BATCH = 8
 
 
-def cfg(steps: int = 1):
-    return config_from_dict(
-        {
-            "workload": WIDE,
-            "preset": "tiny",
-            "batch_size": BATCH,
-            "device": "cpu",
-            "data": {"source": "synthetic"},
-            "memory": {"accumulation_steps": steps},
-        }
-    )
-
-
 def peak(tmp_path, steps: int) -> int:
-    record = launch(cfg(steps), steps=2, warmup=1, timeout=240, log_path=tmp_path / f"k{steps}.log")
-    assert record.failure is None, record.failure
-    return record.measurement.memory.allocated_bytes
+    return measured_peak(tmp_path, WIDE, BATCH, steps)
 
 
 def test_a_budget_stock_exceeds_leads_to_a_configuration_that_fits(tmp_path):

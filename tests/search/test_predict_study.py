@@ -17,34 +17,18 @@ import optuna
 import yaml
 
 from autotune.cli import main
-from autotune.config import config_from_dict, load_config
+from autotune.config import load_config
 from autotune.search.predict import MARGIN, observed_peak
 from autotune.search.trials import PREDICTED, PREDICTED_OOM, reason_of, record_of
-from autotune.train.trial.launch import launch
-from tests.studies import journal
+from tests.studies import journal, measured_peak
 
 WIDER = "tests.search.wider:Workload"
 BATCH = 8
 SPACE = {"knobs": {"memory.accumulation_steps": {"choices": [1, 2, 4, 8]}}}
 
 
-def cfg(steps: int):
-    return config_from_dict(
-        {
-            "workload": WIDER,
-            "preset": "tiny",
-            "batch_size": BATCH,
-            "device": "cpu",
-            "data": {"source": "synthetic"},
-            "memory": {"accumulation_steps": steps},
-        }
-    )
-
-
 def peak(tmp_path, steps: int) -> int:
-    record = launch(cfg(steps), steps=2, warmup=1, timeout=240, log_path=tmp_path / f"k{steps}.log")
-    assert record.failure is None, record.failure
-    return record.measurement.memory.allocated_bytes
+    return measured_peak(tmp_path, WIDER, BATCH, steps)
 
 
 def test_a_configuration_predicted_not_to_fit_is_skipped_and_recorded(tmp_path):

@@ -11,37 +11,16 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.config import load_config
 from autotune.search.trials import measurement_of, reason_of, record_of
-from tests.studies import CRASHY, CRASHY_STUDY, QUICK, copy_of
+from tests.studies import CRASHY, CRASHY_STUDY, QUICK, copy_of, journal
 
 pytestmark = pytest.mark.slow
 
-RUN = [
-    "run",
-    "--space",
-    "quick",
-    "--trials",
-    "3",
-    "--synthetic",
-    "--confirm-rounds",
-    "0",
-    "--converge-after",
-    "0",
-    "--steps",
-    "2",
-    "--warmup",
-    "1",
-    "--batch-size",
-    "2",
-    "--seed",
-    "1",
-]
+RUN = QUICK[: QUICK.index("--reference")]
+"""The session's quick study's command without its reference trial."""
 
 
 def load_study(out, name):
-    storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
-    )
-    return optuna.load_study(study_name=name, storage=storage)
+    return optuna.load_study(study_name=name, storage=journal(out))
 
 
 def test_study_writes_a_trainable_best_yaml_and_resumes(
