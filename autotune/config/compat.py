@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.config.knob import Needs, walk
-from autotune.config.optimizer import LOW_BIT
 from autotune.config.training import TrainConfig
 from autotune.errors import ConfigError, IncompatibleConfigError
 
@@ -153,12 +152,6 @@ RULES: tuple[Rule, ...] = (
         "optimizer.impl",
         lambda c, m: c.optimizer.impl == "master" and c.precision.trainable_dtype != "fp32",
         "'master' keeps fp32 masters of fp32 trainable weights; it needs precision.trainable_dtype 'fp32'",
-    ),
-    (
-        "optimizer.impl",
-        lambda c, m: c.optimizer.impl in LOW_BIT and c.graphs.mode == "step",
-        "torchao's low-bit AdamW counts its steps on the host, which a captured step would not "
-        "replay; it needs graphs.mode 'none' or 'regions'",
     ),
     (
         "optimizer.offload",

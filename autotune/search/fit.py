@@ -48,6 +48,8 @@ IMPL = "optimizer.impl"
 OFFLOAD = "optimizer.offload"
 LOW_BIT = ("adamw8bit", "adamw4bit")
 GRAPHS = "graphs.mode"
+LADDER_KEYS = (EXPANDABLE, ACCUMULATION, CHECKPOINTING, IMPL, OFFLOAD)
+"""The knobs the rungs set."""
 
 
 def out_of_memory(trial: FrozenTrial) -> bool:
@@ -91,17 +93,17 @@ def _batch_rungs(knobs: dict[str, Knob], stock: dict[str, Any], batch_size: int)
 
 def _state_tiers(knobs: dict[str, Knob], stock: dict[str, Any]) -> list[dict[str, Any]]:
     """The optimizer-state settings, stock's ({}) first, that the space offers beside stock's
-    graphs (neither runs in a captured whole step)."""
+    graphs (the host's update does not run in a captured whole step)."""
     tiers: list[dict[str, Any]] = [{}]
     impl = knobs.get(IMPL)
+    if impl is None:
+        return tiers
     graphs = knobs.get(GRAPHS)
     captured = graphs is not None and GRAPHS in stock and graphs.decode(stock[GRAPHS]) == "step"
-    if impl is None or captured:
-        return tiers
     current = impl.decode(stock[IMPL]) if IMPL in stock else None
     tiers += [{IMPL: impl.encode(c)} for c in LOW_BIT if c in impl.choices and c != current]
     offload = knobs.get(OFFLOAD)
-    if offload is not None and True in offload.choices and "fused" in impl.choices:
+    if not captured and offload is not None and True in offload.choices and "fused" in impl.choices:
         tiers.append({IMPL: impl.encode("fused"), OFFLOAD: offload.encode(True)})
     return tiers
 

@@ -447,12 +447,28 @@ class Guide:
     def _remedies_of(self, groups: list[str], incumbent: FrozenTrial) -> list[Knob]:
         """:meth:`_remedies` of several groups applied together."""
         values = self._values(incumbent)
+        held = self._fitted_by_ladder(incumbent)
         out = []
         for knob in self.space.knobs:
+            if knob.key in held:
+                continue
             if knob.group in groups and knob.remedy is not None and knob.active(values):
                 values[knob.key] = knob.remedy
                 out.append(knob)
         return out
+
+    def _fitted_by_ladder(self, incumbent: FrozenTrial) -> set[str]:
+        """Once stock did not fit (a ``memory`` stage): the ladder's knobs that the incumbent holds
+        away from stock's values. Their remedies would undo the fit (fp32 moments for 8-bit ones)."""
+        if self.stock is None or not any(s.kind == "memory" for s in self.stages):
+            return set()
+        return {
+            k.key
+            for k in self.space.knobs
+            if k.key in fit.LADDER_KEYS
+            and k.key in incumbent.params
+            and k.decode(incumbent.params[k.key]) != get_value(self.stock, k.key)
+        }
 
     def _settled(self, group: str, incumbent: FrozenTrial) -> bool:
         """Every knob of the group that exists beside the incumbent has a remedy, and the incumbent

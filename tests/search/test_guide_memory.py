@@ -143,8 +143,8 @@ def test_the_optimizer_state_tiers_come_after_every_exact_rung_each_from_none(tm
     assert all(r["memory.expandable_segments"] for r in rungs)
 
 
-def test_a_captured_stock_step_gets_no_optimizer_state_tiers(tmp_path):
-    """Neither low-bit states nor the host's update run in a captured whole step."""
+def test_a_captured_stock_step_gets_low_bit_tiers_but_not_the_hosts_update(tmp_path):
+    """Low-bit states run in a captured whole step; the host's update does not."""
     spec = {"knobs": {"graphs.mode": {}, **SPACE["knobs"]}}
     spec["knobs"]["optimizer.impl"] = {
         "type": "categorical",
@@ -152,5 +152,48 @@ def test_a_captured_stock_step_gets_no_optimizer_state_tiers(tmp_path):
     }
     space = parse_space(spec, tmp_path / "s.yaml")
     stock = {**STOCK_PARAMS, "graphs.mode": "step"}
-    impls = {r["optimizer.impl"] for r in fit.ladder(space, stock, batch_size=4)}
-    assert impls == {"foreach"}
+    rungs = fit.ladder(space, stock, batch_size=4)
+    assert {r["optimizer.impl"] for r in rungs} == {"foreach", "adamw8bit"}
+    assert not any(r.get("optimizer.offload") for r in rungs)
+
+
+def test_the_stages_after_the_ladder_keep_the_state_tier_that_fitted(tmp_path):
+    """fp32 moments (the optimizer's remedy) over the 8-bit ones that made stock fit would not fit."""
+    spec = {"knobs": dict(SPACE["knobs"])}
+    spec["knobs"]["optimizer.impl"] = {
+        "type": "categorical",
+        "choices": ["foreach", "fused", "adamw8bit"],
+        "remedy": "fused",
+    }
+    space = parse_space(spec, tmp_path / "s.yaml")
+    dists = {**DISTS, "optimizer.impl": CategoricalDistribution(["foreach", "fused", "adamw8bit"])}
+    study = optuna.create_study(direction="maximize")
+
+    def put(params, record, constraint, stock=False):
+        attrs = attrs_of(record, constraint=constraint)
+        if stock:
+            attrs[STOCK] = True
+        value = record.measurement.samples_per_s if record.measurement else 0.0
+        study.add_trial(
+            create_trial(params=params, distributions=dists, value=value, user_attrs=attrs)
+        )
+        return study.trials[-1]
+
+    put(STOCK_PARAMS, oom(30 * GiB), 0.25, stock=True)
+    guide = Guide(
+        space,
+        stage_trials=2,
+        stock=config_from_dict({"preset": "tiny", "batch_size": 4}),
+        memory_budget=24 * GiB,
+    )
+    fixed, stage = guide.next_trial(study, None)
+    while fixed["optimizer.impl"] != "adamw8bit":
+        guide.record(study, stage, put(fixed, oom(26 * GiB), 26 / 24 - 1))
+        fixed, stage = guide.next_trial(study, None)
+    profile = {"compute_serial": 0.9, "other": 0.1}
+    fits = put(fixed, measured(8.0, peak=20 * GiB, buckets=profile), 20 / 24 - 1)
+    guide.record(study, stage, fits)
+    fixed, stage = guide.next_trial(study, fits)
+    # no remedy trial of fp32 moments: the optimizer's group is searched (its sampler may try them;
+    # the prediction skips what cannot fit)
+    assert stage.kind == "search" and stage.groups == ["optimizer"]

@@ -92,3 +92,44 @@ def test_a_session_resumes_from_its_captured_state_step_for_step(over):
     state.load_schedule(again, schedule)
     state.set_rng_state(rng, again.device)
     assert [float(again.step(b)[0]) for b in batches[2:]] == want
+
+
+@pytest.mark.parametrize("impl", ["adamw8bit", "adamw4bit"])
+def test_a_captured_low_bit_update_replays_each_steps_rate_and_bias_correction(impl):
+    """The update captured once and replayed gives the eager updates: each replay counts its step
+    and reads the rate the schedule set (cosine over 10 steps: the rate moves every step)."""
+    cfg = OptimizerConfig(impl=impl, lr=1e-2, total_steps=10, warmup_ratio=0.0)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    shapes = [p.shape for p in _model().parameters()]
+    grads = [[torch.randn(s, device="cuda", generator=gen) for s in shapes] for _ in range(8)]
+
+    def run(capturable: bool) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
+        model = _model()
+        params = list(model.parameters())
+        opt = optim.build_optimizer([{"params": params}], cfg, capturable=capturable)
+        schedule = optim.build_schedule(opt, cfg)
+        for p, g in zip(params, grads[0]):
+            p.grad = g.clone()
+        graph = None
+        for i, step_grads in enumerate(grads):
+            for p, g in zip(params, step_grads):
+                p.grad.copy_(g)
+            if not capturable or i < 3:
+                opt.step()  # eager warm-up: torchao compiles its update here
+            else:
+                if graph is None:
+                    torch.cuda.synchronize()
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        opt.step()
+                graph.replay()
+            schedule.step()
+        torch.cuda.synchronize()
+        return [p.detach().clone() for p in params], opt
+
+    want, _ = run(False)
+    got, opt = run(True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    steps = {float(s["step"]) for s in opt.state.values()}
+    assert steps == {float(len(grads))}

@@ -142,11 +142,6 @@ GPU = Machine(True, (9, 0), 1, 16)
     ("over", "machine", "message"),
     [
         (
-            {"optimizer__impl": "adamw8bit", "graphs__mode": "step"},
-            GPU,
-            r"optimizer.impl: refused: torchao's low-bit AdamW counts its steps on the host",
-        ),
-        (
             {"optimizer__impl": "fused", "optimizer__offload": True, "graphs__mode": "step"},
             GPU,
             r"optimizer.offload: refused: .* needs graphs.mode 'none' or 'regions'",

@@ -39,7 +39,7 @@ def build_optimizer(
     if cfg.offload:
         return offload_adamw(param_groups, **hyper)
     if cfg.impl in LOW_BIT:
-        return low_bit_adamw(param_groups, cfg.impl, **hyper)
+        return low_bit_adamw(param_groups, cfg.impl, **hyper, capturable=capturable)
     if cfg.impl == "compiled":
         return CompiledAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.impl == "master":
@@ -105,7 +105,7 @@ def rebuild_optimizer(
         )
         if offload:
             return offload_adamw(groups, **hyper)
-        return low_bit_adamw(groups, impl, **hyper)
+        return low_bit_adamw(groups, impl, **hyper, capturable=capturable)
     if impl == "master":
         groups = _adamw_groups(optimizer, "optimizer.impl: 'master'")
         return MasterAdamW(

@@ -9,6 +9,11 @@ loss parity decides (the knob's ``numerics``).
 On a CPU the update runs eagerly (``torch.compiler.set_stance("force_eager")``): torchao compiles
 it once per parameter shape, which with inductor's C++ backend costs seconds a shape, more than the
 steps of the small models a CPU trains; the update is the same function.
+
+In a captured step (``capturable``) the learning rates and step counts live on the parameters'
+device: torchao makes both host tensors, whose values a compiled update reads when it launches, so a
+CUDA graph would replay the first step's bias corrections and rate forever. On the device the
+schedule sets the rate in place and the graph's own ``step += 1`` counts.
 """
 
 from __future__ import annotations
@@ -33,6 +38,34 @@ def _eager_on_cpu(base: type) -> type:
     return EagerOnCpu
 
 
+def _capturable(base: type) -> type:
+    """``base`` whose learning rates and step counts are tensors on the parameters' device."""
+
+    class Capturable(base):
+        def __init__(self, params, **kwargs) -> None:
+            super().__init__(params, **kwargs)
+            for group in self.param_groups:
+                group["lr"] = group["lr"].to(group["params"][0].device)
+
+        def _steps_on_device(self) -> None:
+            """Each parameter's step count moved to its device (made on the host at its first
+            step, or by ``load_state_dict``); a no-op once there, so nothing moves in a capture."""
+            for group in self.param_groups:
+                for p in group["params"]:
+                    state = self.state.get(p)
+                    if state and state["step"].device != p.device:
+                        state["step"] = state["step"].to(p.device)
+
+        def step(self, closure=None):
+            self._steps_on_device()
+            loss = super().step(closure)
+            self._steps_on_device()
+            return loss
+
+    Capturable.__name__ = Capturable.__qualname__ = base.__name__
+    return Capturable
+
+
 def low_bit_adamw(
     param_groups: list[dict],
     impl: str,
@@ -41,10 +74,13 @@ def low_bit_adamw(
     betas: tuple[float, float],
     eps: float,
     weight_decay: float = 0.0,
+    capturable: bool = False,
 ) -> torch.optim.Optimizer:
     """torchao's AdamW of ``impl`` (``adamw8bit`` or ``adamw4bit``) over ``param_groups`` (each group's
-    weight decay kept); its learning rates are CPU tensors, which torch's schedules set in place."""
+    weight decay kept); its learning rates are tensors, which torch's schedules set in place: on the
+    host, or with ``capturable`` on the device with the step counts (for a captured step)."""
     from torchao import optim as ao
 
     base = {"adamw8bit": ao.AdamW8bit, "adamw4bit": ao.AdamW4bit}[impl]
-    return _eager_on_cpu(base)(param_groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    cls = _capturable(base) if capturable else _eager_on_cpu(base)
+    return cls(param_groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
