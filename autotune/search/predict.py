@@ -15,10 +15,13 @@ compile, graphs, kernels all differ a family). Within a family:
 * and in every case at least the largest rest measured at a micro-batch no larger (more samples
   never hold less): where no line exists this lower bound alone is the prediction (``at_least``).
 
-A family nothing was measured in has no prediction. An out-of-memory trial's peak counts where it
+Where nothing gives an estimate (a family nothing was measured in, a smaller micro-batch than any
+measured) the prediction is the static bytes alone, a lower bound: a step holds its weights,
+gradients and optimizer state whatever else it needs. An out-of-memory trial's peak counts where it
 was measured to its end (over the budget: the CPU's check after the measured window); a peak at or
 under the budget is where CUDA's allocator refused an allocation, below what the run needed, and
-serves as a lower bound only.
+serves as a lower bound only (its rest at least zero: the allocation may have been refused before
+all of the static bytes were held).
 
 A trial is not run where its prediction exceeds the budget by more than :data:`MARGIN`.
 """
@@ -119,7 +122,8 @@ def observations(
         if peak is None:
             continue
         cfg = config_of(t)
-        seen = Observed(t.number, micro_batch(cfg), peak[0] - static_bytes(cfg), peak[1])
+        rest = peak[0] - static_bytes(cfg)
+        seen = Observed(t.number, micro_batch(cfg), rest if peak[1] else max(0, rest), peak[1])
         out.setdefault(family(cfg), []).append(seen)
     return out
 
@@ -137,11 +141,9 @@ def _line(points: list[Observed]) -> tuple[float, float] | None:
     return mean_r - slope * mean_m, slope
 
 
-def predict(cfg: TrainConfig, seen: dict[str, list[Observed]]) -> Prediction | None:
-    """``cfg``'s peak from the study's observations (see the module docstring); None: nothing comparable."""
+def predict(cfg: TrainConfig, seen: dict[str, list[Observed]]) -> Prediction:
+    """``cfg``'s peak from the study's observations (see the module docstring)."""
     points = seen.get(family(cfg), [])
-    if not points:
-        return None
     m = micro_batch(cfg)
     static = static_bytes(cfg)
     lines = [ln for ln in (_line(ps) for ps in seen.values()) if ln is not None]
@@ -164,7 +166,7 @@ def predict(cfg: TrainConfig, seen: dict[str, list[Observed]]) -> Prediction | N
     below = [p for p in points if p.micro_batch <= m]
     floor = max(below, key=lambda p: p.rest) if below else None
     if estimate is None and floor is None:
-        return None
+        return Prediction(static, static, "its static bytes", True)
     if estimate is None or (floor is not None and floor.rest > estimate):
         assert floor is not None
         at_least = estimate is None
@@ -179,7 +181,7 @@ def predict(cfg: TrainConfig, seen: dict[str, list[Observed]]) -> Prediction | N
 
 def predicted_of(
     cfg: TrainConfig, study: optuna.Study, config_of: Callable[[FrozenTrial], TrainConfig]
-) -> Prediction | None:
+) -> Prediction:
     """:func:`predict` from the study's finished trials."""
     return predict(cfg, observations(study, config_of))
 

@@ -139,7 +139,8 @@ def test_a_line_in_micro_batch_through_a_family_and_the_study_base_for_another()
     assert predicted_of(cfg(2, impl="master"), study, config_of).peak_bytes == pytest.approx(
         static_bytes(cfg(2, impl="master")) + 600 * MiB, abs=1
     )  # the static part is counted per configuration, the rest learnt
-    assert predicted_of(cfg(1, "dit"), study, config_of) is None  # nothing comparable measured
+    alone = predicted_of(cfg(1, "dit"), study, config_of)  # nothing comparable measured
+    assert alone.at_least and alone.peak_bytes == static_bytes(cfg(1, "dit"))
     add(study, 1, static + 600 * MiB, regions="dit")  # checkpointing: 25 MiB a sample over the base
     pred = predicted_of(cfg(2, "dit"), study, config_of)
     assert pred.peak_bytes == pytest.approx(static + 500 * MiB, abs=1)
@@ -150,7 +151,8 @@ def test_without_a_line_only_a_lower_bound_from_a_smaller_micro_batch():
     study = optuna.create_study(direction="maximize")
     static = static_bytes(cfg())
     add(study, 2, static + 600 * MiB)  # micro-batch 4
-    assert predicted_of(cfg(4), study, config_of) is None  # a smaller micro-batch: unknown
+    smaller = predicted_of(cfg(4), study, config_of)  # a smaller micro-batch: its static bytes only
+    assert smaller.at_least and smaller.peak_bytes == static
     same = predicted_of(cfg(2), study, config_of)
     assert same.peak_bytes == static + 600 * MiB and not same.at_least
     larger = predicted_of(cfg(1), study, config_of)  # 8 samples hold at least what 4 held
@@ -165,7 +167,7 @@ def test_a_peak_where_cuda_refused_an_allocation_is_a_lower_bound_only():
     add(study, 1, None, record=refused)  # stock at 8 samples, stopped before its peak
     add(study, 2, static + 600 * MiB)
     # no line through a censored point: 2 samples a micro-batch have no estimate
-    assert predicted_of(cfg(4), study, config_of) is None
+    assert predicted_of(cfg(4), study, config_of).peak_bytes == static
     over = TrialRecord.failed(
         "oom", "out of memory", peak_bytes=static + 900 * MiB, budget_bytes=budget
     )
@@ -184,6 +186,22 @@ def test_skip_only_beyond_the_margin():
     why = too_large(pred, int(pred.peak_bytes / MARGIN) - MiB)
     assert why.startswith("not run: predicted peak ") and "over 1.05 x the memory budget" in why
     assert too_large(None, 1) is None
+
+
+def test_a_refusal_before_the_state_was_held_bounds_the_peak_by_the_static_bytes():
+    """CUDA refused an allocation below the static bytes (stock's fp32 AdamW state over a 24 GiB
+    card): the rungs that hold as much state are over the budget whatever their batch."""
+    study = optuna.create_study(direction="maximize")
+    static = static_bytes(cfg())
+    budget = static - 200 * MiB
+    refused = TrialRecord.failed(
+        "oom", "out of memory", peak_bytes=budget - MiB, budget_bytes=budget
+    )
+    add(study, 1, None, record=refused)
+    for accumulation in (1, 4):
+        pred = predicted_of(cfg(accumulation), study, config_of)
+        assert pred.at_least and pred.peak_bytes == static
+    assert too_large(predicted_of(cfg(4), study, config_of), int(static / MARGIN) - MiB)
 
 
 def test_accuracy_pairs_predicted_and_measured_peaks():

@@ -50,8 +50,13 @@ def test_the_offloaded_update_is_fused_adamw_with_clipping(micro):
     kw = {"impl": "fused", "lr": 1e-2, "total_steps": 10, "grad_clip": 1.0}
     want = _train(OptimizerConfig(**kw), micro=micro)
     got = _train(OptimizerConfig(**kw, offload=True), micro=micro)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    start = _train(OptimizerConfig(**kw), 0)
+    moved = sum((w - a).norm() for w, a in zip(want, start))
+    apart = sum((g - w).norm() for g, w in zip(got, want))
+    # the host's fused AdamW rounds otherwise than the device's, and AdamW magnifies that where a
+    # gradient is near zero: on a CPU, fused against for-each AdamW on this model end 1.7e-4 of the
+    # distance moved apart; without the clip 1.9e-2, without the weight decay 1.7e-3
+    assert apart < 5e-4 * moved
 
 
 @pytest.mark.parametrize("impl", ["adamw8bit", "adamw4bit"])

@@ -11,7 +11,8 @@ The gradients reach the host before the step, so clipping cannot scale them on t
 :class:`OffloadAdamW` computes the norm over the device's gradients and hands each AdamW the clip
 as its gradient scale (each gradient divided by ``max(1, norm / max_norm)`` inside the fused
 update, as ``clip_and_step`` does for a fused AdamW on the device). The same update as torch's
-fused AdamW with clipping, to float rounding (``tests/train/test_gpu_lowbit.py``).
+fused AdamW with clipping, to float rounding, which AdamW's division by the root of the second
+moment magnifies where a gradient is near zero (``tests/train/test_gpu_lowbit.py``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ def _offload_class() -> type:
                 for opt in self._optimizers():
                     opt.grad_scale = None
             return loss
+
+        def load_state_dict(self, state_dict: dict) -> None:
+            super().load_state_dict(state_dict)
+            if self.d_opt is not None:
+                # torch's load gives the device optimizer new group dicts; ``param_groups`` (what a
+                # schedule sets the rates of) lists ``d_param_groups``, which would be the old ones
+                self.d_param_groups = self.d_opt.param_groups
 
         @torch.no_grad()
         def weights_loaded(self) -> None:
