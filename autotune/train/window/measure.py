@@ -16,16 +16,23 @@ def synchronize(device: torch.device) -> None:
 
 
 def matmul_rate(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> float:
-    """FLOP/s of a large matmul measured on ``device`` (bf16 on CUDA; fp32 on CPU, where bf16 is emulated)."""
+    """FLOP/s of a large matmul measured on ``device`` (bf16 on CUDA; fp32 on CPU, where bf16 is
+    emulated): the median of ``reps`` timed products, after products for at least ``warm_s`` seconds
+    (a GPU reaches its clocks for this kernel after tens of milliseconds of it, not after two)."""
     if device.type == "cuda":
-        n, reps = 8192, 10
+        n, reps, warm_s = 8192, 30, 0.3
     else:
-        n, reps, dtype = 1024, 3, torch.float32
+        n, reps, warm_s, dtype = 1024, 3, 0.0, torch.float32
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(2):
+    start, done = time.perf_counter(), 0
+    while True:
         a @ b
-    synchronize(device)
+        done += 1
+        if done >= 2 and (warm_s == 0 or done % 8 == 0):
+            synchronize(device)
+            if time.perf_counter() - start >= warm_s:
+                break
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
