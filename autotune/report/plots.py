@@ -82,9 +82,11 @@ def importances(report: Report, study: optuna.Study) -> Figure:
                 "too few completed trials",
             ),
         )
-    ax = optuna.visualization.matplotlib.plot_param_importances(
-        study, target_name="samples/s", params=list(report.importances)
-    )
+    with warnings.catch_warnings():  # optuna's notes on its quantiles are not the reader's concern
+        warnings.simplefilter("ignore", UserWarning)
+        ax = optuna.visualization.matplotlib.plot_param_importances(
+            study, target_name="samples/s", params=list(report.importances)
+        )
     ax.figure.set_size_inches(7.5, max(2.5, 0.45 * len(report.importances) + 1.2))
     return Figure(title, png=png(ax.figure))
 

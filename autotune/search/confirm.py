@@ -163,9 +163,10 @@ def run_cost_s(trial: FrozenTrial) -> float:
 
 
 def reserve_s(study: optuna.Study, rounds: int) -> float:
-    """Time to keep for confirming the current best: ``rounds`` runs of stock and of the best."""
+    """Time to keep for confirming the current best: ``rounds`` runs of stock and of the best; none
+    where stock has no measurement (out of memory under the budget: nothing to confirm against)."""
     stock, found = stock_trial(study), candidates(study)
-    if rounds <= 0 or stock is None or not found:
+    if rounds <= 0 or stock is None or measurement_of(stock) is None or not found:
         return 0.0
     return rounds * (run_cost_s(stock) + run_cost_s(found[0]))
 
