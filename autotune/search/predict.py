@@ -176,7 +176,7 @@ def predict(cfg: TrainConfig, seen: dict[str, list[Observed]]) -> Prediction:
             f"at least trial #{floor.trial}'s (micro-batch {floor.micro_batch} <= {m})",
             at_least,
         )
-    return Prediction(int(static + estimate), static, basis)
+    return Prediction(int(static + max(0.0, estimate)), static, basis)
 
 
 def predicted_of(
