@@ -61,24 +61,36 @@ def _loss_and_grads(model, batch, seed: int = 3):
     return loss.detach().float(), grads
 
 
+def _prefix(model, batch):
+    with torch.no_grad():
+        return model.frozen_prefix(batch)
+
+
+def _apart(a: dict, b: dict) -> float:
+    """The largest relative distance between two sets of gradients, tensor by tensor."""
+    return max(float((a[n] - b[n]).norm() / b[n].norm().clamp_min(1e-12)) for n in b)
+
+
 @pytest.mark.parametrize("compiled", [False, True])
-def test_the_static_weight_gives_the_per_step_casts_loss_and_gradients(compiled):
+def test_the_static_weight_gives_the_per_step_casts_prefix_loss_and_gradients(compiled):
     batch = _batch()
     ref_model, model = _model(static=False), _model()
     assert any(type(m) is FrozenFloat8Linear for m in model.modules())
+    # the frozen prefix: the same fp8 weights in the same GEMMs
+    torch.testing.assert_close(_prefix(model, batch), _prefix(ref_model, batch), rtol=0, atol=0)
     if compiled:
         ref_model.compile()
         model.compile()
     ref_loss, ref = _loss_and_grads(ref_model, batch)
+    again_loss, again = _loss_and_grads(ref_model, batch)
     loss, grads = _loss_and_grads(model, batch)
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-3, atol=1e-4)
-    for name in ref:
-        torch.testing.assert_close(grads[name], ref[name], rtol=2e-2, atol=1e-3, msg=name)
-
-
-def _prefix(model, batch):
-    with torch.no_grad():
-        return model.frozen_prefix(batch)
+    # the backward's atomics differ from run to run, and the DiT's per-step fp8 casts round such a
+    # one-ulp difference to a whole fp8 step: the static weight is held to the per-step cast's own spread
+    spread = _apart(again, ref)
+    assert _apart(grads, ref) <= 3 * spread + 1e-3, (spread, _apart(grads, ref))
+    assert abs(float(loss - ref_loss)) <= 3 * abs(float(again_loss - ref_loss)) + 1e-3 * abs(
+        float(ref_loss)
+    )
 
 
 def test_a_captured_prefix_reads_the_fp8_copy_refreshed_in_place():
