@@ -74,7 +74,11 @@ def test_the_compiled_low_bit_update_trains_close_to_fused_adamw(impl):
 
 @pytest.mark.parametrize(
     "over",
-    [{"optimizer__impl": "adamw8bit"}, {"optimizer__impl": "fused", "optimizer__offload": True}],
+    [
+        {"optimizer__impl": "adamw8bit"},
+        {"optimizer__impl": "adamw8bit", "graphs__mode": "step", "graphs__warmup_steps": 1},
+        {"optimizer__impl": "fused", "optimizer__offload": True},
+    ],
 )
 def test_a_session_resumes_from_its_captured_state_step_for_step(over):
     cfg = tiny(**over)
