@@ -44,6 +44,9 @@ ONE_WAY = [
     ("autotune.config", "autotune.train"),
     ("autotune.search.guide", "autotune.search.study"),
     ("autotune.search.trials", "autotune.search.study"),
+    ("autotune.search.stage", "autotune.search.guide"),  # read by converge and the report
+    ("autotune.search.objective", "autotune.search.study"),  # one trial, not the loop around it
+    ("autotune.search.options", "autotune.search.objective"),  # read by confirm, output, reuse
     (
         "autotune.train.trial.record",
         "autotune.search",

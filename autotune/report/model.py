@@ -24,7 +24,7 @@ from autotune.report.memory import MemoryPrediction
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
 from autotune.search.data_echo import DataEcho
 from autotune.search.finetune import Finetune, finetune
-from autotune.search.guide import STUDY_ATTR
+from autotune.search.stage import STUDY_ATTR
 from autotune.search.trials import (
     DUPLICATE,
     PROFILE_DIR,

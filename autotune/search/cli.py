@@ -21,10 +21,10 @@ from autotune.config.compat import Machine, check_data, use_dataset
 from autotune.errors import ConfigError
 from autotune.search.budget import budget_of, default_budget
 from autotune.search.converge import FREE_TRIALS
+from autotune.search.options import StudyOptions
 from autotune.search.sampling import SAMPLERS
 from autotune.search.space import load_space
 from autotune.search.storage import GRACE_PERIOD
-from autotune.search.study import StudyOptions
 from autotune.search.urls import STORAGE_ENV, storage_url
 from autotune.train.memcap import GPU_HELP
 from autotune.workloads.stock import stock_config
@@ -384,7 +384,7 @@ def check_references(opts) -> None:
     """A reference may change only knobs of the space: a trial is rebuilt from its knob values."""
     from autotune.config import to_dict
     from autotune.errors import ConfigError
-    from autotune.search.study import config_of_params, trial_config
+    from autotune.search.params import config_of_params, trial_config
 
     for text, cfg in opts.references:
         rebuilt = config_of_params(opts, opts.space.stock_params(cfg))

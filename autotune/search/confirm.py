@@ -34,7 +34,8 @@ from autotune.boundedread import read_text
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError
 from autotune.search.noise import WIDE_SPREAD, margin, within
-from autotune.search.study import StudyOptions, config_of, run_env
+from autotune.search.options import StudyOptions, run_env
+from autotune.search.params import config_of
 from autotune.search.trials import measurement_of, ranked_trials, record_of, span_s, stock_trial
 from autotune.train.trial.launch import launch
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autotune.search.guide import Stage
 from autotune.search.noise import margin, within
+from autotune.search.stage import Stage
 from autotune.search.trials import (
     DUPLICATE,
     REFERENCE,
@@ -41,6 +41,10 @@ from autotune.search.trials import (
     reason_of,
     span_s,
 )
+
+if TYPE_CHECKING:
+    from autotune.search.guide import Guide
+    from autotune.search.options import StudyOptions
 
 FREE_TRIALS = 2
 """Free trials that found nothing within noise of the best before a study stops (``--converge-after``)."""
@@ -183,3 +187,36 @@ def plateau_left_s(study: optuna.Study, ratio: float = PLATEAU_RATIO) -> float |
     that crosses the line may run past it); None while the rule is not armed (see :func:`plateau`)."""
     spans = _spans(study) if ratio > 0 else None
     return None if spans is None else max(0.0, ratio * spans.to_best_s - spans.since_s)
+
+
+def study_convergence(study: optuna.Study, guide: Guide, opts: StudyOptions) -> Convergence | None:
+    """Whether the study has converged (:func:`convergence`, :func:`plateau`); without guidance every
+    search trial counts as a free one."""
+    stages = guide.stages
+    if not guide.enabled:
+        searched = [
+            t.number
+            for t in study.get_trials(deepcopy=False)
+            if t.state.is_finished()
+            and not (t.user_attrs.get(STOCK) or t.user_attrs.get(REFERENCE))
+        ]
+        stages = [
+            Stage(
+                stage=0,
+                bottleneck=None,
+                share=None,
+                groups=["all"],
+                knobs=[],
+                incumbent=0,
+                incumbent_samples_per_s=0.0,
+                profile=None,
+                buckets=None,
+                dominant=None,
+                kind="free",
+                trials=searched,
+            )
+        ]
+    found = convergence(study, stages, opts.converge_after)
+    if found is None and opts.plateau and opts.converge_after > 0:
+        found = plateau(study, stages[-1].stage if stages else 0)
+    return found

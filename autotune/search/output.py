@@ -29,7 +29,8 @@ from autotune.redact import StorageURL
 from autotune.search.confirm import Confirmation
 from autotune.search.converge import Convergence
 from autotune.search.noise import flags
-from autotune.search.study import StudyOptions, config_of
+from autotune.search.options import StudyOptions
+from autotune.search.params import config_of
 from autotune.search.trials import (
     NOISY,
     PARITY,

@@ -8,8 +8,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search.converge import plateau_left_s
-from autotune.search.guide import Stage
 from autotune.search.noise import flags
+from autotune.search.stage import Stage
 from autotune.search.trials import (
     COST,
     DUPLICATE,

@@ -15,8 +15,8 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.redact import StorageURL, redact
+from autotune.search.options import StudyOptions
 from autotune.search.storage import JOURNAL
-from autotune.search.study import StudyOptions
 
 RUN_INFO = "run.json"
 

@@ -9,8 +9,8 @@ from autotune.cli import main
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import SearchSpaceError
 from autotune.search.auto_space import auto_space, check_space_regions, workload_facts
+from autotune.search.params import sample, trial_config
 from autotune.search.space import load_space, parse_space
-from autotune.search.study import sample, trial_config
 from autotune.workloads import register_workload
 from autotune.workloads.stock import stock_config
 from tests.workloads.userjob import UserJob

@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from autotune.cli import main
 from autotune.config import TrainConfig
-from autotune.search import study as study_mod
+from autotune.search import objective
 from autotune.search.expected import expected_cost
 from autotune.search.trials import reason_of, record_of
 from autotune.train.trial.record import Cost
@@ -38,7 +38,7 @@ def test_a_trial_expected_to_outlast_the_budget_is_not_started_and_queued(
     space.write_text(
         "knobs:\n  compile.regions: {type: categorical, choices: [[], [all]], group: compile}\n"
     )
-    monkeypatch.setattr(study_mod, "launch", fake_launch)
+    monkeypatch.setattr(objective, "launch", fake_launch)
     out = tmp_path / "run"
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(out.mkdir() or out / "study.journal"))

@@ -11,16 +11,11 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.cli import main
-from autotune.search.guide import (
-    FREE,
-    MIN_SHARE,
-    STUDY_ATTR,
-    Guide,
-    buckets_of,
-    loader_stall,
-    ranked_buckets,
-)
+from autotune.search.bottleneck import MIN_SHARE, buckets_of, loader_stall, ranked_buckets
+from autotune.search.candidates import untried
+from autotune.search.guide import Guide
 from autotune.search.space import load_space, parse_space
+from autotune.search.stage import FREE, STUDY_ATTR
 from autotune.search.trials import RECORD, attrs_of, reason_of
 from tests.records import measured
 
@@ -372,7 +367,7 @@ def test_a_small_discrete_group_is_enumerated_not_sampled_again(tmp_path):
     assert nxt is not first and nxt.kind == "free" and fixed is None
     stage = first
     # a group with an int knob is left to the sampler
-    data = guide._untried(study, replace(stage, groups=["data"]), best)
+    data = untried(guide.space, study, replace(stage, groups=["data"]), best)
     assert data is None
 
 
@@ -404,7 +399,7 @@ def test_enumeration_changes_one_knob_before_two(tmp_path):
     guide = Guide(space, stage_trials=5)
     fixed, stage = guide.next_trial(study, study.trials[0])
     assert stage.groups == ["ddp"] and fixed == {"ddp.comm_hook": "none", "ddp.static_graph": True}
-    assert guide._untried(study, stage, study.trials[0]) == [
+    assert untried(guide.space, study, stage, study.trials[0]) == [
         {
             "ddp.comm_hook": "none",
             "ddp.static_graph": True,
@@ -610,7 +605,7 @@ def test_a_compute_bound_step_graph_incumbent_tries_the_exact_model_then_optimiz
     the searches; the GELU in the fc1 GEMM's epilogue, one bf16 rounding less, with them."""
     from autotune.config import config_from_dict
     from autotune.config.compat import Machine
-    from autotune.search.study import sample
+    from autotune.search.params import sample
 
     space, _ = load_space("gr00t_n16").for_machine(
         Machine(cuda=True, capability=(9, 0), world_size=1, cpus=16)

@@ -8,7 +8,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
 
 from autotune.profiling import BUCKETS
-from autotune.search.guide import BUCKET_GROUPS, Guide
+from autotune.search.bottleneck import BUCKET_GROUPS
+from autotune.search.guide import Guide
 from autotune.search.space import parse_space
 from autotune.search.trials import RECORD
 from tests.records import measured

@@ -14,10 +14,11 @@ from optuna.trial import create_trial
 from autotune.search.confirm import Run, _summary, _wide, candidates, clean_rounds, natural_spread
 from autotune.search.converge import convergence, plateau, plateau_left_s
 from autotune.search.directions import PRECISION_RANK, raises_precision, search_choices
-from autotune.search.guide import Guide, Stage
+from autotune.search.guide import Guide
 from autotune.search.noise import flags, margin, trusted_value, within
 from autotune.search.progress import progress_line
 from autotune.search.space import load_space, parse_space
+from autotune.search.stage import Stage
 from autotune.search.trials import attrs_of, best_trial, measurement_of
 from autotune.train.trial.record import HostLoad, StepTimes
 from autotune.train.window.cost import PARTS, cost_of, with_wall

@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 
 from autotune.cli import main
 from autotune.config import load_config
-from autotune.search import study as study_mod
+from autotune.search import objective
 from autotune.search.trials import reason_of
 from autotune.train.trial.record import TrialRecord
 from tests.records import measured
@@ -34,7 +34,7 @@ def run(tmp_path, monkeypatch, outcomes, budget="10GiB"):
     space.write_text(
         "knobs:\n  ddp.bucket_cap_mb: {type: categorical, choices: [100, 200, 300, 400], group: comm}\n"
     )
-    monkeypatch.setattr(study_mod, "launch", fake_launch(outcomes))
+    monkeypatch.setattr(objective, "launch", fake_launch(outcomes))
     out = tmp_path / "run"
     study = optuna.create_study(
         study_name="gr00t_n16-tiny-b",

@@ -11,7 +11,7 @@ import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune.search.guide import buckets_of
+from autotune.search.bottleneck import buckets_of
 from autotune.search.storage import open_storage
 from autotune.search.trials import (
     BUDGET,
