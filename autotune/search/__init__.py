@@ -1,14 +1,8 @@
 """Search: Optuna studies over the training knobs (``python -m autotune run``)."""
 
 from autotune.search.budget import default_budget, parse_bytes
-from autotune.search.space import (
-    Knob,
-    SearchSpace,
-    apply_values,
-    get_value,
-    list_spaces,
-    load_space,
-)
+from autotune.search.knobs import Knob, SearchSpace, apply_values, get_value
+from autotune.search.space import list_spaces, load_space
 
 __all__ = [
     "Knob",

@@ -30,7 +30,8 @@ from autotune.config.compat import Machine
 from autotune.config.knob import Declared, walk
 from autotune.config.workload_knobs import model_knobs_of
 from autotune.search.declared import entry
-from autotune.search.space import SearchSpace, check_regions, parse_space
+from autotune.search.knobs import SearchSpace
+from autotune.search.space import check_regions, parse_space
 
 MAX_SINGLE = 8
 """Regions offered one by one (for compile and region graphs) when the workload has at most this many."""

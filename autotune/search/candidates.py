@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import TrainConfig
 from autotune.search import fit
 from autotune.search.directions import LOCAL, search_choices
-from autotune.search.space import Knob, SearchSpace, get_value
+from autotune.search.knobs import Knob, SearchSpace, get_value
 from autotune.search.stage import Stage
 
 MAX_ENUMERATED = 32

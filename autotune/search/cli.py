@@ -353,7 +353,8 @@ def reference_config(base, text: str):
     import yaml
 
     from autotune.errors import ConfigError
-    from autotune.search.space import _check_key, apply_values
+    from autotune.search.knob_entry import check_key
+    from autotune.search.knobs import apply_values
 
     values = {}
     for pair in text.split(","):
@@ -371,7 +372,7 @@ def reference_config(base, text: str):
             ) from None
     for key in values:
         try:
-            _check_key(key)
+            check_key(key)
         except ConfigError as exc:
             raise ConfigError(f"--reference: {key!r}: {exc}") from None
     try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.search.space import Knob
+from autotune.search.knobs import Knob
 
 PRECISION_RANK = {"fp8": 0, "fp16": 1, "bf16": 1, "fp32": 2}
 """Lower is faster where it changes anything (fp16 and bf16 alike: a move between them is no lowering)."""

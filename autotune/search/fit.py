@@ -32,7 +32,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from autotune.search.space import Knob, SearchSpace
+from autotune.search.knobs import Knob, SearchSpace
 from autotune.search.trials import (
     PREDICTED_OOM,
     constraint_of,

@@ -50,8 +50,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import TrainConfig
 from autotune.search import fit
 from autotune.search.candidates import fitted_by_ladder, fixed_params, untried
+from autotune.search.knobs import SearchSpace
 from autotune.search.next_stage import new_stage
-from autotune.search.space import SearchSpace
 from autotune.search.stage import FREE, STUDY_ATTR, Stage, over, update_best
 from autotune.search.trials import parity_pending, stock_trial
 from autotune.search.vet import changes_numerics

@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.search.bottleneck import BUCKET_GROUPS, MIN_SHARE, loader_stall, ranked_buckets
 from autotune.search.candidates import remedies_of, searchable, settled, untried
-from autotune.search.space import SearchSpace
+from autotune.search.knobs import SearchSpace
 from autotune.search.stage import FREE, Stage
 from autotune.search.trials import PROFILE_DIR, profile_of
 

@@ -9,7 +9,7 @@ from typing import Any
 from autotune.config import TrainConfig
 from autotune.redact import StorageURL
 from autotune.search.converge import FREE_TRIALS
-from autotune.search.space import SearchSpace
+from autotune.search.knobs import SearchSpace
 from autotune.search.storage import GRACE_PERIOD
 from autotune.train.compile_cache import FOLDER as CACHE_FOLDER
 from autotune.train.compile_cache import cache_env

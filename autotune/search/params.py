@@ -10,8 +10,8 @@ from optuna.trial import FrozenTrial
 
 from autotune.config import TrainConfig
 from autotune.errors import ConfigError
+from autotune.search.knobs import SearchSpace, apply_values
 from autotune.search.options import StudyOptions
-from autotune.search.space import SearchSpace, apply_values
 
 
 def sample(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:

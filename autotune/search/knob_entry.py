@@ -1,0 +1,253 @@
+"""One knob's entry of a space file, checked strictly (:func:`parse_knob`): its keys, its dotted
+TrainConfig key, its type, range or choices, ``when`` conditions and remedies. Every error names
+the file and the key (:func:`autotune.search.knobs.space_error`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from autotune.config import TrainConfig
+from autotune.config.knob import GROUPS as KNOB_GROUPS
+from autotune.errors import ConfigError
+from autotune.search.declared import declared
+from autotune.search.knobs import Knob, config_key, space_error
+
+TYPES = ("int", "float", "categorical", "bool")
+GROUPS = KNOB_GROUPS
+REQUIREMENTS = ("cuda", "fp8")
+KNOB_KEYS = (
+    "type",
+    "low",
+    "high",
+    "log",
+    "step",
+    "choices",
+    "when",
+    "requires",
+    "group",
+    "doc",
+    "remedy",
+    "remedy_several_ranks",
+)
+
+
+def check_key(key: str) -> None:
+    """Raise ConfigError unless ``key`` names a field of the TrainConfig tree (or a mapping entry)."""
+    cls: Any = TrainConfig
+    parts = config_key(key).split(".")
+    if parts[0] == "model" and len(parts) == 2 and declared(key) is not None:
+        return  # a workload's own model knob
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            raise ConfigError(
+                f"not a knob of the training configuration ({'.'.join(parts[:i])} has no fields)"
+            )
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields or part in (
+            "schema_version",
+            "provenance",
+            "workload",
+            "preset",
+            "options",
+        ):
+            raise ConfigError(
+                f"not a knob of the training configuration; allowed at this level: "
+                f"{sorted(n for n in fields if n not in ('schema_version', 'provenance', 'options'))}"
+            )
+        hint = typing_hints(cls)[part]
+        if getattr(hint, "__origin__", None) is dict:
+            if len(parts) != i + 2:
+                raise ConfigError(
+                    f"name one entry of the mapping {'.'.join(parts[: i + 1])} (e.g. {'.'.join(parts[: i + 1])}.NAME)"
+                )
+            return
+        cls = hint
+    if dataclasses.is_dataclass(cls):
+        raise ConfigError("names a section, not a knob")
+
+
+def typing_hints(cls: type) -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(cls)
+
+
+def _number(path: Path, where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise space_error(path, where, f"{value!r} has the wrong type; allowed: a number")
+    return value
+
+
+def parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Knob:
+    where = f"knobs.{key}"
+    if not isinstance(spec, dict):
+        raise space_error(
+            path, where, f"{spec!r} has the wrong type; allowed: a mapping with 'type' and 'group'"
+        )
+    unknown = [k for k in spec if k not in KNOB_KEYS]
+    if unknown:
+        raise space_error(path, f"{where}.{unknown[0]}", f"unknown key; allowed: {list(KNOB_KEYS)}")
+    try:
+        check_key(key)
+    except ConfigError as exc:
+        raise space_error(path, where, str(exc)) from None
+    kind = spec.get("type")
+    if kind not in TYPES:
+        raise space_error(path, f"{where}.type", f"{kind!r} is not one of {list(TYPES)}")
+    group = spec.get("group")
+    if group not in GROUPS:
+        raise space_error(path, f"{where}.group", f"{group!r} is not one of {list(GROUPS)}")
+    requires = spec.get("requires")
+    if requires is not None and requires not in REQUIREMENTS:
+        raise space_error(
+            path, f"{where}.requires", f"{requires!r} is not one of {list(REQUIREMENTS)}"
+        )
+    kw: dict[str, Any] = {
+        "key": key,
+        "type": kind,
+        "group": group,
+        "requires": requires,
+        "doc": str(spec.get("doc", "")),
+    }
+    if kind in ("int", "float"):
+        kw.update(_parse_range(path, where, kind, spec))
+    else:
+        kw["choices"] = _parse_choices(path, where, kind, spec)
+    kw["when"] = _parse_when(path, where, spec.get("when"), earlier)
+    knob = Knob(**kw)
+    if "remedy" in spec:
+        remedy = spec["remedy"]
+        if remedy == "cores" and kind == "int":
+            pass  # resolved per machine (for_machine)
+        elif remedy is None or not knob.contains(remedy):
+            raise space_error(
+                path, f"{where}.remedy", f"{remedy!r} is not a value this knob can take"
+            )
+        knob = dataclasses.replace(knob, remedy=remedy)
+    if "remedy_several_ranks" in spec:
+        several = spec["remedy_several_ranks"]
+        if knob.remedy is None:
+            raise space_error(
+                path,
+                f"{where}.remedy_several_ranks",
+                "needs a remedy (the one of a single rank) beside it",
+            )
+        if several is None or not knob.contains(several):
+            raise space_error(
+                path,
+                f"{where}.remedy_several_ranks",
+                f"{several!r} is not a value this knob can take",
+            )
+        knob = dataclasses.replace(knob, remedy_several_ranks=several)
+    return knob
+
+
+def _parse_range(path: Path, where: str, kind: str, spec: dict) -> dict[str, Any]:
+    if "choices" in spec:
+        raise space_error(
+            path, f"{where}.choices", f"not allowed for type {kind}; use low and high"
+        )
+    for k in ("low", "high"):
+        if k not in spec:
+            raise space_error(path, f"{where}.{k}", f"missing; a {kind} knob needs low and high")
+    low, high = (
+        _number(path, f"{where}.low", spec["low"]),
+        _number(path, f"{where}.high", spec["high"]),
+    )
+    if kind == "int":
+        for k in ("low", "high", "step"):
+            if k in spec and not isinstance(spec[k], int):
+                raise space_error(
+                    path, f"{where}.{k}", f"{spec[k]!r} has the wrong type; allowed: an integer"
+                )
+    if not low <= high:
+        raise space_error(
+            path, f"{where}.low", f"low <= high must hold, but got (low={low}, high={high})"
+        )
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise space_error(
+            path, f"{where}.log", f"{log!r} has the wrong type; allowed: true or false"
+        )
+    step = spec.get("step")
+    if step is not None and _number(path, f"{where}.step", step) <= 0:
+        raise space_error(path, f"{where}.step", f"{step!r} is out of range; allowed: a number > 0")
+    if log and low <= 0:
+        raise space_error(
+            path, f"{where}.low", f"{low!r} is out of range; allowed: a number > 0 when log is true"
+        )
+    if log and step is not None and kind == "float":
+        raise space_error(path, f"{where}.step", "cannot be combined with log: true")
+    return {"low": low, "high": high, "log": log, "step": step}
+
+
+def _parse_choices(path: Path, where: str, kind: str, spec: dict) -> tuple[Any, ...]:
+    for k in ("low", "high", "log", "step"):
+        if k in spec:
+            raise space_error(path, f"{where}.{k}", f"not allowed for type {kind}; use choices")
+    if kind == "bool":
+        choices = spec.get("choices", [False, True])
+        if not choices or not all(isinstance(c, bool) for c in choices):
+            raise space_error(
+                path,
+                f"{where}.choices",
+                f"{choices!r} is not allowed; allowed: a list of true/false",
+            )
+        return tuple(choices)
+    choices = spec.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise space_error(
+            path, f"{where}.choices", f"{choices!r} is not allowed; allowed: a non-empty list"
+        )
+    for c in choices:
+        ok = (
+            c is None
+            or isinstance(c, (bool, int, float, str))
+            or (isinstance(c, list) and all(isinstance(s, str) for s in c))
+        )
+        if not ok:
+            raise space_error(
+                path,
+                f"{where}.choices",
+                f"{c!r} is not allowed; allowed: null, numbers, strings or lists of names",
+            )
+    if any(isinstance(c, list) for c in choices) and not all(isinstance(c, list) for c in choices):
+        raise space_error(
+            path, f"{where}.choices", "mixes lists and single values; allowed: all lists or none"
+        )
+    return tuple(choices)
+
+
+def _parse_when(
+    path: Path, where: str, when: Any, earlier: dict[str, Knob]
+) -> dict[str, tuple[Any, ...]]:
+    if when is None:
+        return {}
+    if not isinstance(when, dict) or not when:
+        raise space_error(
+            path,
+            f"{where}.when",
+            f"{when!r} has the wrong type; allowed: a mapping of knob key to value(s)",
+        )
+    out = {}
+    for other, value in when.items():
+        if other not in earlier:
+            raise space_error(
+                path,
+                f"{where}.when.{other}",
+                f"not a knob listed before this one; allowed: {list(earlier)}",
+            )
+        listed = isinstance(value, list) and (
+            not earlier[other].list_valued
+            or (bool(value) and all(isinstance(v, list) for v in value))
+        )
+        values = tuple(value) if listed else (value,)
+        for v in values:
+            if not earlier[other].contains(v):
+                raise space_error(
+                    path, f"{where}.when.{other}", f"{v!r} is not a value knob {other} can take"
+                )
+        out[other] = values
+    return out
