@@ -29,7 +29,7 @@ from autotune.train.compile_cache import cache_env
 
 def config(preset: str, changes: str, batch_size: int | None):
     from autotune.config.stock import stock_config
-    from autotune.search.cli import reference_config
+    from autotune.search.references import reference_config
 
     cfg = reference_config(stock_config("gr00t_n16", preset), changes)
     cfg.data.source = "synthetic"

@@ -10,7 +10,7 @@ from autotune.cli import main
 from autotune.config.compat import Machine
 from autotune.search import load_space
 from autotune.search.auto_space import check_space_regions, workload_facts
-from autotune.search.cli import default_space
+from autotune.search.space_choice import default_space
 from autotune.workloads.stock import stock_config
 
 H200 = Machine(cuda=True, capability=(9, 0), cpus=16)

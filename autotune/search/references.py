@@ -1,0 +1,51 @@
+"""``--reference``: the stock configuration with some knobs changed, measured as a trial of its own."""
+
+from __future__ import annotations
+
+
+def reference_config(base, text: str):
+    """``base`` with ``key=value`` pairs applied (values in YAML: ``[all]``, ``true``, ``8``)."""
+    import yaml
+
+    from autotune.errors import ConfigError
+    from autotune.search.knob_entry import check_key
+    from autotune.search.knobs import apply_values
+
+    values = {}
+    for pair in text.split(","):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"--reference: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])"
+            )
+        try:
+            values[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ConfigError(
+                f"--reference: {pair!r}: the value is not YAML ({problem}); e.g. compile.regions=[all]"
+            ) from None
+    for key in values:
+        try:
+            check_key(key)
+        except ConfigError as exc:
+            raise ConfigError(f"--reference: {key!r}: {exc}") from None
+    try:
+        return apply_values(base, values)
+    except ConfigError as exc:
+        raise ConfigError(f"--reference {text!r}: {exc}") from None
+
+
+def check_references(opts) -> None:
+    """A reference may change only knobs of the space: a trial is rebuilt from its knob values."""
+    from autotune.config import to_dict
+    from autotune.errors import ConfigError
+    from autotune.search.params import config_of_params, trial_config
+
+    for text, cfg in opts.references:
+        rebuilt = config_of_params(opts, opts.space.stock_params(cfg))
+        if to_dict(rebuilt) != to_dict(trial_config(cfg, {})):
+            raise ConfigError(
+                f"--reference {text!r}: changes a setting that is not a knob of search space "
+                f"{opts.space.name!r} (on this machine); allowed: {[k.key for k in opts.space.knobs]}"
+            )
