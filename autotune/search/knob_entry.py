@@ -117,9 +117,14 @@ def parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kno
         kw["choices"] = _parse_choices(path, where, kind, spec)
     kw["when"] = _parse_when(path, where, spec.get("when"), earlier)
     knob = Knob(**kw)
+    return _with_remedies(path, where, spec, knob)
+
+
+def _with_remedies(path: Path, where: str, spec: dict, knob: Knob) -> Knob:
+    """``knob`` with the entry's ``remedy`` and ``remedy_several_ranks``, each a value it can take."""
     if "remedy" in spec:
         remedy = spec["remedy"]
-        if remedy == "cores" and kind == "int":
+        if remedy == "cores" and knob.type == "int":
             pass  # resolved per machine (for_machine)
         elif remedy is None or not knob.contains(remedy):
             raise space_error(

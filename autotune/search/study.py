@@ -176,20 +176,37 @@ def _trials(
                 plateau=opts.plateau and opts.converge_after > 0,
             )
         )
-        # under a memory budget a stock out of memory is what the guide's memory stage remedies
-        capped_oom = opts.memory_cap and reason_of(frozen) == "oom"
-        stopped = None if capped_oom else stock_failure(frozen, opts.out, opts.timeout_per_trial)
+        end, stopped = _ends_after(study, frozen, opts, converged, report)
         if stopped is not None:
-            queue_stock_again(study, frozen)
             return StudyResult(study, None, deadline, stopped)
-        if converged is not None:
-            study.set_user_attr(CONVERGED, json.dumps(converged.to_dict()))
-            report(f"converged: {converged.reason}")
-            break
-        if skipped_in_a_row(study) >= SKIPS_IN_A_ROW:
-            report(
-                f"time budget of {opts.time_budget_s:.0f} s: the last {SKIPS_IN_A_ROW} trials drawn were each expected "
-                "to take longer than the time left; stopping (the same command continues the study)"
-            )
+        if end:
             break
     return StudyResult(study, converged, deadline)
+
+
+def _ends_after(
+    study: optuna.Study,
+    frozen: FrozenTrial,
+    opts: StudyOptions,
+    converged: Convergence | None,
+    report: Callable[[str], None],
+) -> tuple[bool, str | None]:
+    """Whether the study ends after the trial ``frozen``, and why where its stock trial cannot run
+    (:mod:`autotune.search.baseline`; None: it converged, or the trials drawn cost too much)."""
+    # under a memory budget a stock out of memory is what the guide's memory stage remedies
+    capped_oom = opts.memory_cap and reason_of(frozen) == "oom"
+    stopped = None if capped_oom else stock_failure(frozen, opts.out, opts.timeout_per_trial)
+    if stopped is not None:
+        queue_stock_again(study, frozen)
+        return True, stopped
+    if converged is not None:
+        study.set_user_attr(CONVERGED, json.dumps(converged.to_dict()))
+        report(f"converged: {converged.reason}")
+        return True, None
+    if skipped_in_a_row(study) >= SKIPS_IN_A_ROW:
+        report(
+            f"time budget of {opts.time_budget_s:.0f} s: the last {SKIPS_IN_A_ROW} trials drawn were each expected "
+            "to take longer than the time left; stopping (the same command continues the study)"
+        )
+        return True, None
+    return False, None
