@@ -1,5 +1,5 @@
 """One stage of the guided search (:class:`Stage`), as the study keeps it, and what it has done:
-its best trial and gain, and the trials at its end that gained nothing."""
+whether it is over (:func:`over`), its best trial and gain (:func:`update_best`)."""
 
 from __future__ import annotations
 
