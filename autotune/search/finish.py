@@ -22,12 +22,15 @@ def write_study_report(opts):
     return None
 
 
-def speedup_line(best: Path) -> str:
-    """``1.42x stock, confirmed`` or ``1.42x stock in the study, not confirmed`` from best.yaml."""
+def speedup_line(best: Path, stock_out_of_memory: bool = False) -> str:
+    """``1.42x stock, confirmed`` or ``1.42x stock in the study, not confirmed`` from best.yaml;
+    ``stock_out_of_memory``: stock did not fit the memory budget, so no speed-up over it exists."""
     from autotune.config import load_config
 
     prov = load_config(best).provenance
     speedup = prov.get("speedup_vs_stock")
+    if speedup is None and stock_out_of_memory:
+        return "stock does not fit the memory budget: no speed-up over it to state"
     if speedup is None:
         return "no stock measurement to compare with"
     if prov.get("trial") == prov.get("stock_trial"):
@@ -95,7 +98,11 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
             print(f"report: {report}")
     from autotune.config import load_config
     from autotune.search.finetune import finetune
+    from autotune.search.fit import out_of_memory
+    from autotune.search.trials import stock_trial
 
-    print(f"best configuration: {best} ({speedup_line(best)})")
+    stock = stock_trial(study)
+    oom = stock is not None and out_of_memory(stock)
+    print(f"best configuration: {best} ({speedup_line(best, oom)})")
     for line in finetune(best, load_config(best).provenance).lines():
         print(line, flush=True)

@@ -12,7 +12,15 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.search.options import StudyOptions
-from autotune.search.trials import COST, DUPLICATE, PREDICTED_OOM, QUEUED_AGAIN, reason_of, span_s
+from autotune.search.trials import (
+    COST,
+    DUPLICATE,
+    PREDICTED_OOM,
+    QUEUED_AGAIN,
+    measured,
+    reason_of,
+    span_s,
+)
 
 SKIPS_IN_A_ROW = 3
 """Trials in a row not started for their cost after which a study under a time budget stops."""
@@ -52,13 +60,16 @@ def skipped_in_a_row(study: optuna.Study) -> int:
 
 
 def typical_trial_s(study: optuna.Study) -> float | None:
-    """The median wall time of the study's trials that ran (refused and budget-stopped ones aside)."""
-    spans = [
-        span_s(t)
+    """The median wall time of the study's trials that ran (refused and budget-stopped ones aside):
+    of those that measured, where any did (a trial that runs out of memory in its first step takes
+    a fraction of one that measures, and a study under a tight budget may have run many)."""
+    ran = [
+        t
         for t in study.get_trials(deepcopy=False)
         if t.state.is_finished()
         and t.datetime_start
         and t.datetime_complete
         and reason_of(t) not in ("config", DUPLICATE, COST, PREDICTED_OOM, *QUEUED_AGAIN)
     ]
+    spans = [span_s(t) for t in ran if measured(t)] or [span_s(t) for t in ran]
     return statistics.median(spans) if spans else None

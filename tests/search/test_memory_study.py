@@ -28,7 +28,7 @@ def peak(tmp_path, steps: int) -> int:
     return measured_peak(tmp_path, WIDE, BATCH, steps)
 
 
-def test_a_budget_stock_exceeds_leads_to_a_configuration_that_fits(tmp_path):
+def test_a_budget_stock_exceeds_leads_to_a_configuration_that_fits(tmp_path, capsys):
     stock_peak, small_peak = peak(tmp_path, 1), peak(tmp_path, 8)
     assert stock_peak - small_peak > 64 * 2**20  # the wide activation shows in the measured peak
     budget = (stock_peak + small_peak) // 2
@@ -39,6 +39,10 @@ def test_a_budget_stock_exceeds_leads_to_a_configuration_that_fits(tmp_path):
          "--profile-steps", "0", "--confirm-rounds", "0", "--no-prune", "--out", str(out)]
     )  # fmt: skip
     assert code == 0
+    assert (
+        "(stock does not fit the memory budget: no speed-up over it to state)"
+        in capsys.readouterr().out
+    )
     stages = json.loads((out / "diagnosis.json").read_text())["stages"]
     memory = stages[0]
     assert memory["kind"] == "memory" and memory["bottleneck"] == "memory"
