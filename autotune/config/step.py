@@ -283,6 +283,27 @@ class CheckpointConfig:
         group="memory", factory=list, allowed="trainable region names", hf=_checkpointing_to_trainer
     )
     """Regions whose blocks are checkpointed (only trainable regions have a backward)."""
+    every: int = knob(
+        1,
+        group="memory",
+        low=1,
+        integer=True,
+        hf=NotCarried("the Trainer checkpoints every layer or none", same_as=1),
+    )
+    """Checkpoint one block in ``every`` of each named region (1: all of them; 2: the first, third,
+    ...): the blocks between keep their activations, so memory falls by about that share of the
+    regions' activations and the recomputation is that share of their forward. A search space offers
+    it where some region is checkpointed (it changes nothing otherwise)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        check(
+            self.every == 1 or bool(self.regions),
+            "every",
+            self.every,
+            "1 unless checkpointing.regions names a region",
+            "has no region to apply to",
+        )
 
 
 def _env(name: str) -> NotCarried:

@@ -223,6 +223,13 @@ def _region_knobs(f: WorkloadFacts, machine: Machine) -> dict[str, dict[str, Any
             "choices": choices,
             "doc": "recompute the region's blocks in backward",
         }
+        memory["checkpointing.every"] = {
+            "type": "categorical",
+            "group": "memory",
+            "choices": [1, 2, 4],
+            "when": {"checkpointing.regions": [c for c in choices if c]},
+            "doc": "recompute one block in this many of the checkpointed regions",
+        }
     precision: dict[str, Any] = {}
     for region in f.regions:
         fp8 = region in f.trainable and machine.cuda

@@ -51,11 +51,17 @@ def checkpoint_module(module: nn.Module) -> None:
     module.forward = ckpt_forward
 
 
-def apply_checkpointing(blocks: dict[str, list[nn.Module]], names: list[str]) -> None:
-    """Checkpoint each block of the named regions (``Workload.blocks``: by default their modules)."""
+def apply_checkpointing(
+    blocks: dict[str, list[nn.Module]], names: list[str], every: int = 1
+) -> int:
+    """Checkpoint one block in ``every`` of the named regions (``Workload.blocks``: by default their
+    modules), from each region's first; returns how many were checkpointed."""
+    count = 0
     for name in names:
-        for block in blocks[name]:
+        for block in blocks[name][::every]:
             checkpoint_module(block)
+            count += 1
+    return count
 
 
 def compile_kwargs(cfg: CompileConfig) -> dict:

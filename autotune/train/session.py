@@ -108,7 +108,7 @@ class Session:
             if cfg.optimizer.impl == "master"
             else {}
         )
-        knobs.apply_checkpointing(blocks, cfg.checkpointing.regions)
+        knobs.apply_checkpointing(blocks, cfg.checkpointing.regions, cfg.checkpointing.every)
         knobs.apply_compile(self.model, blocks, cfg.compile)
         self.split = self._loss_split() if cfg.optimizer.overlap else None
         # a context manager per use: torch's sdpa_kernel is a generator context manager, good for one entry
