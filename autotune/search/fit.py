@@ -9,8 +9,9 @@ until a trial fits; that trial is the incumbent the usual stages continue from.
 The rungs, cheapest first: the caching allocator's expandable segments (no cost in the step);
 then each more micro-batches per update (``memory.accumulation_steps``: smaller kernels, the
 same samples per update), and after the first of them, the largest choice of activation
-checkpointing (recomputing the trainable regions' forward, about a third more of their work)
-with each accumulation again. Rungs are cumulative: a later one keeps the earlier's knobs.
+checkpointing (recomputing the trainable regions' forward, about a third more of their work; one
+block in two first where the space offers ``checkpointing.every``, half that) with each
+accumulation again. Rungs are cumulative: a later one keeps the earlier's knobs.
 
 Then the optimizer's state, whose size no batch remedy touches (full GR00T N1.6: 1.62 B trainable
 parameters, 13 GB of fp32 moments beside 13 GB of fp32 weights and gradients, more than a 24 GiB
@@ -44,11 +45,12 @@ from autotune.search.trials import (
 EXPANDABLE = "memory.expandable_segments"
 ACCUMULATION = "memory.accumulation_steps"
 CHECKPOINTING = "checkpointing.regions"
+EVERY = "checkpointing.every"
 IMPL = "optimizer.impl"
 OFFLOAD = "optimizer.offload"
 LOW_BIT = ("adamw8bit", "adamw4bit")
 GRAPHS = "graphs.mode"
-LADDER_KEYS = (EXPANDABLE, ACCUMULATION, CHECKPOINTING, IMPL, OFFLOAD)
+LADDER_KEYS = (EXPANDABLE, ACCUMULATION, CHECKPOINTING, EVERY, IMPL, OFFLOAD)
 """The knobs the rungs set."""
 
 
@@ -80,15 +82,29 @@ def _batch_rungs(knobs: dict[str, Knob], stock: dict[str, Any], batch_size: int)
     rungs: list[dict[str, Any]] = [{}]
     steps = _more_steps(knobs.get(ACCUMULATION), stock.get(ACCUMULATION, 1), batch_size)
     widest = _widest(knobs.get(CHECKPOINTING), stock.get(CHECKPOINTING))
+    first_checkpointing = _checkpointing_rungs(knobs, widest)
     for i, k in enumerate(steps):
         rungs.append({ACCUMULATION: k})
-        if i == 0 and widest is not None:
-            rungs.append({CHECKPOINTING: widest})
+        if i == 0:
+            rungs += first_checkpointing
         if widest is not None:
             rungs.append({CHECKPOINTING: widest, ACCUMULATION: k})
-    if not steps and widest is not None:
-        rungs.append({CHECKPOINTING: widest})
+    if not steps:
+        rungs += first_checkpointing
     return rungs
+
+
+def _checkpointing_rungs(knobs: dict[str, Knob], widest: Any) -> list[dict[str, Any]]:
+    """The widest checkpointing alone: every other block first where the space offers it (half the
+    recomputation), then every block."""
+    if widest is None:
+        return []
+    every = knobs.get(EVERY)
+    half = every is not None and 2 in every.choices
+    return [
+        *([{CHECKPOINTING: widest, EVERY: every.encode(2)}] if half else []),
+        {CHECKPOINTING: widest},
+    ]
 
 
 def _state_tiers(knobs: dict[str, Knob], stock: dict[str, Any]) -> list[dict[str, Any]]:

@@ -197,3 +197,25 @@ def test_the_stages_after_the_ladder_keep_the_state_tier_that_fitted(tmp_path):
     # no remedy trial of fp32 moments: the optimizer's group is searched (its sampler may try them;
     # the prediction skips what cannot fit)
     assert stage.kind == "search" and stage.groups == ["optimizer"]
+
+
+def test_checkpointing_every_other_block_comes_before_every_block(tmp_path):
+    spec = {"knobs": dict(SPACE["knobs"])}
+    spec["knobs"]["checkpointing.every"] = {
+        "type": "categorical",
+        "choices": [1, 2, 4],
+        "when": {"checkpointing.regions": [["dit"], ["llm_trainable", "dit"]]},
+    }
+    space = parse_space(spec, tmp_path / "s.yaml")
+    rungs = fit.ladder(space, STOCK_PARAMS, batch_size=4)
+    got = [
+        (r["memory.accumulation_steps"], r["checkpointing.regions"], r.get("checkpointing.every"))
+        for r in rungs
+    ]
+    assert got[:5] == [
+        (1, "none", None),
+        (2, "none", None),
+        (1, "llm_trainable+dit", 2),
+        (1, "llm_trainable+dit", None),  # the knob's default: every block
+        (2, "llm_trainable+dit", None),
+    ]
