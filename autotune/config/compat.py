@@ -154,6 +154,12 @@ RULES: tuple[Rule, ...] = (
         "'master' keeps fp32 masters of fp32 trainable weights; it needs precision.trainable_dtype 'fp32'",
     ),
     (
+        "optimizer.overlap_sm_carveout",
+        lambda c, m: c.optimizer.overlap_sm_carveout > 0 and not c.optimizer.overlap,
+        "the SMs are carved out of the prefix's GEMMs for the update beside them; it needs "
+        "optimizer.overlap: true",
+    ),
+    (
         "optimizer.offload",
         lambda c, m: c.optimizer.offload and c.graphs.mode == "step",
         "the host steps AdamW between the device's copies, which a captured step cannot hold; "

@@ -162,6 +162,20 @@ class OptimizerConfig:
     of the weights it writes) instead of after the step's backward. The same updates in the same
     order: step k's update (with step k's learning rate and clipping) is done before step k+1's
     first trained layer. With ``impl: master`` and ``graphs.mode: step``, on one process."""
+    overlap_sm_carveout: int = knob(
+        0,
+        group="optimizer",
+        low=0,
+        high=96,
+        integer=True,
+        search=Search("categorical", choices=(0, 16, 32, 48), when={"optimizer.overlap": [True]}),
+        hf=NotCarried("the update beside the prefix runs in autotune's captured step", same_as=0),
+    )
+    """With ``overlap``: streaming multiprocessors the prefix's cuBLAS GEMMs leave to the update that
+    runs beside them (``torch._C._set_sm_carveout_experimental`` while the prefix is captured). A GEMM
+    tile holds most of an SM's shared memory, so without a carve-out the update's blocks find an SM
+    only between GEMM waves; with one, the prefix's GEMMs run on fewer SMs and the memory-bound
+    update streams on the rest. The same results to the GEMMs' rounding (another kernel choice)."""
     offload: bool = knob(
         False,
         group="memory",

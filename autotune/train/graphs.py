@@ -19,6 +19,7 @@ Known interactions, and how they are handled here:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -215,6 +216,20 @@ class StepGraph:
         return self.loss, self.grad_norm
 
 
+@contextlib.contextmanager
+def sm_carveout_for(sms: int):
+    """cuBLAS GEMMs launched (or captured) inside run on all but ``sms`` streaming multiprocessors."""
+    if sms <= 0:
+        yield
+        return
+    before = torch._C._get_sm_carveout_experimental()
+    torch._C._set_sm_carveout_experimental(sms)
+    try:
+        yield
+    finally:
+        torch._C._set_sm_carveout_experimental(before)
+
+
 class OverlapStepGraph:
     """The step captured as three graphs, the optimizer's update beside the next step's prefix.
 
@@ -237,6 +252,7 @@ class OverlapStepGraph:
         update: Callable[[], None],
         static_batch: dict[str, torch.Tensor],
         before_update: Callable[[], None] | None = None,
+        sm_carveout: int = 0,
     ) -> None:
         self.static_batch = static_batch
         self.g_prefix, self.g_rest, self.g_update = (
@@ -245,8 +261,13 @@ class OverlapStepGraph:
             torch.cuda.CUDAGraph(),
         )
         pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(
-            self.g_prefix, pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local"
+        with (
+            sm_carveout_for(sm_carveout),
+            torch.cuda.graph(
+                self.g_prefix,
+                pool=torch.cuda.graph_pool_handle(),
+                capture_error_mode="thread_local",
+            ),
         ):
             self.carry = prefix(static_batch)
         with torch.cuda.graph(self.g_rest, pool=pool, capture_error_mode="thread_local"):

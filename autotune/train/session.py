@@ -327,7 +327,14 @@ class Session:
             loss.backward()
             return loss.detach(), opt.prepare_update(clip).detach()
 
-        return graphs.OverlapStepGraph(self._prefix, rest, opt.apply_update, static, opt.prepare)
+        return graphs.OverlapStepGraph(
+            self._prefix,
+            rest,
+            opt.apply_update,
+            static,
+            opt.prepare,
+            sm_carveout=self.cfg.optimizer.overlap_sm_carveout,
+        )
 
     def flush(self) -> None:
         """Apply an update that ``optimizer.overlap`` still holds for the next step (before the weights
