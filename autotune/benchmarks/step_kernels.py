@@ -12,7 +12,9 @@ by its launch), on every stream: kernels, copies and sets. Per step:
   start that kind of work) and once to the kind of the event whose end began it
   (``idle_after``). In a CUDA graph a gap is the latency between two nodes;
 * ``concurrent``: ``kernel time - busy``, time counted twice because events on several streams ran
-  at once. The kinds sum to ``busy + concurrent``.
+  at once. The kinds sum to ``busy + concurrent``;
+* per kind, ``beside``: the time its events ran while an event of another kind ran on another
+  stream (an optimizer update beside the next step's GEMMs shows here, or does not).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class StepKernels:
     """The same gaps, each put down to the kind of the event whose end began it."""
     busy_ns: int
     span_ns: int
+    beside_ns: tuple[int, ...] = ()
+    """Per kind, the time its events ran while an event of another kind ran."""
 
     @property
     def kernel_ns(self) -> int:
@@ -94,7 +98,22 @@ def one_step(step: int, start: np.ndarray, end: np.ndarray, kind: np.ndarray) ->
         idle_after_ns=_per_kind(kind[furthest[:-1]], gap, n),
         busy_ns=iv.total(iv.merge((start, end))),
         span_ns=int(reach[-1] - start[0]),
+        beside_ns=_beside(start, end, kind, n),
     )
+
+
+def _beside(start: np.ndarray, end: np.ndarray, kind: np.ndarray, n: int) -> tuple[int, ...]:
+    """Per kind, the union of its events' intervals that another kind's events also cover."""
+    out = []
+    for k in range(n):
+        mine = kind == k
+        if not mine.any() or mine.all():
+            out.append(0)
+            continue
+        own = iv.merge((start[mine], end[mine]))
+        others = iv.merge((start[~mine], end[~mine]))
+        out.append(iv.total(iv.intersect(own, others)))
+    return tuple(out)
 
 
 def _per_kind(kind: np.ndarray, ns: np.ndarray, n: int) -> tuple[int, ...]:

@@ -7,7 +7,8 @@ rank's trace as ``python -m autotune profile --out DIR`` writes them)::
 
 Each figure is the mean over the trace's profiled steps (``ProfilerStep#N``) of what the step
 launched on the device (:mod:`autotune.benchmarks.step_kernels`): per kind of kernel
-(:mod:`autotune.benchmarks.kernel_kinds`) the milliseconds and the count; then the kernel time,
+(:mod:`autotune.benchmarks.kernel_kinds`) the milliseconds and the count, and for each kind that
+ran beside another on a second stream the milliseconds it did so; then the kernel time,
 the time counted twice by concurrent streams, the busy time, the idle time inside the span and
 the span from the first kernel to the last. A second table puts the idle time down to the kind
 of kernel each gap preceded, and again to the kind each gap followed. The difference is
@@ -62,6 +63,15 @@ def kind_rows(before: TraceKernels, after: TraceKernels) -> list[Row]:
             after.mean_count(k),
         )
         for k in KINDS
+    ]
+    rows += [
+        Row(
+            f"{LABELS[k]} beside other kinds",
+            before.mean_ms(lambda s, k=k: s.beside_ns[k]),
+            after.mean_ms(lambda s, k=k: s.beside_ns[k]),
+        )
+        for k in KINDS
+        if any(s.beside_ns[k] for t in (before, after) for s in t.steps)
     ]
     count = [sum(t.mean_count(k) for k in KINDS) for t in (before, after)]
     rows.append(Row("kernel time", *_both(before, after, "kernel_ns"), *count))

@@ -189,6 +189,12 @@ def test_concurrent_streams_and_the_gaps_next_to_each_kind(tmp_path):
         # waits for the memset; [61, 63) follows the memset and waits for the second GEMM.
         assert s.idle_before_ns[K.MEMSET] == 10_000 and s.idle_before_ns[K.GEMM] == 2_000
         assert s.idle_after_ns[K.GEMM] == 10_000 and s.idle_after_ns[K.MEMSET] == 2_000
+        # the all-reduce ran wholly beside the first GEMM, and the GEMM beside it for as long
+        assert s.beside_ns[K.COMM] == s.beside_ns[K.GEMM] == 15_000
+        assert s.beside_ns[K.MEMSET] == 0
+    trace = trace_kernels(tmp_path / "t.json.gz")
+    beside = {r.label: r.after_ms for r in kind_rows(trace, trace) if "beside" in r.label}
+    assert beside == {"GEMM beside other kinds": 0.015, "communication beside other kinds": 0.015}
 
 
 def _refused(capsys, argv: list[str], match: str) -> None:
