@@ -5,8 +5,9 @@ batch size 6 hangs in two loader worker processes (a trial with a process tree),
 fills host memory (for the OOM killer of a memory-limited cgroup), batch size 4 waits 3 s (or 5
 steps, where a loaded host makes steps long) for every batch (clearly slower: pruned), batch size 9
 raises naming the process's temporary folder; any other batch size trains like gr00t_n16. The hangs
-last ``$CRASHY_HANG_S`` seconds (default an hour), after which the batch size trains like any other:
-the same queued trial hangs in one run and completes in the next.
+last ``$CRASHY_HANG_S`` seconds (default an hour), or until the file ``$CRASHY_RELEASE`` exists,
+after which the batch size trains like any other: the same queued trial hangs in one run and
+completes in the next, and a test ends a hang as soon as it has done what the hang waits for.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ def hang_s() -> float:
     return float(os.environ.get("CRASHY_HANG_S", "3600"))
 
 
+def hang() -> None:
+    """Wait ``$CRASHY_HANG_S`` seconds, or until the file ``$CRASHY_RELEASE`` exists."""
+    end = time.monotonic() + hang_s()
+    release = os.environ.get("CRASHY_RELEASE")
+    while (left := end - time.monotonic()) > 0:
+        if release and os.path.exists(release):
+            return
+        time.sleep(min(left, 0.2) if release else left)
+
+
 class Workload(Gr00tN16):
     name = "crashy"
 
@@ -33,7 +44,7 @@ class Workload(Gr00tN16):
         if batch_size == CRASH:
             raise RuntimeError("crashy: this batch size always crashes")
         if batch_size == HANG:
-            time.sleep(hang_s())
+            hang()
         if batch_size == TEMPDIR:
             raise RuntimeError(f"crashy: tempdir={tempfile.gettempdir()}")
         if batch_size == HANG_IN_WORKERS and hang_s() > 0:
@@ -51,7 +62,7 @@ class _Hang(torch.utils.data.Dataset):
         return 4
 
     def __getitem__(self, index: int) -> int:
-        time.sleep(hang_s())
+        hang()
         return index
 
 

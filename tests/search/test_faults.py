@@ -1,7 +1,7 @@
 """Faults a study survives (issue 18): real tuners, real signals, real files; what was written before stays.
 
 The crashy workload (``tests/search/crashy.py``) hangs at batch size 5 (in the worker) and 6 (in
-two loader workers) for ``$CRASHY_HANG_S`` seconds, and crashes at 3.
+two loader workers) for ``$CRASHY_HANG_S`` seconds or until ``$CRASHY_RELEASE`` exists, and crashes at 3.
 """
 
 from __future__ import annotations
@@ -341,15 +341,17 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     journal = out / "study.journal"
     study = optuna.load_study(study_name=HANG, storage=open_journal(journal))
     (stock_before,) = summary(study.trials)
-    study.enqueue_trial({"batch_size": 5})  # hangs for $CRASHY_HANG_S, then trains
+    study.enqueue_trial({"batch_size": 5})  # hangs until released (the disk full), then trains
     argv[argv.index("--trials") + 1] = "2"
 
-    tuner = start_tuner(tmp_path, argv, CRASHY_HANG_S="25")
+    release = tmp_path / "release"  # beside the small disk: it can be written once that is full
+    tuner = start_tuner(tmp_path, argv, CRASHY_HANG_S="300", CRASHY_RELEASE=str(release))
     folder = wait_for_trial(tmp_path, 2)  # the guard and the worker of trial #1
     pids = trial_processes(folder)
     end_near_a_page(journal)
     before = files_of(out)
     filler = fill(small_disk)
+    release.touch()
     output = tuner.communicate(timeout=600)[0]
     assert tuner.returncode == 2, output
     assert "Traceback" not in output, output

@@ -5,6 +5,7 @@ again, so the study keeps its stock baseline."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -27,12 +28,29 @@ def zygote_of(tuner: int) -> psutil.Process:
     raise AssertionError("the tuner started no zygote")
 
 
+def next_trial(tmp_path: Path, after: Path, seconds: float = 240.0) -> Path:
+    """The folder of the trial the tuner started after the one in ``after``: it started that one
+    only once it had recorded the lost one."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for folder in (tmp_path / "tmp").glob("autotune-run-*"):
+            if folder != after and (folder / "config.yaml").exists():
+                return folder
+        time.sleep(0.2)
+    raise AssertionError("the lost trial was not run again")
+
+
 def test_a_killed_zygote_queues_its_trial_again_and_the_study_keeps_its_stock(tmp_path):
-    tuner = start_tuner(tmp_path, hang_argv(tmp_path, 5), CRASHY_HANG_S="12")
+    release = tmp_path / "release"  # the trial hangs (batch size 5) until the file exists
+    tuner = start_tuner(
+        tmp_path, hang_argv(tmp_path, 5), CRASHY_HANG_S="300", CRASHY_RELEASE=str(release)
+    )
     try:
         folder = wait_for_trial(tmp_path, 2)
         assert guard_of(folder), "the stock trial was not forked from a zygote"
         zygote_of(tuner.pid).kill()
+        next_trial(tmp_path, folder)
+        release.touch()  # the trial measured again trains
         output = tuner.communicate(timeout=400)[0]
     finally:
         if tuner.poll() is None:
