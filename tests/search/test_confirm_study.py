@@ -53,6 +53,13 @@ process run as root, as CI runs) the loops held both cores and nothing else ran.
 and hold none of the driver's pipes, so a stuck run cannot hold the suite."""
 
 
+THREADS_OF_THE_HOST = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+"""The environment without the suite's one thread a process (``tests/conftest.py``): the trials take
+the threads the tuner gives them on this host, as a user's do. A trial leads a session of its own,
+which the kernel's autogroup schedules apart from the busy loops' session: one thread of it kept
+most of its speed beside them, two threads waited on each other and on the loops at every operator."""
+
+
 def autotune(argv: list[str], logs: Path, burners: int = 0) -> str:
     """``autotune ARGV`` in its own interpreter (beside ``burners`` busy loops), as a user runs it;
     its output, asserting exit 0. Output goes to files under ``logs`` (no pipe a left-over process could
@@ -65,6 +72,7 @@ def autotune(argv: list[str], logs: Path, burners: int = 0) -> str:
             stderr=err,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=THREADS_OF_THE_HOST,
         )
         try:
             driver.wait(timeout=720)
