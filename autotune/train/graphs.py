@@ -243,6 +243,8 @@ class OverlapStepGraph:
     allocates is what the concurrent update reads or writes. The last step's update waits for the
     next replay, or for :meth:`flush` (before the weights are read: a checkpoint, the end of training).
     ``before_update()`` runs once between the captures of ``rest`` and ``update``, outside both.
+    ``sm_carveout``: the prefix is captured with its cuBLAS GEMMs on all but that many SMs, which the
+    update beside it can then hold (:func:`sm_carveout_for`).
     """
 
     def __init__(
