@@ -11,10 +11,9 @@ split-K ``splitKreduce_kernel`` is part of a GEMM, so GEMMs are matched before r
 
 from __future__ import annotations
 
-import re
 from enum import IntEnum
 
-from autotune.profiling.kinds import Pattern, first_match
+from autotune.profiling.kinds import Pattern, first_match, pattern
 
 
 class KernelKind(IntEnum):
@@ -44,44 +43,40 @@ LABELS: dict[KernelKind, str] = {
 }
 
 
-def _row(name: str, regex: str, kind: KernelKind) -> Pattern:
-    return Pattern(name, re.compile(regex), kind)
-
-
 KERNEL_TABLE: tuple[Pattern, ...] = (
-    _row("nccl", r"^nccl|ncclKernel|ncclDevKernel|^rccl", KernelKind.COMM),
+    pattern("nccl", r"^nccl|ncclKernel|ncclDevKernel|^rccl", KernelKind.COMM),
     # Kineto's names of copies and sets; a graph's copy and set nodes run as driver kernels.
-    _row("copy", r"^(hip)?Memcpy|^memcpy\d*_", KernelKind.MEMCPY),
-    _row("set", r"^(hip)?Memset|^memset\d*_", KernelKind.MEMSET),
+    pattern("copy", r"^(hip)?Memcpy|^memcpy\d*_", KernelKind.MEMCPY),
+    pattern("set", r"^(hip)?Memset|^memset\d*_", KernelKind.MEMSET),
     # The update of autotune.train.optim.master_kernels (and its gradient norm), torch's fused
     # and foreach optimizers, and Inductor's foreach kernels of a compiled optimizer.
-    _row(
+    pattern(
         "optimizer",
         r"^_adamw_kernel$|^_sumsq_kernel$|multi_tensor_apply|(?i:adam)|_foreach_|^triton_for_",
         KernelKind.UPDATE,
     ),
-    _row("inductor attention template", r"^triton_tem_.*(flex|attention)", KernelKind.ATTENTION),
-    _row("inductor matmul template", r"^triton_tem_.*(mm|conv)", KernelKind.GEMM),
-    _row("inductor reduction", r"^triton_(red|per)_", KernelKind.REDUCTION),
-    _row("inductor pointwise", r"^triton_poi_", KernelKind.POINTWISE),
+    pattern("inductor attention template", r"^triton_tem_.*(flex|attention)", KernelKind.ATTENTION),
+    pattern("inductor matmul template", r"^triton_tem_.*(mm|conv)", KernelKind.GEMM),
+    pattern("inductor reduction", r"^triton_(red|per)_", KernelKind.REDUCTION),
+    pattern("inductor pointwise", r"^triton_poi_", KernelKind.POINTWISE),
     # cuDNN's SDPA backward prepares dO.O and converts dQ in kernels of their own.
-    _row(
+    pattern(
         "attention",
         r"(?i)flash|fmha|sdpa|attention|cudnn::fusion::(convert_dq|compute_dot_do_o)",
         KernelKind.ATTENTION,
     ),
-    _row("gemm", r"(?i)gemm|gemv|nvjet|cublas|xmma", KernelKind.GEMM),
-    _row(
+    pattern("gemm", r"(?i)gemm|gemv|nvjet|cublas|xmma", KernelKind.GEMM),
+    pattern(
         "reduction",
         r"(?i)reduc|norm(?!al)|sum|amax|amin|arg(max|min)|softmax",
         KernelKind.REDUCTION,
     ),
-    _row(
+    pattern(
         "elementwise",
         r"(?i)elementwise|vectorized|unrolled|CatArrayBatchedCopy|copy_kernel",
         KernelKind.POINTWISE,
     ),
-    _row("OTHER", r"", KernelKind.OTHER),
+    pattern("OTHER", r"", KernelKind.OTHER),
 )
 
 

@@ -66,30 +66,33 @@ class Pattern:
     kind: int
 
 
-def _row(name: str, regex: str, kind: int) -> Pattern:
+def pattern(name: str, regex: str, kind: int) -> Pattern:
+    """A row of a table, its regular expression compiled."""
     return Pattern(name, re.compile(regex), kind)
 
 
 CATEGORY_TABLE: tuple[Pattern, ...] = (
-    _row("host operator", r"^cpu_op$", Category.HOST_OP),
-    _row("host annotation", r"^user_annotation$", Category.ANNOTATION),
-    _row("runtime call", r"^(cuda_runtime|cuda_driver|hip_runtime|hip_driver)$", Category.RUNTIME),
-    _row(
+    pattern("host operator", r"^cpu_op$", Category.HOST_OP),
+    pattern("host annotation", r"^user_annotation$", Category.ANNOTATION),
+    pattern(
+        "runtime call", r"^(cuda_runtime|cuda_driver|hip_runtime|hip_driver)$", Category.RUNTIME
+    ),
+    pattern(
         "device activity", r"^(kernel|gpu_memcpy|gpu_memset|Kernel|Memcpy|Memset)$", Category.DEVICE
     ),
-    _row("2021 operator or span", r"^Operator$", Category.LEGACY_OP),
-    _row("2021 runtime call", r"^Runtime$", Category.RUNTIME),
-    _row(
+    pattern("2021 operator or span", r"^Operator$", Category.LEGACY_OP),
+    pattern("2021 runtime call", r"^Runtime$", Category.RUNTIME),
+    pattern(
         "gpu-side marker",
         r"^(gpu_user_annotation|ac2g|cuda_sync|cuda_profiler_range)$",
         Category.GPU_SIDE,
     ),
-    _row(
+    pattern(
         "other accelerator",
         r"^(mtia_|xpu_|hpu_|privateuse1_|glow_runtime$)",
         Category.ACCELERATOR,
     ),
-    _row("OTHER", r"", Category.IGNORED),
+    pattern("OTHER", r"", Category.IGNORED),
 )
 
 LEGACY_ANNOTATION = re.compile(r"#")
@@ -99,30 +102,30 @@ and autograd-node names never have one. A user's own ``record_function("fwd")`` 
 operator, a wrapper whose time on a launching thread counts as launch overhead."""
 
 DEVICE_TABLE: tuple[Pattern, ...] = (
-    _row("nccl", r"^nccl|ncclKernel|ncclDevKernel|^rccl", DeviceKind.COMM),
+    pattern("nccl", r"^nccl|ncclKernel|ncclDevKernel|^rccl", DeviceKind.COMM),
     # Kineto's names of copies and sets; lower-case names are kernels (memcpy32_post of graphs).
-    _row("memcpy/memset", r"^(hip)?(Memcpy|Memset)", DeviceKind.MEMORY),
-    _row("OTHER", r"", DeviceKind.COMPUTE),
+    pattern("memcpy/memset", r"^(hip)?(Memcpy|Memset)", DeviceKind.MEMORY),
+    pattern("OTHER", r"", DeviceKind.COMPUTE),
 )
 
 HOST_TABLE: tuple[Pattern, ...] = (
-    _row("profiler step", r"^ProfilerStep#\d+$", HostKind.STEP),
-    _row("data loader next", r"^enumerate\(DataLoader\)#.*__next__$", HostKind.DATA),
-    _row("autotune data wait", r"^autotune\.data_wait$", HostKind.DATA),
-    _row(
+    pattern("profiler step", r"^ProfilerStep#\d+$", HostKind.STEP),
+    pattern("data loader next", r"^enumerate\(DataLoader\)#.*__next__$", HostKind.DATA),
+    pattern("autotune data wait", r"^autotune\.data_wait$", HostKind.DATA),
+    pattern(
         "collective",
         r"^(gloo:|nccl:|c10d::|c10d_functional::|_c10d_functional::|record_param_comms$)",
         HostKind.COMM,
     ),
-    _row(
+    pattern(
         "autograd engine", r"^autograd::engine::|Backward\d*$|^torch::autograd::", HostKind.DISPATCH
     ),
-    _row(
+    pattern(
         "ddp reducer wrapper",
         r"^(torch\.distributed\.ddp\.reducer::|torch::distributed::reducer::)",
         HostKind.DISPATCH,
     ),
-    _row(
+    pattern(
         "view or allocation",
         r"^aten::(view|_unsafe_view|reshape|_reshape_alias|as_strided|t|transpose|permute|expand"
         r"|expand_as|unsqueeze|squeeze|detach|detach_|alias|resolve_conj|resolve_neg|select"
@@ -133,17 +136,17 @@ HOST_TABLE: tuple[Pattern, ...] = (
         r"|full|full_like|scalar_tensor|set_|record_stream)$",
         HostKind.DISPATCH,
     ),
-    _row("graph launch", r"^(cuda|cu|hip)GraphLaunch", HostKind.GRAPH_LAUNCH),
+    pattern("graph launch", r"^(cuda|cu|hip)GraphLaunch", HostKind.GRAPH_LAUNCH),
     # Calls that wait for the device by contract. cudaMemcpyAsync also blocks when its host
     # memory is pageable: that is read from its copy's name (autotune.profiling.sync).
-    _row(
+    pattern(
         "synchronise",
         r"^(cuda|cu|hip)(Device|Stream|Event|Ctx)Synchronize"
         r"|^(cuda|hip)Memcpy(2D|3D)?(WithStream)?(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$",
         HostKind.SYNC,
     ),
-    _row("launch, copy or set", r"^(cuda|cu|hip)(Launch|Memcpy|Memset)", HostKind.LAUNCH),
-    _row("OTHER", r"", HostKind.COMPUTE),
+    pattern("launch, copy or set", r"^(cuda|cu|hip)(Launch|Memcpy|Memset)", HostKind.LAUNCH),
+    pattern("OTHER", r"", HostKind.COMPUTE),
 )
 
 

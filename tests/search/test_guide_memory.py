@@ -44,12 +44,12 @@ STOCK_PARAMS = {
 }
 
 
-def add(study, params, record, constraint, stock=False):
+def add(study, params, record, constraint, stock=False, dists=DISTS):
     attrs = attrs_of(record, constraint=constraint)
     if stock:
         attrs[STOCK] = True
     value = record.measurement.samples_per_s if record.measurement else 0.0
-    study.add_trial(create_trial(params=params, distributions=DISTS, value=value, user_attrs=attrs))
+    study.add_trial(create_trial(params=params, distributions=dists, value=value, user_attrs=attrs))
     return study.trials[-1]
 
 
@@ -170,14 +170,7 @@ def test_the_stages_after_the_ladder_keep_the_state_tier_that_fitted(tmp_path):
     study = optuna.create_study(direction="maximize")
 
     def put(params, record, constraint, stock=False):
-        attrs = attrs_of(record, constraint=constraint)
-        if stock:
-            attrs[STOCK] = True
-        value = record.measurement.samples_per_s if record.measurement else 0.0
-        study.add_trial(
-            create_trial(params=params, distributions=dists, value=value, user_attrs=attrs)
-        )
-        return study.trials[-1]
+        return add(study, params, record, constraint, stock, dists)
 
     put(STOCK_PARAMS, oom(30 * GiB), 0.25, stock=True)
     guide = Guide(
