@@ -49,7 +49,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import TrainConfig
 from autotune.search import fit
-from autotune.search.candidates import fitted_by_ladder, fixed_params, untried
+from autotune.search.candidates import fitted_by_ladder, fixed_params, stock_beside, untried
 from autotune.search.knobs import SearchSpace
 from autotune.search.next_stage import new_stage
 from autotune.search.stage import FREE, STUDY_ATTR, Stage, over, update_best
@@ -165,7 +165,13 @@ class Guide:
         # exact rungs left give one (autotune.search.vet); the others would wait for it too
         exact_only = any(parity_pending(t) for t in trials)
         for rung in fit.ladder(self.space, stock.params, self.stock.batch_size):
-            if rung not in tried and not (exact_only and changes_numerics(rung)):
+            # a knob the rung brings into existence (checkpointing.every beside checkpointed regions)
+            # takes stock's value: left to the sampler, each draw is a new configuration and the
+            # rung is never found among the trials
+            rung = {**rung, **stock_beside(self.space, self.stock, rung)}
+            if not any(_holds(t, rung) for t in tried) and not (
+                exact_only and changes_numerics(rung)
+            ):
                 return rung, stage
         return None, None
 
@@ -185,3 +191,8 @@ class Guide:
     def _close(self, study: optuna.Study) -> None:
         if self.stages:
             update_best(study, self.stages[-1])
+
+
+def _holds(params: dict[str, Any], rung: dict[str, Any]) -> bool:
+    """A trial ran the rung: it has the rung's value of every knob the rung sets."""
+    return all(params.get(k) == v for k, v in rung.items())

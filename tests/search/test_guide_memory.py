@@ -212,3 +212,51 @@ def test_checkpointing_every_other_block_comes_before_every_block(tmp_path):
         (1, "llm_trainable+dit", None),  # the knob's default: every block
         (2, "llm_trainable+dit", None),
     ]
+
+
+def test_the_ladder_climbs_to_low_bit_states_when_a_rung_brings_a_knob_into_existence(tmp_path):
+    """Checkpointed rungs bring ``checkpointing.every`` into existence: the guide sets it (stock's
+    value) rather than leave it to the sampler, so each rung is run once and the climb goes on to
+    the 8-bit states. The trials here hold what a sampler would add for a knob left unset."""
+    spec = {"knobs": dict(SPACE["knobs"])}
+    spec["knobs"]["optimizer.impl"] = {
+        "type": "categorical",
+        "choices": ["foreach", "fused", "adamw8bit"],
+    }
+    spec["knobs"]["checkpointing.every"] = {
+        "type": "categorical",
+        "choices": [1, 2, 4],
+        "when": {"checkpointing.regions": [["dit"], ["llm_trainable", "dit"]]},
+    }
+    space = parse_space(spec, tmp_path / "s.yaml")
+    impl = CategoricalDistribution(["foreach", "fused", "adamw8bit"])
+    dists = {
+        **DISTS,
+        "optimizer.impl": impl,
+        "checkpointing.every": CategoricalDistribution([1, 2, 4]),
+    }
+    study = optuna.create_study(direction="maximize")
+
+    def put(params, record, constraint, stock=False):
+        return add(study, params, record, constraint, stock, {k: dists[k] for k in params})
+
+    put(STOCK_PARAMS, oom(30 * GiB), 0.25, stock=True)
+    guide = Guide(
+        space,
+        stage_trials=2,
+        stock=config_from_dict({"preset": "tiny", "batch_size": 4}),
+        memory_budget=24 * GiB,
+    )
+    seen = []
+    fixed, stage = guide.next_trial(study, None)
+    for _ in range(len(fit.ladder(space, STOCK_PARAMS, batch_size=4))):
+        if fixed["optimizer.impl"] == "adamw8bit":
+            break
+        assert fixed not in seen
+        seen.append(fixed)
+        if fixed["checkpointing.regions"] != "none":
+            assert fixed["checkpointing.every"] in (1, 2)
+        sampled = {"checkpointing.every": 4} if fixed["checkpointing.regions"] != "none" else {}
+        guide.record(study, stage, put({**sampled, **fixed}, oom(26 * GiB), 0.1))
+        fixed, stage = guide.next_trial(study, None)
+    assert fixed["optimizer.impl"] == "adamw8bit" and stage.kind == "memory"
