@@ -124,7 +124,7 @@ def fp8_eligible(mod: nn.Module, fqn: str = "") -> bool:
     """Linear layers whose dimensions fp8 GEMMs take (multiples of 16), except those a workload marks
     ``few_rows`` (applied to one row per sample: the weight's scaling would cost more than the GEMM)."""
     return (
-        isinstance(mod, nn.Linear)
+        type(mod) is nn.Linear  # not a layer converted already (torchao's are nn.Linear too)
         and mod.in_features % 16 == 0
         and mod.out_features % 16 == 0
         and not getattr(mod, "few_rows", False)
@@ -134,13 +134,27 @@ def fp8_eligible(mod: nn.Module, fqn: str = "") -> bool:
 def _convert_fp8(modules: list[nn.Module]) -> None:
     """Convert the eligible linear layers of ``modules`` to fp8 (after their parameters have their
     dtype and trainability: a frozen layer's weight is cast to fp8 here, once)."""
-    from torchao.float8 import convert_to_float8_training
-
     from autotune.train.fp8_static import freeze_fp8_weights
 
     for module in modules:
-        convert_to_float8_training(module, module_filter_fn=fp8_eligible)
+        convert_fp8_layers(module)
     freeze_fp8_weights(modules)
+
+
+def convert_fp8_layers(module: nn.Module) -> None:
+    """torchao's fp8 training layers (tensorwise scales) in place of ``module``'s eligible linear
+    layers. A layer that trains pads its GEMMs' inner dimension to a multiple of 16: its weight
+    gradient's inner dimension is the number of rows (batch × tokens), which fp8 GEMMs need so
+    aligned and the batch decides; a frozen layer computes no weight gradient and is not padded
+    (the pad copies the operand even where nothing is added)."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    def trains(mod: nn.Module, fqn: str) -> bool:
+        return fp8_eligible(mod) and any(p.requires_grad for p in mod.parameters())
+
+    padded = Float8LinearConfig(pad_inner_dim=True)
+    convert_to_float8_training(module, module_filter_fn=trains, config=padded)
+    convert_to_float8_training(module, module_filter_fn=fp8_eligible)
 
 
 def refresh_frozen_fp8(model: nn.Module) -> None:

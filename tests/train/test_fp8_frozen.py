@@ -13,12 +13,15 @@ import torch
 
 pytest.importorskip("torchao.float8")
 
-from torchao.float8 import convert_to_float8_training  # noqa: E402
 from torchao.float8.float8_linear import Float8Linear  # noqa: E402
 
 from autotune.config import PrecisionConfig  # noqa: E402
 from autotune.train.fp8_static import FrozenFloat8Linear  # noqa: E402
-from autotune.train.precision import apply_precision, fp8_eligible, refresh_frozen_fp8  # noqa: E402
+from autotune.train.precision import (  # noqa: E402
+    apply_precision,
+    convert_fp8_layers,
+    refresh_frozen_fp8,
+)
 from autotune.workloads import get_workload  # noqa: E402
 
 W = get_workload("gr00t_n17")
@@ -40,7 +43,7 @@ def _model(static: bool = True):
         precision.set_param_dtypes(regions, cfg)
         for name in FP8:
             for module in regions[name]:
-                convert_to_float8_training(module, module_filter_fn=fp8_eligible)
+                convert_fp8_layers(module)
         for name, modules in regions.items():
             for module in modules:
                 precision._wrap_forward(module, "cpu", precision.autocast_dtype(cfg.of(name)), True)

@@ -87,3 +87,24 @@ def test_fp8_projections_are_not_fused_and_still_run():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model(batch)
     assert calls
+
+
+def test_a_trained_fp8_layer_pads_its_gemms_and_a_frozen_one_does_not():
+    """A trained layer's weight gradient sums over batch × tokens rows (tiny N1.7 at batch 4: 164),
+    which fp8 GEMMs need in multiples of 16: torchao pads them. A frozen layer has no weight
+    gradient and keeps its operands unpadded (padding copies them)."""
+    from autotune.train.precision import convert_fp8_layers
+
+    model = nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 32))
+    model[0].requires_grad_(False)
+    convert_fp8_layers(model)
+    assert [type(m) for m in model] == [Float8Linear, Float8Linear]
+    assert [m.config.pad_inner_dim for m in model] == [False, True]
+    n17 = get_workload("gr00t_n17")
+    tiny = n17.build_model("tiny", "cpu")
+    convert_fp8_layers(tiny.dit)
+    batch = n17.synthetic_batch("tiny", 4, "cpu", torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = tiny(batch)
+    loss.backward()
+    assert torch.isfinite(loss)

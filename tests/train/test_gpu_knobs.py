@@ -241,7 +241,9 @@ def test_the_update_beside_the_next_prefix_trains_as_the_update_after_the_backwa
     # compiled as one graph or as two, Inductor fuses (and rounds in bf16) differently: on an H200 the
     # first step's loss was the same and its gradient norm 0.36 % apart. The eager case holds the
     # order of the updates to 1e-6; this one that the two compiled graphs train the same model
-    tol = 1e-2 if compile_all else 1e-5
+    # SMs carved out change cuBLAS's kernels and so their rounding: on an H200 the eager losses were
+    # the same for two steps and 0.8 % apart by the eighth, as any change of GEMM kernel drifts
+    tol = 2e-2 if carveout else 1e-2 if compile_all else 1e-5
     assert got[:2] == pytest.approx(want[:2], rel=tol if compile_all else 1e-6)
     assert got == pytest.approx(want, rel=tol)
     for name, w in want_w.items():
@@ -249,7 +251,7 @@ def test_the_update_beside_the_next_prefix_trains_as_the_update_after_the_backwa
             got_w[name],
             w,
             rtol=tol,
-            atol=1e-4 if compile_all else 1e-6,
+            atol=1e-4 if compile_all or carveout else 1e-6,
             msg=lambda m, n=name: f"{n}: {m}",
         )
 

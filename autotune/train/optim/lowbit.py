@@ -56,6 +56,16 @@ def _capturable(base: type) -> type:
                     if state and state["step"].device != p.device:
                         state["step"] = state["step"].to(p.device)
 
+        def load_state_dict(self, state_dict) -> None:
+            # torch loads the groups' rates as saved (a checkpoint's host copy) and the step counts
+            # on the host, as for any optimizer that is neither fused nor capturable: both go back
+            # to the device now, before a step is captured (a move inside a capture is refused,
+            # and a rate on the host would be baked into the graph)
+            super().load_state_dict(state_dict)
+            for group in self.param_groups:
+                group["lr"] = torch.as_tensor(group["lr"]).to(group["params"][0].device)
+            self._steps_on_device()
+
         def step(self, closure=None):
             self._steps_on_device()
             loss = super().step(closure)
