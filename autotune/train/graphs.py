@@ -262,38 +262,43 @@ class OverlapStepGraph:
             torch.cuda.CUDAGraph(),
             torch.cuda.CUDAGraph(),
         )
+        # lower number, higher priority (out of range maps to the highest). torch instantiates a
+        # graph to run each kernel at the priority of the stream it was captured on, not the one it
+        # is replayed on: the prefix is captured on the high-priority stream, so that its blocks are
+        # scheduled ahead of the update's queued ones rather than behind all of them
+        self.first, self.side = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
         pool = torch.cuda.graph_pool_handle()
+        self.first.wait_stream(torch.cuda.current_stream())
         with (
             sm_carveout_for(sm_carveout),
             torch.cuda.graph(
                 self.g_prefix,
                 pool=torch.cuda.graph_pool_handle(),
+                stream=self.first,
                 capture_error_mode="thread_local",
             ),
         ):
             self.carry = prefix(static_batch)
+        torch.cuda.current_stream().wait_stream(self.first)
         with torch.cuda.graph(self.g_rest, pool=pool, capture_error_mode="thread_local"):
             self.loss, self.grad_norm = rest(self.carry, static_batch)
         if before_update is not None:  # uncaptured, between the captures (as StepGraph's)
             before_update()
         with torch.cuda.graph(self.g_update, pool=pool, capture_error_mode="thread_local"):
             update()
-        # lower number, higher priority (out of range maps to the highest): the prefix's GEMMs take the SMs
-        # first, the update fills the gaps
-        self.first, self.side = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
         self.pending = False
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         for k, v in batch.items():
             self.static_batch[k].copy_(v, non_blocking=True)
         main = torch.cuda.current_stream()
+        self.first.wait_stream(main)
+        with torch.cuda.stream(self.first):  # queued first: its first blocks need not wait either
+            self.g_prefix.replay()
         if self.pending:
             self.side.wait_stream(main)
             with torch.cuda.stream(self.side):
                 self.g_update.replay()
-        self.first.wait_stream(main)
-        with torch.cuda.stream(self.first):
-            self.g_prefix.replay()
         main.wait_stream(self.first)
         if self.pending:
             main.wait_stream(self.side)
