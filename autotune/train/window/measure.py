@@ -17,27 +17,42 @@ def synchronize(device: torch.device) -> None:
 
 def matmul_rate(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> float:
     """FLOP/s of a large matmul measured on ``device`` (bf16 on CUDA; fp32 on CPU, where bf16 is
-    emulated): the median of ``reps`` timed products, after products for at least ``warm_s`` seconds
-    (a GPU reaches its clocks for this kernel after tens of milliseconds of it, not after two)."""
-    if device.type == "cuda":
-        n, reps, warm_s = 8192, 30, 0.3
-    else:
-        n, reps, warm_s, dtype = 1024, 3, 0.0, torch.float32
+    emulated). On CUDA: products back to back for ``warm_s`` seconds (the GPU reaches its clocks for
+    this kernel after some of it), then ``rounds`` rounds of ``per_round`` products each, timed by
+    CUDA events around the round with no synchronisation inside it; the median round's rate. A host
+    synchronisation after every product leaves the GPU idle between them, and its clocks and the
+    figure then vary from process to process."""
+    if device.type != "cuda":
+        return _cpu_matmul_rate(device)
+    n, warm_s, rounds, per_round = 8192, 1.0, 7, 10
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    start, done = time.perf_counter(), 0
-    while True:
-        a @ b
-        done += 1
-        if done >= 2 and (warm_s == 0 or done % 8 == 0):
-            synchronize(device)
-            if time.perf_counter() - start >= warm_s:
-                break
+    start = time.perf_counter()
+    while time.perf_counter() - start < warm_s:
+        for _ in range(8):
+            a @ b
+        synchronize(device)
+    rates = []
+    for _ in range(rounds):
+        first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        first.record()
+        for _ in range(per_round):
+            a @ b
+        last.record()
+        last.synchronize()
+        rates.append(2 * n**3 * per_round / (first.elapsed_time(last) / 1e3))
+    return statistics.median(rates)
+
+
+def _cpu_matmul_rate(device: torch.device) -> float:
+    n = 1024
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    a @ b
     times = []
-    for _ in range(reps):
+    for _ in range(3):
         t0 = time.perf_counter()
         a @ b
-        synchronize(device)
         times.append(time.perf_counter() - t0)
     return 2 * n**3 / statistics.median(times)
 
