@@ -19,6 +19,14 @@ class PredictedPeak:
     """(predicted - measured) / measured."""
     exact: bool = True
     """False: the measured peak is where CUDA refused an allocation, below the run's need."""
+    at_least: bool = False
+    """The prediction was a lower bound only (the static bytes): it held if the peak reached it."""
+
+    @property
+    def held(self) -> bool:
+        """The peak reached the bound, or CUDA refused an allocation first (the run needed more
+        than the budget: no sign the bound was too high)."""
+        return self.measured_bytes >= self.predicted_bytes or not self.exact
 
 
 @dataclass
@@ -39,6 +47,11 @@ class MemoryPrediction:
     skipped: list[SkippedTrial] = field(default_factory=list)
     median_abs_error: float | None = None
     max_abs_error: float | None = None
+
+    @property
+    def bounds(self) -> list[PredictedPeak]:
+        """The trials that ran with a lower bound only."""
+        return [t for t in self.trials if t.at_least]
 
     @classmethod
     def from_dict(cls, data: Any) -> MemoryPrediction | None:

@@ -426,10 +426,31 @@ def _profile_of(
     )
 
 
+def measured_study(study: optuna.Study) -> optuna.Study:
+    """An in-memory copy of ``study`` with the completed trials that measured a speed only: a trial
+    out of memory or not run (predicted not to fit) completes with 0 samples/s and a constraint that
+    marks it infeasible, a value no knob's effect on speed should be learnt from."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(
+        optuna.logging.WARNING
+    )  # "a new study created in memory" is not news
+    try:
+        copy = optuna.create_study(directions=study.directions)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    copy.add_trials(
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if measurement_of(t) is not None
+    )
+    return copy
+
+
 def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | None:
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    study = measured_study(study)
+    done = study.get_trials(deepcopy=False)
     if len(done) < 2 or not any(t.params for t in done):
-        notes.append("parameter importances need at least 2 completed trials with parameters")
+        notes.append("parameter importances need at least 2 measured trials with parameters")
         return None
     varied = varied_params(done)
     if not varied:

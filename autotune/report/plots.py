@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import optuna  # noqa: E402
 
 from autotune.profiling.result import BUCKETS  # noqa: E402
-from autotune.report.model import Report  # noqa: E402
+from autotune.report.model import Report, measured_study  # noqa: E402
 from autotune.report.parts import Profile  # noqa: E402
 
 GIB = 2**30
@@ -85,7 +85,7 @@ def importances(report: Report, study: optuna.Study) -> Figure:
     with warnings.catch_warnings():  # optuna's notes on its quantiles are not the reader's concern
         warnings.simplefilter("ignore", UserWarning)
         ax = optuna.visualization.matplotlib.plot_param_importances(
-            study, target_name="samples/s", params=list(report.importances)
+            measured_study(study), target_name="samples/s", params=list(report.importances)
         )
     ax.figure.set_size_inches(7.5, max(2.5, 0.45 * len(report.importances) + 1.2))
     return Figure(title, png=png(ax.figure))

@@ -200,8 +200,9 @@ def too_large(pred: Prediction | None, budget: int) -> str | None:
 def accuracy(study: optuna.Study) -> dict:
     """Predicted against measured peak of every trial that ran with a prediction, and the errors
     (``(predicted - measured) / measured``) for ``diagnosis.json`` and the report. A prediction
-    that is a lower bound only is left out, and so is a peak where CUDA refused an allocation
-    from the error figures (it is below what the run needed)."""
+    that is a lower bound only (``at_least``: whether it held is what it says) is left out of the
+    error figures, and so is a peak where CUDA refused an allocation (it is below what the run
+    needed)."""
     rows, skipped = [], []
     for t in study.get_trials(deepcopy=False):
         pred = t.user_attrs.get(PREDICTED)
@@ -213,14 +214,14 @@ def accuracy(study: optuna.Study) -> dict:
             skipped.append({"trial": t.number, **pred, "budget_bytes": failure.budget_bytes})
             continue
         peak = observed_peak(t)
-        if peak is None or pred.get("at_least"):
+        if peak is None:
             continue
         error = (pred["peak_bytes"] - peak[0]) / peak[0]
         rows.append(
             {"trial": t.number, "predicted_bytes": pred["peak_bytes"], "measured_bytes": peak[0],
-             "exact": peak[1], "error": error}
+             "exact": peak[1], "error": error, "at_least": bool(pred.get("at_least"))}
         )  # fmt: skip
-    errors = [abs(r["error"]) for r in rows if r["exact"]]
+    errors = [abs(r["error"]) for r in rows if r["exact"] and not r["at_least"]]
     return {
         "margin": MARGIN,
         "trials": rows,

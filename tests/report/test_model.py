@@ -425,3 +425,45 @@ def test_a_trial_that_changes_what_is_computed_says_so_and_so_does_the_page(quic
         in html
     )
     assert "changes what is computed (optimizer.impl): parity decides" in html
+
+
+def test_importances_learn_from_measured_trials_only():
+    """Out-of-memory trials complete at 0 samples/s, infeasible: with one measured trial beside
+    them there is nothing to learn about speed, and no importance is drawn."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from autotune.report.model import _importances, measured_study
+    from autotune.search.trials import attrs_of
+    from autotune.train.trial.record import TrialRecord
+    from tests.records import measured
+
+    dists = {
+        "impl": CategoricalDistribution(["foreach", "adamw8bit"]),
+        "k": CategoricalDistribution([1, 2]),
+    }
+    study = optuna.create_study(direction="maximize")
+    oom = TrialRecord.failed("oom", "out of memory", peak_bytes=30, budget_bytes=24)
+    for k in (1, 2):
+        study.add_trial(
+            create_trial(params={"impl": "foreach", "k": k}, distributions=dists, value=0.0,
+                         user_attrs=attrs_of(oom, constraint=0.2))
+        )  # fmt: skip
+    study.add_trial(
+        create_trial(params={"impl": "adamw8bit", "k": 1}, distributions=dists, value=28.9,
+                     user_attrs=attrs_of(measured(28.9, peak=19), constraint=-0.2))
+    )  # fmt: skip
+    assert [t.number for t in measured_study(study).trials] == [0]
+    notes: list[str] = []
+    assert _importances(study, notes) is None
+    assert notes == ["parameter importances need at least 2 measured trials with parameters"]
+
+
+def test_a_lower_bound_holds_where_the_peak_reached_it_or_the_allocator_refused_first():
+    from autotune.report.memory import PredictedPeak
+
+    def row(measured, exact=True):
+        return PredictedPeak(1, 100, measured, (100 - measured) / measured, exact, at_least=True)
+
+    assert row(120).held and not row(90).held and row(90, exact=False).held

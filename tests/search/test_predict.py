@@ -211,8 +211,14 @@ def test_accuracy_pairs_predicted_and_measured_peaks():
     add(study, 4, 700 * MiB)  # no prediction: not counted
     skip = TrialRecord.failed(PREDICTED_OOM, "not run", peak_bytes=2**31, budget_bytes=2**30)
     add(study, 8, None, record=skip, **{PREDICTED: {"peak_bytes": 2**31, "at_least": False}})
+    # a lower bound (static bytes only): listed, whether it held, but no error figure
+    add(study, 2, 900 * MiB, **{PREDICTED: {"peak_bytes": 450 * MiB, "at_least": True}})
     acc = accuracy(study)
-    assert [r["trial"] for r in acc["trials"]] == [0, 1]
+    assert [(r["trial"], r["at_least"]) for r in acc["trials"]] == [
+        (0, False),
+        (1, False),
+        (4, True),
+    ]
     assert acc["trials"][0]["error"] == pytest.approx(0.1)
     assert acc["median_abs_error"] == pytest.approx(0.075)
     assert acc["max_abs_error"] == pytest.approx(0.1)
