@@ -27,6 +27,7 @@ from autotune.search.finetune import Finetune, finetune
 from autotune.search.stage import STUDY_ATTR
 from autotune.search.trials import (
     DUPLICATE,
+    PREDICTED_OOM,
     PROFILE_DIR,
     REFERENCE,
     best_trial,
@@ -71,7 +72,8 @@ class Summary:
     references: dict[str, float | None] = field(default_factory=dict)
     """Samples/s of each ``--reference`` configuration over stock's (None: it gave no measurement)."""
     skipped: int = 0
-    """Trials not run: the sampler drew a configuration measured already (``duplicate``)."""
+    """Trials not run: a configuration measured already (``duplicate``), or one predicted not to
+    fit the memory budget."""
     confirmation: dict[str, Any] | None = None
     """best.yaml's ``confirmation`` (stock and the winner measured again, interleaved): where it
     confirmed, ``speedup`` and the samples/s above are the confirmed ones."""
@@ -291,7 +293,9 @@ def _summary(
     best_speed = best.value if best is not None else None
     states = [t.state for t in trials]
     oom = sum(t.state == TrialState.COMPLETE and reason_of(t) is not None for t in trials)
-    skipped = sum(t.state == TrialState.FAIL and reason_of(t) == DUPLICATE for t in trials)
+    skipped = sum(
+        reason_of(t) in (DUPLICATE, PREDICTED_OOM) for t in trials if t.state.is_finished()
+    )
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     return Summary(

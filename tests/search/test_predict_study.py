@@ -18,6 +18,7 @@ import yaml
 
 from autotune.cli import main
 from autotune.config import load_config
+from autotune.report.model import build_report
 from autotune.search.predict import MARGIN, observed_peak
 from autotune.search.trials import PREDICTED, PREDICTED_OOM, reason_of, record_of
 from tests.studies import journal, measured_peak
@@ -65,11 +66,14 @@ def test_a_configuration_predicted_not_to_fit_is_skipped_and_recorded(tmp_path):
     prediction = diagnosis["memory_prediction"]
     assert prediction["margin"] == MARGIN
     assert [s["trial"] for s in prediction["skipped"]] == [2]
-    assert [r["trial"] for r in prediction["trials"]] == [3]  # predicted, then measured
-    row = prediction["trials"][0]
+    # trial 1 ran with its static bytes as a lower bound only (nothing of its kind measured yet)
+    assert [(r["trial"], r["at_least"]) for r in prediction["trials"]] == [(1, True), (3, False)]
+    row = prediction["trials"][1]
     assert row["predicted_bytes"] == study.trials[3].user_attrs[PREDICTED]["peak_bytes"]
     assert row["measured_bytes"] == observed_peak(study.trials[3])[0] <= budget
     assert prediction["median_abs_error"] == abs(row["error"]) < 0.1
+    summary = build_report(out).summary  # the skipped rung is not run, not a failure
+    assert (summary.skipped, summary.failed, summary.complete) == (1, 2, 1)
     page = (out / "report.html").read_text()  # the report's memory section shows both
     assert 'id="memory"' in page and f"not run: over {MARGIN} × the budget" in page
     best = load_config(out / "best.yaml")
