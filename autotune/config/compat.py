@@ -172,9 +172,14 @@ RULES: tuple[Rule, ...] = (
     ),
     (
         "memory.accumulation_steps",
-        lambda c, m: c.memory.accumulation_steps > 1 and c.graphs.mode == "step",
-        "a captured whole step replays one forward, backward and update on one static batch; "
-        "accumulating micro-batches needs graphs.mode 'none' or 'regions'",
+        lambda c, m: (
+            c.memory.accumulation_steps > 1
+            and c.graphs.mode == "step"
+            and (m.world_size > 1 or c.optimizer.overlap)
+        ),
+        "a captured whole step accumulates micro-batches on one rank without optimizer.overlap only "
+        "(several ranks all-reduce from the backward's hooks; the overlap splits one forward); "
+        "with either it needs graphs.mode 'none' or 'regions'",
     ),
 )
 """The rules that combine several knobs, or the machine's device with a knob's meaning; the rules

@@ -82,6 +82,9 @@ class Search:
     high: float | str | None = None
     log: bool = False
     when: dict[str, Any] = field(default_factory=dict)
+    when_several_ranks: dict[str, Any] = field(default_factory=dict)
+    """Conditions added to ``when`` where several ranks train (what one rank can run beside a knob
+    and several cannot)."""
     remedy: Any = None
     remedy_several_ranks: Any = None
     choice_needs: dict[Any, str] = field(default_factory=dict)

@@ -17,7 +17,6 @@ from autotune.config.knob import Carried, NotCarried, Search, knob, validate
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ACCUMULATION_CHOICES = (1, 2, 4, 8, 16)
-_EAGER = {"graphs.mode": ["none", "regions"]}
 
 
 def micro_batch_size(batch_size: int, steps: int) -> int:
@@ -53,7 +52,12 @@ class MemoryConfig:
         group="memory",
         low=1,
         integer=True,
-        search=Search("categorical", choices=ACCUMULATION_CHOICES, when=_EAGER),
+        search=Search(
+            "categorical",
+            choices=ACCUMULATION_CHOICES,
+            # several ranks all-reduce from a captured backward's hooks, once per backward
+            when_several_ranks={"graphs.mode": ["none", "regions"]},
+        ),
         hf=Carried("gradient_accumulation_steps", to=lambda v, c: v if v > 1 else None),
     )
     """Micro-batches per optimizer update: each update runs this many forward and backward passes

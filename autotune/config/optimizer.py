@@ -151,7 +151,14 @@ class OptimizerConfig:
             ),
         ),
         search=Search(
-            "bool", when={"graphs.mode": ["step"], "optimizer.impl": ["master"]}, needs="cuda"
+            "bool",
+            # the prefix is split from one forward: no micro-batches
+            when={
+                "graphs.mode": ["step"],
+                "memory.accumulation_steps": [1],
+                "optimizer.impl": ["master"],
+            },
+            needs="cuda",
         ),
         hf=NotCarried(
             "the update beside the next step's frozen prefix runs in autotune's captured step"

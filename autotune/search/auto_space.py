@@ -124,12 +124,14 @@ def _declared(f: WorkloadFacts, machine: Machine) -> list[Declared]:
 
 def _for_machine(d: Declared, machine: Machine) -> dict[str, Any]:
     """The declared entry with what depends on the machine resolved: the loader's cores, choices
-    that need CUDA or one process."""
+    that need CUDA or one process, the conditions of several ranks."""
     knob = entry(d)
     if knob.get("high") == "cores":
         per_rank = (machine.cpus or 1) // max(1, machine.world_size)
         knob["high"] = max(2, min(16, per_rank))
     search = d.spec.search
+    if machine.world_size > 1 and search.when_several_ranks:
+        knob["when"] = {**knob.get("when", {}), **search.when_several_ranks}
     lacking = {"cuda"} if not machine.cuda else set()
     if "choices" in knob:
         drop = {c for c, what in search.choice_needs.items() if what in lacking}

@@ -294,8 +294,12 @@ class Session:
             self.optimizer.zero_grad(set_to_none=True)
 
         def forward_backward(b: Batch) -> torch.Tensor:
-            if self.reducer is not None:
-                self.reducer.begin()
+            if self.reducer is None:
+                # one rank: the micro-batches of memory.accumulation_steps captured one after the
+                # other (views of the static batch, device-side shares): the first backward writes
+                # each gradient, the later ones add to it, on every replay as in the capture
+                return self._backward(b)
+            self.reducer.begin()
             loss = self._forward(b)
             loss.backward()
             if (

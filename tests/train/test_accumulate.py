@@ -137,10 +137,23 @@ def test_a_batch_the_steps_do_not_divide_is_refused_in_one_line():
     )
 
 
-def test_a_captured_whole_step_refuses_accumulation():
-    cfg = tiny(2, graphs={"mode": "step"}, device="auto")
+def test_a_captured_whole_step_accumulates_on_one_rank_without_the_overlap_only():
+    """One rank captures its micro-batches one after the other (GPU test:
+    ``tests/train/test_gpu_knobs.py``); several ranks all-reduce from the backward's hooks and the
+    overlap splits one forward, so with either accumulation is refused."""
+    h100 = Machine(cuda=True, capability=(9, 0))
+    check_compatible(tiny(2, graphs={"mode": "step"}, device="auto"), h100, ())
+    two = Machine(cuda=True, capability=(9, 0), world_size=2)
     with pytest.raises(IncompatibleConfigError, match="memory.accumulation_steps: refused"):
-        check_compatible(cfg, Machine(cuda=True, capability=(9, 0)), ())
+        check_compatible(tiny(2, graphs={"mode": "step"}, device="auto"), two, ())
+    overlap = tiny(
+        2,
+        graphs={"mode": "step"},
+        device="auto",
+        optimizer={"impl": "master", "overlap": True},
+    )
+    with pytest.raises(IncompatibleConfigError, match="memory.accumulation_steps: refused"):
+        check_compatible(overlap, h100, ())
 
 
 def test_trainer_args_carry_the_micro_batch_and_the_steps():
