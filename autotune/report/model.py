@@ -435,9 +435,8 @@ def measured_study(study: optuna.Study) -> optuna.Study:
     out of memory or not run (predicted not to fit) completes with 0 samples/s and a constraint that
     marks it infeasible, a value no knob's effect on speed should be learnt from."""
     verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(
-        optuna.logging.WARNING
-    )  # "a new study created in memory" is not news
+    # Optuna's "a new study created in memory" is not news to the reader
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         copy = optuna.create_study(directions=study.directions)
     finally:
