@@ -1,4 +1,5 @@
-"""Fixtures every test may take: the session's shared run folders of real tiny CPU studies.
+"""Fixtures every test may take: the session's shared run folders of real tiny CPU studies; each
+test's share of the host among pytest-xdist's workers (``tests/hostshare.py``).
 
 Every training process the tests start (trials, jobs, the suite's own torch) runs one CPU thread
 unless ``OMP_NUM_THREADS`` says otherwise: the tiny models' operators are too small to gain from a
@@ -11,4 +12,22 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import pytest  # noqa: E402
+
+from tests.hostshare import HostShare, shared_root  # noqa: E402
 from tests.studies import failed_run, failed_run_printed, quick_run, quick_run_printed  # noqa: E402, F401
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test, with its fixtures' setup and teardown, holds its share of the host (``tests/hostshare.py``)."""
+    share = getattr(item.config, "_host_share", None)
+    if share is None:
+        # pytest makes the session's temporary folders through this factory (the tmp_path_factory fixture's)
+        root = shared_root(item.config._tmp_path_factory.getbasetemp())
+        share = item.config._host_share = HostShare(root) if root else False
+    if not share:
+        yield
+        return
+    with share.held(item.get_closest_marker("exclusive") is not None):
+        yield

@@ -18,6 +18,7 @@ import optuna
 import pytest
 
 from autotune.cli import main
+from tests.hostshare import made_once
 
 REFERENCE = "optimizer.impl=fused"
 QUICK = [
@@ -86,22 +87,24 @@ def run_printing(argv: list[str], printed: Path) -> None:
         printed.write_text(tee.buffer_.getvalue())
 
 
-@pytest.fixture(scope="session")
-def quick_run(tmp_path_factory) -> Path:
-    """``autotune run`` of the quick space on the CPU: the stock trial, a reference (fused AdamW), one sampled.
-
-    Started as a user starts it, in a folder of its own without ``--out``: the run folder is the default,
-    relative ``runs/gr00t_n16-tiny-quick`` (the report's links must not depend on where the run started).
-    What it printed is kept two folders up (``quick_run_printed``).
-    """
-    home = tmp_path_factory.mktemp("quick")
+def _make_quick(home: Path) -> None:
     cwd = os.getcwd()
     os.chdir(home)
     try:
         run_printing(QUICK, home / PRINTED)
     finally:
         os.chdir(cwd)
-    return home / QUICK_DIR
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory) -> Path:
+    """``autotune run`` of the quick space on the CPU: the stock trial, a reference (fused AdamW), one sampled.
+
+    Started as a user starts it, in a folder of its own without ``--out``: the run folder is the default,
+    relative ``runs/gr00t_n16-tiny-quick`` (the report's links must not depend on where the run started).
+    What it printed is kept two folders up (``quick_run_printed``). One run for all xdist workers.
+    """
+    return made_once(tmp_path_factory, "quick", _make_quick) / QUICK_DIR
 
 
 @pytest.fixture(scope="session")
@@ -110,12 +113,7 @@ def quick_run_printed(quick_run) -> str:
     return (quick_run.parents[1] / PRINTED).read_text()
 
 
-@pytest.fixture(scope="session")
-def failed_run(tmp_path_factory) -> Path:
-    """#0 stock, #1 crashes (batch size 3), #2 is refused (fp8 is not a choice on a CPU), #3 is pruned (batch size 4 sleeps).
-
-    Batch size 5 (it hangs) is a choice of the space, for a test that runs the study on (``copy_of``)."""
-    root = tmp_path_factory.mktemp("failed")
+def _make_failed(root: Path) -> None:
     space = root / "fail.yaml"
     space.write_text(
         "knobs:\n  batch_size: {type: categorical, choices: [2, 3, 4, 5], group: data}\n"
@@ -157,7 +155,15 @@ def failed_run(tmp_path_factory) -> Path:
         str(out),
     ]
     run_printing(argv, root / PRINTED)
-    return out
+
+
+@pytest.fixture(scope="session")
+def failed_run(tmp_path_factory) -> Path:
+    """#0 stock, #1 crashes (batch size 3), #2 is refused (fp8 is not a choice on a CPU), #3 is pruned (batch size 4 sleeps).
+
+    Batch size 5 (it hangs) is a choice of the space, for a test that runs the study on (``copy_of``).
+    One run for all xdist workers."""
+    return made_once(tmp_path_factory, "failed", _make_failed) / "run"
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,8 @@ import pytest
 from autotune.config import load_config
 from autotune.search.trials import record_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
+"""Exclusive: its search trials must run on a quiet host, with no other test beside them."""
 
 SPACE = "knobs:\n  ddp.bucket_cap_mb: {type: categorical, choices: [100, 200, 400], group: comm}\n"
 """A knob that changes nothing in one process (no DDP): any speed-up the study finds is noise. (On this
