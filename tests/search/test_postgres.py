@@ -6,11 +6,13 @@
 Without ``AUTOTUNE_TEST_POSTGRES`` the tests start a throwaway server of their own (``initdb`` and
 ``pg_ctl`` in a temporary folder, as the ``postgres`` user when run as root); they skip only when
 neither a server nor the PostgreSQL binaries are there. ``.ci/run`` sets the variable. Each test
-works in a database of its own, created and dropped around it (the role needs CREATEDB).
+works in a database of its own, created and dropped around it (the role needs CREATEDB); the two
+tests of ``shared_study`` read the one study its two workers ran.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -26,12 +28,13 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from autotune.errors import ConfigError
 from autotune.search.recovery import recover_lost
@@ -105,16 +108,25 @@ def pg_server():
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def pg_url(pg_server):
-    """A fresh database on the server, dropped after the test."""
-    admin = make_url(pg_server).set(drivername="postgresql").render_as_string(hide_password=False)
+@contextlib.contextmanager
+def fresh_database(server: str):
+    """The URL of a new database on ``server``, dropped afterwards."""
+    admin = make_url(server).set(drivername="postgresql").render_as_string(hide_password=False)
     name = f"autotune_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield make_url(pg_server).set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A fresh database on the server, dropped after the test."""
+    with fresh_database(pg_server) as url:
+        yield url
 
 
 def test_open_storage_rejects_bad_urls(tmp_path, monkeypatch):
@@ -227,100 +239,100 @@ def test_trial_of_a_killed_worker_is_failed_by_the_next(pg_url, tmp_path):
     assert again.state == TrialState.WAITING and again.user_attrs["queued_again_from"] == 0
 
 
-@pytest.mark.slow
-def test_two_workers_share_one_study(pg_url, tmp_path):
-    """Two ``autotune run`` processes, one study: 4 finished trials in all, one stock trial, both worked."""
-    run = [
-        sys.executable,
-        "-m",
-        "autotune",
-        "run",
-        "--storage",
-        pg_url,
-        "--space",
-        "quick",
-        "--synthetic",
-        "--confirm-rounds",
-        "0",
-        "--converge-after",
-        "0",
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--batch-size",
-        "2",
-        "--trials",
-        "4",
-        "--profile-steps",
-        "0",
-        "--no-guidance",
-    ]  # the sharing, not the guidance, is under test here
-    workers = [
-        subprocess.Popen(
-            [*run, "--out", str(tmp_path / f"worker{i}")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=ENV,
-            cwd=ROOT,
+@dataclass
+class SharedStudy:
+    """Two ``autotune run`` workers of one study; the second found its database in $AUTOTUNE_STORAGE."""
+
+    url: URL
+    query_url: str
+    """The second worker's URL: its password in the query string."""
+    password: str
+    workers: list[subprocess.Popen]
+    outputs: list[str]
+    outs: list[Path]
+
+
+@pytest.fixture(scope="module")
+def shared_study(pg_server, tmp_path_factory) -> SharedStudy:
+    """Worker 0 is given ``--storage URL``; worker 1 has no ``--storage``, its URL (not in ps) is in
+    $AUTOTUNE_STORAGE with the password in the query string. 4 trials in all."""
+    tmp = tmp_path_factory.mktemp("shared")
+    with fresh_database(pg_server) as pg_url:
+        url = make_url(pg_url)
+        password = url.password or "not-needed"  # a server that trusts local users ignores it
+        query_url = (
+            url.set(password=None)
+            .update_query_dict({"password": password})
+            .render_as_string(hide_password=False)
         )
-        for i in range(2)
-    ]
-    outputs = [
-        w.communicate(timeout=600)[0] for w in workers
-    ]  # a guard against a hang: ~110 s at a load of 5
+        run = [
+            sys.executable,
+            "-m",
+            "autotune",
+            "run",
+            "--space",
+            "quick",
+            "--synthetic",
+            "--confirm-rounds",
+            "0",
+            "--converge-after",
+            "0",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--batch-size",
+            "2",
+            "--trials",
+            "4",
+            "--profile-steps",
+            "0",
+            "--no-guidance",
+        ]  # the sharing, not the guidance, is under test here
+        outs = [tmp / "worker0", tmp / "worker1"]
+        ways = [(["--storage", pg_url], ENV), ([], {**ENV, "AUTOTUNE_STORAGE": query_url})]
+        workers = [
+            subprocess.Popen(
+                [*run, *storage, "--out", str(out)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+            for out, (storage, env) in zip(outs, ways)
+        ]
+        outputs = [
+            w.communicate(timeout=600)[0] for w in workers
+        ]  # a guard against a hang: ~110 s at a load of 5
+        yield SharedStudy(url, query_url, password, workers, outputs, outs)
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_study(shared_study, tmp_path):
+    """Two ``autotune run`` processes, one study: 4 finished trials in all, one stock trial, both worked."""
+    workers, outputs = shared_study.workers, shared_study.outputs
     assert [w.returncode for w in workers] == [0, 0], "\n\n".join(outputs)
 
     study = optuna.load_study(
-        study_name="gr00t_n16-tiny-quick", storage=open_storage(pg_url, tmp_path)
+        study_name="gr00t_n16-tiny-quick",
+        storage=open_storage(shared_study.url.render_as_string(hide_password=False), tmp_path),
     )
     assert [t.state.is_finished() for t in study.trials] == [True] * 4, "\n\n".join(outputs)
     assert sum(bool(t.user_attrs.get("stock")) for t in study.trials) == 1
     pids = {str(w.pid) for w in workers}
     assert {t.user_attrs["worker"].rsplit(":", 1)[1] for t in study.trials} == pids
-    for i in range(2):  # each worker wrote its own results from the shared study
-        assert (tmp_path / f"worker{i}" / "best.yaml").exists()
+    for out in shared_study.outs:  # each worker wrote its own results from the shared study
+        assert (out / "best.yaml").exists()
 
 
 @pytest.mark.slow
-def test_a_password_in_the_query_or_the_environment_is_shown_nowhere(pg_url, tmp_path):
+def test_a_password_in_the_query_or_the_environment_is_shown_nowhere(shared_study, tmp_path):
     """Row 9 of issue 18: the URL comes from $AUTOTUNE_STORAGE (not in ps), its password in the query
     string; run.json, report.html and every line printed show it hidden."""
-    url = make_url(pg_url)
-    password = url.password or "not-needed"  # a server that trusts local users ignores it
-    query_url = (
-        url.set(password=None)
-        .update_query_dict({"password": password})
-        .render_as_string(hide_password=False)
-    )
-    out = tmp_path / "run"
-    env = {**ENV, "AUTOTUNE_STORAGE": query_url}
-    run = [
-        sys.executable,
-        "-m",
-        "autotune",
-        "run",
-        "--space",
-        "quick",
-        "--synthetic",
-        "--trials",
-        "1",
-        "--steps",
-        "1",
-        "--warmup",
-        "1",
-        "--batch-size",
-        "2",
-        "--profile-steps",
-        "0",
-        "--confirm-rounds",
-        "0",
-        "--out",
-        str(out),
-    ]
-    done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    worker, printed, out = shared_study.workers[1], shared_study.outputs[1], shared_study.outs[1]
+    assert worker.returncode == 0, printed
+    env = {**ENV, "AUTOTUNE_STORAGE": shared_study.query_url}
     report = subprocess.run(
         [sys.executable, "-m", "autotune", "report", str(out)],
         capture_output=True,
@@ -331,10 +343,10 @@ def test_a_password_in_the_query_or_the_environment_is_shown_nowhere(pg_url, tmp
     )
     assert report.returncode == 0, report.stderr
     run_json = json.loads((out / "run.json").read_text())
-    assert run_json["storage"].endswith(f"{url.database}?password=***")
+    assert run_json["storage"].endswith(f"{shared_study.url.database}?password=***")
+    password = shared_study.password
     for text in (
-        done.stdout,
-        done.stderr,
+        printed,  # the worker's stdout and stderr
         report.stdout,
         report.stderr,
         (out / "run.json").read_text(),
@@ -343,7 +355,8 @@ def test_a_password_in_the_query_or_the_environment_is_shown_nowhere(pg_url, tmp
         assert f"password={password}" not in text
     assert "?password=***" in (out / "report.html").read_text()
     assert not (out / "study.journal").exists()  # the study is in the database
-    assert optuna.get_all_study_names(open_storage(query_url, tmp_path)) == ["gr00t_n16-tiny-quick"]
+    names = optuna.get_all_study_names(open_storage(shared_study.query_url, tmp_path))
+    assert names == ["gr00t_n16-tiny-quick"]
 
 
 def _lines(proc: subprocess.Popen) -> queue.Queue:
