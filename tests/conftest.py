@@ -45,3 +45,15 @@ def pytest_collection_modifyitems(config, items):
         return (not any(t.get_closest_marker("exclusive") for t in tests), -len(tests))
 
     items[:] = [item for tests in sorted(files.values(), key=key) for item in tests]
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (addopts): three workers on a CPU host, where most tests wait on processes they
+    start or on their timeouts, so three keep a 2-core machine's CPUs busier than two do; one process
+    where there is a CUDA device, whose tests time their kernels on it. $PYTEST_XDIST_AUTO_NUM_WORKERS
+    says otherwise."""
+    import torch
+
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    return 0 if torch.cuda.is_available() else 3
