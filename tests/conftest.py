@@ -34,15 +34,20 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Test files in the order the xdist workers take them up: a file with an exclusive test first
-    (its wait for the other workers' tests is shortest at the start), then files of more tests
-    before files of fewer (pytest-xdist's own order, turned off in addopts for this one)."""
+    """Test files in the order the xdist workers take them up: files with an exclusive test first
+    (their wait for the other workers' tests is shortest at the start); then files with slow tests,
+    more tests first; then the rest, fewer tests first, so that files of many short tests fill the
+    workers' last minutes instead of one long test holding the end of the session."""
     files: dict[str, list] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
 
-    def key(tests: list) -> tuple[bool, int]:
-        return (not any(t.get_closest_marker("exclusive") for t in tests), -len(tests))
+    def key(tests: list) -> tuple[int, int]:
+        if any(t.get_closest_marker("exclusive") for t in tests):
+            return (0, -len(tests))
+        if any(t.get_closest_marker("slow") for t in tests):
+            return (1, -len(tests))
+        return (2, len(tests))
 
     items[:] = [item for tests in sorted(files.values(), key=key) for item in tests]
 

@@ -32,6 +32,7 @@ def test_data_stall_dominates_a_starved_mlp(tmp_path, mark_wait):
     assert got.steps == 3
 
 
+@pytest.mark.exclusive  # beside other busy processes the tiny ops stretch, and launch overhead falls short
 def test_launch_overhead_dominates_many_tiny_ops(tmp_path):
     profile_window(
         programs.tiny_ops_step(), out_dir=tmp_path, wait=0, warmup=1, active=3, unprofiled_steps=1
