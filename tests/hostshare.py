@@ -40,15 +40,14 @@ class HostShare:
         fcntl.flock(self._gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(self._host, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            if not exclusive:  # an exclusive test keeps new tests out until it ends
+            if not exclusive:  # an exclusive test keeps the gate, and new tests out, until it ends
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
-        try:
-            yield
+            try:
+                yield
+            finally:
+                fcntl.flock(self._host, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(self._host, fcntl.LOCK_UN)
-            if exclusive:
-                fcntl.flock(self._gate, fcntl.LOCK_UN)
+            fcntl.flock(self._gate, fcntl.LOCK_UN)  # (a no-op where it was let go above)
 
 
 def made_once(basetemp_factory, name: str, make: Callable[[Path], None]) -> Path:
