@@ -32,8 +32,10 @@ from autotune.search.noise import flags
 from autotune.search.options import StudyOptions
 from autotune.search.params import config_of
 from autotune.search.trials import (
+    DUPLICATE,
     NOISY,
     PARITY,
+    PREDICTED_OOM,
     RECORD,
     best_trial,
     feasible,
@@ -232,12 +234,43 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
     if not done:
         return "has finished (the study holds none)"
     failures = [f for t in done if (r := record_of(t)) is not None and (f := r.failure) is not None]
+    leanest = _leanest_out_of_memory(done, budget)
+    if leanest is not None:
+        return leanest
     if not failures:
         return f"gave a measurement ({len(done)} finished without one)"
     reason, count = Counter(f.reason for f in failures).most_common(1)[0]
     error = next(f.error for f in failures if f.reason == reason).strip().splitlines()
     return f"gave a measurement: all {len(done)} failed, {count} of them with reason {reason!r}" + (
         f" ({error[0][:200]})" if error else ""
+    )
+
+
+def _leanest_out_of_memory(done: list[optuna.trial.FrozenTrial], budget: int) -> str | None:
+    """Where every trial that was not a repeat ran out of memory or was predicted to: how many of
+    each, the least predicted need, and what to do."""
+    failures = [f for t in done if (r := record_of(t)) is not None and (f := r.failure) is not None]
+    failures = [f for f in failures if f.reason != DUPLICATE]
+    if not budget or not failures or any(f.reason not in ("oom", PREDICTED_OOM) for f in failures):
+        return None
+    ran = sum(f.reason == "oom" for f in failures)
+    predicted = [
+        (f.peak_bytes, t.number)
+        for t in done
+        if (r := record_of(t)) is not None
+        and (f := r.failure) is not None
+        and f.reason == PREDICTED_OOM
+        and f.peak_bytes
+    ]
+    least = ""
+    if predicted:
+        peak, number = min(predicted)
+        least = f"; the least predicted need: at least {peak / 2**30:.2f} GiB (trial #{number})"
+    return (
+        f"fit the memory budget: {ran} configuration(s) ran out of memory and {len(predicted)} were "
+        f"predicted to need more than --memory-budget {budget / 2**30:.2f} GiB{least}: raise the "
+        "budget, or offer the memory stage leaner knobs (optimizer.offload, optimizer.impl: adamw4bit, "
+        "checkpointing.regions)"
     )
 
 

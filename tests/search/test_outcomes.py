@@ -119,3 +119,35 @@ def test_a_study_whose_fitting_trials_all_failed_parity_says_so():
         "kept loss parity: trials [0] ran but their losses or gradient norms differ from the "
         "reference's by more than the tolerance (parity in report.html and trials.csv)"
     )
+
+
+def test_a_study_where_nothing_fits_says_the_least_predicted_need():
+    """Stock out of memory, every rung predicted over the budget (repeats aside): the error line says
+    so, with the least any configuration was predicted to need."""
+    from autotune.search.output import why_no_best
+    from autotune.search.trials import DUPLICATE, PREDICTED_OOM, attrs_of
+    from autotune.train.trial.record import TrialRecord
+
+    study = optuna.create_study()
+    records = [
+        TrialRecord.failed("oom", "out of memory", peak_bytes=12 * GIB, budget_bytes=12 * GIB),
+        TrialRecord.failed(PREDICTED_OOM, "not run", peak_bytes=26 * GIB, budget_bytes=12 * GIB),
+        TrialRecord.failed(
+            PREDICTED_OOM, "not run", peak_bytes=int(14.5 * GIB), budget_bytes=12 * GIB
+        ),
+        TrialRecord.failed(DUPLICATE, "the same configuration as trial #1, not run again"),
+    ]
+    for record in records:
+        study.add_trial(optuna.trial.create_trial(value=0.0, user_attrs=attrs_of(record)))
+    assert why_no_best(study, 12 * GIB) == (
+        "fit the memory budget: 1 configuration(s) ran out of memory and 2 were predicted to need "
+        "more than --memory-budget 12.00 GiB; the least predicted need: at least 14.50 GiB (trial #2): "
+        "raise the budget, or offer the memory stage leaner knobs (optimizer.offload, optimizer.impl: "
+        "adamw4bit, checkpointing.regions)"
+    )
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=0.0, user_attrs=attrs_of(TrialRecord.failed("crash", "exit code 1"))
+        )
+    )
+    assert "fit the memory budget" not in why_no_best(study, 12 * GIB)  # another failure: not this
