@@ -52,6 +52,7 @@ def test_spans_keep_the_step_and_data_spans_and_drop_the_operators(tmp_path):
         classify(tmp_path)
 
 
+@pytest.mark.exclusive  # its dominant bucket is launch overhead on a quiet host only
 def test_auto_records_every_operator_on_cpu(tmp_path):
     result = profile_window(
         programs.tiny_ops_step(), out_dir=tmp_path, wait=0, warmup=1, active=1, unprofiled_steps=1
