@@ -249,28 +249,21 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
 def _leanest_out_of_memory(done: list[optuna.trial.FrozenTrial], budget: int) -> str | None:
     """Where every trial that was not a repeat ran out of memory or was predicted to: how many of
     each, the least predicted need, and what to do."""
-    failures = [f for t in done if (r := record_of(t)) is not None and (f := r.failure) is not None]
-    failures = [f for f in failures if f.reason != DUPLICATE]
-    if not budget or not failures or any(f.reason not in ("oom", PREDICTED_OOM) for f in failures):
+    failed = [(t.number, f) for t in done if (r := record_of(t)) and (f := r.failure) is not None]
+    failed = [(n, f) for n, f in failed if f.reason != DUPLICATE]
+    if not budget or not failed or any(f.reason not in ("oom", PREDICTED_OOM) for _, f in failed):
         return None
-    ran = sum(f.reason == "oom" for f in failures)
-    predicted = [
-        (f.peak_bytes, t.number)
-        for t in done
-        if (r := record_of(t)) is not None
-        and (f := r.failure) is not None
-        and f.reason == PREDICTED_OOM
-        and f.peak_bytes
-    ]
+    predicted = [(f.peak_bytes, n) for n, f in failed if f.reason == PREDICTED_OOM and f.peak_bytes]
     least = ""
     if predicted:
         peak, number = min(predicted)
         least = f"; the least predicted need: at least {peak / 2**30:.2f} GiB (trial #{number})"
     return (
-        f"fit the memory budget: {ran} configuration(s) ran out of memory and {len(predicted)} were "
-        f"predicted to need more than --memory-budget {budget / 2**30:.2f} GiB{least}: raise the "
-        "budget, or offer the memory stage leaner knobs (optimizer.offload, optimizer.impl: adamw4bit, "
-        "checkpointing.regions)"
+        f"fit the memory budget: {sum(f.reason == 'oom' for _, f in failed)} configuration(s) ran out "
+        "of memory and "
+        f"{len(predicted)} were predicted to need more than --memory-budget {budget / 2**30:.2f} "
+        f"GiB{least}: raise the budget, or offer the memory stage leaner knobs (optimizer.offload, "
+        "optimizer.impl: adamw4bit, checkpointing.regions)"
     )
 
 

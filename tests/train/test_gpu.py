@@ -97,12 +97,9 @@ def test_a_two_gpu_step_graph_trains_as_eager_ddp():
     assert max(graph.grad_norms[-4:]) < 2 * max(eager.grad_norms[-4:])
 
 
-def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
-    """One rank captures the backward with no gradients (no kept buffers to zero and add into): each
-    replay must write them, not add to the last step's. Accumulating would grow the gradient norm
-    step after step (clipping hides it from the weights, not from the norm)."""
+def _eager_and_graph(**over) -> tuple[Measurement, Measurement]:
+    """8 steps of tiny (4 samples) eager and in a captured whole step, each in a launched process."""
     from autotune.train.trial.launch import launch
-    from autotune.train.window.verify import compare
 
     def run(mode: str) -> Measurement:
         cfg = config_from_dict(
@@ -111,13 +108,23 @@ def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
                 "batch_size": 4,
                 "graphs": {"mode": mode},
                 "data": {"source": "synthetic"},
+                **over,
             }
         )
         result = launch(cfg, steps=8, warmup=4, nproc=1, timeout=300)
         assert result.ok, result
         return result.measurement
 
-    eager, graph = run("none"), run("step")
+    return run("none"), run("step")
+
+
+def test_a_one_gpu_step_graph_writes_its_gradients_afresh_each_replay():
+    """One rank captures the backward with no gradients (no kept buffers to zero and add into): each
+    replay must write them, not add to the last step's. Accumulating would grow the gradient norm
+    step after step (clipping hides it from the weights, not from the norm)."""
+    from autotune.train.window.verify import compare
+
+    eager, graph = _eager_and_graph()
     assert compare(eager, graph, tolerance=0.05).passed, (eager.grad_norms, graph.grad_norms)
     assert max(graph.grad_norms[-4:]) < 2 * max(eager.grad_norms[-4:])
 
@@ -127,23 +134,8 @@ def test_a_one_gpu_step_graph_accumulates_its_micro_batches_and_writes_them_afre
     micro-batches, the first backward writing each gradient and the second adding to it. Trains as
     the eager accumulation does (parity), and the gradient norm does not grow as it would if a
     replay added to the last step's gradients."""
-    from autotune.train.trial.launch import launch
     from autotune.train.window.verify import compare
 
-    def run(mode: str) -> Measurement:
-        cfg = config_from_dict(
-            {
-                "preset": "tiny",
-                "batch_size": 4,
-                "graphs": {"mode": mode},
-                "memory": {"accumulation_steps": 2},
-                "data": {"source": "synthetic"},
-            }
-        )
-        result = launch(cfg, steps=8, warmup=4, nproc=1, timeout=300)
-        assert result.ok, result
-        return result.measurement
-
-    eager, graph = run("none"), run("step")
+    eager, graph = _eager_and_graph(memory={"accumulation_steps": 2})
     assert compare(eager, graph, tolerance=0.05).passed, (eager.grad_norms, graph.grad_norms)
     assert max(graph.grad_norms[-4:]) < 2 * max(eager.grad_norms[-4:])
