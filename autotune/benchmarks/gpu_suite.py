@@ -76,6 +76,7 @@ from autotune.benchmarks.suite_configs import (
 )
 from autotune.benchmarks.suite_table import markdown, rows
 from autotune.errors import AutotuneError
+from autotune.train.memcap import BUDGET_ENV, GPU_HELP, budget_of
 from autotune.train.trial.launch import launch
 from autotune.train.trial.record import TrialRecord, model_flops_utilization
 from autotune.train.window.verify import compare, tolerance_for
@@ -159,6 +160,11 @@ def _log_tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
 
+def budget_env(args: argparse.Namespace) -> dict[str, str] | None:
+    """The environment that caps every row's processes at ``--memory-budget`` (None: no cap)."""
+    return None if args.budget is None else {BUDGET_ENV: str(args.budget)}
+
+
 def measure_row(
     entry: Entry, args: argparse.Namespace, stock: TrialRecord | None
 ) -> tuple[TrialRecord, dict[str, Any]]:
@@ -175,6 +181,7 @@ def measure_row(
             nproc=args.nproc,
             timeout=args.timeout,
             log_path=log,
+            extra_env=budget_env(args),
         )
         if record.failure is not None:
             res["log_tail"] = _log_tail(log)
@@ -209,6 +216,7 @@ def profile_row(entry: Entry, args: argparse.Namespace, folder: Path) -> dict[st
         timeout=args.timeout,
         log_path=log,
         profile_out=folder.resolve(),
+        extra_env=budget_env(args),
     )
     summary_path = folder / "classification.summary"
     if res.failure is not None or not summary_path.exists():
@@ -312,6 +320,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warmup", type=int, default=5, help="warm-up steps per row (graph capture, compilation)"
     )
     ap.add_argument("--timeout", type=float, default=300, help="seconds per row")
+    ap.add_argument(
+        "--memory-budget",
+        default=None,
+        help="device memory each row's processes may use, e.g. 40GiB (as `autotune run "
+        "--memory-budget`): a row over it fails as out of memory with its peak",
+    )
+    ap.add_argument("--gpu", default=None, metavar="NAME", help=GPU_HELP)
     ap.add_argument("--source", default="lerobot", choices=["lerobot", "synthetic"])
     ap.add_argument("--video-backend", default="pyav")
     ap.add_argument(
@@ -347,6 +362,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="dotted knobs set to their stock value in every row (e.g. compile.regions on a CPU)",
     )
     args = ap.parse_args(argv)
+    args.budget = budget_of(args.memory_budget, args.gpu)
     if args.json is None and args.out is not None:
         args.json = args.out / f"suite-{args.nproc}.json"
     return args
@@ -452,9 +468,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    args.argv = argv
     try:
+        args = parse_args(argv)
+        args.argv = argv
         results = run_suite(args)
     except AutotuneError as exc:
         print(f"gpu_suite: error: {exc}", file=sys.stderr)

@@ -70,6 +70,9 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "p10_ms": m.step_time.p10_ms,
                 "p90_ms": m.step_time.p90_ms,
                 "peak_memory_gib": m.memory.allocated_bytes / GIB,
+                "peak_reserved_gib": (
+                    None if m.memory.reserved_bytes is None else m.memory.reserved_bytes / GIB
+                ),
                 "mfu": mfu(m),
                 "useful_mfu": mfu(m, useful=True),
                 "speedup_vs_stock": m.samples_per_s / base if base else None,
@@ -98,9 +101,16 @@ def _row(r: dict[str, Any]) -> str:
         parity = f"{verdict} {_pct(r['loss_rel_diff'], 2)} / {_pct(r['grad_norm_rel_diff'], 2)}"
     return (
         f"| {r['name']} | {r['samples_per_s']:.1f} | {r['step_time_ms']:.1f} | "
-        f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {r['peak_memory_gib']:.1f} | {_mfus(r)} | "
+        f"{r['p10_ms']:.0f}–{r['p90_ms']:.0f} | {_peak(r)} | {_mfus(r)} | "
         f"{speed} | {parity} |"
     )
+
+
+def _peak(r: dict[str, Any]) -> str:
+    """``allocated / reserved`` GiB: a memory budget caps the reserved figure."""
+    if r.get("peak_reserved_gib") is None:
+        return f"{r['peak_memory_gib']:.1f}"
+    return f"{r['peak_memory_gib']:.1f} / {r['peak_reserved_gib']:.1f}"
 
 
 def _mfus(r: dict[str, Any]) -> str:
@@ -146,9 +156,11 @@ def markdown(results: dict[str, Any]) -> str:
         head += (
             f", {env.get('gpu') or env.get('cpu') or env.get('device')}, torch {env.get('torch')}"
         )
+    if args.get("budget"):
+        head += f", every row capped at {args['budget'] / GIB:.1f} GiB of device memory (--memory-budget)"
     lines += [head, ""]
     lines += [
-        "| configuration | samples/s | step ms median | p10–p90 ms | peak alloc GiB | MFU (upstream / useful FLOPs) | × stock | parity (loss / grad-norm mean diff) |",
+        "| configuration | samples/s | step ms median | p10–p90 ms | peak GiB (allocated / reserved) | MFU (upstream / useful FLOPs) | × stock | parity (loss / grad-norm mean diff) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += [_row(r) for r in rows(results)]

@@ -265,3 +265,34 @@ def test_n17_rows_stock_compile_all_a_best_file_and_frozen_prefix_knobs_on_top(t
         ConfigError, match=r"trains workload 'gr00t_n16'; the suite measures 'gr00t_n17'"
     ):
         resolve([str(BEST)], n17)
+
+
+def _suite(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "autotune.benchmarks.gpu_suite", *args]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=Path(__file__).parents[2]
+    )
+
+
+def test_a_row_over_the_memory_budget_fails_as_out_of_memory_with_its_peak(tmp_path):
+    """``--memory-budget`` caps every row as a study caps its trials: a tiny model's process holds
+    hundreds of MiB, so 64 MiB refuses it; the table's head names the budget."""
+    out = tmp_path / "suite.json"
+    proc = _suite(
+        *("--preset", "tiny", "--batch-size", "2", "--source", "synthetic"),
+        *("--steps", "1", "--warmup", "1", "--timeout", "240", "--profile", "none"),
+        *("--memory-budget", "64MiB", "--configs", "stock", "--json", str(out)),
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    (row,) = got["table"]
+    assert row["reason"] == "oom", row
+    assert "64 MiB" in row["error"] or "budget" in row["error"], row["error"]
+    assert "capped at 0.1 GiB of device memory" in out.with_suffix(".md").read_text()
+
+
+def test_a_bad_memory_budget_is_one_line_naming_the_flag():
+    proc = _suite("--memory-budget", "lots", "--configs", "stock", timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("gpu_suite: error: --memory-budget: 'lots' is not a size"), line
