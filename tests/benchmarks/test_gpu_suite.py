@@ -110,7 +110,7 @@ def test_table_rows_speedup_mfu_parity_and_errors():
     assert failed == {"name": "compile_all", "error": "boom", "reason": "compile"}
     text = markdown(results)
     assert (
-        "| x/best | 150.0 | 13.3 | 90–110 | 3.0 | 15.0 % / 13.5 % | 3.00 | PASS 0.10 % / 0.20 % |"
+        "| x/best | 150.0 | 13.3 | 90–110 | 3.0 / 3.0 | 15.0 % / 13.5 % | 3.00 | PASS 0.10 % / 0.20 % |"
         in text
     )
     assert "| x/best+fp8 | skipped: precision: refused |" in text
