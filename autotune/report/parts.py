@@ -134,6 +134,8 @@ class Stage:
     """``remedy`` (one trial at the group's remedy values), ``search`` or ``free``."""
     loader_bound: bool = False
     """The incumbent's loader set its measured rate: the data stage came first (``share`` its wait)."""
+    loader_short: list[float] | None = None
+    """The loader's remedies joined a ``remedies`` stage: [its sustained rate, the compute ceiling]."""
     trials: list[int] | None = None
     best_trial: int | None = None
     best_samples_per_s: float | None = None

@@ -31,6 +31,10 @@ BUCKET_GROUPS: dict[str, tuple[str, ...]] = {
 MIN_SHARE = 0.05
 """A bucket below this share of the step is not worth a stage."""
 
+LOADER_HEADROOM = 0.5
+"""A loader that sustains less than this share of the samples/s the step's FLOPs allow at the
+measured matmul rate binds as soon as the compute remedies land (:func:`loader_short`)."""
+
 
 def buckets_of(trial: FrozenTrial) -> dict[str, float] | None:
     """The time buckets of the trial's profiled window (None: it was not profiled)."""
@@ -55,6 +59,25 @@ def loader_stall(trial: FrozenTrial) -> float:
     ):
         return 0.0
     return max(0.0, 1.0 - float(trial.value) / measured.loader.window_samples_per_s)
+
+
+def loader_short(trial: FrozenTrial) -> tuple[float, float] | None:
+    """(what the trial's loader workers sustain, the step's compute ceiling), both samples/s, where the
+    loader is under ``LOADER_HEADROOM`` of the ceiling; None otherwise or where either is unknown.
+
+    The ceiling is the processes' measured matmul rate over the model's FLOPs a sample. A slow
+    incumbent hides its loader: under a 24 GiB budget the 8-bit fit ran at 35 samples/s beside a
+    loader sustaining 56, so its profile showed no data stall, and the compute remedies that made its
+    steps 169 samples/s left it loader-bound at 60. Such a loader's remedies join the compute ones.
+    """
+    m = measurement_of(trial)
+    if m is None or not m.loader.loader_samples_per_s or not m.matmul_tflops:
+        return None
+    if not m.flops_per_sample:
+        return None
+    ceiling = m.world_size * m.matmul_tflops * 1e12 / m.flops_per_sample
+    rate = float(m.loader.loader_samples_per_s)
+    return (rate, ceiling) if rate < LOADER_HEADROOM * ceiling else None
 
 
 def ranked_buckets(trial: FrozenTrial) -> list[tuple[str, float]]:

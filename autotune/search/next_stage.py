@@ -9,7 +9,13 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.search.bottleneck import BUCKET_GROUPS, MIN_SHARE, loader_stall, ranked_buckets
+from autotune.search.bottleneck import (
+    BUCKET_GROUPS,
+    MIN_SHARE,
+    loader_short,
+    loader_stall,
+    ranked_buckets,
+)
 from autotune.search.candidates import remedies_of, searchable, settled, untried
 from autotune.search.knobs import SearchSpace
 from autotune.search.stage import FREE, Stage
@@ -73,13 +79,15 @@ def _remedy_stage(
     both = remedies_together(space, stages, ranked, have, incumbent, fitted) if together else None
     if both is not None:
         buckets, groups = both
+        short = loader_short(incumbent) if "data" in groups else None
         return Stage(
             bottleneck="+".join(buckets),
-            share=ranked[0][1],
+            share=ranked[0][1] if ranked else None,
             groups=groups,
             knobs=[k.key for k in remedies_of(space, groups, incumbent, fitted)],
             kind="remedies",
             loader_bound=loader_first,
+            loader_short=list(short) if short and "data_stall" not in dict(ranked) else None,
             **common,
         )
     for (
@@ -151,8 +159,9 @@ def remedies_together(
     incumbent: FrozenTrial,
     fitted: Collection[str],
 ) -> tuple[list[str], list[str]] | None:
-    """The buckets and groups of a ``remedies`` stage: every pending remedy's, where there are two
-    groups or more and no such stage ran in the study."""
+    """The buckets and groups of a ``remedies`` stage: every pending remedy's, the loader's too where
+    it is short of the step's compute ceiling (:func:`loader_short`), where there are two groups or
+    more and no such stage ran in the study."""
     if any(s.kind == "remedies" for s in stages):
         return None
     buckets: list[str] = []
@@ -167,6 +176,14 @@ def remedies_together(
                 groups.append(group)
                 if bucket not in buckets:
                     buckets.append(bucket)
+    if (
+        "data" in have
+        and "data" not in groups
+        and loader_short(incumbent) is not None
+        and remedy_pending(space, stages, "data", incumbent, fitted)
+    ):
+        groups.append("data")  # the loader binds once the step is fast: see loader_short
+        buckets.append("data_stall")
     return (buckets, groups) if len(groups) >= 2 else None
 
 

@@ -44,6 +44,10 @@ class Stage:
     loader_bound: bool = False
     """The incumbent's measured rate was its loader's, below its steps' rate: ``share`` is then at least
     the part of its step spent waiting on the loader (see :func:`ranked_buckets`)."""
+    loader_short: list[float] | None = None
+    """A ``remedies`` stage joined by the data group's remedies although the profile showed no stall:
+    [what the incumbent's loader sustains, the step's compute ceiling], samples/s
+    (:func:`autotune.search.bottleneck.loader_short`)."""
     trials: list[int] = field(default_factory=list)
     best_trial: int | None = None
     best_samples_per_s: float | None = None

@@ -11,12 +11,19 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.cli import main
-from autotune.search.bottleneck import MIN_SHARE, buckets_of, loader_stall, ranked_buckets
+from autotune.search.bottleneck import (
+    MIN_SHARE,
+    buckets_of,
+    loader_short,
+    loader_stall,
+    ranked_buckets,
+)
 from autotune.search.candidates import untried
 from autotune.search.guide import Guide
 from autotune.search.space import load_space, parse_space
 from autotune.search.stage import FREE, STUDY_ATTR
 from autotune.search.trials import RECORD, attrs_of, reason_of
+from autotune.train.trial.record import LoaderRate
 from tests.records import measured
 
 SPACE = {
@@ -473,6 +480,45 @@ def test_a_loader_bound_incumbent_has_its_loader_fixed_first(tmp_path):
             "launch_overhead",
             "other",
         ]
+
+
+def test_a_loader_short_of_the_compute_ceiling_joins_the_remedies(tmp_path):
+    """A slow incumbent hides its loader (no data stall in its profile): where the workers sustain
+    under half the samples/s the step's FLOPs allow at the measured matmul rate, the loader's
+    remedies join the compute ones in one trial; a loader above that is left alone."""
+    space = parse_space(SPACE, tmp_path / "s.yaml")
+    buckets = {"launch_overhead": 0.55, "compute_serial": 0.44, "data_stall": 0.0, "other": 0.01}
+    params = {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"}
+    # the 24 GiB fit of full N1.6: 34.7 samples/s, its loader 55.8, 671 TFLOP/s, 1.64 TFLOP a sample
+    ceiling = 671e12 / 1.637e12
+    stages = {}
+    for loader in (55.8, 0.6 * ceiling):
+        study = optuna.create_study(direction="maximize")
+        record = measured(
+            34.7,
+            buckets=buckets,
+            loader=LoaderRate(window_samples_per_s=34.7, loader_samples_per_s=loader),
+            matmul_tflops=671.0,
+            flops_per_sample=1.637e12,
+        )
+        study.add_trial(
+            create_trial(
+                params=params, distributions=DISTS, value=34.7, user_attrs=attrs_of(record)
+            )
+        )
+        stages[loader] = Guide(space, 2).next_trial(study, study.trials[-1])
+    fixed, stage = stages[55.8]
+    assert (stage.kind, stage.groups, stage.bottleneck) == (
+        "remedies",
+        ["optimizer", "data"],
+        "launch_overhead+data_stall",
+    )
+    assert fixed["data.num_workers"] == 2 and fixed["optimizer.impl"] == "fused"
+    assert stage.loader_short == pytest.approx([55.8, ceiling])
+    fixed, stage = stages[0.6 * ceiling]
+    assert loader_short(study.trials[-1]) is None  # the last study's: 0.6 of the ceiling
+    assert (stage.kind, stage.groups, stage.loader_short) == ("remedy", ["optimizer"], None)
+    assert fixed["data.num_workers"] == 0
 
 
 def test_stock_and_reference_trials_are_never_pruned_and_a_faster_reference_prunes_nothing():
