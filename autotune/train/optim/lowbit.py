@@ -6,6 +6,11 @@ parameter with one function compiled by ``torch.compile``: the update is compute
 dequantized moments, which are quantized again. Not the same numbers as fp32 moments, so the study's
 loss parity decides (the knob's ``numerics``).
 
+On a GPU the rates and step counts live on the device whether or not the step is captured: the
+update's compiled graphs are then the same in an eager and a captured step, so the second of two
+trials finds the first's in the compile cache (torchao compiles one graph a parameter shape, about
+three seconds each for full GR00T's update).
+
 On a CPU the update runs eagerly (``torch.compiler.set_stance("force_eager")``): torchao compiles
 it once per parameter shape, which with inductor's C++ backend costs seconds a shape, more than the
 steps of the small models a CPU trains; the update is the same function.
@@ -88,9 +93,11 @@ def low_bit_adamw(
 ) -> torch.optim.Optimizer:
     """torchao's AdamW of ``impl`` (``adamw8bit`` or ``adamw4bit``) over ``param_groups`` (each group's
     weight decay kept); its learning rates are tensors, which torch's schedules set in place: on the
-    host, or with ``capturable`` on the device with the step counts (for a captured step)."""
+    device with the step counts for parameters on a GPU (``capturable``: a captured step needs it;
+    uncaptured ones share its compiled graphs), else on the host."""
     from torchao import optim as ao
 
     base = {"adamw8bit": ao.AdamW8bit, "adamw4bit": ao.AdamW4bit}[impl]
-    cls = _capturable(base) if capturable else _eager_on_cpu(base)
+    on_gpu = param_groups[0]["params"][0].device.type == "cuda"
+    cls = _capturable(base) if capturable or on_gpu else _eager_on_cpu(base)
     return cls(param_groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
