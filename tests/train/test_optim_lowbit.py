@@ -181,3 +181,38 @@ def test_the_cli_refuses_offload_on_a_cpu_in_one_line(tmp_path, capsys):
     code = main(["train", "--config", str(cfg), "--preset", "tiny", "--steps", "1"])
     err = capsys.readouterr().err.strip()
     assert code != 0 and err.count("\n") == 0 and "optimizer.offload: refused" in err, err
+
+
+@pytest.mark.parametrize("impl", ["adamw8bit", "adamw4bit"])
+def test_the_device_resident_update_makes_torchaos_state_and_trains_the_same(impl):
+    """The update a GPU uses (rates and step counts as tensors beside the parameters, its state made
+    before the first step) gives torchao's own state and weights, step for step."""
+    from autotune.train.optim.lowbit import low_bit_adamw
+
+    def run(capturable: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Linear(256, 8))
+        opt = low_bit_adamw(
+            [{"params": list(model.parameters()), "weight_decay": 0.01}],
+            impl,
+            lr=1e-3,
+            betas=(0.9, 0.999),
+            eps=1e-8,
+            capturable=capturable,
+        )
+        gen = torch.Generator().manual_seed(1)
+        with torch.compiler.set_stance("force_eager"):
+            for _ in range(3):
+                for p in model.parameters():
+                    p.grad = torch.randn(p.shape, generator=gen)
+                opt.step()
+        return [p.detach().clone() for p in model.parameters()], opt
+
+    (want, ao), (got, ours) = run(False), run(True)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    for p_ao, p_ours in zip(ao.state, ours.state):
+        a, b = ao.state[p_ao], ours.state[p_ours]
+        assert {k: (type(v).__name__, v.dtype) for k, v in a.items()} == {
+            k: (type(v).__name__, v.dtype) for k, v in b.items()
+        }
+        assert float(a["step"]) == float(b["step"]) == 3.0

@@ -71,7 +71,24 @@ def _capturable(base: type) -> type:
                 group["lr"] = torch.as_tensor(group["lr"]).to(group["params"][0].device)
             self._steps_on_device()
 
+        def _state_on_device(self) -> None:
+            """The state of each parameter about to take its first step, made as torchao makes it but
+            with the step count on the device: made on the host, the first step's compiled update
+            would take a host count and every later one a device count, a second compile, which
+            inside a capture (one warm-up step before it) is refused."""
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None or self.state.get(p):
+                        continue
+                    state = self.state[p]
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = self._new_buffer(p, True)
+                    state["exp_avg_sq"] = self._new_buffer(p, False)
+                    if group.get("amsgrad"):
+                        state["max_exp_avg_sq"] = self._new_buffer(p, False)
+
         def step(self, closure=None):
+            self._state_on_device()
             self._steps_on_device()
             loss = super().step(closure)
             self._steps_on_device()
