@@ -71,9 +71,7 @@ def loader_short(trial: FrozenTrial) -> tuple[float, float] | None:
     steps 169 samples/s left it loader-bound at 60. Such a loader's remedies join the compute ones.
     """
     m = measurement_of(trial)
-    if m is None or not m.loader.loader_samples_per_s or not m.matmul_tflops:
-        return None
-    if not m.flops_per_sample:
+    if m is None or not (m.loader.loader_samples_per_s and m.matmul_tflops and m.flops_per_sample):
         return None
     ceiling = m.world_size * m.matmul_tflops * 1e12 / m.flops_per_sample
     rate = float(m.loader.loader_samples_per_s)

@@ -78,16 +78,15 @@ def _remedy_stage(
     ranked buckets whose remedy is pending; None: no remedy is."""
     both = remedies_together(space, stages, ranked, have, incumbent, fitted) if together else None
     if both is not None:
-        buckets, groups = both
-        short = loader_short(incumbent) if "data" in groups else None
+        buckets, groups, short = both
         return Stage(
             bottleneck="+".join(buckets),
-            share=ranked[0][1] if ranked else None,
+            share=ranked[0][1],
             groups=groups,
             knobs=[k.key for k in remedies_of(space, groups, incumbent, fitted)],
             kind="remedies",
             loader_bound=loader_first,
-            loader_short=list(short) if short and "data_stall" not in dict(ranked) else None,
+            loader_short=list(short) if short else None,
             **common,
         )
     for (
@@ -158,10 +157,10 @@ def remedies_together(
     have: set[str],
     incumbent: FrozenTrial,
     fitted: Collection[str],
-) -> tuple[list[str], list[str]] | None:
+) -> tuple[list[str], list[str], tuple[float, float] | None] | None:
     """The buckets and groups of a ``remedies`` stage: every pending remedy's, the loader's too where
-    it is short of the step's compute ceiling (:func:`loader_short`), where there are two groups or
-    more and no such stage ran in the study."""
+    it is short of the step's compute ceiling (:func:`loader_short`, whose figures come third when
+    it added them), where there are two groups or more and no such stage ran in the study."""
     if any(s.kind == "remedies" for s in stages):
         return None
     buckets: list[str] = []
@@ -176,15 +175,15 @@ def remedies_together(
                 groups.append(group)
                 if bucket not in buckets:
                     buckets.append(bucket)
-    if (
-        "data" in have
-        and "data" not in groups
-        and loader_short(incumbent) is not None
-        and remedy_pending(space, stages, "data", incumbent, fitted)
-    ):
-        groups.append("data")  # the loader binds once the step is fast: see loader_short
-        buckets.append("data_stall")
-    return (buckets, groups) if len(groups) >= 2 else None
+    short = None
+    if "data" in have and "data" not in groups:
+        short = loader_short(incumbent)
+        if short is not None and remedy_pending(space, stages, "data", incumbent, fitted):
+            groups.append("data")  # the loader binds once the step is fast: see loader_short
+            buckets.append("data_stall")
+        else:
+            short = None
+    return (buckets, groups, short) if len(groups) >= 2 else None
 
 
 def remedy_pending(
