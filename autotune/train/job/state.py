@@ -11,8 +11,10 @@ learning rate): graphs captured on them, compiled modules and the optimizer keep
 
 from __future__ import annotations
 
+import ctypes
 import math
 import random
+import resource
 from typing import Any
 
 import numpy as np
@@ -23,9 +25,15 @@ from autotune.train.session import Session
 
 
 class _Flat:
-    """One host buffer holding a fixed set of tensors (their shapes and dtypes) side by side."""
+    """One host buffer holding a fixed set of tensors (their shapes and dtypes) side by side.
+
+    A buffer to be page-locked starts on a page and spans whole pages of its own allocation:
+    ``cudaHostRegister`` locks whole pages, so two small buffers that share a page (the allocator
+    places them side by side) would be locked twice, and the second is refused as already mapped.
+    """
 
     ALIGN = 64
+    PAGE = resource.getpagesize()
 
     def __init__(self, layout: list[tuple[str, torch.Size, torch.dtype]], pin: bool) -> None:
         self.layout, self.pin = layout, pin
@@ -34,25 +42,46 @@ class _Flat:
         for n in sizes:
             offsets.append(total)
             total += -(-n // self.ALIGN) * self.ALIGN
-        self.flat = torch.empty(max(total, 1), dtype=torch.uint8)
+        self.flat = self._buffer(max(total, 1), pin)
         if (
             pin
         ):  # not page-locked (a locked-memory limit): the copies are synchronous, still correct
-            self.pin = (
-                int(
-                    torch.cuda.cudart().cudaHostRegister(self.flat.data_ptr(), self.flat.numel(), 0)
-                )
-                == 0
-            )
+            self.pin = _register(self.flat)
         self.views = {
             name: self.flat[off : off + n].view(dtype).view(shape)
             for (name, shape, dtype), off, n in zip(layout, offsets, sizes)
         }
 
+    @classmethod
+    def _buffer(cls, nbytes: int, pin: bool) -> torch.Tensor:
+        if not pin:
+            return torch.empty(nbytes, dtype=torch.uint8)
+        pages = -(-nbytes // cls.PAGE) * cls.PAGE
+        raw = torch.empty(pages + cls.PAGE, dtype=torch.uint8)
+        start = -raw.data_ptr() % cls.PAGE
+        return raw[start : start + pages]
+
     def release(self) -> None:
         if self.pin:
             torch.cuda.cudart().cudaHostUnregister(self.flat.data_ptr())
             self.pin = False
+
+
+def _register(buffer: torch.Tensor) -> bool:
+    """Page-lock ``buffer``; False (and CUDA's error cleared) where CUDA refuses."""
+    if int(torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0)) == 0:
+        return True
+    _clear_cuda_error()
+    return False
+
+
+def _clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last error: a refused ``cudaHostRegister`` leaves it set, and torch
+    reads it after its next kernel launch and raises there, far from the cause."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    for path in paths:
+        ctypes.CDLL(path).cudaGetLastError()
 
 
 class HostBuffers:
