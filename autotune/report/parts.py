@@ -25,6 +25,7 @@ from autotune.search.trials import (
     measurement_of,
     parity_passed,
     parity_pending,
+    parity_undecided,
     reason_of,
     record_of,
 )
@@ -284,6 +285,8 @@ class TrialRow:
     parity_passed: bool | None = None
     parity_pending: bool = False
     """It changes what is computed and had no parity reference yet: not taken as the best."""
+    parity_undecided: str | None = None
+    """Why its window was too short to judge its loss parity: not taken as the best."""
     numerics: dict[str, Any] | None = None
     """Its knobs at values that change what is computed, not only how fast (fp8 layers, low-bit
     optimizer states: the knob's ``numerics``): loss parity with stock decides whether it may lead."""
@@ -357,6 +360,7 @@ def trial_row(t: FrozenTrial, run_dir: Path, *, stock: bool, best: bool, pareto:
         noisy=bool(a.get(NOISY)),
         parity_passed=parity_passed(t),
         parity_pending=parity_pending(t),
+        parity_undecided=parity_undecided(t),
         numerics=changes_numerics(t.params) or None,
         cost={k: v for k, v in record.cost.parts.items() if v >= 0.05}
         if record is not None and record.cost

@@ -43,6 +43,7 @@ from autotune.search.trials import (
     measurement_of,
     parity_passed,
     parity_pending,
+    parity_undecided,
     record_of,
     stock_trial,
 )
@@ -224,6 +225,12 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
         return (
             f"kept loss parity: trials {unlike} ran but their losses or gradient norms differ from "
             "the reference's by more than the tolerance (parity in report.html and trials.csv)"
+        )
+    undecided = [t.number for t in done if parity_undecided(t)]
+    if undecided:
+        return (
+            f"was judged: trials {undecided} ran, but their windows were too few steps to tell their "
+            "losses from the reference's noise (parity in report.html); run with more --steps"
         )
     if ran:
         low = min(m.memory.allocated_bytes for m in ran)

@@ -21,6 +21,7 @@ from autotune.search.trials import (
     feasible,
     parity_passed,
     parity_pending,
+    parity_undecided,
     record_of,
     stock_trial,
 )
@@ -109,6 +110,8 @@ def _noise_note(trial: FrozenTrial) -> str:
         note += " [not taken as the best on its word]"
     if parity_passed(trial) is False:
         note += " [loss parity with stock FAILED: never the best]"
+    elif parity_undecided(trial):
+        note += f" [loss parity undecided, {parity_undecided(trial)}: not the best]"
     elif parity_pending(trial):
         note += " [changes what is computed, no parity reference yet: not the best]"
     return note

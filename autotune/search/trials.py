@@ -160,7 +160,8 @@ def feasible(trial: FrozenTrial) -> bool:
 
 
 def eligible(trial: FrozenTrial) -> bool:
-    """Feasible, and neither a reference, nor noisy without a second run, nor failing loss parity."""
+    """Feasible, and neither a reference, nor noisy without a second run, nor failing loss parity
+    (nor judged on a window too short to tell)."""
     a = trial.user_attrs
     return (
         feasible(trial)
@@ -168,6 +169,7 @@ def eligible(trial: FrozenTrial) -> bool:
         and not a.get(NOISY)
         and parity_passed(trial) is not False
         and not parity_pending(trial)
+        and not parity_undecided(trial)
     )
 
 
@@ -181,7 +183,20 @@ def parity_passed(trial: FrozenTrial) -> bool | None:
 def parity_pending(trial: FrozenTrial) -> bool:
     """The trial changes what is computed and had no reference to be compared with."""
     parity = trial.user_attrs.get(PARITY)
-    return isinstance(parity, dict) and "passed" in parity and parity["passed"] is None
+    return (
+        isinstance(parity, dict)
+        and "passed" in parity
+        and parity["passed"] is None
+        and not parity.get("undecided")
+    )
+
+
+def parity_undecided(trial: FrozenTrial) -> str | None:
+    """Why the trial's window was too short to judge its loss parity (None: it was not)."""
+    parity = trial.user_attrs.get(PARITY)
+    if isinstance(parity, dict) and parity.get("undecided"):
+        return str(parity.get("note") or "too few steps to judge loss parity")
+    return None
 
 
 def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:

@@ -125,7 +125,7 @@ def parity_with_stock(
 ) -> dict[str, Any] | None:
     """Loss parity of the record against the study's reference (:func:`parity_reference`); None:
     the record has no losses, or neither a reference nor a change of what is computed exists."""
-    from autotune.train.window.verify import compare, tolerance_for
+    from autotune.train.window.verify import compare, tolerance_for, undecided_text
 
     m = record.measurement
     if m is None or not m.losses:
@@ -136,13 +136,15 @@ def parity_with_stock(
         return {"passed": None, "note": NO_REFERENCE, "numerics": changed} if changed else None
     result = compare(ref, m, tolerance_for(cfg))
     parity = {
-        "passed": result.passed,
+        "passed": result.passed if result.decided else None,
         "tolerance": result.tolerance,
         "loss_rel_diff": result.loss_rel_diff,
         "grad_norm_rel_diff": result.grad_norm_rel_diff,
         "steps": result.steps,
         "reference": ref.to_dict(),
     }
+    if not result.decided:  # neither passed nor failed: never the best, and the record says why
+        parity.update(undecided=True, note=undecided_text(result))
     if ref.kind != "exact":
         parity["stock_trial"] = ref.trial
     return parity

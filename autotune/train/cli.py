@@ -206,19 +206,24 @@ def _print(m: Measurement, cfg: TrainConfig) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from autotune.train.window.verify import verify
+    from autotune.train.window.verify import undecided_text, verify
 
     cfg = resolve_config(args)
     res = verify(cfg, steps=args.steps, nproc=args.nproc)
     if args.json:
         print(json.dumps(res.to_dict()))
     else:
-        verdict = "PASS" if res.passed else "FAIL"
+        verdict = "PASS" if res.passed else "FAIL" if res.decided else "UNDECIDED"
         print(
             f"{verdict}: loss mean differs by {100 * res.loss_rel_diff:.2f} %, gradient norm mean by "
             f"{100 * res.grad_norm_rel_diff:.2f} % (tolerance {100 * res.tolerance:.0f} %) over {res.steps} steps; "
             f"largest per-step difference: loss {100 * res.max_step_loss_rel_diff:.2f} %, "
             f"gradient norm {100 * res.max_step_grad_norm_rel_diff:.2f} %"
+        )
+    if not res.decided:
+        raise ParityError(
+            f"{args.config or 'the configuration'}: loss parity with the stock configuration undecided, "
+            f"{undecided_text(res)}"
         )
     if not res.passed:
         raise ParityError(

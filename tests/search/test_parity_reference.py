@@ -168,3 +168,27 @@ def test_stock_without_the_cap_is_the_reference_where_the_budget_is_emulated():
     assert not needs_uncapped(oom(losses=LOSSES), BUDGET, h200)  # it has its losses
     assert not needs_uncapped(oom(), BUDGET, Machine(cuda=False))
     assert not needs_uncapped(fits(5.0), BUDGET, h200)
+
+
+def test_a_trial_judged_on_too_few_steps_is_never_the_best_and_says_so(tmp_path):
+    import time
+
+    from autotune.search.progress import progress_line
+
+    study = optuna.create_study(direction="maximize")
+    add(study, STOCK_PARAMS, fits(10.0, [1.0, 1.3, 0.9]), stock=True)
+    exact = {**STOCK_PARAMS, "optimizer.impl": "fused"}
+    # other draws: the means 7.8 % apart, within the three steps' noise
+    parity = parity_with_stock(study, fits(20.0, [1.2, 1.0, 1.25]), cfg("fused"))
+    assert parity["passed"] is None and parity["undecided"]
+    assert parity["note"].startswith("3 step(s) too few to judge")
+    fast = add(study, exact, fits(20.0, [1.2, 1.0, 1.25]), parity=parity)
+    assert best_trial(study).number == 0  # faster, but not the best on an undecided parity
+    row = trial_row(fast, tmp_path, stock=False, best=False, pareto=False)
+    assert row.parity_undecided == parity["note"] and row.parity_passed is None
+    assert not row.parity_pending  # it has a reference: not "no reference yet"
+    line = progress_line(study, fast, 2, 2, time.monotonic(), 2, 0)
+    assert "[loss parity undecided, 3 step(s) too few to judge" in line and "FAILED" not in line
+
+    clear = parity_with_stock(study, fits(20.0, [2.0, 2.6, 1.8]), cfg("fused"))
+    assert clear["passed"] is False and "undecided" not in clear  # twice stock's: it fails

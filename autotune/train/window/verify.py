@@ -10,10 +10,18 @@ regions), so the verdict compares the window means of the loss and of the gradie
 and reports the largest per-step relative difference beside them. The tolerances are set by the
 lowest precision X uses: fp32 2 %, bf16 and fp16 5 %, fp8 8 %. A configuration that stops part
 of the model from training (e.g. freezes the DiT) changes the gradient norm far beyond them.
+
+A mean outside its tolerance fails only where the window can tell it from the draws' noise: by
+more than twice the standard error of the per-step differences (the two runs see the same batches,
+so the pairs differ by the random draws and by what the configuration changes). Otherwise the
+window is too short to judge (``decided`` False): two draws of the same distribution, e.g. a
+compiled region drawing its noise from another generator, can differ by more than 5 % over three
+steps. An undecided comparison is not a pass.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -42,6 +50,12 @@ class ParityResult:
     max_step_loss_rel_diff: float
     max_step_grad_norm_rel_diff: float
     steps: int
+    decided: bool
+    """False: a mean lies outside its tolerance by less than its noise margin (too few steps)."""
+    loss_margin: float | None
+    grad_norm_margin: float | None
+    """Twice the standard error of the per-step differences, relative to stock's mean (None: one
+    step, no spread to tell)."""
     stock_losses: list[float]
     losses: list[float]
     stock_grad_norms: list[float]
@@ -62,24 +76,56 @@ class Trained(Protocol):
     grad_norms: Sequence[float]
 
 
+def _margin(ours: list[float], theirs: list[float]) -> float | None:
+    """Twice the standard error of the mean of the per-step differences, relative to ``theirs``'."""
+    if len(ours) < 2:
+        return None
+    diffs = [a - b for a, b in zip(ours, theirs)]
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return 2 * se / max(abs(statistics.fmean(theirs)), 1e-12)
+
+
 def compare(stock: Trained, other: Trained, tolerance: float) -> ParityResult:
     sl, ol = list(stock.losses), list(other.losses)
     sg, og = list(stock.grad_norms), list(other.grad_norms)
     n = min(len(sl), len(ol))
     loss_d = _rel(statistics.fmean(ol[:n]), statistics.fmean(sl[:n]))
     grad_d = _rel(statistics.fmean(og[:n]), statistics.fmean(sg[:n]))
+    loss_m, grad_m = _margin(ol[:n], sl[:n]), _margin(og[:n], sg[:n])
+    passed = loss_d <= tolerance and grad_d <= tolerance
+    clearly_apart = any(
+        m is not None and d - m > tolerance for d, m in ((loss_d, loss_m), (grad_d, grad_m))
+    )
     return ParityResult(
-        passed=loss_d <= tolerance and grad_d <= tolerance,
+        passed=passed,
         tolerance=tolerance,
         loss_rel_diff=loss_d,
         grad_norm_rel_diff=grad_d,
         max_step_loss_rel_diff=max(_rel(a, b) for a, b in zip(ol[:n], sl[:n])),
         max_step_grad_norm_rel_diff=max(_rel(a, b) for a, b in zip(og[:n], sg[:n])),
         steps=n,
+        decided=passed or clearly_apart,
+        loss_margin=loss_m,
+        grad_norm_margin=grad_m,
         stock_losses=sl[:n],
         losses=ol[:n],
         stock_grad_norms=sg[:n],
         grad_norms=og[:n],
+    )
+
+
+def undecided_text(result: ParityResult) -> str:
+    """Why ``result`` (not decided) neither passes nor fails, and what would decide it."""
+
+    def part(name: str, diff: float, margin: float | None) -> str:
+        noise = "no spread in one step" if margin is None else f"± {100 * margin:.2f}"
+        return f"{name} {100 * diff:.2f} % ({noise})"
+
+    return (
+        f"{result.steps} step(s) too few to judge: "
+        f"{part('loss', result.loss_rel_diff, result.loss_margin)}, "
+        f"{part('gradient norm', result.grad_norm_rel_diff, result.grad_norm_margin)} against a "
+        f"tolerance of {100 * result.tolerance:.0f} %; more steps (--steps) decide"
     )
 
 
