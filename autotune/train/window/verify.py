@@ -12,8 +12,9 @@ lowest precision X uses: fp32 2 %, bf16 and fp16 5 %, fp8 8 %. A configuration t
 of the model from training (e.g. freezes the DiT) changes the gradient norm far beyond them.
 
 A mean outside its tolerance fails only where the window can tell it from the draws' noise: by
-more than twice the standard error of the per-step differences (the two runs see the same batches,
-so the pairs differ by the random draws and by what the configuration changes). Otherwise the
+more than the 95 % confidence half-width of the mean per-step difference (Student's t on the
+differences; the two runs see the same batches, so the pairs differ by the random draws and by
+what the configuration changes). Otherwise the
 window is too short to judge (``decided`` False): two draws of the same distribution, e.g. a
 compiled region drawing its noise from another generator, can differ by more than 5 % over three
 steps. An undecided comparison is not a pass.
@@ -54,8 +55,8 @@ class ParityResult:
     """False: a mean lies outside its tolerance by less than its noise margin (too few steps)."""
     loss_margin: float | None
     grad_norm_margin: float | None
-    """Twice the standard error of the per-step differences, relative to stock's mean (None: one
-    step, no spread to tell)."""
+    """The 95 % confidence half-width of the mean per-step difference, relative to stock's mean
+    (None: one step, no spread to tell)."""
     stock_losses: list[float]
     losses: list[float]
     stock_grad_norms: list[float]
@@ -76,13 +77,23 @@ class Trained(Protocol):
     grad_norms: Sequence[float]
 
 
+T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+"""Student's t, two-sided 95 %, by degrees of freedom; beyond them the value at 10 (2.23) up to 29,
+at 30 (2.04) up to 59, then 2.0: t falls with the degrees of freedom, so a margin is never
+narrower than the exact one."""
+
+
+def _t975(df: int) -> float:
+    return T_975.get(df) or (2.23 if df < 30 else 2.04 if df < 60 else 2.0)
+
+
 def _margin(ours: list[float], theirs: list[float]) -> float | None:
-    """Twice the standard error of the mean of the per-step differences, relative to ``theirs``'."""
+    """The 95 % confidence half-width of the mean per-step difference, relative to ``theirs``'."""
     if len(ours) < 2:
         return None
     diffs = [a - b for a, b in zip(ours, theirs)]
     se = statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return 2 * se / max(abs(statistics.fmean(theirs)), 1e-12)
+    return _t975(len(diffs) - 1) * se / max(abs(statistics.fmean(theirs)), 1e-12)
 
 
 def compare(stock: Trained, other: Trained, tolerance: float) -> ParityResult:
