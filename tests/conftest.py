@@ -53,12 +53,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (addopts): three workers on a CPU host, where most tests wait on processes they
-    start or on their timeouts, so three keep a 2-core machine's CPUs busier than two do; one process
-    where there is a CUDA device, whose tests time their kernels on it. $PYTEST_XDIST_AUTO_NUM_WORKERS
-    says otherwise."""
+    """``-n auto`` (addopts): on a CPU host one worker more than its cores, at least three and at
+    most six: most tests wait on processes they start or on their timeouts, so three keep a 2-core
+    machine's CPUs busier than two do, and each worker's test processes take ~1 GB; one process
+    where there is a CUDA device, whose tests time their kernels on it.
+    $PYTEST_XDIST_AUTO_NUM_WORKERS says otherwise."""
     import torch
 
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
-    return 0 if torch.cuda.is_available() else 3
+    if torch.cuda.is_available():
+        return 0
+    return min(6, max(3, len(os.sched_getaffinity(0)) + 1))
