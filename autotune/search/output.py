@@ -229,8 +229,9 @@ def why_no_best(study: optuna.Study, budget: int) -> str:
     undecided = [t.number for t in done if parity_undecided(t)]
     if undecided:
         return (
-            f"was judged: trials {undecided} ran, but their windows were too few steps to tell their "
-            "losses from the reference's noise (parity in report.html); run with more --steps"
+            f"passed loss parity on enough steps: trials {undecided} ran, but their windows were too "
+            "few steps to tell their losses from the reference's noise (parity in report.html); run "
+            "with more --steps"
         )
     if ran:
         low = min(m.memory.allocated_bytes for m in ran)

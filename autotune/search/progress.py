@@ -110,8 +110,8 @@ def _noise_note(trial: FrozenTrial) -> str:
         note += " [not taken as the best on its word]"
     if parity_passed(trial) is False:
         note += " [loss parity with stock FAILED: never the best]"
-    elif parity_undecided(trial):
-        note += f" [loss parity undecided, {parity_undecided(trial)}: not the best]"
+    elif why := parity_undecided(trial):
+        note += f" [loss parity undecided, {why}: not the best]"
     elif parity_pending(trial):
         note += " [changes what is computed, no parity reference yet: not the best]"
     return note

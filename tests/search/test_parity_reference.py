@@ -7,6 +7,8 @@ computed is not the best, and the memory ladder goes on over its exact rungs.
 
 from __future__ import annotations
 
+import time
+
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
@@ -16,6 +18,7 @@ from autotune.config.compat import Machine
 from autotune.report.parts import Parity, trial_row
 from autotune.search.guide import Guide
 from autotune.search.output import why_no_best
+from autotune.search.progress import progress_line
 from autotune.search.space import parse_space
 from autotune.search.trials import RECHECK_OF, STOCK, UNCAPPED, attrs_of, best_trial
 from autotune.search.vet import (
@@ -171,10 +174,6 @@ def test_stock_without_the_cap_is_the_reference_where_the_budget_is_emulated():
 
 
 def test_a_trial_judged_on_too_few_steps_is_never_the_best_and_says_so(tmp_path):
-    import time
-
-    from autotune.search.progress import progress_line
-
     study = optuna.create_study(direction="maximize")
     add(study, STOCK_PARAMS, fits(10.0, [1.0, 1.3, 0.9]), stock=True)
     exact = {**STOCK_PARAMS, "optimizer.impl": "fused"}

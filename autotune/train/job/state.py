@@ -44,9 +44,8 @@ class _Flat:
             offsets.append(total)
             total += -(-n // self.ALIGN) * self.ALIGN
         self.flat = self._buffer(max(total, 1), pin)
-        if (
-            pin
-        ):  # not page-locked (a locked-memory limit): the copies are synchronous, still correct
+        # not page-locked (a locked-memory limit): the copies are synchronous, still correct
+        if pin:
             self.pin = _register(self.flat)
         self.views = {
             name: self.flat[off : off + n].view(dtype).view(shape)
@@ -81,10 +80,8 @@ def _clear_cuda_error() -> None:
     reads it after its next kernel launch and raises there, far from the cause."""
     with open("/proc/self/maps") as maps:
         paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
-    for path in paths:
-        with contextlib.suppress(
-            OSError, AttributeError
-        ):  # not a loadable runtime: nothing to clear
+    for path in paths:  # one that can't be loaded holds no error of ours
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(path).cudaGetLastError()
 
 

@@ -14,10 +14,9 @@ of the model from training (e.g. freezes the DiT) changes the gradient norm far 
 A mean outside its tolerance fails only where the window can tell it from the draws' noise: by
 more than the 95 % confidence half-width of the mean per-step difference (Student's t on the
 differences; the two runs see the same batches, so the pairs differ by the random draws and by
-what the configuration changes). Otherwise the
-window is too short to judge (``decided`` False): two draws of the same distribution, e.g. a
-compiled region drawing its noise from another generator, can differ by more than 5 % over three
-steps. An undecided comparison is not a pass.
+what the configuration changes). Otherwise the window is too short to judge (``decided`` False):
+two draws of the same distribution, e.g. a compiled region drawing its noise from another
+generator, can differ by more than 5 % over three steps. An undecided comparison is not a pass.
 """
 
 from __future__ import annotations
