@@ -11,86 +11,58 @@ learning rate): graphs captured on them, compiled modules and the optimizer keep
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import math
 import random
-import resource
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from autotune.train.job.host_memory import LockedMemory
 from autotune.train.session import Session
 
 
 class _Flat:
-    """One host buffer holding a fixed set of tensors (their shapes and dtypes) side by side.
-
-    A buffer to be page-locked starts on a page and spans whole pages of its own allocation:
-    ``cudaHostRegister`` locks whole pages, so two small buffers that share a page (the allocator
-    places them side by side) would be locked twice, and the second is refused as already mapped.
-    """
+    """One host buffer holding a fixed set of tensors (their shapes and dtypes) side by side; to be
+    page-locked, a :class:`~autotune.train.job.host_memory.LockedMemory` of its own."""
 
     ALIGN = 64
-    PAGE = resource.getpagesize()
 
     def __init__(self, layout: list[tuple[str, torch.Size, torch.dtype]], pin: bool) -> None:
-        self.layout, self.pin = layout, pin
+        self.layout = layout
         sizes = [math.prod(shape) * dtype.itemsize for _, shape, dtype in layout]
         offsets, total = [], 0
         for n in sizes:
             offsets.append(total)
             total += -(-n // self.ALIGN) * self.ALIGN
-        self.flat = self._buffer(max(total, 1), pin)
-        # not page-locked (a locked-memory limit): the copies are synchronous, still correct
+        self.memory: LockedMemory | None = None
         if pin:
-            self.pin = _register(self.flat)
+            self.memory = LockedMemory.of(total)
+            self.flat = self.memory.tensor()
+        else:
+            self.flat = torch.empty(max(total, 1), dtype=torch.uint8)
+        # not page-locked (a locked-memory limit): the copies are synchronous, still correct
+        self.pin = self.memory is not None and self.memory.locked
         self.views = {
             name: self.flat[off : off + n].view(dtype).view(shape)
             for (name, shape, dtype), off, n in zip(layout, offsets, sizes)
         }
 
-    @classmethod
-    def _buffer(cls, nbytes: int, pin: bool) -> torch.Tensor:
-        if not pin:
-            return torch.empty(nbytes, dtype=torch.uint8)
-        pages = -(-nbytes // cls.PAGE) * cls.PAGE
-        raw = torch.empty(pages + cls.PAGE, dtype=torch.uint8)
-        start = -raw.data_ptr() % cls.PAGE
-        return raw[start : start + pages]
-
     def release(self) -> None:
-        if self.pin:
-            torch.cuda.cudart().cudaHostUnregister(self.flat.data_ptr())
-            self.pin = False
-
-
-def _register(buffer: torch.Tensor) -> bool:
-    """Page-lock ``buffer``; False (and CUDA's error cleared) where CUDA refuses."""
-    if int(torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0)) == 0:
-        return True
-    _clear_cuda_error()
-    return False
-
-
-def _clear_cuda_error() -> None:
-    """Reset the CUDA runtime's last error: a refused ``cudaHostRegister`` leaves it set, and torch
-    reads it after its next kernel launch and raises there, far from the cause."""
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
-    for path in paths:  # one that can't be loaded holds no error of ours
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(path).cudaGetLastError()
+        """Unlock the buffer now (its views stay readable, as pageable memory)."""
+        if self.memory is not None:
+            self.memory.unlock()
+        self.pin = False
 
 
 class HostBuffers:
     """Host copies of groups of tensors, one flat buffer per group, reused by every snapshot.
 
-    On CUDA each buffer is page-locked with ``cudaHostRegister`` (exactly its size: torch's pinned
-    allocator rounds an allocation up to a power of two, which for a 13 GB optimizer state can
-    pin nearly twice that), so the device-to-host copies run asynchronously at the link's speed;
+    On CUDA each buffer is page-locked with ``cudaHostRegister`` over whole pages of its own, for as
+    long as its memory lives (:mod:`~autotune.train.job.host_memory`; torch's pinned allocator
+    rounds an allocation up to a power of two, which for a 13 GB optimizer state can pin nearly
+    twice that), so the device-to-host copies run asynchronously at the link's speed;
     the device is synchronised once after them all. One buffer per group and dtype: ``torch.save``
     writes a view's whole storage (each file gets buffers of its own), and refuses a storage viewed
     as two dtypes (bf16 moments beside fp32 step counts, ``precision.trainable_dtype: bf16``).
