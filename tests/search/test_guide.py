@@ -760,3 +760,59 @@ def test_a_knob_that_comes_to_exist_beside_a_remedy_takes_its_stock_value(tmp_pa
         study, stock
     )  # no stock given: left to the sampler
     assert fixed == {"compile.regions": "all"}
+
+
+def test_n17s_compute_bound_best_lowers_one_region_at_a_time_frozen_text_layers_first():
+    """N1.7's default-run best (every remedy, 94 % compute_serial): the exact model knobs are searched,
+    then the precision stage, whose five lowering moves (fp8 in one region each) outnumber a stage's
+    four trials and are still taken one at a time in the space's order, never drawn by the sampler
+    from every choice (raised precisions, several regions at once). The optimizer stage (the
+    overlap, which never paid) is not in N1.7's space."""
+    from autotune.config import config_from_dict
+    from autotune.config.compat import Machine
+    from autotune.search.params import sample
+
+    space, _ = load_space("gr00t_n17").for_machine(
+        Machine(cuda=True, capability=(9, 0), world_size=1, cpus=16)
+    )
+    study = optuna.create_study(direction="maximize")
+    best_cfg = config_from_dict(
+        {
+            "workload": "gr00t_n17",
+            "graphs": {"mode": "step"},
+            "compile": {"regions": ["all"]},
+            "optimizer": {"impl": "master"},
+            "data": {"num_workers": 14, "prefetch_factor": 4, "device_prefetch": 2},
+            "model": {
+                "skip_dead_work": True,
+                "attended_kv_only": True,
+                "frozen_prefix_no_grad": True,
+            },
+        }
+    )
+    buckets = {"compute_serial": 0.94, "launch_overhead": 0.04, "data_stall": 0.014, "other": 0.006}
+
+    def tell(fixed, value):
+        study.enqueue_trial(fixed)
+        trial = study.ask()
+        sample(trial, space)
+        trial.set_user_attr(RECORD, measured(value, buckets=buckets).to_json())
+        study.tell(trial, value)
+        return study.trials[-1]
+
+    best = tell(space.stock_params(best_cfg), 268.0)
+    guide = Guide(space, stage_trials=4)
+    fixed, stage = guide.next_trial(study, best)
+    assert (stage.kind, stage.groups) == ("search", ["model"])
+    stage.trials.append(tell(fixed, 267.6).number)  # nothing beyond noise: the stage ends
+    fixed, stage = guide.next_trial(study, best)
+    assert (stage.kind, stage.groups) == ("search", ["precision"])
+    changed = {k: v for k, v in fixed.items() if best.params.get(k) != v}
+    assert changed == {"precision.regions.llm_frozen": "fp8"}
+    # it pays (beyond the records' ±10 % spread): the stage goes on, one region a trial
+    stage.trials.append(tell(fixed, 300.0).number)
+    fixed, stage = guide.next_trial(study, best)
+    assert stage.groups == ["precision"]
+    assert {k: v for k, v in fixed.items() if best.params.get(k) != v} == {
+        "precision.regions.vision": "fp8"
+    }
