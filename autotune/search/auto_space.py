@@ -51,16 +51,11 @@ class WorkloadFacts:
 
 
 def workload_facts(base: TrainConfig) -> WorkloadFacts:
-    """The facts of ``base``'s workload and preset (the model built on the meta device)."""
+    """The facts of ``base``'s workload and preset (:meth:`~autotune.workloads.base.Workload.region_trains`)."""
     from autotune.workloads import get_workload
 
-    workload = get_workload(base.workload)
-    model = workload.build_model(base.preset, "meta")
-    regions = workload.regions(model)
-    trains = {
-        name: any(p.requires_grad for m in mods for p in m.parameters())
-        for name, mods in regions.items()
-    }
+    trains = get_workload(base.workload).region_trains(base.preset)
+    regions = tuple(trains)
     for name in base.model.freeze:
         trains[name] = False
     for name in base.model.unfreeze:

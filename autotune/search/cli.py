@@ -133,7 +133,7 @@ def run_search(args: argparse.Namespace) -> int:
     # first: a second tuner on the folder is refused at once
     with own_folder(opts.out, "autotune run", "--out", worker_hint):
         workload = get_workload(opts.base.workload)
-        regions = tuple(workload.regions(workload.build_model(opts.base.preset, "meta")))
+        regions = tuple(workload.region_trains(opts.base.preset))
         check_data(opts.base, workload.data_sources(), workload.data_fields)
         opts.space, notes = opts.space.for_machine(machine)
         for note in notes:

@@ -105,6 +105,15 @@ class Workload(ABC):
     def regions(self, model: nn.Module) -> dict[str, list[nn.Module]]:
         """Named, disjoint groups of callable modules that knobs address."""
 
+    def region_trains(self, preset: str) -> dict[str, bool]:
+        """Each region of ``preset``'s model, in the region map's order, and whether any of its
+        parameters trains. Default: the model built on the meta device and asked."""
+        model = self.build_model(preset, "meta")
+        return {
+            name: any(p.requires_grad for m in mods for p in m.parameters())
+            for name, mods in self.regions(model).items()
+        }
+
     @abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Scalar loss of one batch; draws its randomness on the batch's device."""

@@ -376,4 +376,25 @@ def test_flop_counts_are_kept_on_disk_and_a_bad_file_is_counted_again(tmp_path, 
     assert useful < counted and len(list((tmp_path / "flops").glob("*.json"))) == 2  # its own key
     files[0].write_text("{not json")
     assert cached_total(Gr00tN16(), "tiny", useful=False) == counted  # counted again, and kept
-    assert json.loads(files[0].read_text())["total"] == counted
+    assert json.loads(files[0].read_text())["value"] == counted
+
+
+def test_regions_and_what_trains_are_kept_on_disk_beside_the_counts(tmp_path, monkeypatch):
+    """A tuner asks which regions train before it starts: read from the cache, the model is not built."""
+    from autotune.workloads.base import Workload
+    from autotune.workloads.gr00t_n17.workload import Gr00tN17
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    built = Workload.region_trains(Gr00tN17(), "tiny")  # the meta-device model, asked
+    assert Gr00tN17().region_trains("tiny") == built
+    assert [r for r, trains in built.items() if not trains] == ["vision", "connector", "llm_frozen"]
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(Gr00tN17, "build_model", no_build)
+    assert list(Gr00tN17().region_trains("tiny").items()) == list(built.items())  # in order
+    for path in (tmp_path / "flops").glob("*.json"):
+        path.write_text("{not json")
+    with pytest.raises(AssertionError, match="built again"):  # a bad file is found again
+        Gr00tN17().region_trains("tiny")

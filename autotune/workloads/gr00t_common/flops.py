@@ -5,9 +5,10 @@ FLOPs come from running one sample's forward and backward on the meta device und
 batched matmuls and attention), nothing is estimated by hand, and no memory is allocated.
 
 Every measured run needs the counts for its MFU, and counting costs a second or more a run, so
-:func:`cached_total` keeps them in ``$AUTOTUNE_CACHE/flops`` keyed by the preset as resolved, the
-count asked for (upstream or useful), torch's version and a digest of the replica's source (its
-workload's package and this one): a change to the model's code is a new key, never a stale count.
+:func:`cached` keeps them (and the regions and which of them train, :func:`cached_region_trains`)
+in ``$AUTOTUNE_CACHE/flops`` keyed by the preset as resolved, the figure asked for, torch's version
+and a digest of the replica's source (its workload's package and this one): a change to the
+model's code is a new key, never a stale count.
 """
 
 from __future__ import annotations
@@ -55,20 +56,46 @@ def count_flops(workload: Workload, preset: str, *, useful: bool = False) -> dic
 def cached_total(workload: Workload, preset: str, *, useful: bool) -> float:
     """``count_flops(...)["total"]``, read from the cache where counted before (an unreadable or
     unwritable cache only costs the count)."""
+    return float(
+        cached(
+            workload,
+            preset,
+            ("flops", useful),
+            lambda: count_flops(workload, preset, useful=useful)["total"],
+        )
+    )
+
+
+def cached_region_trains(workload: Workload, preset: str) -> dict[str, bool]:
+    """:meth:`Workload.region_trains`, read from the cache where found before: building the model on
+    the meta device costs a tuner's process seconds (its buffers' meta kernels import TorchDynamo)."""
+    from autotune.workloads.base import Workload
+
+    def found() -> list:
+        return list(Workload.region_trains(workload, preset).items())
+
+    return {
+        str(name): bool(trains) for name, trains in cached(workload, preset, ("regions",), found)
+    }
+
+
+def cached(workload: Workload, preset: str, what: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()`` (a JSON value), kept in ``$AUTOTUNE_CACHE/flops`` under the preset as resolved,
+    ``what``, torch's version and the replica's source digest; read back where kept before."""
     from autotune.config.io import write_text_atomic
     from autotune.data.cache import cache_root
 
     package = Path(sys.modules[type(workload).__module__].__file__).parent
-    key = repr((workload.resolve(preset), useful, torch.__version__, _source_digest(package)))
+    key = repr((workload.resolve(preset), *what, torch.__version__, _source_digest(package)))
     path = cache_root() / "flops" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         kept = json.loads(path.read_text())
         if kept["key"] == key:
-            return float(kept["total"])
-    total = count_flops(workload, preset, useful=useful)["total"]
+            return kept["value"]
+    value = compute()
     with contextlib.suppress(OSError):
-        write_text_atomic(path, json.dumps({"key": key, "total": total}))
-    return total
+        write_text_atomic(path, json.dumps({"key": key, "value": value}))
+    return value
 
 
 @functools.cache

@@ -165,6 +165,12 @@ class Gr00tWorkload(Workload):
         cross-attention's keys and values only for the tokens it attends to."""
         return self._count(preset, useful=True)
 
+    def region_trains(self, preset: str) -> dict[str, bool]:
+        """As the base class finds them, kept on disk with the FLOP counts (the model's source in the key)."""
+        from autotune.workloads.gr00t_common.flops import cached_region_trains
+
+        return cached_region_trains(self, preset)
+
     def _count(self, preset: str, *, useful: bool) -> float:
         key = (self.resolve(preset), useful)
         if key not in self._flops:
