@@ -64,4 +64,6 @@ def pytest_xdist_auto_num_workers(config):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     if torch.cuda.is_available():
         return 0
-    return min(6, max(3, len(os.sched_getaffinity(0)) + 1))
+    from autotune.config.compat import usable_cpus
+
+    return min(6, max(3, usable_cpus() + 1))

@@ -71,6 +71,7 @@ from autotune.benchmarks.suite_configs import (
     Entry,
     SuiteSettings,
     fit_to_machine,
+    region_names,
     reset,
     resolve,
 )
@@ -395,14 +396,12 @@ def _fit(entries: list[Entry], args: argparse.Namespace) -> None:
     if not (args.reset or args.fit_machine):
         return
     from autotune.config.compat import Machine
-    from autotune.workloads import get_workload
 
     machine = Machine.current(args.nproc)
     for entry in entries:
         reset(entry, args.reset)
         if args.fit_machine:
-            workload = get_workload(entry.config.workload)
-            regions = list(workload.regions(workload.build_model(entry.config.preset, "meta")))
+            regions = region_names(entry.config.workload, entry.config.preset)
             entry.skipped = fit_to_machine(entry, machine, regions)
 
 

@@ -91,11 +91,10 @@ class Entry:
 
 
 def region_names(workload: str, preset: str) -> list[str]:
-    """The regions of ``workload``'s region map (the model built on the meta device)."""
+    """The regions of ``workload``'s region map, in its order (:meth:`Workload.region_trains`)."""
     from autotune.workloads import get_workload
 
-    w = get_workload(workload)
-    return list(w.regions(w.build_model(preset, "meta")))
+    return list(get_workload(workload).region_trains(preset))
 
 
 def builtin(name: str, settings: SuiteSettings) -> Entry:

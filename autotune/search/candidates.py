@@ -154,7 +154,7 @@ def untried(
     current = values_of(space, incumbent)
     if any(k.type not in ("categorical", "bool") for k in mine):
         return None
-    if all(g in LOCAL for g in stage.groups):
+    if local(stage):
         combos = local_moves(mine, current)
     else:
         combos = [({}, values)]
@@ -184,6 +184,11 @@ def untried(
     untried = [params for params, _ in combos if params not in tried]
     # one knob changed from the incumbent before two (a local search), the space's order within
     return sorted(untried, key=lambda p: sum(incumbent.params.get(k) != v for k, v in p.items()))
+
+
+def local(stage: Stage) -> bool:
+    """A stage of local groups only: each trial changes one of the incumbent's values (:data:`LOCAL`)."""
+    return all(g in LOCAL for g in stage.groups)
 
 
 def local_moves(

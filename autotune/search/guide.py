@@ -49,8 +49,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import TrainConfig
 from autotune.search import fit
-from autotune.search.candidates import fitted_by_ladder, fixed_params, stock_beside, untried
-from autotune.search.directions import LOCAL
+from autotune.search.candidates import fitted_by_ladder, fixed_params, local, stock_beside, untried
 from autotune.search.knobs import SearchSpace
 from autotune.search.next_stage import new_stage
 from autotune.search.stage import FREE, STUDY_ATTR, Stage, over, update_best
@@ -128,10 +127,7 @@ class Guide:
         if stage.kind == "free":
             return None, stage
         fixed = fixed_params(self.space, self.stock, stage, incumbent, fitted)
-        if left and (
-            len(left) <= self._length(stage) - len(stage.trials)
-            or all(g in LOCAL for g in stage.groups)
-        ):
+        if left and (len(left) <= self._length(stage) - len(stage.trials) or local(stage)):
             # the stage can measure every combination left: do so, rather than let the sampler draw one twice;
             # a larger group is left to the sampler, which learns from what it has measured. A local
             # group's moves (one region's precision lowered) are taken in the space's order however

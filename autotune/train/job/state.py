@@ -42,18 +42,20 @@ class _Flat:
             self.flat = self.memory.tensor()
         else:
             self.flat = torch.empty(max(total, 1), dtype=torch.uint8)
-        # not page-locked (a locked-memory limit): the copies are synchronous, still correct
-        self.pin = self.memory is not None and self.memory.locked
         self.views = {
             name: self.flat[off : off + n].view(dtype).view(shape)
             for (name, shape, dtype), off, n in zip(layout, offsets, sizes)
         }
 
+    @property
+    def pin(self) -> bool:
+        """Page-locked now; not (a locked-memory limit): the copies are synchronous, still correct."""
+        return self.memory is not None and self.memory.locked
+
     def release(self) -> None:
         """Unlock the buffer now (its views stay readable, as pageable memory)."""
         if self.memory is not None:
             self.memory.unlock()
-        self.pin = False
 
 
 class HostBuffers:
