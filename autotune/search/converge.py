@@ -118,9 +118,12 @@ def convergence(
 @dataclass(frozen=True)
 class _Spans:
     """Where a study stands against the plateau rule: the trials up to the one that reached the best's
-    level, and the trials since, with the seconds each side spent."""
+    level, and the trials since, with the seconds each side spent. A best that came later only tied that
+    level (within noise), so its own time counts among the trials since: it found nothing beyond noise."""
 
     best: optuna.trial.FrozenTrial
+    reached: optuna.trial.FrozenTrial
+    """The first trial within noise of the best (the best itself where none came before it)."""
     after: list[optuna.trial.FrozenTrial]
     to_best_s: float
     since_s: float
@@ -149,9 +152,13 @@ def _spans(study: optuna.Study) -> _Spans | None:
     if reached.user_attrs.get(STOCK) or reached.user_attrs.get(REFERENCE):
         return None  # nothing found beyond noise of stock yet
     before = [t for t in done if t.number <= reached.number]
-    after = [t for t in done if t.number > reached.number and t.number != best.number]
+    after = [t for t in done if t.number > reached.number]
     return _Spans(
-        best=best, after=after, to_best_s=sum(map(span_s, before)), since_s=sum(map(span_s, after))
+        best=best,
+        reached=reached,
+        after=after,
+        to_best_s=sum(map(span_s, before)),
+        since_s=sum(map(span_s, after)),
     )
 
 
@@ -176,10 +183,18 @@ def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Co
         best_samples_per_s=float(best.value),
         margin=margin(measurement_of(best), None),
         kind="plateau",
-        reason=f"{len(after)} trial{'s' if len(after) > 1 else ''} in {since:.0f} s found nothing beyond noise of the best "
-        f"(#{best.number}, {best.value:.2f} samples/s, reached after {to_best:.0f} s of "
-        f"trials); one more (~{typical:.0f} s) would search longer than finding it took",
+        reason=f"{len(after)} trial{'s' if len(after) > 1 else ''} in {since:.0f} s found nothing beyond noise of "
+        f"{_level(spans)} after {to_best:.0f} s of trials); one more (~{typical:.0f} s) would search "
+        "longer than finding it took",
     )
+
+
+def _level(spans: _Spans) -> str:
+    """The best and, where a later tie is the best, the trial that reached its level first."""
+    best = f"#{spans.best.number}, {spans.best.value:.2f} samples/s"
+    if spans.reached.number == spans.best.number:
+        return f"the best ({best}, reached"
+    return f"the best ({best}; its level reached by #{spans.reached.number}"
 
 
 def plateau_left_s(study: optuna.Study, ratio: float = PLATEAU_RATIO) -> float | None:

@@ -223,10 +223,34 @@ def test_a_study_left_to_itself_stops_when_a_trial_more_would_search_longer_than
     )
     assert "found nothing beyond noise" in done.reason and "248 s" in done.reason
     assert plateau(study, 2, ratio=3.0) is None and plateau(study, 2, ratio=0) is None
-    # a tie within noise of the best does not move where the best was reached
+    # a tie within noise of the best does not move where the best was reached, and its time counts
     timed(study, {"x": "e"}, 206.0, dists, 525, 200)
     again = plateau(study, 2)
-    assert again is not None and again.best_trial == 4 and again.trials == [2, 3]
+    assert again is not None and again.best_trial == 4 and again.trials == [2, 3, 4]
+    assert "(#4, 206.00 samples/s; its level reached by #1 after 248 s" in again.reason
+
+
+def test_a_later_best_that_only_ties_the_level_counts_as_time_that_found_nothing():
+    """The flag-less N1.7 study of 2026-12-04 (H200): #1 the remedies, #2 fp8 in the frozen text
+    layers, #3 the vision tower in fp8 too, 0.6 % faster (within the 3 % noise floor). Counting #3 as
+    a new level left the study ~8 more minutes of 4-minute compiles; as a tie it ends after #3."""
+    dists = {"x": CategoricalDistribution(["a", "b", "c", "d"])}
+    study = optuna.create_study(direction="maximize")
+
+    def steady(value, start, span, **attrs):  # the trials' steps within 1 %: the 3 % floor decides
+        ms = 16_000 / value
+        times = StepTimes(ms, 0.995 * ms, 1.005 * ms, 0.99 * ms, 1.01 * ms, ms)
+        timed(study, {"x": "abcd"[len(study.trials)]}, value, dists, start, span, times, **attrs)
+
+    steady(79.08, 0, 37, stock=True)
+    steady(269.62, 37, 228)
+    steady(282.40, 265, 214)
+    assert plateau(study, 1) is None and plateau_left_s(study) == pytest.approx(479.0)
+    steady(283.99, 479, 247)
+    done = plateau(study, 2)
+    assert done is not None and done.best_trial == 3 and done.trials == [3], done
+    assert "its level reached by #2 after 479 s" in done.reason
+    assert plateau_left_s(study) == pytest.approx(232.0)
 
 
 def test_a_noisy_loader_bound_stock_does_not_hide_a_best_five_times_faster():
