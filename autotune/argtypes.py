@@ -54,6 +54,21 @@ def number(low: float, *, above: bool = False, unit: str = "") -> Callable[[str]
     return parse
 
 
+def duration(text: str) -> float:
+    """An argparse type: seconds of ``900``, ``900s``, ``15m`` or ``1.5h``, more than zero."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    value, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = float(value) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (e.g. 900, 900s, 15m, 1.5h)"
+        ) from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite time more than zero")
+    return seconds
+
+
 POSITIVE = integer(1)
 """Counts that must be at least one: steps, trials, processes, batch sizes, episodes."""
 NON_NEGATIVE = integer(0)

@@ -79,6 +79,29 @@ def test_report_does_not_import_torch(tmp_path):
     assert "autotune.report.model" in modules and not _torch_modules(modules)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--config", "{bad}"],
+        ["verify", "--config", "{bad}"],
+        ["train", "--config", "{unknown}"],
+        ["run", "--space", "{bad}"],
+        ["run", "--time-budget", "soon"],
+        ["run", "--bogus"],
+    ],
+    ids=lambda a: " ".join(a)[:24],
+)
+def test_wrong_input_to_a_training_command_is_refused_before_torch(tmp_path, argv):
+    """A wrong file or flag gets its one line in a fraction of a second, not after torch's import."""
+    (tmp_path / "bad.yaml").write_text("preset: [tiny\n")
+    (tmp_path / "unknown.yaml").write_text("preset: tiny\nbogus_key: 1\n")
+    files = {"bad": tmp_path / "bad.yaml", "unknown": tmp_path / "unknown.yaml"}
+    proc, modules = _imported(*(a.format(**files) for a in argv))
+    assert proc.returncode == 2 and "autotune: error: " in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not _torch_modules(modules)
+
+
 def test_a_command_that_trains_still_imports_torch():
     """The check above can fail: ``inspect`` needs the model, and so torch."""
     proc, modules = _imported("inspect", "--list")

@@ -17,16 +17,14 @@ import re
 from pathlib import Path
 
 from autotune.config.compat import Machine, check_data, use_dataset
-from autotune.errors import ConfigError
 from autotune.search.budget import budget_of, default_budget
 from autotune.search.cli_args import DEFAULT_WORKLOAD, add_run_arguments, add_space_arguments
 from autotune.search.converge import FREE_TRIALS
 from autotune.search.options import StudyOptions
 from autotune.search.references import check_references, reference_config
-from autotune.search.space_choice import default_space, print_space
+from autotune.search.space import load_space
 from autotune.search.storage import GRACE_PERIOD
 from autotune.search.urls import storage_url
-from autotune.workloads.stock import stock_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,11 +40,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "back with --space FILE)",
     )
     add_space_arguments(sp)
-    sp.set_defaults(func=print_space)
+    sp.set_defaults(func=_print_space)
+
+
+def _print_space(args: argparse.Namespace) -> int:
+    from autotune.search.space_choice import print_space
+
+    return print_space(args)
 
 
 def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     """The study's options from the command line, with the machine's defaults filled in."""
+    # torch (seconds to import) only now: a wrong flag or file is refused before it
+    from autotune.search.space_choice import default_space
+    from autotune.workloads.stock import stock_config
+
     gpu = machine.cuda
     asked = budget_of(args.memory_budget, args.gpu)
     budget = asked if asked is not None else default_budget(gpu)
@@ -89,7 +97,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         stage_trials=_or(args.stage_trials, 2),
         prune=not args.no_prune,
         profile_steps=_or(args.profile_steps, 3),
-        time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+        time_budget_s=args.time_budget,
         grace_period_s=_or(args.grace_period, GRACE_PERIOD),
         confirm_rounds=_or(args.confirm_rounds, 2),
         converge_after=_or(args.converge_after, FREE_TRIALS),
@@ -102,22 +110,9 @@ def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
-def parse_duration(text: str) -> float:
-    """Seconds of ``900``, ``900s``, ``15m`` or ``1.5h``."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    value, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
-    try:
-        seconds = float(value) * units[unit]
-    except ValueError:
-        raise ConfigError(
-            f"--time-budget: {text!r} is not a duration (e.g. 900, 900s, 15m, 1.5h)"
-        ) from None
-    if not seconds > 0:
-        raise ConfigError(f"--time-budget: {text!r} must be more than zero")
-    return seconds
-
-
 def run_search(args: argparse.Namespace) -> int:
+    if args.space:  # a wrong space file is refused before torch is imported (seconds)
+        args.space = load_space(args.space)
     from autotune.ownership import own_folder
     from autotune.search.confirm import reserve_s
     from autotune.search.data_echo import data_echo

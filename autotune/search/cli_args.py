@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.argtypes import NON_NEGATIVE, POSITIVE, SECONDS, SEED
+from autotune.argtypes import NON_NEGATIVE, POSITIVE, SECONDS, SEED, duration
 from autotune.search.converge import FREE_TRIALS
 from autotune.search.sampling import SAMPLERS
 from autotune.search.storage import GRACE_PERIOD
@@ -154,6 +154,7 @@ def _add_search_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--time-budget",
+        type=duration,
         default=None,
         metavar="DURATION",
         help="end the search within this much time, e.g. 900, 15m, 1.5h: no trial starts that would not fit (by "

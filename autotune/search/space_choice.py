@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from autotune.config.compat import Machine
-from autotune.search.space import load_space
+from autotune.search.space import SearchSpace, load_space
 from autotune.workloads.stock import stock_config
 
 OWN_SPACES = ("gr00t_n16", "gr00t_n17")
@@ -21,18 +21,19 @@ def shipped_space(workload: str, machine: Machine) -> str | None:
     return workload if machine.cuda else "quick"
 
 
-def default_space(name: str | None, base, machine: Machine):
-    """The space asked for (validated against the workload's regions), or by default: a GR00T
+def default_space(asked: str | SearchSpace | None, base, machine: Machine) -> SearchSpace:
+    """The space asked for (by name or file, or read already; validated against the workload's
+    regions), or by default: a GR00T
     workload's own spaces for it (``gr00t_n16`` or ``gr00t_n17`` on GPU, ``quick`` on CPU), for any
     other workload the space made from its region map and the machine
     (:func:`autotune.search.auto_space.auto_space`)."""
     from autotune.search.auto_space import auto_space, check_space_regions, workload_facts
 
     facts = workload_facts(base)
-    name = name or shipped_space(base.workload, machine)
-    if name is None:
+    asked = asked or shipped_space(base.workload, machine)
+    if asked is None:
         return auto_space(facts, machine)
-    space = load_space(name)
+    space = asked if isinstance(asked, SearchSpace) else load_space(asked)
     check_space_regions(space, facts)
     return space
 

@@ -20,7 +20,6 @@ from autotune.errors import ParityError, TrialError
 from autotune.train import memcap
 from autotune.train.job import cli as job_cli
 from autotune.train.trial.record import Measurement, TrialRecord
-from autotune.workloads.stock import stock_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -136,6 +135,8 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if args.config:
         cfg = load_config(args.config)
     else:  # the workload's stock configuration, at its preset for this machine unless one is given
+        from autotune.workloads.stock import stock_config  # torch: imported once the input is read
+
         cfg = stock_config(args.workload or "gr00t_n16", args.preset)
     if args.workload and args.config:
         cfg.workload = args.workload
@@ -148,11 +149,11 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    job_cli.check_mode(args)
+    cfg = resolve_config(args)  # a wrong file is refused before torch is imported (seconds)
     from autotune.train.trial.launch import launch
     from autotune.train.window.runner import run_training
 
-    job_cli.check_mode(args)
-    cfg = resolve_config(args)
     budget = memcap.budget_of(args.memory_budget, args.gpu)
     if budget is not None:  # read by every training process this command starts, this one included
         os.environ[memcap.BUDGET_ENV] = str(budget)
@@ -206,9 +207,9 @@ def _print(m: Measurement, cfg: TrainConfig) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    cfg = resolve_config(args)
     from autotune.train.window.verify import undecided_text, verify
 
-    cfg = resolve_config(args)
     res = verify(cfg, steps=args.steps, nproc=args.nproc)
     if args.json:
         print(json.dumps(res.to_dict()))
@@ -239,9 +240,10 @@ def run_profile(args: argparse.Namespace) -> int:
 
     from autotune.config.io import output_folder
     from autotune.errors import ConfigError
-    from autotune.train.trial.launch import launch
 
     cfg = resolve_config(args)
+    from autotune.train.trial.launch import launch
+
     out = Path(args.out)
     if out.is_dir() and any(out.iterdir()):
         raise ConfigError(
