@@ -96,7 +96,8 @@ def load_meta(root: str | Path) -> DatasetMeta:
     """Read and cross-check ``meta/`` of any supported version; the first problem raises."""
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"{root}: not a dataset folder (missing)")
+        what = "a file" if root.exists() else "missing"
+        raise DataError(f"{root}: not a dataset folder ({what}); give the folder lerobot wrote")
     info_path = root / INFO
     info = read_json(info_path)
     version = get(info, "codebase_version", info_path, str)

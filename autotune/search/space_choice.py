@@ -45,11 +45,16 @@ def print_space(args: argparse.Namespace) -> int:
     import yaml
 
     from autotune.search.auto_space import auto_space_data, workload_facts
+    from autotune.workloads import get_workload
 
     machine = Machine.current(world_size=args.nproc)
     if args.cpu:
         machine = dataclasses.replace(machine, cuda=False, capability=None)
     shipped = shipped_space(args.workload, machine)
+    if (
+        shipped is not None and args.preset is not None
+    ):  # the file is every preset's: check the name
+        get_workload(args.workload).check_preset(args.preset)
     if shipped is not None:  # what run searches: the file itself, its comments included
         from autotune.search.space import spaces_dir
 

@@ -80,3 +80,13 @@ def test_check_reports_a_bad_jsonl_line(broken_copy, capsys):
         fh.write("{not json\n")
     assert main(["data", "check", str(broken_copy)]) == 2
     assert "meta/tasks.jsonl: line 3 is not JSON" in capsys.readouterr().err
+
+
+def test_check_of_a_file_or_a_missing_folder_says_which(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("x")
+    for name, what in (("notes.txt", "a file"), ("gone", "missing")):
+        assert main(["data", "check", str(tmp_path / name)]) == 2
+        assert capsys.readouterr().err == (
+            f"autotune: error: {tmp_path / name}: not a dataset folder ({what}); "
+            "give the folder lerobot wrote\n"
+        )

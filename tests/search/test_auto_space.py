@@ -76,6 +76,15 @@ def test_autotune_space_prints_a_space_file_that_loads(tmp_path, capsys):
     assert "ddp.bucket_cap_mb" in {k.key for k in space.knobs}
 
 
+@pytest.mark.parametrize("workload", ["gr00t_n17", "userjob"])
+def test_autotune_space_refuses_an_unknown_preset(workload, capsys):
+    """A shipped space file serves every preset; the preset asked for is checked all the same."""
+    register_workload(UserJob(), replace=True)
+    assert main(["space", "--workload", workload, "--preset", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"autotune: error: preset 'nope' of workload '{workload}' is unknown")
+
+
 def test_a_space_naming_another_workloads_region_is_refused(facts):
     with pytest.raises(
         SearchSpaceError,
