@@ -52,7 +52,9 @@ ATTEMPTS = 20
 @contextmanager
 def own_folder(folder: Path, what: str, flag: str, hint: str = "") -> Iterator[None]:
     """Create ``folder`` if needed and own it while the body runs: ``what`` (``autotune run``) is
-    how the file names this owner, ``flag`` the option a refused user changes."""
+    how the file names this owner, ``flag`` the option a refused user changes. A folder it created
+    that holds nothing at the end (the command failed before writing) is removed again."""
+    created = not folder.exists()
     fd = _take(folder, what, flag, hint)
     _HELD.add(fd)
     try:
@@ -60,6 +62,9 @@ def own_folder(folder: Path, what: str, flag: str, hint: str = "") -> Iterator[N
     finally:
         with suppress(OSError):  # removed before the lock is let go: no newcomer finds it empty
             os.unlink(folder / LOCK)
+        if created:
+            with suppress(OSError):  # only while empty: rmdir never removes what someone wrote
+                folder.rmdir()
         _HELD.discard(fd)
         os.close(fd)  # lets the lock go
 

@@ -83,3 +83,22 @@ def test_the_lock_of_a_dead_owner_is_taken_over(tmp_path, capsys):
     assert main(["train", *JOB, "--max-steps", "2", "--output-dir", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["final_step"] == 2
     assert not lock.exists()
+
+
+def test_a_folder_the_owner_made_and_left_empty_is_removed_and_any_other_kept(tmp_path):
+    """A command that fails before writing (a storage it cannot open) leaves no empty run folder."""
+    from autotune.ownership import own_folder
+
+    made = tmp_path / "runs" / "new"
+    with pytest.raises(RuntimeError), own_folder(made, "autotune run", "--out"):
+        raise RuntimeError("the storage cannot be opened")
+    assert not made.exists() and made.parent.is_dir()
+    written = tmp_path / "written"
+    with own_folder(written, "autotune run", "--out"):
+        (written / "study.journal").write_text("{}\n")
+    assert sorted(p.name for p in written.iterdir()) == ["study.journal"]
+    given = tmp_path / "given"
+    given.mkdir()
+    with own_folder(given, "autotune run", "--out"):
+        pass
+    assert given.is_dir()  # the user's own folder stays, empty or not
