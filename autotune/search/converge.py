@@ -15,9 +15,10 @@ starts again from the new incumbent's profile), so the counts restart there. Noi
 
 A study left to end by itself (``autotune run`` with neither ``--trials`` nor ``--time-budget``)
 also stops on a **plateau** (:func:`plateau`): once the search has found something better than
-stock, it does not go on for longer without finding anything than it took to find the best. When
-one more trial, as long as those since the best, would make the time spent since then longer than
-the time spent up to it, the study has converged. Times are the trials' own spans added up, so a
+stock, it does not go on for longer without finding anything than it took to reach the best's level
+(the first trial within noise of the best; a later best inside that noise found nothing). When one
+more trial, as long as those since, would make the time spent since then longer than the time spent
+up to it, the study has converged. Times are the trials' own spans added up, so a
 pause between two runs of the command does not count, and several workers' trials add up.
 """
 
