@@ -23,9 +23,8 @@ def shipped_space(workload: str, machine: Machine) -> str | None:
 
 def default_space(asked: str | SearchSpace | None, base, machine: Machine) -> SearchSpace:
     """The space asked for (by name or file, or read already; validated against the workload's
-    regions), or by default: a GR00T
-    workload's own spaces for it (``gr00t_n16`` or ``gr00t_n17`` on GPU, ``quick`` on CPU), for any
-    other workload the space made from its region map and the machine
+    regions), or by default: a GR00T workload's own spaces for it (``gr00t_n16`` or ``gr00t_n17`` on
+    GPU, ``quick`` on CPU), for any other workload the space made from its region map and the machine
     (:func:`autotune.search.auto_space.auto_space`)."""
     from autotune.search.auto_space import auto_space, check_space_regions, workload_facts
 
@@ -51,9 +50,8 @@ def print_space(args: argparse.Namespace) -> int:
     if args.cpu:
         machine = dataclasses.replace(machine, cuda=False, capability=None)
     shipped = shipped_space(args.workload, machine)
-    if (
-        shipped is not None and args.preset is not None
-    ):  # the file is every preset's: check the name
+    # a shipped file serves every preset, so the preset asked for is checked on its own
+    if shipped is not None and args.preset is not None:
         get_workload(args.workload).check_preset(args.preset)
     if shipped is not None:  # what run searches: the file itself, its comments included
         from autotune.search.space import spaces_dir
