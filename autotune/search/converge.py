@@ -185,17 +185,16 @@ def plateau(study: optuna.Study, stage: int, ratio: float = PLATEAU_RATIO) -> Co
         margin=margin(measurement_of(best), None),
         kind="plateau",
         reason=f"{len(after)} trial{'s' if len(after) > 1 else ''} in {since:.0f} s found nothing beyond noise of "
-        f"{_level(spans)} after {to_best:.0f} s of trials); one more (~{typical:.0f} s) would search "
-        "longer than finding it took",
+        f"{_level(spans)}; one more (~{typical:.0f} s) would search longer than finding it took",
     )
 
 
 def _level(spans: _Spans) -> str:
-    """The best and, where a later tie is the best, the trial that reached its level first."""
+    """The best, the trial that reached its level first where a later tie is the best, and when."""
     best = f"#{spans.best.number}, {spans.best.value:.2f} samples/s"
-    if spans.reached.number == spans.best.number:
-        return f"the best ({best}, reached"
-    return f"the best ({best}; its level reached by #{spans.reached.number}"
+    first = spans.reached.number
+    by = ", reached" if first == spans.best.number else f"; its level reached by #{first}"
+    return f"the best ({best}{by} after {spans.to_best_s:.0f} s of trials)"
 
 
 def plateau_left_s(study: optuna.Study, ratio: float = PLATEAU_RATIO) -> float | None:

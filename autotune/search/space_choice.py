@@ -50,11 +50,11 @@ def print_space(args: argparse.Namespace) -> int:
     if args.cpu:
         machine = dataclasses.replace(machine, cuda=False, capability=None)
     shipped = shipped_space(args.workload, machine)
-    # a shipped file serves every preset, so the preset asked for is checked on its own
-    if shipped is not None and args.preset is not None:
-        get_workload(args.workload).check_preset(args.preset)
     if shipped is not None:  # what run searches: the file itself, its comments included
         from autotune.search.space import spaces_dir
+
+        if args.preset is not None:  # the file serves every preset: the name is checked on its own
+            get_workload(args.workload).check_preset(args.preset)
 
         print(f"# autotune space --workload {args.workload}: search_spaces/{shipped}.yaml, the "
               "default of `autotune run` here; `autotune run --space FILE` searches an edited copy.")  # fmt: skip
