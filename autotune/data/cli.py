@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from autotune.argtypes import NON_NEGATIVE, POSITIVE, SEED, number
+from autotune.config.io import write_output
 from autotune.data.check import check_dataset, render_summary
 from autotune.data.content import EMBODIMENTS
 from autotune.data.encode import CODECS
@@ -143,8 +143,6 @@ def _modality(args: argparse.Namespace) -> int:
     path = Path(args.dir) / MODALITY
     if path.exists() and not args.force:
         raise DataError(f"{path}: exists; pass --force to replace it")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)  # whole or not at all
+    write_output(path, text, "--write")  # whole or not at all; a full disk leaves no temporary file
     print(f"wrote {path}")
     return 0

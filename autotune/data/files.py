@@ -22,13 +22,20 @@ class _NotFinite(ValueError):
     pass
 
 
+class _TooDeep(ValueError):
+    pass
+
+
 def _no_constant(name: str) -> Any:
     """JSON has no NaN or Infinity (Python's parser accepts them): a metadata number is finite."""
     raise _NotFinite(f"holds {name}; allowed: finite numbers")
 
 
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_no_constant)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:  # arrays nested past Python's stack: no metadata is shaped so
+        raise _TooDeep("nests arrays or objects deeper than Python can parse") from None
 
 
 def _read(path: Path, limit: int) -> str:
@@ -45,7 +52,7 @@ def read_json(path: Path) -> Any:
     text = _read(path, METADATA_BYTES)
     try:
         return _loads(text)
-    except _NotFinite as exc:
+    except (_NotFinite, _TooDeep) as exc:
         raise DataError(f"{path}: {exc}") from None
     except ValueError as exc:
         raise DataError(f"{path}: not a readable JSON file ({one_line(exc)})") from None
@@ -58,7 +65,7 @@ def read_jsonl(path: Path) -> list[dict]:
         if line.strip():
             try:
                 row = _loads(line)
-            except _NotFinite as exc:
+            except (_NotFinite, _TooDeep) as exc:
                 raise DataError(f"{path}: line {n} {exc}") from None
             except ValueError as exc:
                 raise DataError(f"{path}: line {n} is not JSON ({one_line(exc)})") from None

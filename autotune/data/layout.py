@@ -3,6 +3,7 @@ its frames of one mp4 per view (v2: files of its own; v3.0: ranges of files shar
 
 from __future__ import annotations
 
+import os
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,3 +66,15 @@ def path_template(info: dict, key: str, placeholders: tuple[str, ...], path: Pat
     except (ValueError, IndexError, KeyError) as exc:
         raise DataError(f"{path}: {key} {template!r} is not a path template ({exc})") from None
     return template
+
+
+def inside(root: Path, relative: str, key: str, info_path: Path) -> Path:
+    """``root / relative``, a path info.json's template ``key`` gave: the template and the video keys
+    in it are data, so the path must stay in the dataset folder (no absolute path, no ``..`` out)."""
+    norm = os.path.normpath(relative)
+    if os.path.isabs(norm) or norm == os.pardir or norm.startswith(os.pardir + os.sep):
+        raise DataError(
+            f"{info_path}: {key} gives {relative!r}, outside the dataset folder; allowed: a path "
+            "inside it, relative to it"
+        )
+    return root / relative

@@ -105,7 +105,7 @@ def load_meta(root: str | Path) -> DatasetMeta:
         raise DataError(
             f"{info_path}: codebase_version {version!r} is not supported; supported: {list(VERSIONS)}"
         )
-    fps = float(get(info, "fps", info_path, (int, float)))
+    fps = _float(get(info, "fps", info_path, (int, float)))
     if not (math.isfinite(fps) and fps > 0):  # 1e999 reads as inf
         raise DataError(f"{info_path}: fps is {fps}; allowed: a finite number > 0")
     features = get(info, "features", info_path, dict)
@@ -126,6 +126,14 @@ def load_meta(root: str | Path) -> DatasetMeta:
         index_files=index.files, embodiment_tag=str(emb.get("tag", "new_embodiment")),
         embodiment_id=emb["id"] if isinstance(emb.get("id"), int) else None, notices=notices, info=info,
     )  # fmt: skip
+
+
+def _float(value: int | float) -> float:
+    """``value`` as a float; an integer beyond a float's range (10**400) reads as inf, as 1e400 does."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _modality(root: Path, features: dict) -> tuple[Modality, list[str]]:

@@ -153,7 +153,7 @@ def _slices(raw: dict, part: str, features: dict, path: Path) -> tuple[KeySlice,
     for name, spec in get(raw, part, path, dict).items():
         where = f"{part}.{name}."
         start, end = get(spec, "start", path, int, where), get(spec, "end", path, int, where)
-        source = spec.get("original_key") or _DEFAULT_SOURCE[part]
+        source = _original_key(spec, _DEFAULT_SOURCE[part], path, where)
         norm = spec.get("normalization", "min_max")
         if source not in features:
             raise DataError(
@@ -177,7 +177,7 @@ def _slices(raw: dict, part: str, features: dict, path: Path) -> tuple[KeySlice,
 def _views(raw: dict, features: dict, path: Path) -> tuple[View, ...]:
     views = []
     for name, spec in raw.items():
-        key = (spec.get("original_key") if isinstance(spec, dict) else None) or IMAGE_PREFIX + name
+        key = _original_key(spec, IMAGE_PREFIX + name, path, f"video.{name}.")
         if not isinstance(features.get(key), dict) or features[key].get("dtype") != "video":
             raise DataError(
                 f"{path}: video.{name}: {key!r} is not a video feature of meta/info.json"
@@ -195,10 +195,19 @@ def _instruction(raw: object, features: dict, path: Path) -> str:
     if not isinstance(raw, dict):
         raise DataError(f"{path}: 'annotation' is {raw!r}, not an object")
     name = next((n for n in raw if n.endswith("task_description")), next(iter(raw)))
-    spec = raw[name] if isinstance(raw[name], dict) else {}
-    column = spec.get("original_key") or f"annotation.{name}"
+    column = _original_key(raw[name], f"annotation.{name}", path, f"annotation.{name}.")
     if column not in features:
         raise DataError(
             f"{path}: annotation.{name}: column {column!r} is not a feature of meta/info.json"
         )
     return column
+
+
+def _original_key(spec: object, default: str, path: Path, where: str) -> str:
+    """``spec``'s ``original_key`` (``default`` where it has none): a feature name, so a string."""
+    key = (spec.get("original_key") if isinstance(spec, dict) else None) or default
+    if not isinstance(key, str):
+        raise DataError(
+            f"{path}: {where}original_key is {key!r}; allowed: the name of a feature of meta/info.json"
+        )
+    return key

@@ -51,6 +51,11 @@ def count_of(raw: dict, key: str, where: str) -> float:
 
 def aggregate(parts: list[tuple[dict[str, np.ndarray], float]]) -> dict[str, np.ndarray]:
     """One feature's stats over episodes: ``parts`` are (stats, frame count) per episode."""
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by the caller
+        return _pooled(parts)
+
+
+def _pooled(parts: list[tuple[dict[str, np.ndarray], float]]) -> dict[str, np.ndarray]:
     counts = np.array([c for _, c in parts])[:, None]
     means = np.stack([s["mean"] for s, _ in parts])
     total = counts.sum()
@@ -81,4 +86,15 @@ def from_episodes(episodes: list[tuple[dict, str]], dims: dict[str, int]) -> Sta
             entry = raw.get(key) if isinstance(raw, dict) else None
             parts.append((feature_stats(entry, key, dim, where), count_of(entry, key, where)))
         out[key] = aggregate(parts)
+        _check_finite(out[key], key, episodes[0][1].rsplit(":", 1)[0])
     return out
+
+
+def _check_finite(stats: dict[str, np.ndarray], key: str, file: str) -> None:
+    """Finite per episode, yet 1e308 times a count overflows: every normalised value would be NaN."""
+    bad = next((name for name, v in stats.items() if not np.isfinite(v).all()), None)
+    if bad:
+        raise DataError(
+            f"{file}: {key}.{bad} aggregated over the episodes is not finite (the episodes' stats "
+            "or counts are too large); allowed: stats whose mean and variance a float64 holds"
+        )

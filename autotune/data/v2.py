@@ -16,7 +16,7 @@ from pathlib import Path
 
 from autotune.data import stats as st
 from autotune.data.files import get, read_json, read_jsonl
-from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, path_template
+from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, inside, path_template
 from autotune.errors import DataError
 
 EPISODES, TASKS, EPISODES_STATS = (
@@ -25,6 +25,8 @@ EPISODES, TASKS, EPISODES_STATS = (
     "meta/episodes_stats.jsonl",
 )
 PLACEHOLDERS = ("episode_chunk", "episode_index", "video_key")
+DATA_PLACEHOLDERS = PLACEHOLDERS[:2]
+"""A data file is an episode's, never a view's: data_path has no ``{video_key}``."""
 
 
 def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Index:
@@ -34,7 +36,7 @@ def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Ind
         raise DataError(
             f"{info_path}: chunks_size is {chunks}; allowed: an integer >= 1 (episodes per chunk)"
         )
-    data = path_template(info, "data_path", PLACEHOLDERS, info_path)
+    data = path_template(info, "data_path", DATA_PLACEHOLDERS, info_path)
     video = path_template(info, "video_path", PLACEHOLDERS, info_path)
     episodes = []
     path = root / EPISODES
@@ -44,20 +46,27 @@ def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Ind
             raise DataError(
                 f"{path}: line {n + 1}: episode {index} of length {length}; expected episode {n}, length >= 1"
             )
-        chunk = index // chunks
+        at = {"episode_chunk": index // chunks, "episode_index": index}
         videos = {
             key: VideoSpan(
-                root / video.format(episode_chunk=chunk, video_key=key, episode_index=index), 0
+                inside(root, video.format(video_key=key, **at), "video_path", info_path), 0
             )
             for key in video_keys
         }
-        data_file = root / data.format(episode_chunk=chunk, episode_index=index)
-        episodes.append(
-            Episode(index, length, tuple(get(row, "tasks", path, list)), data_file, 0, videos)
-        )
+        data_file = inside(root, data.format(**at), "data_path", info_path)
+        episodes.append(Episode(index, length, _task_names(row, path, n), data_file, 0, videos))
     if not episodes:
         raise DataError(f"{path}: lists no episodes")
     return Index(episodes, _tasks(root / TASKS), (path,))
+
+
+def _task_names(row: dict, path: Path, n: int) -> tuple[str, ...]:
+    tasks = get(row, "tasks", path, list)
+    if not all(isinstance(t, str) for t in tasks):
+        raise DataError(
+            f"{path}: line {n + 1}: tasks is {tasks!r}; allowed: a list of task strings"
+        )
+    return tuple(tasks)
 
 
 def _tasks(path: Path) -> dict[int, str]:

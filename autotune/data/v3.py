@@ -18,6 +18,7 @@ file start at ``from_timestamp``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,12 +27,14 @@ import pyarrow as pa
 
 from autotune.data import stats as st
 from autotune.data.files import read_json, read_parquet
-from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, path_template
+from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, inside, path_template
 from autotune.errors import DataError
 
 EPISODES_DIR, TASKS = "meta/episodes", "meta/tasks.parquet"
 EPISODES_GLOB = "chunk-*/file-*.parquet"
 PLACEHOLDERS = ("chunk_index", "file_index", "video_key")
+DATA_PLACEHOLDERS = PLACEHOLDERS[:2]
+"""A data file holds every view's rows: data_path has no ``{video_key}``."""
 _COLUMNS = ("episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
             "dataset_from_index", "dataset_to_index")  # fmt: skip
 _VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
@@ -46,7 +49,7 @@ def index_files(root: Path) -> list[Path]:
 
 def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Index:
     info_path = root / INFO
-    data = path_template(info, "data_path", PLACEHOLDERS, info_path)
+    data = path_template(info, "data_path", DATA_PLACEHOLDERS, info_path)
     video = path_template(info, "video_path", PLACEHOLDERS, info_path)
     columns = list(_COLUMNS) + [f"videos/{k}/{c}" for k in video_keys for c in _VIDEO_COLUMNS]
     episodes: list[Episode] = []
@@ -88,8 +91,11 @@ def _episode(
         )
     if not isinstance(row["tasks"], list) or not all(isinstance(t, str) for t in row["tasks"]):
         raise DataError(f"{where}: tasks is {row['tasks']!r}, not a list of strings")
-    data_file = root / data.format(
-        chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]
+    data_file = inside(
+        root,
+        data.format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),
+        "data_path",
+        root / INFO,
     )
     videos = {key: _span(row, key, where, root, video, fps, length) for key in keys}
     return Episode(index, length, tuple(row["tasks"]), data_file, 0, videos)
@@ -101,15 +107,21 @@ def _span(
     col = f"videos/{key}/"
     chunk, file = row[col + "chunk_index"], row[col + "file_index"]
     start, stop = row[col + "from_timestamp"], row[col + "to_timestamp"]
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop))
+    numbers = all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in (start, stop)
+    )
     if not all(isinstance(v, int) for v in (chunk, file)) or not numbers:
-        raise DataError(f"{where}: {col}* are not integer chunk/file indices and float timestamps")
+        raise DataError(
+            f"{where}: {col}* are not integer chunk/file indices and finite float timestamps"
+        )
     first = round(start * fps)
     if start < 0 or abs(start * fps - first) > 0.01 or stop * fps < first + length - 0.5:
         raise DataError(
             f"{where}: {col}from_timestamp {start} / to_timestamp {stop} do not hold {length} frames at {fps:g} fps"
         )
-    return VideoSpan(root / video.format(video_key=key, chunk_index=chunk, file_index=file), first)
+    relative = video.format(video_key=key, chunk_index=chunk, file_index=file)
+    return VideoSpan(inside(root, relative, "video_path", root / INFO), first)
 
 
 def load_tasks(path: Path) -> dict[int, str]:

@@ -246,6 +246,9 @@ class _Reader:
                 error = (self.pos, "expected a JSON value")
             except json.JSONDecodeError as exc:
                 error = (exc.pos, exc.msg)
+            # nested past the stack (RecursionError); a number of more digits than int() takes
+            except (RecursionError, ValueError) as exc:
+                raise self.fail(f"an unreadable value ({type(exc).__name__}: {exc})") from None
             if len(self.buf) - self.pos > self.MAX_VALUE or not self.more():
                 raise self.fail(error[1], error[0])
 

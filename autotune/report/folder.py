@@ -39,7 +39,8 @@ def read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(read_bounded(path, error=ReportError))
-    except (AutotuneError, OSError, ValueError) as exc:
+    # RecursionError: a value nested deeper than Python's stack
+    except (AutotuneError, OSError, ValueError, RecursionError) as exc:
         notes.append(f"{path.name} could not be read ({exc}); left out")
         return None
     if not isinstance(data, dict):

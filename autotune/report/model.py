@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -150,7 +151,7 @@ def load_report(
     """The report of the run folder and the study it was built from (Optuna's plots draw from the study)."""
     run_dir = folder.check_folder(run_dir)
     notes: list[str] = []
-    run = RunInfo.from_dict(folder.read_json(run_dir / "run.json", notes) or {})
+    run = RunInfo.from_dict(folder.read_json(run_dir / "run.json", notes) or {}, notes)
     best_yaml = folder.read_text(run_dir / "best.yaml")
     provenance = _provenance(best_yaml)
     study = folder.open_study(
@@ -444,7 +445,7 @@ def measured_study(study: optuna.Study) -> optuna.Study:
     copy.add_trials(
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if measurement_of(t) is not None
+        if measurement_of(t) is not None and math.isfinite(t.value)  # Optuna refuses a NaN
     )
     return copy
 

@@ -7,6 +7,7 @@ the fields the page shows, tolerate absent ones (older or unfinished runs) and i
 from __future__ import annotations
 
 import os
+import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,24 @@ class RunInfo:
     finished_at: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunInfo:
-        return cls(**_known(cls, data))
+    def from_dict(cls, data: dict[str, Any], notes: list[str] | None = None) -> RunInfo:
+        """The fields of ``data`` of their declared type; one of another type is left out (and noted)."""
+        hints = typing.get_type_hints(cls)
+        known = _known(cls, data)
+        wrong = [k for k, v in known.items() if v is not None and not _of_type(v, hints[k])]
+        for k in wrong:
+            said = f"run.json: {k} is {known.pop(k)!r}, not {hints[k]}; left out"
+            if notes is not None:
+                notes.append(said)
+        return cls(**known)
+
+
+def _of_type(value: Any, hint: Any) -> bool:
+    """``value`` is of the type ``hint`` (a class, ``X | None``, ``dict[...]``); a bool is no number."""
+    kinds = [typing.get_origin(k) or k for k in typing.get_args(hint) or (hint,)]
+    if isinstance(value, bool):
+        return bool in kinds
+    return any(isinstance(value, k) or (k is float and isinstance(value, int)) for k in kinds)
 
 
 @dataclass

@@ -45,8 +45,10 @@ class Figure:
 
 def figures(report: Report, study: optuna.Study) -> dict[str, Figure]:
     """Every figure of the page by name: history, importances, throughput_memory, buckets."""
-    with warnings.catch_warnings():  # Optuna's matplotlib plots are "experimental"
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    # Parameter names and tags come from the run folder: drawn as written, never as mathtext ("$\\frac{$"
+    # would fail to parse and end the report).
+    with warnings.catch_warnings(), plt.rc_context({"text.parse_math": False}):
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # Optuna's plots
         return {
             "history": history(report, study),
             "importances": importances(report, study),

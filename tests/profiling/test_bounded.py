@@ -59,3 +59,19 @@ def test_one_value_longer_than_the_bound_is_refused_without_reading_on(tmp_path,
     with pytest.raises(TraceFormatError, match="not a complete JSON trace"):
         load_trace(path)
     assert len(reads) < 10  # 100 chunks of 1024 without the bound
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [("[" * 200_000 + "]" * 200_000, "RecursionError"), ("9" * 5000, "ValueError: Exceeds")],
+)
+def test_a_value_python_cannot_parse_is_one_line(tmp_path, capsys, value, why):
+    """Nested past the stack, or a number of thousands of digits: the trace is refused, no traceback."""
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "ts": ' + value + "}]}")
+    assert main(["classify", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(
+        f"autotune: error: {path}: not a complete JSON trace (an unreadable value ({why}"
+    )

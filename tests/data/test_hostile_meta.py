@@ -1,0 +1,186 @@
+"""A dataset folder is data: its metadata may not send a read outside the folder, and metadata of
+the wrong shape (deep nesting, non-string names, numbers past a float) is one line naming the file,
+never a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from autotune.cli import main
+from autotune.data import MakeSpec, make_dataset
+from tests.data.test_meta_bounds import EPISODES, INFO, _check_fails, _edit_info
+
+MODALITY = "meta/modality.json"
+STATS = "meta/episodes_stats.jsonl"
+V3_INDEX = "meta/episodes/chunk-000/file-000.parquet"
+
+
+@pytest.fixture(scope="module")
+def tiny_v3(tmp_path_factory):
+    spec = MakeSpec(episodes=2, views=1, size=32, seed=0, frames=10, format="v3.0")
+    return make_dataset(tmp_path_factory.mktemp("v3") / "ds", spec)
+
+
+@pytest.fixture
+def broken_v3(tiny_v3, tmp_path):
+    return shutil.copytree(tiny_v3, tmp_path / "ds3")
+
+
+@pytest.mark.parametrize("template", ["/etc/passwd", "../../../../etc/passwd", "data/../../x"])
+def test_a_data_path_out_of_the_folder_is_refused(broken_copy, capsys, template):
+    _edit_info(broken_copy, data_path=template)
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / INFO}: data_path gives {template!r}, outside the dataset folder; "
+        "allowed: a path inside it, relative to it",
+    )
+
+
+def test_a_video_key_that_climbs_out_of_the_folder_is_refused(broken_copy, capsys):
+    info = json.loads((broken_copy / INFO).read_text())
+    key = "observation.images.../../../../../etc"
+    info["features"][key] = info["features"].pop("observation.images.front")
+    (broken_copy / INFO).write_text(json.dumps(info))
+    (broken_copy / MODALITY).unlink()
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / INFO}: video_path gives "
+        f"'videos/chunk-000/{key}/episode_000000.mp4', outside the dataset folder; "
+        "allowed: a path inside it, relative to it",
+    )
+
+
+def test_a_v3_video_path_out_of_the_folder_is_refused(broken_v3, capsys):
+    _edit_info(broken_v3, video_path="/tmp/{video_key}/{chunk_index}-{file_index}.mp4")
+    _check_fails(
+        broken_v3,
+        capsys,
+        f"{broken_v3 / INFO}: video_path gives '/tmp/observation.images.front/0-0.mp4', outside "
+        "the dataset folder; allowed: a path inside it, relative to it",
+    )
+
+
+def test_a_video_key_in_data_path_is_refused(broken_copy, capsys):
+    _edit_info(broken_copy, data_path="data/{video_key}/{episode_index}.parquet")
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / INFO}: data_path 'data/{{video_key}}/{{episode_index}}.parquet' has "
+        "placeholder 'video_key'; this codebase version allows ['episode_chunk', 'episode_index']",
+    )
+
+
+def test_metadata_nested_past_the_stack_is_refused(broken_copy, capsys):
+    (broken_copy / EPISODES).write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / EPISODES}: line 1 nests arrays or objects deeper than Python can parse",
+    )
+
+
+def test_an_integer_fps_beyond_a_float_is_refused(broken_copy, capsys):
+    _edit_info(broken_copy, fps=10**400)
+    _check_fails(
+        broken_copy, capsys, f"{broken_copy / INFO}: fps is inf; allowed: a finite number > 0"
+    )
+
+
+@pytest.mark.parametrize(
+    "section, where", [("state", "state.eef_position."), ("video", "video.front.")]
+)
+def test_a_modality_original_key_that_is_not_a_name_is_refused(broken_copy, capsys, section, where):
+    modality = json.loads((broken_copy / MODALITY).read_text())
+    first = next(iter(modality[section]))
+    modality[section][first]["original_key"] = ["observation.state"]
+    (broken_copy / MODALITY).write_text(json.dumps(modality))
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / MODALITY}: {where}original_key is ['observation.state']; allowed: the "
+        "name of a feature of meta/info.json",
+    )
+
+
+def test_an_episode_task_that_is_not_a_string_is_refused(broken_copy, capsys):
+    rows = [json.loads(line) for line in (broken_copy / EPISODES).read_text().splitlines()]
+    rows[0]["tasks"] = [["Stack the tray"]]
+    (broken_copy / EPISODES).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / EPISODES}: line 1: tasks is [['Stack the tray']]; allowed: a list of "
+        "task strings",
+    )
+
+
+def test_episode_stats_whose_aggregate_overflows_are_refused(broken_copy, capsys):
+    """Each episode's mean is finite, their count-weighted sum is not: every state would be NaN."""
+    rows = [json.loads(line) for line in (broken_copy / STATS).read_text().splitlines()]
+    for row in rows:
+        stats = row["stats"]["observation.state"]
+        stats["mean"] = stats["max"] = [1e308] * len(stats["mean"])
+    (broken_copy / STATS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / STATS}: observation.state.mean aggregated over the episodes is not finite "
+        "(the episodes' stats or counts are too large); allowed: stats whose mean and variance a "
+        "float64 holds",
+    )
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_v3_timestamp_that_is_not_finite_is_refused(broken_v3, capsys, value):
+    path = broken_v3 / V3_INDEX
+    table = pq.read_table(path)
+    column = "videos/observation.images.front/from_timestamp"
+    at = table.schema.get_field_index(column)
+    table = table.set_column(at, column, pa.array([value, 0.5], pa.float64()))
+    pq.write_table(table, path)
+    _check_fails(
+        broken_v3,
+        capsys,
+        f"{path}: episode 0: videos/observation.images.front/* are not integer chunk/file indices "
+        "and finite float timestamps",
+    )
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A tmpfs of 64 KiB (mounting needs root: elsewhere the test is skipped)."""
+    folder = tmp_path / "tmpfs"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)]
+    if subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_modality_write_on_a_full_disk_leaves_no_temporary_file(broken_copy, small_tmpfs, capsys):
+    root = small_tmpfs / "ds"
+    shutil.copytree(broken_copy / "meta", root / "meta")  # all that `data modality` reads
+    (root / MODALITY).unlink()
+    # fill the disk to its last byte (unbuffered: nothing is left to write when the file closes)
+    with open(small_tmpfs / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 512)
+    assert main(["data", "modality", str(root), "--write"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"autotune: error: --write {root / MODALITY}: cannot write the file (No space left on "
+        "device); give a place you can write\n"
+    )
+    assert sorted(p.name for p in (root / "meta").iterdir()) == sorted(
+        p.name for p in (broken_copy / "meta").iterdir() if p.name != "modality.json"
+    )

@@ -1,0 +1,60 @@
+"""A run folder is data: a run.json, journal or summary of the wrong shape costs the page the part it
+spoils (with a note), never the report (a traceback)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.report import build_report, write_report
+
+H200 = Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200"  # a real study
+JOURNAL = "study.journal"
+STOCK_VALUE = '"values":[66.30351760425944]'  # trial #0's completion in the journal
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    folder = Path(shutil.copytree(H200, tmp_path / "run"))
+    (folder / "report.html").unlink()
+    return folder
+
+
+def _edit_journal(run: Path, old: str, new: str) -> None:
+    text = (run / JOURNAL).read_text()
+    assert old in text
+    (run / JOURNAL).write_text(text.replace(old, new))
+
+
+def test_a_run_json_field_of_another_type_is_left_out_with_a_note(run):
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "memory_budget_bytes": "big", "nproc": [1]}))
+    report = build_report(run)
+    assert report.run.memory_budget_bytes is None and report.run.nproc is None
+    assert "run.json: memory_budget_bytes is 'big', not int | None; left out" in report.notes
+    assert "run.json: nproc is [1], not int | None; left out" in report.notes
+    write_report(run)  # the budget line of the memory figure is drawn from the best.yaml's budget
+    assert (run / "report.html").is_file()
+
+
+def test_a_run_json_nested_past_the_stack_is_a_note(run):
+    (run / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    report = build_report(run)
+    assert any(n.startswith("run.json could not be read (maximum recursion") for n in report.notes)
+
+
+def test_a_nan_objective_in_the_journal_is_not_learnt_from(run):
+    """Optuna's journal replays NaN; its in-memory copy for the importances refuses it."""
+    _edit_journal(run, STOCK_VALUE, '"values":[NaN]')
+    write_report(run)
+    assert (run / "report.html").is_file()
+
+
+def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
+    _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
+    write_report(run)
+    page = (run / "report.html").read_text()
+    assert "<code>a$\\frac{$b=" in page
