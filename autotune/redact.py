@@ -18,7 +18,9 @@ writers refuse the object itself, so a record that stores one must store ``str(u
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from urllib.parse import unquote
 
 REDACTED = "***"
@@ -28,6 +30,12 @@ _DRIVER_PASSWORD = re.compile(r"[^:/]*:([^@]*)@")
 """Where SQLAlchemy's ``make_url`` reads the password: after the user, up to the first ``@``."""
 _WORD_SECRET = re.compile(r"((?:pass|pwd|secret|token)[\w-]*\s*[=:]\s*)(\S+)", re.IGNORECASE)
 """``password=x`` in a text that is not a URL (a libpq ``key=value`` string)."""
+_SECRET_VARIABLE = re.compile(
+    r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE
+)
+"""Names of environment variables that hold a secret: HF_TOKEN, WANDB_API_KEY, PGPASSWORD, ..."""
+SHORTEST_SECRET = 6
+"""A shorter value (``1``, ``true``) is a flag, not a secret: hiding it would garble any text."""
 
 
 def redact(text: str) -> str:
@@ -101,6 +109,18 @@ def scrub(text: str, url: str) -> str:
     """``text`` (a driver's message) with every secret of ``url`` replaced by ``***``."""
     for secret in secrets_of(url):  # whole words only: a password "x" leaves "exit" alone
         text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", REDACTED, text)
+    return text
+
+
+def scrub_environment(text: str, env: Mapping[str, str] = os.environ) -> str:
+    """``text`` (a failed run's message or traceback, which the workload wrote) with the value of
+    every secret-looking variable of ``env``, and the secrets of ``$AUTOTUNE_STORAGE``, replaced by
+    ``***``: a run inherits them, and its words go to the journal, the report and the logs."""
+    found = {v for k, v in env.items() if _SECRET_VARIABLE.search(k)}
+    found.update(secrets_of(env.get("AUTOTUNE_STORAGE", "")))
+    for secret in sorted(found, key=len, reverse=True):
+        if len(secret) >= SHORTEST_SECRET:
+            text = text.replace(secret, REDACTED)
     return text
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from autotune.config.compat import Machine
-from autotune.redact import StorageURL, redact, redact_argv, scrub, secrets_of
+from autotune.redact import StorageURL, redact, redact_argv, scrub, scrub_environment, secrets_of
 from autotune.search import cli as search_cli
 from autotune.search.output import write_run_info
 from tests.clirun import ROOT, one_line_error
@@ -153,3 +153,15 @@ def test_the_lock_names_its_owner_without_the_password(tmp_path, monkeypatch):
             owner["command"] == f"autotune run --storage postgresql://u:***@h/db --out {tmp_path}"
         )
     assert not lock.exists()  # it does not outlive its owner
+
+
+def test_a_failed_runs_words_lose_the_environments_secrets():
+    env = {
+        "HF_TOKEN": "hf_aB3dE5gH7jK9",
+        "WANDB_API_KEY": "0123456789abcdef",
+        "AUTOTUNE_STORAGE": "postgresql://u:2024#Spring@h/db",
+        "DEBUG_TOKEN_LOG": "1",  # a flag, not a secret: "1" stays in every number
+        "HOME": "/home/user",
+    }
+    text = "hub hf_aB3dE5gH7jK9, wandb 0123456789abcdef, db 2024#Spring, 1 step, /home/user"
+    assert scrub_environment(text, env) == "hub ***, wandb ***, db ***, 1 step, /home/user"

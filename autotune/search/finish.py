@@ -68,6 +68,7 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
     )
 
     write_trials(opts, study)
+    ended = True
     try:
         if best_is_current(opts, study):
             best = opts.out / "best.yaml"
@@ -91,8 +92,11 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
             best = write_best(
                 opts, study, write_parity(opts, study, confirmation), confirmation, converged
             )
+    except (KeyboardInterrupt, SystemExit):  # SIGINT, SIGTERM: the confirmation did not end
+        ended = False  # run.json keeps no finished_at, so the report says "interrupted"
+        raise
     finally:  # a study without a winner still gets its report, which says why
-        write_run_info(opts, finished=True)
+        write_run_info(opts, finished=ended)
         report = write_study_report(opts)
         if report is not None:
             print(f"report: {report}")

@@ -66,6 +66,7 @@ from optuna.trial import TrialState
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
+from autotune.redact import scrub_environment
 from autotune.search.noise import trusted_value
 from autotune.search.options import StudyOptions, cap_of, run_env
 from autotune.search.params import sample, trial_config
@@ -172,7 +173,21 @@ def measure(
         profile_if_above=float(best.value) if best else None,
         extra_env=run_env(opts),
     )
+    keep_traceback(log, record)
     return record, profile_dir
+
+
+def keep_traceback(log: Path, record: TrialRecord) -> None:
+    """Append a failed run's traceback to its log: the worker keeps it in the record alone, and the
+    line of a failed stock trial sends the user to the log (``baseline.stock_failure``)."""
+    failure = record.failure
+    if failure is None or not failure.traceback:
+        return
+    try:
+        with open(log, "a", encoding="utf-8", errors="backslashreplace") as f:  # lone surrogates
+            f.write(f"\n{scrub_environment(failure.traceback).rstrip()}\n")
+    except OSError:  # a full disk: the journal's record still holds it
+        pass
 
 
 def vet_trial(

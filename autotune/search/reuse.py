@@ -19,12 +19,27 @@ from autotune.search.options import StudyOptions
 from autotune.search.storage import JOURNAL
 
 RUN_INFO = "run.json"
+WRITTEN = (
+    RUN_INFO,
+    "best.yaml",
+    "trials.csv",
+    "report.html",
+    "diagnosis.json",
+    "parity.json",
+    "confirmation.json",
+    "logs",
+    "profiles",
+)
+"""What a run writes into its folder under fixed names, overwriting what is there."""
 
 
 def check_same_study(opts: StudyOptions) -> None:
     """Raise :class:`ConfigError` when ``opts.out`` holds a study other than ``opts.study_name``
-    (another workload, preset, space or base; or the same name kept in another storage)."""
+    (another workload, preset, space or base; or the same name kept in another storage), or files
+    under a run's names that no study of autotune's wrote."""
     held = _held_studies(opts.out, journal=opts.storage is None)
+    if not held:
+        _check_no_foreign_files(opts.out)
     others = sorted(name for name in held if name != opts.study_name)
     if others:
         raise ConfigError(
@@ -44,6 +59,24 @@ def check_same_study(opts: StudyOptions) -> None:
             f"{kept or 'the folder (' + JOURNAL + ')'}, and this command's in "
             f"{where or 'the folder (' + JOURNAL + ')'}: give another --out, or the same --storage"
         )
+
+
+def _check_no_foreign_files(out: Path) -> None:
+    """A folder that holds no study but has a ``best.yaml`` (a user's own configuration), a
+    ``report.html`` or a ``run.json`` of another program: the run would overwrite them."""
+    found = [name for name in WRITTEN if _holds(out / name)]
+    if found:
+        raise ConfigError(
+            f"--out {out}: holds {', '.join(found)} of no autotune study (no {RUN_INFO} names one, no "
+            f"{JOURNAL} holds one), which a run would overwrite: give another --out (a new or empty folder)"
+        )
+
+
+def _holds(path: Path) -> bool:
+    """``path`` is a file, or a folder with something in it (an empty one loses nothing)."""
+    if path.is_dir() and not path.is_symlink():
+        return any(path.iterdir())
+    return path.exists() or path.is_symlink()
 
 
 def _held_studies(out: Path, *, journal: bool) -> set[str]:

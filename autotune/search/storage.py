@@ -152,7 +152,7 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
 def _parse(url: str) -> URL:
     try:
         return make_url(url.strip())
-    except sqlalchemy.exc.ArgumentError:
+    except (sqlalchemy.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(
             f"--storage {redact(url)!r} is not a database URL "
             f"(e.g. postgresql://user:password@host:5432/db)"

@@ -21,13 +21,21 @@ none) and ``RECHECK_OF`` (a trial queued again to compare one measured before a 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import replace
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.train.trial.record import INTERRUPTED, Measurement, ProfileSummary, TrialRecord
+from autotune.redact import scrub_environment
+from autotune.train.trial.record import (
+    INTERRUPTED,
+    Failure,
+    Measurement,
+    ProfileSummary,
+    TrialRecord,
+)
 
 RECORD = "record"
 CONSTRAINT = "constraint"
@@ -60,6 +68,8 @@ CONVERGED = "autotune.converged"
 """The study's user attribute: why it stopped by itself (``autotune.search.converge``), as JSON."""
 ERROR_CHARS = 2000
 """A failure's message kept in the study (a refused configuration can list many choices)."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+"""Control characters other than tab and newline."""
 
 
 def store(
@@ -80,6 +90,21 @@ def store(
         trial.set_constraint("memory", constraint)
 
 
+def _scrubbed(failure: Failure) -> Failure:
+    """``failure`` with its message cut to ``ERROR_CHARS``, no secret of the environment in its
+    words (a workload's message may quote its token), and only characters a file can hold."""
+    traceback = _readable(scrub_environment(failure.traceback)) if failure.traceback else None
+    error = _readable(scrub_environment(failure.error))[:ERROR_CHARS]
+    return replace(failure, error=error, traceback=traceback)
+
+
+def _readable(text: str) -> str:
+    """``text`` with lone surrogates (a path's bytes that did not decode: trials.csv's writer
+    refuses them) and control characters (a terminal's escapes) written out as escapes."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def attrs_of(
     record: TrialRecord,
     *,
@@ -89,10 +114,8 @@ def attrs_of(
     noisy: bool = False,
 ) -> dict[str, Any]:
     """The user attributes :func:`store` writes for ``record`` (``optuna.trial.create_trial`` takes them too)."""
-    if record.failure is not None and len(record.failure.error) > ERROR_CHARS:
-        record = replace(
-            record, failure=replace(record.failure, error=record.failure.error[:ERROR_CHARS])
-        )
+    if record.failure is not None:
+        record = replace(record, failure=_scrubbed(record.failure))
     attrs: dict[str, Any] = {RECORD: record.to_json()}
     if constraint is not None:
         attrs[CONSTRAINT] = constraint

@@ -4,7 +4,9 @@ Batch size 3 raises in the loader (a crash), batch size 5 hangs (killed at the t
 batch size 6 hangs in two loader worker processes (a trial with a process tree), batch size 7
 fills host memory (for the OOM killer of a memory-limited cgroup), batch size 4 waits 3 s (or 5
 steps, where a loaded host makes steps long) for every batch (clearly slower: pruned), batch size 9
-raises naming the process's temporary folder; any other batch size trains like gr00t_n16. The hangs
+raises naming the process's temporary folder, batch size 10 prints ``$HF_TOKEN`` and raises quoting it
+(a workload that shows a secret of its environment), batch size 11 raises naming a file whose name is
+not UTF-8 (a lone surrogate in its message); any other batch size trains like gr00t_n16. The hangs
 last ``$CRASHY_HANG_S`` seconds (default an hour), or until the file ``$CRASHY_RELEASE`` exists,
 after which the batch size trains like any other: the same queued trial hangs in one run and
 completes in the next, and a test ends a hang as soon as it has done what the hang waits for.
@@ -13,6 +15,7 @@ completes in the next, and a test ends a hang as soon as it has done what the ha
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 
@@ -20,7 +23,7 @@ import torch
 
 from autotune.workloads.gr00t_n16.workload import Gr00tN16
 
-CRASH, HANG, SLOW, HANG_IN_WORKERS, HOG, TEMPDIR = 3, 5, 4, 6, 7, 9
+CRASH, HANG, SLOW, HANG_IN_WORKERS, HOG, TEMPDIR, TOKEN, UNDECODED = 3, 5, 4, 6, 7, 9, 10, 11
 
 
 def hang_s() -> float:
@@ -47,6 +50,12 @@ class Workload(Gr00tN16):
             hang()
         if batch_size == TEMPDIR:
             raise RuntimeError(f"crashy: tempdir={tempfile.gettempdir()}")
+        if batch_size == TOKEN:
+            print(f"crashy: logging in with {os.environ['HF_TOKEN']}", file=sys.stderr, flush=True)
+            raise RuntimeError(f"crashy: the hub refused the token {os.environ['HF_TOKEN']}")
+        if batch_size == UNDECODED:
+            name = os.fsdecode(b"episode-caf\xe9.parquet")
+            raise RuntimeError(f"crashy: cannot read {name}")
         if batch_size == HANG_IN_WORKERS and hang_s() > 0:
             next(iter(torch.utils.data.DataLoader(_Hang(), batch_size=1, num_workers=2)))
         if batch_size == HOG:

@@ -541,3 +541,88 @@ def test_a_study_whose_every_trial_fails_says_why_and_still_reports(tmp_path, ca
     assert (
         tmp_path / "run" / "report.html"
     ).is_file() and f"report: {tmp_path / 'run' / 'report.html'}" in captured.out
+    log = tmp_path / "run" / "logs" / "trial-0000.log"
+    assert f"; its log: {log}; " in err[0]  # the log it names tells where the workload failed
+    text = log.read_text()
+    assert "Traceback (most recent call last):" in text and "crashy.py" in text
+    assert text.rstrip().endswith("RuntimeError: crashy: this batch size always crashes")
+
+
+def test_a_tuner_stopped_in_its_confirmation_leaves_the_study_unfinished(finished_study, tmp_path):
+    """SIGTERM while stock and the best are measured again: best.yaml stays as it was, and run.json
+    loses its ``finished_at``, so the report says the study is interrupted, not finished; the same
+    command then confirms and finishes it."""
+    out = copy_of(finished_study, tmp_path)
+    study = journal_study(out)
+    stock = study.trials[0]  # a third trial that "beat stock by far": it is confirmed at the end
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=stock.params,
+            distributions=stock.distributions,
+            value=100 * stock.value,
+            user_attrs={k: v for k, v in stock.user_attrs.items() if k != "stock"},
+        )
+    )
+    argv = [*RUN, "--trials", "3", "--out", str(out)]
+    argv[argv.index("--confirm-rounds") + 1] = "2"
+    best = (out / "best.yaml").read_bytes()
+    tuner = start_tuner(tmp_path, argv)
+    seen = []
+    for line in tuner.stdout:
+        seen.append(line)
+        if line.startswith("confirming, round 1: stock"):
+            tuner.send_signal(signal.SIGTERM)  # three runs of the confirmation to go
+            break
+    output = "".join(seen) + tuner.communicate(timeout=120)[0]
+    assert tuner.returncode == 128 + signal.SIGTERM, output
+    assert (out / "best.yaml").read_bytes() == best
+    assert json.loads((out / "run.json").read_text())["finished_at"] is None
+    assert "running or interrupted" in (out / "report.html").read_text()
+
+    again = start_tuner(tmp_path, argv)
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert "confirmed in " in output  # 2 rounds, up to 4 where they vary
+    assert json.loads((out / "run.json").read_text())["finished_at"] is not None
+
+
+def test_a_secret_the_workload_quotes_in_its_error_is_written_nowhere(tmp_path):
+    """The trial's error message holds $HF_TOKEN (the workload quoted it): the journal, trials.csv,
+    report.html, the log's traceback and the error line show it hidden. What the workload itself
+    printed on its stderr stays in its log as printed (the tuner does not rewrite its stream)."""
+    token = "hf_aB3dE5gH7jK9mN1pQ"
+    argv = hang_argv(tmp_path, 10)
+    (tmp_path / "hang.yaml").write_text(
+        "knobs:\n  batch_size: {type: categorical, choices: [10, 2], group: data}\n"
+    )
+    tuner = start_tuner(tmp_path, argv, HF_TOKEN=token)
+    output = tuner.communicate(timeout=600)[0]
+    assert tuner.returncode == 2, output
+    out = tmp_path / "run"
+    assert "the hub refused the token ***" in output and token not in output
+    log = out / "logs" / "trial-0000.log"
+    printed = f"crashy: logging in with {token}\n"
+    assert log.read_text().startswith(printed)
+    assert "RuntimeError: crashy: the hub refused the token ***" in log.read_text()
+    files = files_of(out)
+    files["logs/trial-0000.log"] = files["logs/trial-0000.log"].replace(printed.encode(), b"")
+    assert [name for name, data in files.items() if token.encode() in data] == []
+
+
+def test_an_error_naming_a_file_that_is_not_utf8_is_recorded_and_reported(tmp_path, capsys):
+    """The workload's message holds a lone surrogate (a file name's bytes that did not decode): the
+    failure is recorded with the name written out, trials.csv and report.html are written, one line."""
+    argv = hang_argv(tmp_path, 11)
+    (tmp_path / "hang.yaml").write_text(
+        "knobs:\n  batch_size: {type: categorical, choices: [11, 2], group: data}\n"
+    )
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "RuntimeError: crashy: cannot read episode-caf\\udce9.parquet" in err[0]
+    )
+    out = tmp_path / "run"
+    assert "episode-caf\\udce9.parquet" in (out / "trials.csv").read_text()
+    assert "episode-caf\\udce9.parquet" in (out / "report.html").read_text()
+    (stock, _) = journal_study(out, HANG).trials
+    assert reason_of(stock) == "error"

@@ -62,3 +62,27 @@ def test_the_same_study_name_kept_elsewhere_is_refused(tmp_path, capsys):
         "(study.journal), and this command's in postgresql://u:***@127.0.0.1:1/x: give another --out, "
         "or the same --storage"
     )
+
+
+def test_a_folder_of_another_programs_files_is_refused_and_left_as_it_is(tmp_path, capsys):
+    """No run.json naming a study, no journal: a best.yaml (the user's own configuration), a report
+    and a run.json of another program are not a study of autotune's, and a run would overwrite them."""
+    out = tmp_path / "theirs"
+    (out / "logs").mkdir(parents=True)
+    (out / "best.yaml").write_text("learning_rate: 0.1\n")
+    (out / "report.html").write_text("<html>their report</html>\n")
+    (out / "run.json").write_text('{"tool": "another", "version": 3}\n')
+    (out / "logs" / "trial-0000.log").write_text("their log\n")
+    before = files_of(out)
+    assert main([*RUN, "--trials", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: --out {out}: holds run.json, best.yaml, report.html, logs of no autotune study "
+        "(no run.json names one, no study.journal holds one), which a run would overwrite: give another "
+        "--out (a new or empty folder)"
+    ]
+    assert files_of(out) == before and sorted(p.name for p in out.iterdir()) == [
+        "best.yaml",
+        "logs",
+        "report.html",
+        "run.json",
+    ]

@@ -143,6 +143,32 @@ def test_open_storage_rejects_bad_urls(tmp_path, monkeypatch):
         open_storage("postgresql://u:secret@127.0.0.1:1/x", tmp_path)
 
 
+@pytest.mark.parametrize(
+    "url", ["postgresql://u:hunter2@127.0.0.1:notaport/x", "postgresql://u:hunter2@[::1:5432/x"]
+)
+def test_a_port_that_is_not_a_number_is_one_line(tmp_path, url, capsys):
+    """SQLAlchemy reads such a port with int() (a ValueError, not its ArgumentError)."""
+    from autotune.cli import main
+
+    argv = [
+        "run",
+        "--storage",
+        url,
+        "--space",
+        "quick",
+        "--synthetic",
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    assert main(argv) == 2
+    printed = capsys.readouterr()
+    assert printed.err.splitlines() == [
+        f"autotune: error: --storage {url.replace('hunter2', '***')!r} is not a database URL "
+        "(e.g. postgresql://user:password@host:5432/db)"
+    ]
+    assert "hunter2" not in printed.out + printed.err
+
+
 def test_unreachable_server_is_one_line_without_the_password(tmp_path):
     with pytest.raises(ConfigError) as err:
         open_storage("postgresql://nobody:hunter2@127.0.0.1:1/x", tmp_path)
