@@ -31,6 +31,9 @@ from optuna.storages.journal import BaseJournalBackend
 
 from autotune.errors import AutotuneError
 
+ENTRY_BYTES = 64 << 20
+"""The longest line read as an entry: Optuna's are a few KB (a trial's record tens of KB); a longer
+line is no entry of a journal, and reading on would hold it all in memory."""
 OPERATIONS = range(0, 11)
 """Optuna's journal operation codes (``JournalOperation``: CREATE_STUDY .. DISCARD_TRIALS)."""
 
@@ -57,20 +60,21 @@ class _CheckedJournalStorage(optuna.storages.JournalStorage):
             assert isinstance(backend, SafeJournalFile)
             if str(backend.last.get("worker_id", "")).startswith(self._worker_id_prefix):
                 raise  # Optuna's answer to this process's own operation (DuplicatedStudyError, ...)
-            line = (
-                self._replay_result.log_number_read
-            )  # another writer's entry Optuna cannot replay
+            line = self._replay_result.log_number_read  # another writer's entry it cannot replay
             raise JournalError(
                 backend.corrupt(line, f"Optuna cannot replay it ({type(exc).__name__}: {exc})")
             ) from None
 
 
 class SafeJournalFile(BaseJournalBackend):
-    """The journal file's reader and appender (the contract is Optuna's ``BaseJournalBackend``)."""
+    """The journal file's reader and appender (the contract is Optuna's ``BaseJournalBackend``).
+
+    Reading creates and changes nothing (a run folder someone hands over may be read-only; its
+    journal is data): the file is made by the first append, and a missing one reads as empty.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.touch(exist_ok=True)
         self._cursor = (0, 0)  # (entries read, byte offset after them): Optuna reads on from there
         self._warned_at: int | None = None
         self.last: dict[str, Any] = {}
@@ -78,21 +82,33 @@ class SafeJournalFile(BaseJournalBackend):
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         number, offset = self._cursor if self._cursor[0] <= log_number_from else (0, 0)
-        with open(self.path, "rb") as f:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 (closed below; a missing file has no entries)
+        except FileNotFoundError:
+            return
+        with f:
             f.seek(offset)
-            data = f.read()
-        start = 0
-        while (end := data.find(b"\n", start)) >= 0:
-            entry = self._parse(data[start:end], number + 1)
-            number, offset, start = number + 1, offset + end + 1 - start, end + 1
-            self._cursor = (number, offset)
-            if number > log_number_from:
-                self.last = entry
-                yield entry
-        if data[start:].strip() and self._warned_at != offset:
+            while line := f.readline(ENTRY_BYTES + 1):  # a line at a time: memory of one entry
+                if not line.endswith(b"\n"):
+                    self._unended(line, number, offset)
+                    return
+                entry = self._parse(line[:-1], number + 1)
+                number, offset = number + 1, offset + len(line)
+                self._cursor = (number, offset)
+                if number > log_number_from:
+                    self.last = entry
+                    yield entry
+
+    def _unended(self, line: bytes, number: int, offset: int) -> None:
+        """The file's last line has no newline: a cut entry (a crash), or no entry at all."""
+        if len(line) > ENTRY_BYTES:
+            raise JournalError(
+                self.corrupt(number + 1, f"longer than {ENTRY_BYTES >> 20} MiB without a newline")
+            )
+        if line.strip() and self._warned_at != offset:
             self._warned_at = offset
             _warn(
-                f"{self.path}: its last entry (line {number + 1}, {len(data) - start} bytes) is cut off; it is left "
+                f"{self.path}: its last entry (line {number + 1}, {len(line)} bytes) is cut off; it is left "
                 f"out, the {number} entries before it stand"
             )
 

@@ -410,6 +410,42 @@ def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_pat
         assert journal.read_bytes() == damaged
 
 
+def test_a_line_longer_than_any_entry_is_one_line_and_read_no_further(
+    finished_study, tmp_path, capsys
+):
+    """A journal that ends in 65 MiB without a newline (a sparse file: no disk used) is no journal a
+    crash leaves: one line naming the file and the line, the file read no further than 64 MiB."""
+    out = copy_of(finished_study, tmp_path)
+    journal = out / "study.journal"
+    lines = journal.read_bytes().count(b"\n")
+    with open(journal, "r+b") as f:
+        f.truncate(journal.stat().st_size + (65 << 20))
+    assert main(["report", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: {journal}: line {lines + 1} is not a journal entry: longer than 64 MiB without "
+        f"a newline; the {lines} lines before it are intact: move the file aside, or keep them with "
+        f"`head -n {lines}`"
+    ]
+
+
+def test_a_report_changes_nothing_in_the_run_folder(finished_study, tmp_path):
+    """A run folder someone hands over is data: reading it for a report written elsewhere touches
+    no file of it (the journal keeps its time), and works on a read-only mount of the folder."""
+    out = copy_of(finished_study, tmp_path)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    frozen = tmp_path / "ro"
+    frozen.mkdir()
+    if subprocess.run(["mount", "--bind", "-o", "ro", str(out), str(frozen)]).returncode != 0:
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        assert main(["report", str(frozen), "--out", str(tmp_path / "ro.html")]) == 0
+    finally:
+        subprocess.run(["umount", str(frozen)], check=True)
+    assert (tmp_path / "ro.html").is_file()
+
+
 def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, capsys):
     """Row 13: a new --memory-budget, and no trial to run under it: best.yaml is not rewritten."""
     out = copy_of(finished_study, tmp_path)
@@ -425,9 +461,8 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
     on a GPU): the same study run again with nothing new to try confirms it, and a third run leaves it."""
     out = copy_of(finished_study, tmp_path)
     study = journal_study(out)
-    stock = study.trials[
-        0
-    ]  # a third trial that "beat stock by far": stock's configuration and measured record
+    # a third trial that "beat stock by far": stock's configuration and measured record
+    stock = study.trials[0]
     study.add_trial(
         optuna.trial.create_trial(
             params=stock.params,
