@@ -100,9 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"autotune: error: {out_of_memory_line(exc)}", file=sys.stderr)
         return 1
-    except (
-        OSError
-    ) as exc:  # a file or folder of the command that cannot be used (full disk, no permission)
+    # a file or folder of the command that cannot be used (full disk, no permission)
+    except OSError as exc:
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""

@@ -115,6 +115,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk's error names no file (a rename's names the temporary one)
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
