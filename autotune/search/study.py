@@ -50,6 +50,9 @@ class StudyResult:
 
 def open_study(opts: StudyOptions) -> optuna.Study:
     """Create the study with the stock configuration queued first, or load it to continue."""
+    # Optuna's "a new study created" lines, one of them for the in-memory probe of
+    # check_space_unchanged, are not news: the run prints what it does in its own words.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(
         opts.storage,
         opts.out,
