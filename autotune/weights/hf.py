@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,15 +124,41 @@ def write_checkpoint(
     out: str | os.PathLike,
     *,
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+    extra_files: Sequence[Path] = (),
 ) -> dict:
-    """Write ``tensors`` as shards and their index into the new or empty folder ``out``.
+    """Write ``tensors`` as shards and their index, and a copy of each of ``extra_files`` (a
+    ``config.json``), into the new or empty folder ``out``.
 
     The files are written into a sibling folder and moved into ``out`` when all are written, so a
-    crash leaves no half-written checkpoint there. Returns the index.
+    crash leaves no half-written checkpoint there; a write that fails (a full disk) removes the
+    sibling folder, and is a DataError naming ``out``. Returns the index.
     """
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError(f"{out}: exists and is not an empty folder; give a new folder")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        index = _write_shards(tensors, tmp, max_shard_bytes)
+        for f in extra_files:
+            shutil.copy2(f, tmp / f.name)
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException as exc:  # a full disk (safetensors has its own error type), Ctrl-C
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, Exception):
+            raise
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(
+            f"{out}: writing the checkpoint failed ({reason}); nothing was written there"
+        ) from exc
+    return index
+
+
+def _shards(tensors: dict[str, torch.Tensor], max_shard_bytes: int) -> list[list[str]]:
+    """The keys of each shard, in order: a shard is closed before it would pass ``max_shard_bytes``."""
     groups: list[list[str]] = [[]]
     size = 0
     for key in tensors:
@@ -142,18 +168,20 @@ def write_checkpoint(
             size = 0
         groups[-1].append(key)
         size += n
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    return groups
+
+
+def _write_shards(tensors: dict[str, torch.Tensor], folder: Path, max_shard_bytes: int) -> dict:
+    """The shards and the index of ``tensors`` in ``folder``; returns the index."""
+    groups = _shards(tensors, max_shard_bytes)
     weight_map, total = {}, 0
     for n, keys in enumerate(groups, 1):
         name = f"model-{n:05d}-of-{len(groups):05d}.safetensors"
-        save_file({k: tensors[k].contiguous() for k in keys}, tmp / name, metadata={"format": "pt"})
+        save_file(
+            {k: tensors[k].contiguous() for k in keys}, folder / name, metadata={"format": "pt"}
+        )
         weight_map.update({k: name for k in keys})
         total += sum(tensors[k].numel() * tensors[k].element_size() for k in keys)
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
-    if out.exists():
-        out.rmdir()
-    tmp.rename(out)
+    (folder / INDEX).write_text(json.dumps(index, indent=2) + "\n")
     return index

@@ -15,8 +15,10 @@ file                        what
 
 A checkpoint is written into ``D/.checkpoint-<step>.tmp`` (every file synced to disk) and renamed
 to ``D/checkpoint-<step>`` when complete; only rank 0 writes. A checkpoint whose
-``trainer_state.json`` is missing or unreadable, whose files differ in size or in SHA-256 from it
-(bytes changed in place: a bad disk, a stray write), or whose files do not load, is corrupt:
+``trainer_state.json`` is missing or unreadable (or edited: a step, data position or
+``--init-from`` record of the wrong kind, a step other than its folder's), whose files differ in
+size or in SHA-256 from it (bytes changed in place: a bad disk, a stray write), or whose files do
+not load, is corrupt:
 :func:`latest` skips it with a one-line warning and takes the one before, so a rerun resumes from
 the newest state that is intact instead of training on damaged weights.
 """
@@ -118,10 +120,34 @@ def _fsync(path: Path) -> None:
 
 
 def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
-    """Write ``snapshot`` as ``output_dir/checkpoint-<step>``; returns (folder, bytes written)."""
+    """Write ``snapshot`` as ``output_dir/checkpoint-<step>``; returns (folder, bytes written). A write
+    that fails removes its temporary folder: on a full disk, what it held would keep the disk full
+    for the rerun that resumes from the checkpoint before."""
     final = output_dir / f"{PREFIX}{snapshot.step}"
     tmp = output_dir / f".{PREFIX}{snapshot.step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        files = _write_files(snapshot, tmp)
+    except BaseException as exc:
+        free = _free_space(output_dir)  # before the partial folder goes: a full disk shows as ~0
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, Exception):
+            raise
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        raise AutotuneError(
+            f"writing {final} failed ({type(exc).__name__}: {reason}){free}; the checkpoints "
+            "before it are intact"
+        ) from exc
+    if final.exists():  # the same step written again (a job resumed past it): the new one stands
+        shutil.rmtree(final)
+    tmp.rename(final)
+    _fsync(output_dir)
+    return final, sum(files.values()) + (final / STATE).stat().st_size
+
+
+def _write_files(snapshot: Snapshot, tmp: Path) -> dict[str, int]:
+    """Every file of the checkpoint into ``tmp``, ``trainer_state.json`` last, all synced to disk;
+    the size of each but the state."""
     tmp.mkdir(parents=True)
     save_file(snapshot.weights, tmp / WEIGHTS, metadata={"format": "pt"})
     torch.save(snapshot.optimizer, tmp / OPTIMIZER)
@@ -135,13 +161,7 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
     for p in tmp.iterdir():
         _fsync(p)
     _fsync(tmp)
-    if (
-        final.exists()
-    ):  # the same step written again (a job resumed after it): the new one replaces it
-        shutil.rmtree(final)
-    tmp.rename(final)
-    _fsync(output_dir)
-    return final, sum(files.values()) + (final / STATE).stat().st_size
+    return files
 
 
 def sha256(path: Path) -> str:
@@ -166,9 +186,7 @@ def read_state(folder: Path) -> dict[str, Any]:
         raise CorruptCheckpoint(
             f"{folder / STATE} is missing or unreadable ({type(exc).__name__})"
         ) from None
-    step = state.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CorruptCheckpoint(f"{folder / STATE}: step: {step!r} is not a step (an integer >= 0)")
+    _check_fields(folder, state)
     for name, size in files.items():
         path = folder / name
         actual = path.stat().st_size if path.is_file() else None
@@ -178,12 +196,47 @@ def read_state(folder: Path) -> dict[str, Any]:
     return state
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_fields(folder: Path, state: dict[str, Any]) -> None:
+    """The fields a resume and an export read: a state edited by hand (nothing checks its own bytes)
+    is refused here, not as a traceback (or a sampler that never starts) deep in the job."""
+    where = folder / STATE
+    step = state.get("step")
+    if not _count(step):
+        raise CorruptCheckpoint(f"{where}: step: {_short(step)} is not a step (an integer >= 0)")
+    data = state.get("data")
+    draw = data.get("next_draw") if isinstance(data, dict) else None
+    if not _count(draw):
+        raise CorruptCheckpoint(
+            f"{where}: data.next_draw: {_short(draw)} is not a data position (an integer >= 0)"
+        )
+    init = state.get("init_from")
+    if init and not (
+        isinstance(init, dict)
+        and isinstance(init.get("path"), str)
+        and isinstance(init.get("fingerprint"), str)
+    ):
+        raise CorruptCheckpoint(
+            f"{where}: init_from: {_short(init)} is not null or {{path, fingerprint}} of a folder"
+        )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def verify(folder: Path, state: dict[str, Any]) -> None:
     """Every file's SHA-256 against ``trainer_state.json`` (a checkpoint written before the sums
     were recorded is checked by size only)."""
     sums = state.get("sha256")
     if not isinstance(sums, dict):
         return
+    if set(sums) != set(state["files"]):  # each name is read to its end: never /dev/zero
+        raise CorruptCheckpoint(f"{folder / STATE}: sha256: names other files than its files")
     for name, expected in sums.items():
         if sha256(folder / name) != expected:
             raise CorruptCheckpoint(
@@ -216,7 +269,12 @@ def latest(
         if at is not None and step != at:
             continue
         try:
-            return load(path)
+            loaded = load(path)
+            if loaded.step != step:  # a state edited, or copied from another checkpoint
+                raise CorruptCheckpoint(
+                    f"{path / STATE}: step: {loaded.step} is not the step of its folder ({step})"
+                )
+            return loaded
         except CorruptCheckpoint as exc:
             warn(f"skipping checkpoint {path}: {exc}")
     return None
@@ -253,7 +311,8 @@ class Writer:
     limit: int | None = None
     records: list[WriteRecord] = field(default_factory=list)
     _thread: threading.Thread | None = None
-    _error: BaseException | None = None
+    _error: tuple[int, BaseException] | None = None
+    """(step, what its write raised)."""
 
     def submit(self, snapshot: Snapshot, record: WriteRecord) -> None:
         self.wait()
@@ -270,7 +329,7 @@ class Writer:
             rotate(self.output_dir, self.limit, keep=path)
             record.path, record.bytes = str(path), size
         except BaseException as exc:  # noqa: BLE001  raised in the training thread by wait()
-            self._error = exc
+            self._error = (snapshot.step, exc)
         record.write_s = time.perf_counter() - start
 
     def wait(self) -> None:
@@ -278,7 +337,22 @@ class Writer:
             self._thread.join()
             self._thread = None
         if self._error is not None:
-            exc, self._error = self._error, None
+            (step, exc), self._error = self._error, None
+            if isinstance(exc, AutotuneError):
+                # a new one: raised again, the stored one and this frame would hold each other
+                # (and the training loop's frames) until the garbage collector runs
+                raise AutotuneError(str(exc))
+            reason = str(exc).splitlines()[0] if str(exc) else ""
             raise AutotuneError(
-                f"writing a checkpoint into {self.output_dir} failed: {type(exc).__name__}: {exc}"
+                f"writing {self.output_dir / f'{PREFIX}{step}'} failed ({type(exc).__name__}: "
+                f"{reason}); the checkpoints before it are intact"
             )
+
+
+def _free_space(folder: Path) -> str:
+    """``, N MiB free there when it failed``: a full disk shows in torch's error only as a wrong
+    file position."""
+    try:
+        return f", {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there when it failed"
+    except OSError:
+        return ""

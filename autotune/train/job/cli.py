@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     job.add_argument(
         "--output-dir",
-        type=Path,
+        type=_folder,
         help="checkpoints, metrics.jsonl and tensorboard/; the same "
         "command again resumes after its newest complete checkpoint",
     )
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     job.add_argument(
         "--init-from",
-        type=Path,
+        type=_folder,
         help="start from an upstream checkpoint (Hugging Face safetensors "
         "with model.safetensors.index.json, e.g. the released GR00T N1.6 weights)",
     )
@@ -72,6 +72,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     job.add_argument(
         "--rdzv-id", default="autotune", help="torchrun's --rdzv-id (the same on every node)"
     )
+
+
+def _folder(text: str) -> Path:
+    """An argparse type: a folder's path. An empty one (an unset shell variable) would be this
+    folder, where the job would train and resume unasked."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is empty; allowed: a folder's path ('.' for this one)"
+        )
+    return Path(text)
 
 
 def check_mode(args: argparse.Namespace) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 import torch
@@ -96,12 +95,21 @@ def export_checkpoint(
             f"{folder}: not a job checkpoint (no {checkpoint.STATE}); give D/checkpoint-<step>"
         )
     model, workload = build_trained_model(folder)
-    index = write_checkpoint(
-        upstream_tensors(model, workload), out, max_shard_bytes=max_shard_bytes
+    return write_checkpoint(
+        upstream_tensors(model, workload),
+        out,
+        max_shard_bytes=max_shard_bytes,
+        extra_files=_beside_weights(checkpoint.read_state(folder).get("init_from")),
     )
-    init = checkpoint.read_state(folder).get("init_from")
-    if init and Path(init["path"]).is_dir():
-        for f in Path(init["path"]).iterdir():
-            if f.is_file() and not _WEIGHT_FILE.match(f.name) and f.name != INDEX:
-                shutil.copy2(f, out / f.name)
-    return index
+
+
+def _beside_weights(init: dict | None) -> list[Path]:
+    """The files of the job's ``--init-from`` folder that are not weights (``config.json``, the
+    processor's): an export without them could not stand in for the released checkpoint."""
+    if not init or not Path(init["path"]).is_dir():
+        return []
+    return [
+        f
+        for f in sorted(Path(init["path"]).iterdir())
+        if f.is_file() and not _WEIGHT_FILE.match(f.name) and f.name != INDEX
+    ]

@@ -14,10 +14,12 @@ trains exactly what an uninterrupted run trains.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import itertools
 import math
+import multiprocessing
 import signal
 import statistics
 import sys
@@ -117,9 +119,21 @@ def _ignore_sigterm(init, worker_id: int) -> None:
 def shield_workers(loader) -> None:
     """Loader workers ignore SIGTERM: torch's workers exit on it, and a scheduler that signals the
     whole process group would otherwise kill them (failing the job's main process) before the
-    job has saved. They still stop when the job ends (a sentinel) or dies (they watch their parent)."""
+    job has saved. They still stop when the job ends (a sentinel) or dies (they watch their parent).
+
+    At exit Python's multiprocessing stops its daemon children with SIGTERM and waits for them:
+    workers whose iterator is still alive then (held by a traceback's frames, or one that failed
+    while starting them) would be waited on forever, so the job kills them first."""
     if isinstance(loader, DataLoader) and loader.num_workers > 0:
         loader.worker_init_fn = functools.partial(_ignore_sigterm, loader.worker_init_fn)
+        atexit.unregister(_kill_workers_left)
+        atexit.register(_kill_workers_left)  # after multiprocessing's: atexit runs it before
+
+
+def _kill_workers_left() -> None:
+    for child in multiprocessing.active_children():
+        if child.daemon:  # a loader worker: the job is over, it has nothing to finish
+            child.kill()
 
 
 class Job:
@@ -210,6 +224,7 @@ class Job:
                 f"{loaded.path} is of {st.get('workload')}/{st.get('preset')}; this job trains "
                 f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir"
             )
+        self._check_seed(loaded)
         if st.get("max_steps") != self.opts.max_steps:
             self.warn(
                 f"{loaded.path} was trained towards --max-steps {st.get('max_steps')}; the schedule now spans "
@@ -219,6 +234,19 @@ class Job:
         state.load_optimizer(self.session, loaded.optimizer)
         state.load_schedule(self.session, loaded.scheduler)
         return int(st["data"]["next_draw"])
+
+    def _check_seed(self, loaded: checkpoint.Loaded) -> None:
+        """Without ``--init-from`` the frozen weights are drawn from the seed, and a checkpoint holds
+        only the trainable ones: another seed would go on training them beside other frozen weights
+        (and export would rebuild those from the seed of the newest checkpoint)."""
+        trained = loaded.state.get("config")
+        seed = trained.get("seed") if isinstance(trained, dict) else None
+        if self.opts.init_from is None and seed is not None and seed != self.cfg.seed:
+            raise ConfigError(
+                f"seed: {self.cfg.seed}: {loaded.path} was trained with seed {seed}, whose random frozen "
+                f"weights (no --init-from) this job would not have; allowed: seed {seed} to resume it, "
+                f"or another --output-dir"
+            )
 
     def _batches(self, next_draw: int):
         s, cfg = self.session, self.cfg
@@ -272,7 +300,10 @@ class Job:
             state.set_rng_state(fresh_rng, self.device)  # whatever building the loader drew
         self.next_draw0 = next_draw
         loop = Loop(self, batches)
-        preempted = loop.run()
+        try:
+            preempted = loop.run()
+        finally:
+            batches.close()  # its loader's workers stop now, whatever holds this frame
         return self._result(loaded, preempted, loop)
 
     # -- checkpoints -------------------------------------------------------------------------------

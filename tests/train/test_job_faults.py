@@ -1,0 +1,167 @@
+"""Faults and hand edits around a job's files: a checkpoint or an export that cannot be written
+(a size-capped tmpfs fills) leaves nothing half-written and says so on one line; a
+``trainer_state.json`` edited by hand is skipped as corrupt, not a traceback; a resume that would
+train beside other frozen weights, or an empty ``--output-dir``, is refused."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.cli import main
+from autotune.train.job import checkpoint
+from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
+
+pytestmark = pytest.mark.slow
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` at ``folder`` (mounting needs root: elsewhere the test is skipped). The
+    tiny preset's weights are 6.9 MB, its optimizer state twice that."""
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]
+    if subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *argv], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_checkpoint_that_cannot_be_written_leaves_no_partial_folder(tmp_path):
+    argv = [a for a in STEPS if a != "--json"]
+    with small_disk(tmp_path / "disk", "12m") as disk:
+        out = disk / "job"
+        done = _run("train", *argv, "--output-dir", str(out))
+        err = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert not list(out.glob(".checkpoint-*")), "the partial checkpoint is left on the disk"
+        assert err[-1].startswith(f"autotune: error: writing {out / 'checkpoint-2'} failed (")
+        assert err[-1].endswith(
+            ", 0 MiB free there when it failed; the checkpoints before it are intact"
+        )
+
+
+def test_an_export_that_cannot_be_written_is_one_line_and_leaves_nothing(reference, tmp_path):  # noqa: F811
+    src, _ = reference
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        export = disk / "export"
+        done = _run("export", str(src / "checkpoint-6"), "--out", str(export))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        err = done.stderr.strip()
+        assert len(err.splitlines()) == 1 and err.endswith("); nothing was written there"), err
+        assert err.startswith(f"autotune: error: {export}: writing the checkpoint failed (")
+        assert list(disk.iterdir()) == []
+
+
+def _edit(state: dict, key: str) -> None:
+    if key == "data":
+        del state["data"]
+    elif key == "data.next_draw":
+        state["data"]["next_draw"] = -5
+    elif key == "init_from":
+        state["init_from"] = "somewhere"
+    elif key == "sha256":
+        state["sha256"]["/dev/zero"] = "0" * 64
+    else:  # the folder is checkpoint-6
+        state["step"] = 4
+
+
+@pytest.mark.parametrize("key", ["data", "data.next_draw", "init_from", "sha256", "step"])
+def test_a_state_edited_by_hand_is_skipped_and_the_checkpoint_before_resumed(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+    key,
+):
+    src, ref = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    path = out / "checkpoint-6" / checkpoint.STATE
+    state = json.loads(path.read_text())
+    _edit(state, key)
+    path.write_text(json.dumps(state))
+    code, res, err = train(capsys, out)
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    named = "data.next_draw" if key == "data" else key
+    assert len(warnings) == 1 and f"{path}: {named}: " in warnings[0], err
+    assert code == 0 and res["start_step"] == 5 and res["losses"] == ref["losses"][4:]
+
+
+def test_exporting_a_state_with_an_edited_init_from_is_one_line(reference, tmp_path, capsys):  # noqa: F811
+    src, _ = reference
+    folder = Path(shutil.copytree(src / "checkpoint-2", tmp_path / "checkpoint-2"))
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    state["init_from"] = "somewhere"
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    assert main(["export", str(folder), "--out", str(tmp_path / "export")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"autotune: error: {folder / checkpoint.STATE}: init_from: ")
+    assert not (tmp_path / "export").exists()
+
+
+def test_resuming_with_another_seed_and_no_init_from_is_refused(reference, tmp_path, capsys):  # noqa: F811
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    cfg = yaml.safe_load((out / "checkpoint-6" / checkpoint.CONFIG).read_text())
+    cfg["seed"] = 5
+    (tmp_path / "seed5.yaml").write_text(yaml.safe_dump(cfg))
+    argv = [a for a in STEPS if a != "--json"]
+    argv[argv.index("--max-steps") + 1] = "8"
+    code = main(
+        ["train", "--config", str(tmp_path / "seed5.yaml"), *argv, "--output-dir", str(out)]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1] == (
+        f"autotune: error: seed: 5: {out / 'checkpoint-6'} was trained with seed 0, whose random "
+        "frozen weights (no --init-from) this job would not have; allowed: seed 0 to resume it, "
+        "or another --output-dir"
+    )
+    assert [s for s, _ in checkpoint.checkpoints(out)] == [2, 4, 6]
+
+
+def test_an_empty_output_dir_is_refused_not_this_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *STEPS, "--output-dir", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == "autotune: error: --output-dir: '' is empty; allowed: a folder's path ('.' for this one)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+SHIELDED_AT_EXIT = """
+import sys, torch
+from torch.utils.data import DataLoader
+from autotune.train.job.training import shield_workers
+loader = DataLoader(torch.arange(64.0), batch_size=4, num_workers=2)
+shield_workers(loader)
+held = iter(loader)  # alive at exit, as when a traceback's frames hold it
+next(held)
+print("started", flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_job_exits_though_its_shielded_workers_outlive_their_iterator():
+    """Workers ignore SIGTERM, which is how Python's exit stops daemon children before it waits
+    for them: the job kills them itself, or its exit would wait forever."""
+    done = subprocess.run(
+        [sys.executable, "-c", SHIELDED_AT_EXIT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 3 and done.stdout == "started\n", done.stderr
