@@ -271,3 +271,22 @@ def test_a_bf16_weight_job_checkpoints_and_resumes_step_for_step(tmp_path, capsy
     assert {t.dtype for t in loaded.weights.values()} == {torch.bfloat16}
     code, rest, _ = train(capsys, tmp_path / "cut", *args)
     assert code == 0 and rest["start_step"] == 3 and rest["losses"] == whole["losses"][2:]
+
+
+def test_a_job_without_save_steps_keeps_its_end(tmp_path, capsys):
+    """No --save-steps: the job still saves its last step, and what it trained can be exported."""
+    out = tmp_path / "job"
+    argv = [
+        "train",
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "3",
+        "--no-progress",
+        "--output-dir",
+        str(out),
+    ]
+    assert main(argv) == 0
+    assert [s for s, _ in checkpoint.checkpoints(out)] == [3]
+    assert main(["export", str(out / "checkpoint-3"), "--out", str(tmp_path / "export")]) == 0
+    assert (tmp_path / "export" / "model.safetensors.index.json").is_file()

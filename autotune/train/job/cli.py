@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     job.add_argument(
         "--save-steps",
         type=POSITIVE,
-        help="write D/checkpoint-<step> every K steps (and at the end)",
+        help="write D/checkpoint-<step> every K steps (the end is always saved)",
     )
     job.add_argument("--save-total-limit", type=POSITIVE, help="keep only the newest L checkpoints")
     job.add_argument(

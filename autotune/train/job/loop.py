@@ -224,8 +224,7 @@ class Loop:
                     self._save()
             preempted = self.step < self.end
             job.session.flush()  # the last step's update, where optimizer.overlap holds it for a next step
-            if preempted or job.opts.save_steps or job.opts.stop_at:
-                self._save()
+            self._save()  # always: a job that ends keeps what it trained, --save-steps or not
             synchronize(job.device)
             self._consume(self.log.poll())
             self._log()
