@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except AutotuneError as exc:  # a flag's value out of range, a missing flag: one line
         if "--debug" in argv:
             raise
-        print(f"autotune: error: {one_line(str(exc))}", file=sys.stderr)
+        _error(one_line(str(exc)))
         return exc.exit_code
     if not getattr(args, "func", None):
         parser.print_help()
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     except AutotuneError as exc:
         if args.debug:
             raise
-        print(f"autotune: error: {one_line(str(exc))}", file=sys.stderr)
+        _error(one_line(str(exc)))
         return exc.exit_code
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
@@ -98,21 +98,26 @@ def main(argv: list[str] | None = None) -> int:
         # torch.OutOfMemoryError (a RuntimeError): the device, or the --memory-budget cap, is full
         if args.debug or not _out_of_memory(exc):
             raise
-        print(f"autotune: error: {out_of_memory_line(exc)}", file=sys.stderr)
+        _error(out_of_memory_line(exc))
         return 1
     # a file or folder of the command that cannot be used (full disk, no permission)
     except OSError as exc:
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        print(
-            f"autotune: error: {where}{exc.strerror or exc} (rerun with --debug for the traceback)",
-            file=sys.stderr,
-        )
+        _error(f"{where}{exc.strerror or exc} (rerun with --debug for the traceback)")
         return 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _error(line: str) -> None:
+    """The one line of a failed command; a password the user typed into a path or URL it names,
+    and the environment's secrets, are not repeated."""
+    from autotune.redact import hide_secrets
+
+    print(f"autotune: error: {hide_secrets(line)}", file=sys.stderr)
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -34,6 +34,8 @@ _SECRET_VARIABLE = re.compile(
     r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE
 )
 """Names of environment variables that hold a secret: HF_TOKEN, WANDB_API_KEY, PGPASSWORD, ..."""
+_USERINFO = re.compile(r"([a-zA-Z][\w+.-]*:/{1,2}[^\s/@:]*:)(\S+)(@)")
+"""``scheme://user:`` then the password, up to the token's last ``@`` (a password may hold one)."""
 SHORTEST_SECRET = 6
 """A shorter value (``1``, ``true``) is a flag, not a secret: hiding it would garble any text."""
 
@@ -122,6 +124,13 @@ def scrub_environment(text: str, env: Mapping[str, str] = os.environ) -> str:
         if len(secret) >= SHORTEST_SECRET:
             text = text.replace(secret, REDACTED)
     return text
+
+
+def hide_secrets(line: str) -> str:
+    """A line the tool prints (an error naming what the user gave): the password of any URL in it
+    (also one a path's normalising left ``scheme:/user:password@``) and the environment's secrets
+    (:func:`scrub_environment`) replaced by ``***``."""
+    return scrub_environment(_USERINFO.sub(rf"\g<1>{REDACTED}\g<3>", line))
 
 
 def is_redacted(url: str) -> bool:

@@ -13,6 +13,7 @@ from urllib.parse import quote, unquote
 import pytest
 import yaml
 
+from autotune.cli import main
 from autotune.config.compat import Machine
 from autotune.redact import StorageURL, redact, redact_argv, scrub, scrub_environment, secrets_of
 from autotune.search import cli as search_cli
@@ -165,3 +166,22 @@ def test_a_failed_runs_words_lose_the_environments_secrets():
     }
     text = "hub hf_aB3dE5gH7jK9, wandb 0123456789abcdef, db 2024#Spring, 1 step, /home/user"
     assert scrub_environment(text, env) == "hub ***, wandb ***, db ***, 1 step, /home/user"
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (["data", "check", "https://user:hunter2secret@hub.example.com/ds"], "https:/user:***@hub"),
+        (["report", "s3://AKIAX:wJalr@XUtnFEMI@bucket/run"], "s3:/AKIAX:***@bucket/run"),
+        (["train", "--config", "/x/postgresql://u:pw1234567@h/db.yaml"], "postgresql:/u:***@h"),
+        (["train", "--config", "/x/hf_aB3dE5gH7jK9.yaml"], "/x/***.yaml"),
+    ],
+)
+def test_an_error_line_repeats_no_password_the_user_typed(argv, shown, monkeypatch, capsys):
+    """A path that holds a URL's password (pasted where a folder was asked), or the value of a
+    secret of the environment: the one line names the path with the secret hidden."""
+    monkeypatch.setenv("HF_TOKEN", "hf_aB3dE5gH7jK9")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autotune: error: ") and shown in err and err.count("\n") == 1
+    assert not any(s in err for s in ("hunter2secret", "XUtnFEMI", "pw1234567", "hf_aB3dE5gH7jK9"))
