@@ -55,7 +55,13 @@ def own_folder(folder: Path, what: str, flag: str, hint: str = "") -> Iterator[N
     how the file names this owner, ``flag`` the option a refused user changes. A folder it created
     that holds nothing at the end (the command failed before writing) is removed again."""
     created = not folder.exists()
-    fd = _take(folder, what, flag, hint)
+    try:
+        fd = _take(folder, what, flag, hint)
+    except ConfigError:
+        if created:
+            with suppress(OSError):
+                folder.rmdir()
+        raise
     _HELD.add(fd)
     try:
         yield
@@ -81,9 +87,18 @@ def _take(folder: Path, what: str, flag: str, hint: str) -> int:
                 f"{folder} is in use by {holder}: wait for it to end, or give another {flag}{hint}"
             ) from None
         if _same_file(fd, folder / LOCK):
-            os.fchmod(fd, MODE)  # a file left by an older version may be readable by all
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(_me(what)).encode(), 0)
+            try:
+                os.fchmod(fd, MODE)  # a file left by an older version may be readable by all
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(_me(what)).encode(), 0)
+            except OSError as exc:  # a full disk: no empty lock file is left to puzzle over
+                with suppress(OSError):
+                    os.unlink(folder / LOCK)
+                os.close(fd)
+                raise ConfigError(
+                    f"{flag} {folder}: cannot write its {LOCK} ({exc.strerror}); give a folder you "
+                    "can write"
+                ) from None
             return fd
         os.close(fd)  # its owner removed it as it ended: lock the new one
     raise ConfigError(f"{folder}: its {LOCK} keeps changing; is another program removing it?")
