@@ -4,8 +4,9 @@ Batch size 3 raises in the loader (a crash), batch size 5 hangs (killed at the t
 batch size 6 hangs in two loader worker processes (a trial with a process tree), batch size 7
 fills host memory (for the OOM killer of a memory-limited cgroup), batch size 4 waits 3 s (or 5
 steps, where a loaded host makes steps long) for every batch (clearly slower: pruned), batch size 9
-raises naming the process's temporary folder, batch size 10 prints ``$HF_TOKEN`` and raises quoting it
-(a workload that shows a secret of its environment), batch size 11 raises naming a file whose name is
+raises naming the process's temporary folder, batch size 10 prints ``$HF_TOKEN``, then 3 MiB of
+output, and raises quoting it (a workload that shows a secret of its environment and floods its
+log), batch size 11 raises naming a file whose name is
 not UTF-8 (a lone surrogate in its message); any other batch size trains like gr00t_n16. The hangs
 last ``$CRASHY_HANG_S`` seconds (default an hour), or until the file ``$CRASHY_RELEASE`` exists,
 after which the batch size trains like any other: the same queued trial hangs in one run and
@@ -52,6 +53,8 @@ class Workload(Gr00tN16):
             raise RuntimeError(f"crashy: tempdir={tempfile.gettempdir()}")
         if batch_size == TOKEN:
             print(f"crashy: logging in with {os.environ['HF_TOKEN']}", file=sys.stderr, flush=True)
+            for i in range(3 << 14):  # 3 MiB in lines of 64 bytes
+                print(f"crashy: line {i:08d} of the flood".ljust(63, "."), file=sys.stderr)
             raise RuntimeError(f"crashy: the hub refused the token {os.environ['HF_TOKEN']}")
         if batch_size == UNDECODED:
             name = os.fsdecode(b"episode-caf\xe9.parquet")

@@ -24,6 +24,7 @@ from autotune.config.compat import usable_cpus
 from autotune.train.trial import zygote_client
 from autotune.train.trial.exitcause import exit_failure, oom_kills
 from autotune.train.trial.hostload import read_host_load
+from autotune.train.trial.logpump import open_log
 from autotune.train.trial.procgroup import (
     PREFIX,
     TrialProcess,
@@ -174,10 +175,18 @@ def _run(
     argv = command(
         config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra
     )
-    log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    pump = open_log(log_path)
     oom_before = oom_kills()
     try:
-        proc = start_trial(argv, folder=str(tmp), env=env, log=log, fork=zygote_client.fork_trial)
+        proc = start_trial(
+            argv,
+            folder=str(tmp),
+            env=env,
+            log=pump.writer if pump else subprocess.DEVNULL,
+            fork=zygote_client.fork_trial,
+        )
+        if pump:
+            pump.started()
         try:
             stopped = _wait(proc.popen, timeout, progress if on_step else None, on_step)
         except subprocess.TimeoutExpired:
@@ -190,8 +199,8 @@ def _run(
                 "pruned", f"pruned after {stopped} measured steps", steps_run=stopped
             )
     finally:
-        if log is not subprocess.DEVNULL:
-            log.close()
+        if pump:
+            pump.close()  # after stop_trial: every copy of the pipe is closed, the log complete
     if getattr(proc.popen, "parent_lost", False):
         return _parent_lost(proc, Path(out))
     if Path(out).exists():
