@@ -36,6 +36,7 @@ _SECRET_VARIABLE = re.compile(
 """Names of environment variables that hold a secret: HF_TOKEN, WANDB_API_KEY, PGPASSWORD, ..."""
 _USERINFO = re.compile(r"([a-zA-Z][\w+.-]*:/{1,2}[^\s/@:]*:)(\S+)(@)")
 """``scheme://user:`` then the password, up to the token's last ``@`` (a password may hold one)."""
+_PLACEHOLDER = re.compile(r"<\w+>")
 SHORTEST_SECRET = 6
 """A shorter value (``1``, ``true``) is a flag, not a secret: hiding it would garble any text."""
 
@@ -130,7 +131,14 @@ def hide_secrets(line: str) -> str:
     """A line the tool prints (an error naming what the user gave): the password of any URL in it
     (also one a path's normalising left ``scheme:/user:password@``) and the environment's secrets
     (:func:`scrub_environment`) replaced by ``***``."""
-    return scrub_environment(_USERINFO.sub(rf"\g<1>{REDACTED}\g<3>", line))
+    return scrub_environment(_USERINFO.sub(_hide_password, line))
+
+
+def _hide_password(match: re.Match) -> str:
+    user, password, at = match.groups()
+    if _PLACEHOLDER.fullmatch(password):  # an example's ``<password>``: nothing to hide
+        return match.group()
+    return f"{user}{REDACTED}{at}"
 
 
 def is_redacted(url: str) -> bool:

@@ -80,7 +80,7 @@ def open_storage(
     except sqlalchemy.exc.NoSuchModuleError:
         raise ConfigError(
             f"--storage {shown}: {parsed.drivername!r} is not a database SQLAlchemy knows "
-            f"(e.g. postgresql://user:password@host:5432/db)"
+            f"(e.g. postgresql://<user>:<password>@<host>:5432/<db>)"
         ) from None
     except ImportError as exc:
         missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
@@ -155,7 +155,7 @@ def _parse(url: str) -> URL:
     except (sqlalchemy.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(
             f"--storage {redact(url)!r} is not a database URL "
-            f"(e.g. postgresql://user:password@host:5432/db)"
+            f"(e.g. postgresql://<user>:<password>@<host>:5432/<db>)"
         ) from None
 
 

@@ -164,7 +164,7 @@ def test_a_port_that_is_not_a_number_is_one_line(tmp_path, url, capsys):
     printed = capsys.readouterr()
     assert printed.err.splitlines() == [
         f"autotune: error: --storage {url.replace('hunter2', '***')!r} is not a database URL "
-        "(e.g. postgresql://user:password@host:5432/db)"
+        "(e.g. postgresql://<user>:<password>@<host>:5432/<db>)"
     ]
     assert "hunter2" not in printed.out + printed.err
 
