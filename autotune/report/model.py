@@ -388,7 +388,7 @@ def _parity_reference(parity: Parity | None, diagnosis: dict[str, Any]) -> str |
 
 def _parity(run_dir: Path, provenance: dict[str, Any], notes: list[str]) -> Parity | None:
     data = folder.read_json(run_dir / "parity.json", notes) or provenance.get("parity")
-    return Parity.from_dict(data) if isinstance(data, dict) else None
+    return Parity.from_dict(data, "parity.json", notes) if isinstance(data, dict) else None
 
 
 def _stages(
@@ -407,7 +407,7 @@ def _stages(
             "guided by profiles, or has not got past the stock trial yet"
         )
         return []
-    return [Stage.from_dict(s, run_dir) for s in raw if isinstance(s, dict)]
+    return [Stage.from_dict(s, run_dir, notes) for s in raw if isinstance(s, dict)]
 
 
 def _profile_of(

@@ -7,6 +7,7 @@ the fields the page shows, tolerate absent ones (older or unfinished runs) and i
 from __future__ import annotations
 
 import os
+import types
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -88,24 +89,49 @@ class RunInfo:
     finished_at: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], notes: list[str] | None = None) -> RunInfo:
-        """The fields of ``data`` of their declared type; one of another type is left out (and noted)."""
-        hints = typing.get_type_hints(cls)
-        known = _known(cls, data)
-        wrong = [k for k, v in known.items() if v is not None and not _of_type(v, hints[k])]
-        for k in wrong:
-            said = f"run.json: {k} is {known.pop(k)!r}, not {hints[k]}; left out"
-            if notes is not None:
-                notes.append(said)
-        return cls(**known)
+    def from_dict(cls, data: dict[str, Any], notes: list[str]) -> RunInfo:
+        return cls(**typed(cls, data, "run.json", notes))
+
+
+def typed(cls: type, data: dict[str, Any], source: str, notes: list[str]) -> dict[str, Any]:
+    """The fields of ``cls`` in ``data`` that hold a value of their declared type (a file of the
+    run folder is data: a value of another type would end the page); each other one is left out,
+    with a note naming ``source``."""
+    hints = typing.get_type_hints(cls)
+    known = _known(cls, data)
+    for key in [k for k, v in known.items() if v is not None and not _of_type(v, hints[k])]:
+        value = repr(known.pop(key))
+        value = value if len(value) <= 60 else f"{value[:57]}..."
+        notes.append(f"{source}: {key} is {value}, not {_type_name(hints[key])}; left out")
+    return known
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "") if typing.get_args(hint) else hint.__name__
 
 
 def _of_type(value: Any, hint: Any) -> bool:
-    """``value`` is of the type ``hint`` (a class, ``X | None``, ``dict[...]``); a bool is no number."""
-    kinds = [typing.get_origin(k) or k for k in typing.get_args(hint) or (hint,)]
+    """``value`` is of the type ``hint``: a class, ``X | None``, ``list[X]``, ``dict[K, V]``, ``Any``
+    (a bool is no number; an int is a float)."""
+    if hint is Any:
+        return True
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_of_type(value, h) for h in args)
+    if hint is type(None):
+        return value is None
+    kind = origin or hint
     if isinstance(value, bool):
-        return bool in kinds
-    return any(isinstance(value, k) or (k is float and isinstance(value, int)) for k in kinds)
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    if not isinstance(value, kind):
+        return False
+    if kind is list and args:
+        return all(_of_type(v, args[0]) for v in value)
+    if kind is dict and args:
+        return all(_of_type(k, args[0]) and _of_type(v, args[1]) for k, v in value.items())
+    return True
 
 
 @dataclass
@@ -122,14 +148,12 @@ class Parity:
     stock's, stock's without the memory cap, or the first exact configuration that fits."""
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Parity | None:
-        if "passed" not in data:
-            return None
+    def from_dict(cls, data: dict[str, Any], source: str, notes: list[str]) -> Parity | None:
+        """None where ``data`` has no verdict (``passed``: true or false)."""
         ref = data.get("reference")
-        known = _known(
-            cls, {**data, "reference": ref.get("text") if isinstance(ref, dict) else ref}
-        )
-        return cls(**known)
+        data = {**data, "reference": ref.get("text") if isinstance(ref, dict) else ref}
+        known = typed(cls, data, source, notes)
+        return cls(**known) if known.get("passed") is not None else None
 
 
 @dataclass
@@ -164,8 +188,9 @@ class Stage:
     ``budget_bytes``, ``fits``), as the guide's diagnosis has them."""
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], run_dir: Path) -> Stage:
-        stage = cls(**_known(cls, {"stage": 0, **data}))
+    def from_dict(cls, data: dict[str, Any], run_dir: Path, notes: list[str]) -> Stage:
+        known = typed(cls, data, "diagnosis.json: stage", notes)
+        stage = cls(**{"stage": 0, **known})
         stage.profile = relative(stage.profile, run_dir)
         if stage.gain is None and stage.best_samples_per_s and stage.incumbent_samples_per_s:
             stage.gain = stage.best_samples_per_s / stage.incumbent_samples_per_s

@@ -58,3 +58,42 @@ def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     write_report(run)
     page = (run / "report.html").read_text()
     assert "<code>a$\\frac{$b=" in page
+
+
+def _set(run: Path, name: str, edit) -> None:
+    data = json.loads((run / name).read_text())
+    edit(data)
+    (run / name).write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    "name, edit, note",
+    [
+        (
+            "parity.json",
+            lambda d: d.update(tolerance="big"),
+            "parity.json: tolerance is 'big', not float | None; left out",
+        ),
+        (
+            "parity.json",
+            lambda d: d.update(passed="yes"),
+            "parity.json: passed is 'yes', not bool; left out",
+        ),
+        (
+            "diagnosis.json",
+            lambda d: d["stages"][0].update(share="big"),
+            "diagnosis.json: stage: share is 'big', not float | None; left out",
+        ),
+        (
+            "diagnosis.json",
+            lambda d: d["stages"][0].update(groups=[5]),
+            "diagnosis.json: stage: groups is [5], not list[str] | None; left out",
+        ),
+    ],
+)
+def test_a_summary_field_of_another_type_is_left_out_with_a_note(run, name, edit, note):
+    _set(run, name, edit)
+    report = build_report(run)
+    assert note in report.notes
+    write_report(run)
+    assert (run / "report.html").is_file()
