@@ -263,24 +263,29 @@ class Profile:
         c = (summary or {}).get("classification")
         if not isinstance(c, dict):
             return prof
-        try:
-            prof.ranks = [
-                RankBuckets(int(r["rank"]), float(r["step_time_ms"]), dict(r["buckets"]))
-                for r in c["ranks"]
-            ]
-            prof.top_kernels = [Kernel(**_known(Kernel, k)) for k in c.get("top_kernels", [])]
-        except (KeyError, TypeError, ValueError) as exc:
-            notes.append(
-                f"{prof.path}/{folder.SUMMARY} has an unexpected shape ({exc!r}); its buckets are left out"
-            )
+        source = f"{prof.path}/{folder.SUMMARY}"
+        ranks = _records(RankBuckets, c.get("ranks"), source, notes)
+        kernels = _records(Kernel, c.get("top_kernels", []), source, notes)
+        if ranks is None or kernels is None:
+            notes.append(f"{source} has an unexpected shape; its buckets are left out")
             return prof
-        prof.device, prof.dominant, prof.buckets = (
-            c.get("device"),
-            c.get("dominant"),
-            c.get("buckets"),
-        )
-        prof.step_time_ms, prof.overhead = c.get("step_time_ms"), (summary or {}).get("overhead")
+        prof.ranks, prof.top_kernels = ranks, kernels
+        loose = {k: c.get(k) for k in ("device", "dominant", "buckets", "step_time_ms")}
+        loose["overhead"] = summary.get("overhead")
+        for key, value in typed(cls, loose, source, notes).items():
+            setattr(prof, key, value)
         return prof
+
+
+def _records(cls: type, items: Any, source: str, notes: list[str]) -> list | None:
+    """Each of ``items`` as a ``cls``; None where one is not a whole record of it."""
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return None
+    records = [typed(cls, item, source, notes) for item in items]
+    required = {f.name for f in fields(cls)}  # Kernel and RankBuckets: every field
+    if not all(set(r) == required for r in records):
+        return None
+    return [cls(**r) for r in records]
 
 
 @dataclass

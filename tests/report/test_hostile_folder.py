@@ -97,3 +97,35 @@ def test_a_summary_field_of_another_type_is_left_out_with_a_note(run, name, edit
     assert note in report.notes
     write_report(run)
     assert (run / "report.html").is_file()
+
+
+SUMMARY = "profiles/trial-0001/classification.summary"
+
+
+@pytest.mark.parametrize(
+    "edit, note",
+    [
+        (
+            lambda c: c.update(step_time_ms="slow"),
+            f"{SUMMARY}: step_time_ms is 'slow', not float | None; left out",
+        ),
+        (
+            lambda c: c.update(buckets=[1, 2]),
+            f"{SUMMARY}: buckets is [1, 2], not dict[str, float] | None; left out",
+        ),
+        (
+            lambda c: c["ranks"][0].update(buckets={"compute_serial": "x"}),
+            f"{SUMMARY} has an unexpected shape; its buckets are left out",
+        ),
+        (
+            lambda c: c.update(top_kernels="x"),
+            f"{SUMMARY} has an unexpected shape; its buckets are left out",
+        ),
+    ],
+)
+def test_a_profile_summary_of_another_shape_costs_its_part_only(run, edit, note):
+    _set(run, SUMMARY, lambda d: edit(d["classification"]))
+    report = build_report(run)
+    assert note in report.notes
+    write_report(run)
+    assert (run / "report.html").is_file()
