@@ -4,10 +4,8 @@ never a traceback."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
-import subprocess
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +14,7 @@ import pytest
 from autotune.cli import main
 from autotune.data import MakeSpec, make_dataset
 from tests.data.test_meta_bounds import EPISODES, INFO, _check_fails, _edit_info
+from tests.tmpfs import fill, small_disk
 
 MODALITY = "meta/modality.json"
 STATS = "meta/episodes_stats.jsonl"
@@ -157,24 +156,16 @@ def test_a_v3_timestamp_that_is_not_finite_is_refused(broken_v3, capsys, value):
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """A tmpfs of 64 KiB (mounting needs root: elsewhere the test is skipped)."""
-    folder = tmp_path / "tmpfs"
-    folder.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)]
-    if subprocess.run(mount, capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    yield folder
-    subprocess.run(["umount", str(folder)], check=True)
+    """A tmpfs of 64 KiB."""
+    with small_disk(tmp_path / "tmpfs", "64k") as disk:
+        yield disk
 
 
 def test_modality_write_on_a_full_disk_leaves_no_temporary_file(broken_copy, small_tmpfs, capsys):
     root = small_tmpfs / "ds"
     shutil.copytree(broken_copy / "meta", root / "meta")  # all that `data modality` reads
     (root / MODALITY).unlink()
-    # fill the disk to its last byte (unbuffered: nothing is left to write when the file closes)
-    with open(small_tmpfs / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"\0" * 512)
+    fill(small_tmpfs)
     assert main(["data", "modality", str(root), "--write"]) == 2
     err = capsys.readouterr().err
     assert err == (

@@ -6,7 +6,6 @@ two loader workers) for ``$CRASHY_HANG_S`` seconds or until ``$CRASHY_RELEASE`` 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from autotune.cli import main
 from autotune.config import load_config
 from autotune.search.journal import SafeJournalFile, open_journal
 from autotune.search.trials import reason_of, record_of
+from tests import tmpfs
 from tests.trialprocs import guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
@@ -284,33 +284,9 @@ def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 32 MiB tmpfs of the test's own, to fill (mounting needs root: skipped elsewhere)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)], capture_output=True
-        ).returncode
-    ):
-        pytest.skip("no tmpfs can be mounted here (needs root)")
-    try:
+    """A 32 MiB tmpfs of the test's own, to fill."""
+    with tmpfs.small_disk(tmp_path / "disk", "32m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Fill ``disk`` to its last byte; the filler file."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        for chunk in (1 << 20, 4096, 1):
-            try:
-                while True:
-                    f.write(b"\0" * chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-    return filler
 
 
 def end_near_a_page(journal: Path, room: int = 16) -> None:
@@ -350,7 +326,7 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     pids = trial_processes(folder)
     end_near_a_page(journal)
     before = files_of(out)
-    filler = fill(small_disk)
+    filler = tmpfs.fill(small_disk)
     release.touch()
     output = tuner.communicate(timeout=600)[0]
     assert tuner.returncode == 2, output

@@ -5,12 +5,10 @@ train beside other frozen weights, or an empty ``--output-dir``, is refused."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,23 +16,10 @@ import yaml
 
 from autotune.cli import main
 from autotune.train.job import checkpoint
+from tests.tmpfs import small_disk
 from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
 
 pytestmark = pytest.mark.slow
-
-
-@contextlib.contextmanager
-def small_disk(folder: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` at ``folder`` (mounting needs root: elsewhere the test is skipped). The
-    tiny preset's weights are 6.9 MB, its optimizer state twice that."""
-    folder.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]
-    if subprocess.run(mount, capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:

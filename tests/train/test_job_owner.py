@@ -4,7 +4,6 @@ is readable by its owner alone, and is gone when the job ends; a dead owner's lo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ import pytest
 
 from autotune.cli import main
 from tests.clirun import ROOT
+from tests.tmpfs import fill, small_disk
 
 pytestmark = pytest.mark.slow
 JOB = ["--preset", "tiny", "--save-steps", "1000", "--log-steps", "1", "--no-progress"]
@@ -108,15 +108,8 @@ def test_a_folder_the_owner_made_and_left_empty_is_removed_and_any_other_kept(tm
 def test_a_full_disk_under_the_folder_is_one_line_and_leaves_no_lock(tmp_path, capsys):
     """The owner's record cannot be written (a full 64 KiB tmpfs): one line naming the folder and
     the lock, and neither an empty lock file nor the folder it made is left."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)]
-    if subprocess.run(mount, capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
-            while True:
-                f.write(b"\0" * 512)
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        fill(disk)
         out = disk / "job"
         assert main(["train", *JOB, "--max-steps", "2", "--output-dir", str(out)]) == 2
         assert capsys.readouterr().err == (
@@ -124,5 +117,3 @@ def test_a_full_disk_under_the_folder_is_one_line_and_leaves_no_lock(tmp_path, c
             "device); give a folder you can write\n"
         )
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
