@@ -115,23 +115,34 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-def scrub_environment(text: str, env: Mapping[str, str] = os.environ) -> str:
-    """``text`` (a failed run's message or traceback, which the workload wrote) with the value of
-    every secret-looking variable of ``env``, and the secrets of ``$AUTOTUNE_STORAGE``, replaced by
-    ``***``: a run inherits them, and its words go to the journal, the report and the logs."""
+def environment_secrets(env: Mapping[str, str] = os.environ) -> list[str]:
+    """The values of every secret-looking variable of ``env`` and the secrets of
+    ``$AUTOTUNE_STORAGE`` (a run inherits them), longest first; a value shorter than
+    ``SHORTEST_SECRET`` is left out."""
     found = {v for k, v in env.items() if _SECRET_VARIABLE.search(k)}
     found.update(secrets_of(env.get("AUTOTUNE_STORAGE", "")))
-    for secret in sorted(found, key=len, reverse=True):
-        if len(secret) >= SHORTEST_SECRET:
-            text = text.replace(secret, REDACTED)
+    return sorted((s for s in found if len(s) >= SHORTEST_SECRET), key=len, reverse=True)
+
+
+def scrub_environment(text: str, env: Mapping[str, str] = os.environ) -> str:
+    """``text`` (a failed run's message or traceback, which the workload wrote) with every one of
+    :func:`environment_secrets` replaced by ``***``: its words go to the journal, the report, the logs."""
+    return _replace_all(text, environment_secrets(env))
+
+
+def _replace_all(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
     return text
 
 
-def hide_secrets(line: str) -> str:
-    """A line the tool prints (an error naming what the user gave): the password of any URL in it
-    (also one a path's normalising left ``scheme:/user:password@``) and the environment's secrets
-    (:func:`scrub_environment`) replaced by ``***``."""
-    return scrub_environment(_USERINFO.sub(_hide_password, line))
+def hide_secrets(line: str, secrets: list[str] | None = None) -> str:
+    """A line the tool prints or writes (an error naming what the user gave, a trial's output): the
+    password of any URL in it (also one a path's normalising left ``scheme:/user:password@``) and
+    ``secrets`` (default :func:`environment_secrets`, which a caller of many lines finds once)
+    replaced by ``***``."""
+    line = _USERINFO.sub(_hide_password, line)
+    return _replace_all(line, environment_secrets() if secrets is None else secrets)
 
 
 def _hide_password(match: re.Match) -> str:

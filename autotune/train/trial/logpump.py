@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import BinaryIO
 
-from autotune.redact import hide_secrets
+from autotune.redact import environment_secrets, hide_secrets
 
 HEAD = 1 << 20
 """Bytes kept from the start of the output (written as they come: the log can be followed)."""
@@ -34,9 +34,9 @@ JOIN_S = 10.0
 """How long ``close`` waits for the copy to end (an orphan still holding the pipe is not waited for)."""
 
 
-def _scrubbed(line: bytes) -> bytes:
+def _scrubbed(line: bytes, secrets: list[str]) -> bytes:
     text = line.decode("utf-8", "surrogateescape")
-    return hide_secrets(text).encode("utf-8", "surrogateescape")
+    return hide_secrets(text, secrets).encode("utf-8", "surrogateescape")
 
 
 class LogPump:
@@ -44,6 +44,7 @@ class LogPump:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed by the copying thread)
+        self._secrets = environment_secrets()  # the trial's environment is this process's
         read_end, write_end = os.pipe()
         self.writer = os.fdopen(write_end, "wb", buffering=0)
         """The trial's stdout and stderr (a file object: the warm parent passes its descriptor on)."""
@@ -64,7 +65,7 @@ class LogPump:
         head, tail, tail_bytes, dropped = 0, collections.deque(), 0, 0
         try:
             while line := self._reader.readline(LINE):
-                line = _scrubbed(line)
+                line = _scrubbed(line, self._secrets)
                 if head + len(line) <= HEAD and not tail:
                     self._file.write(line)
                     self._file.flush()
