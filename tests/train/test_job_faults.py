@@ -150,3 +150,43 @@ def test_a_job_exits_though_its_shielded_workers_outlive_their_iterator():
         [sys.executable, "-c", SHIELDED_AT_EXIT], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 3 and done.stdout == "started\n", done.stderr
+
+
+def test_exporting_into_a_jobs_folder_under_a_checkpoints_name_is_refused(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """The job would take it for a corrupt checkpoint of its own (and delete it on rotation)."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    target = out / "checkpoint-99"
+    assert main(["export", str(out / "checkpoint-6"), "--out", str(target)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: --out {target}: a checkpoint's name in a job's folder, where the job "
+        "would take the export for a corrupt checkpoint and delete it; give another --out\n"
+    )
+    assert not target.exists()
+
+
+def test_resuming_with_another_optimizer_says_so(reference, tmp_path, capsys):  # noqa: F811
+    src, ref = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    cfg = yaml.safe_load((out / "checkpoint-6" / checkpoint.CONFIG).read_text())
+    before = cfg["optimizer"]["impl"]
+    cfg["optimizer"]["impl"] = after = "loop" if before != "loop" else "foreach"
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(cfg))
+    argv = [a for a in STEPS if a != "--json"]
+    argv[argv.index("--max-steps") + 1] = "8"
+    code = main(
+        ["train", "--config", str(tmp_path / "other.yaml"), *argv, "--output-dir", str(out)]
+    )
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert (
+        code == 0
+        and (
+            f"autotune: warning: {out / 'checkpoint-6'} was trained with optimizer.impl {before}; this "
+            f"job goes on with {after}, which takes its optimizer state over"
+        )
+        in warnings
+    )

@@ -99,14 +99,18 @@ class WriteRecord:
         return dict(self.__dict__)
 
 
+def step_of(path: Path) -> int | None:
+    """The step of a folder named as a checkpoint (``checkpoint-<step>``); None for another name."""
+    m = _NAME.match(path.name)
+    return int(m.group(1)) if m else None
+
+
 def checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
     """Complete checkpoint folders in ``output_dir`` by step, oldest first."""
     if not output_dir.is_dir():
         return []
     found = [
-        (int(m.group(1)), p)
-        for p in output_dir.iterdir()
-        if p.is_dir() and (m := _NAME.match(p.name))
+        (step, p) for p in output_dir.iterdir() if p.is_dir() and (step := step_of(p)) is not None
     ]
     return sorted(found)
 

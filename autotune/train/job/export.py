@@ -94,6 +94,11 @@ def export_checkpoint(
         raise ConfigError(
             f"{folder}: not a job checkpoint (no {checkpoint.STATE}); give D/checkpoint-<step>"
         )
+    if checkpoint.checkpoints(out.parent) and checkpoint.step_of(out) is not None:
+        raise ConfigError(
+            f"--out {out}: a checkpoint's name in a job's folder, where the job would take the "
+            "export for a corrupt checkpoint and delete it; give another --out"
+        )
     model, workload = build_trained_model(folder)
     return write_checkpoint(
         upstream_tensors(model, workload),

@@ -225,6 +225,7 @@ class Job:
                 f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir"
             )
         self._check_seed(loaded)
+        self._note_optimizer(loaded)
         if st.get("max_steps") != self.opts.max_steps:
             self.warn(
                 f"{loaded.path} was trained towards --max-steps {st.get('max_steps')}; the schedule now spans "
@@ -246,6 +247,18 @@ class Job:
                 f"seed: {self.cfg.seed}: {loaded.path} was trained with seed {seed}, whose random frozen "
                 f"weights (no --init-from) this job would not have; allowed: seed {seed} to resume it, "
                 f"or another --output-dir"
+            )
+
+    def _note_optimizer(self, loaded: checkpoint.Loaded) -> None:
+        """Another optimizer implementation takes the saved state over (the moments as it stores
+        them: 8- or 4-bit ones requantized): the job goes on, but not as the one it was."""
+        trained = loaded.state.get("config")
+        optimizer = trained.get("optimizer") if isinstance(trained, dict) else None
+        impl = optimizer.get("impl") if isinstance(optimizer, dict) else None
+        if impl is not None and impl != self.cfg.optimizer.impl:
+            self.warn(
+                f"{loaded.path} was trained with optimizer.impl {impl}; this job goes on with "
+                f"{self.cfg.optimizer.impl}, which takes its optimizer state over"
             )
 
     def _batches(self, next_draw: int):
