@@ -54,3 +54,16 @@ class ParityError(AutotuneError):
 
 class ReportError(AutotuneError):
     """A run folder cannot be reported on (not a folder, no study in it, an unreadable study)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message ("" for none): a library's error (torch's, safetensors')
+    quoted in one line of autotune's."""
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a value quoted from a file someone handed over."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

@@ -15,6 +15,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import short_repr
 from autotune.report import folder
 from autotune.search.noise import flags
 from autotune.search.trials import (
@@ -100,8 +101,7 @@ def typed(cls: type, data: dict[str, Any], source: str, notes: list[str]) -> dic
     hints = typing.get_type_hints(cls)
     known = _known(cls, data)
     for key in [k for k, v in known.items() if v is not None and not _of_type(v, hints[k])]:
-        value = repr(known.pop(key))
-        value = value if len(value) <= 60 else f"{value[:57]}..."
+        value = short_repr(known.pop(key))
         notes.append(f"{source}: {key} is {value}, not {_type_name(hints[key])}; left out")
     return known
 

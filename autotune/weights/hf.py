@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from autotune.boundedread import read_text
-from autotune.errors import DataError
+from autotune.errors import DataError, first_line
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -150,7 +150,7 @@ def write_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(exc, Exception):
             raise
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = first_line(exc) or type(exc).__name__
         raise DataError(
             f"{out}: writing the checkpoint failed ({reason}); nothing was written there"
         ) from exc

@@ -432,12 +432,9 @@ def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, c
     assert best.read_bytes() == text and best.stat().st_mtime_ns == stamp
 
 
-def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path, capsys):
-    """best.yaml written without a confirmation (``--confirm-rounds 0`` here; a time budget that ended first
-    on a GPU): the same study run again with nothing new to try confirms it, and a third run leaves it."""
-    out = copy_of(finished_study, tmp_path)
-    study = journal_study(out)
-    # a third trial that "beat stock by far": stock's configuration and measured record
+def add_a_best_far_above_stock(study: optuna.Study) -> None:
+    """A third trial that "beat stock by far": stock's configuration and measured record, at 100x
+    its value (the study confirms it at its end)."""
     stock = study.trials[0]
     study.add_trial(
         optuna.trial.create_trial(
@@ -447,6 +444,14 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
             user_attrs={k: v for k, v in stock.user_attrs.items() if k != "stock"},
         )
     )
+
+
+def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path, capsys):
+    """best.yaml written without a confirmation (``--confirm-rounds 0`` here; a time budget that ended first
+    on a GPU): the same study run again with nothing new to try confirms it, and a third run leaves it."""
+    out = copy_of(finished_study, tmp_path)
+    study = journal_study(out)
+    add_a_best_far_above_stock(study)
     assert main([*RUN, "--trials", "3", "--out", str(out)]) == 0
     assert (
         not load_config(out / "best.yaml").provenance["confirmed"]
@@ -565,15 +570,7 @@ def test_a_tuner_stopped_in_its_confirmation_leaves_the_study_unfinished(finishe
     command then confirms and finishes it."""
     out = copy_of(finished_study, tmp_path)
     study = journal_study(out)
-    stock = study.trials[0]  # a third trial that "beat stock by far": it is confirmed at the end
-    study.add_trial(
-        optuna.trial.create_trial(
-            params=stock.params,
-            distributions=stock.distributions,
-            value=100 * stock.value,
-            user_attrs={k: v for k, v in stock.user_attrs.items() if k != "stock"},
-        )
-    )
+    add_a_best_far_above_stock(study)
     argv = [*RUN, "--trials", "3", "--out", str(out)]
     argv[argv.index("--confirm-rounds") + 1] = "2"
     best = (out / "best.yaml").read_bytes()

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, first_line, short_repr
 
 PREFIX = "checkpoint-"
 WEIGHTS, OPTIMIZER, SCHEDULER, RNG = (
@@ -137,7 +137,7 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
         shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(exc, Exception):
             raise
-        reason = str(exc).splitlines()[0] if str(exc) else ""
+        reason = first_line(exc)
         raise AutotuneError(
             f"writing {final} failed ({type(exc).__name__}: {reason}){free}; the checkpoints "
             "before it are intact"
@@ -210,12 +210,14 @@ def _check_fields(folder: Path, state: dict[str, Any]) -> None:
     where = folder / STATE
     step = state.get("step")
     if not _count(step):
-        raise CorruptCheckpoint(f"{where}: step: {_short(step)} is not a step (an integer >= 0)")
+        raise CorruptCheckpoint(
+            f"{where}: step: {short_repr(step)} is not a step (an integer >= 0)"
+        )
     data = state.get("data")
     draw = data.get("next_draw") if isinstance(data, dict) else None
     if not _count(draw):
         raise CorruptCheckpoint(
-            f"{where}: data.next_draw: {_short(draw)} is not a data position (an integer >= 0)"
+            f"{where}: data.next_draw: {short_repr(draw)} is not a data position (an integer >= 0)"
         )
     init = state.get("init_from")
     if init and not (
@@ -224,13 +226,8 @@ def _check_fields(folder: Path, state: dict[str, Any]) -> None:
         and isinstance(init.get("fingerprint"), str)
     ):
         raise CorruptCheckpoint(
-            f"{where}: init_from: {_short(init)} is not null or {{path, fingerprint}} of a folder"
+            f"{where}: init_from: {short_repr(init)} is not null or {{path, fingerprint}} of a folder"
         )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def verify(folder: Path, state: dict[str, Any]) -> None:
@@ -259,7 +256,7 @@ def load(folder: Path) -> Loaded:
         rng = torch.load(folder / RNG, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001  any failure to read means: not this checkpoint
         raise CorruptCheckpoint(
-            f"{folder} does not load ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+            f"{folder} does not load ({type(exc).__name__}: {first_line(exc)})"
         ) from None
     return Loaded(folder, state["step"], weights, optimizer, scheduler, rng, state)
 
@@ -346,7 +343,7 @@ class Writer:
                 # a new one: raised again, the stored one and this frame would hold each other
                 # (and the training loop's frames) until the garbage collector runs
                 raise AutotuneError(str(exc))
-            reason = str(exc).splitlines()[0] if str(exc) else ""
+            reason = first_line(exc)
             raise AutotuneError(
                 f"writing {self.output_dir / f'{PREFIX}{step}'} failed ({type(exc).__name__}: "
                 f"{reason}); the checkpoints before it are intact"

@@ -136,6 +136,12 @@ def _kill_workers_left() -> None:
             child.kill()
 
 
+def _trained_config(loaded: checkpoint.Loaded) -> dict[str, Any]:
+    """The configuration a checkpoint was trained with, as its state records it ({} if not a mapping)."""
+    trained = loaded.state.get("config")
+    return trained if isinstance(trained, dict) else {}
+
+
 class Job:
     def __init__(self, cfg: TrainConfig, opts: JobOptions) -> None:
         self.opts = opts
@@ -240,8 +246,7 @@ class Job:
         """Without ``--init-from`` the frozen weights are drawn from the seed, and a checkpoint holds
         only the trainable ones: another seed would go on training them beside other frozen weights
         (and export would rebuild those from the seed of the newest checkpoint)."""
-        trained = loaded.state.get("config")
-        seed = trained.get("seed") if isinstance(trained, dict) else None
+        seed = _trained_config(loaded).get("seed")
         if self.opts.init_from is None and seed is not None and seed != self.cfg.seed:
             raise ConfigError(
                 f"seed: {self.cfg.seed}: {loaded.path} was trained with seed {seed}, whose random frozen "
@@ -252,8 +257,7 @@ class Job:
     def _note_optimizer(self, loaded: checkpoint.Loaded) -> None:
         """Another optimizer implementation takes the saved state over (the moments as it stores
         them: 8- or 4-bit ones requantized): the job goes on, but not as the one it was."""
-        trained = loaded.state.get("config")
-        optimizer = trained.get("optimizer") if isinstance(trained, dict) else None
+        optimizer = _trained_config(loaded).get("optimizer")
         impl = optimizer.get("impl") if isinstance(optimizer, dict) else None
         if impl is not None and impl != self.cfg.optimizer.impl:
             self.warn(
