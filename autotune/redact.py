@@ -124,12 +124,6 @@ def environment_secrets(env: Mapping[str, str] = os.environ) -> list[str]:
     return sorted((s for s in found if len(s) >= SHORTEST_SECRET), key=len, reverse=True)
 
 
-def scrub_environment(text: str, env: Mapping[str, str] = os.environ) -> str:
-    """``text`` (a failed run's message or traceback, which the workload wrote) with every one of
-    :func:`environment_secrets` replaced by ``***``: its words go to the journal, the report, the logs."""
-    return _replace_all(text, environment_secrets(env))
-
-
 def _replace_all(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, REDACTED)
@@ -137,7 +131,8 @@ def _replace_all(text: str, secrets: list[str]) -> str:
 
 
 def hide_secrets(line: str, secrets: list[str] | None = None) -> str:
-    """A line the tool prints or writes (an error naming what the user gave, a trial's output): the
+    """A line or text the tool prints or writes (an error naming what the user gave, a trial's
+    output, a failed run's message and traceback, which the workload wrote): the
     password of any URL in it (also one a path's normalising left ``scheme:/user:password@``) and
     ``secrets`` (default :func:`environment_secrets`, which a caller of many lines finds once)
     replaced by ``***``."""

@@ -15,7 +15,15 @@ import yaml
 
 from autotune.cli import main
 from autotune.config.compat import Machine
-from autotune.redact import StorageURL, redact, redact_argv, scrub, scrub_environment, secrets_of
+from autotune.redact import (
+    StorageURL,
+    environment_secrets,
+    hide_secrets,
+    redact,
+    redact_argv,
+    scrub,
+    secrets_of,
+)
 from autotune.search import cli as search_cli
 from autotune.search.output import write_run_info
 from tests.clirun import ROOT, one_line_error
@@ -165,7 +173,8 @@ def test_a_failed_runs_words_lose_the_environments_secrets():
         "HOME": "/home/user",
     }
     text = "hub hf_aB3dE5gH7jK9, wandb 0123456789abcdef, db 2024#Spring, 1 step, /home/user"
-    assert scrub_environment(text, env) == "hub ***, wandb ***, db ***, 1 step, /home/user"
+    hidden = hide_secrets(text, environment_secrets(env))
+    assert hidden == "hub ***, wandb ***, db ***, 1 step, /home/user"
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,7 @@ from optuna.trial import TrialState
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible
 from autotune.errors import ConfigError
-from autotune.redact import scrub_environment
+from autotune.redact import hide_secrets
 from autotune.search.noise import trusted_value
 from autotune.search.options import StudyOptions, cap_of, run_env
 from autotune.search.params import sample, trial_config
@@ -185,7 +185,7 @@ def keep_traceback(log: Path, record: TrialRecord) -> None:
         return
     try:
         with open(log, "a", encoding="utf-8", errors="backslashreplace") as f:  # lone surrogates
-            f.write(f"\n{scrub_environment(failure.traceback).rstrip()}\n")
+            f.write(f"\n{hide_secrets(failure.traceback).rstrip()}\n")
     except OSError:  # a full disk: the journal's record still holds it
         pass
 

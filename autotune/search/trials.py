@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.redact import scrub_environment
+from autotune.redact import environment_secrets, hide_secrets
 from autotune.train.trial.record import (
     INTERRUPTED,
     Failure,
@@ -92,9 +92,11 @@ def store(
 
 def _scrubbed(failure: Failure) -> Failure:
     """``failure`` with its message cut to ``ERROR_CHARS``, no secret of the environment in its
-    words (a workload's message may quote its token), and only characters a file can hold."""
-    traceback = _readable(scrub_environment(failure.traceback)) if failure.traceback else None
-    error = _readable(scrub_environment(failure.error))[:ERROR_CHARS]
+    words nor any URL's password (a workload's message may quote its token or a URL it could not
+    reach), and only characters a file can hold."""
+    secrets = environment_secrets()
+    traceback = _readable(hide_secrets(failure.traceback, secrets)) if failure.traceback else None
+    error = _readable(hide_secrets(failure.error, secrets))[:ERROR_CHARS]
     return replace(failure, error=error, traceback=traceback)
 
 

@@ -41,6 +41,10 @@ def hang() -> None:
         time.sleep(min(left, 0.2) if release else left)
 
 
+MIRROR_PASSWORD = "m1rr0r-pw-77"
+"""A password written in the workload's own message, in no environment variable."""
+
+
 class Workload(Gr00tN16):
     name = "crashy"
 
@@ -55,7 +59,10 @@ class Workload(Gr00tN16):
             print(f"crashy: logging in with {os.environ['HF_TOKEN']}", file=sys.stderr, flush=True)
             for i in range(3 << 14):  # 3 MiB in lines of 64 bytes
                 print(f"crashy: line {i:08d} of the flood".ljust(63, "."), file=sys.stderr)
-            raise RuntimeError(f"crashy: the hub refused the token {os.environ['HF_TOKEN']}")
+            raise RuntimeError(
+                f"crashy: the hub refused the token {os.environ['HF_TOKEN']}"
+                f" (mirror https://bot:{MIRROR_PASSWORD}@mirror.example.com)"
+            )
         if batch_size == UNDECODED:
             name = os.fsdecode(b"episode-caf\xe9.parquet")
             raise RuntimeError(f"crashy: cannot read {name}")

@@ -26,6 +26,7 @@ from autotune.config import load_config
 from autotune.search.journal import SafeJournalFile, open_journal
 from autotune.search.trials import reason_of, record_of
 from tests import tmpfs
+from tests.search.crashy import MIRROR_PASSWORD
 from tests.trialprocs import guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
@@ -596,9 +597,10 @@ def test_a_tuner_stopped_in_its_confirmation_leaves_the_study_unfinished(finishe
 
 
 def test_a_secret_the_workload_shows_is_written_nowhere_and_its_flood_is_cut(tmp_path):
-    """The workload prints $HF_TOKEN, then 3 MiB of output, and raises quoting the token: no file
-    of the run folder and no line of the tuner holds the token, and the trial's log keeps its first
-    and last MiB (the traceback at its end) with a line saying how much was left out."""
+    """The workload prints $HF_TOKEN, then 3 MiB of output, and raises quoting the token and a URL
+    with a password: no file of the run folder and no line of the tuner holds either, and the
+    trial's log keeps its first and last MiB (the traceback at its end) with a line saying how much
+    was left out."""
     token = "hf_aB3dE5gH7jK9mN1pQ"
     argv = hang_argv(tmp_path, 10)
     (tmp_path / "hang.yaml").write_text(
@@ -609,11 +611,15 @@ def test_a_secret_the_workload_shows_is_written_nowhere_and_its_flood_is_cut(tmp
     assert tuner.returncode == 2, output
     out = tmp_path / "run"
     assert "the hub refused the token ***" in output and token not in output
-    assert [name for name, data in files_of(out).items() if token.encode() in data] == []
+    assert MIRROR_PASSWORD not in output and "https://bot:***@mirror" in output
+    for secret in (token, MIRROR_PASSWORD):
+        assert [name for name, data in files_of(out).items() if secret.encode() in data] == []
     log = (out / "logs" / "trial-0000.log").read_text()
     assert log.startswith("crashy: logging in with ***\n")
     assert len(log) < (2 << 20) + 4096 and "bytes of output left out ...]\n" in log
-    assert log.rstrip().endswith("RuntimeError: crashy: the hub refused the token ***")
+    assert log.rstrip().endswith(
+        "the hub refused the token *** (mirror https://bot:***@mirror.example.com)"
+    )
 
 
 def test_an_error_naming_a_file_that_is_not_utf8_is_recorded_and_reported(tmp_path, capsys):
