@@ -311,6 +311,8 @@ class Writer:
     output_dir: Path
     limit: int | None = None
     records: list[WriteRecord] = field(default_factory=list)
+    finished: list[WriteRecord] = field(default_factory=list)
+    """The records of the writes that completed, in order (appended by the writing thread)."""
     _thread: threading.Thread | None = None
     _error: tuple[int, BaseException] | None = None
     """(step, what its write raised)."""
@@ -329,9 +331,17 @@ class Writer:
             path, size = write(snapshot, self.output_dir)
             rotate(self.output_dir, self.limit, keep=path)
             record.path, record.bytes = str(path), size
+            record.write_s = time.perf_counter() - start
+            self.finished.append(record)
         except BaseException as exc:  # noqa: BLE001  raised in the training thread by wait()
             self._error = (snapshot.step, exc)
-        record.write_s = time.perf_counter() - start
+            record.write_s = time.perf_counter() - start
+
+    def join(self) -> None:
+        """Wait for the write in flight and leave a failure of it to ``wait``: a job that is
+        failing already reports its own error, not this one."""
+        if self._thread is not None:
+            self._thread.join()
 
     def wait(self) -> None:
         if self._thread is not None:

@@ -67,6 +67,8 @@ class Loop:
         self.profile: dict[str, Any] | None = None
         self._profiled = False
         self._first = True
+        self._reported = 0
+        """Checkpoints whose event is in the metrics already."""
         self.log = StepLog(job.device)
 
     # -- one step ---------------------------------------------------------------------------------
@@ -136,6 +138,7 @@ class Loop:
             },
         )
         self.progress.show(step, job.opts.max_steps, loss, rate)
+        self._report_checkpoints()
         warning = self.watch.observe(step, rate) if rate is not None else None
         if warning:
             job.warnings.append(warning)
@@ -228,17 +231,35 @@ class Loop:
             synchronize(job.device)
             self._consume(self.log.poll())
             self._log()
+            job.writer.wait()
             self._report_checkpoints()
             return preempted
+        except BaseException:
+            self._keep_measured()
+            raise
         finally:
             self.progress.close()
             if self.metrics is not None:
                 with contextlib.suppress(Exception):
                     self.metrics.close()
 
+    def _keep_measured(self) -> None:
+        """A failing job (an error in a step, a loss that is not finite, a second Ctrl-C) still
+        logs the steps it measured since its last log line, and the checkpoints it wrote."""
+        # the steps the device finished (the first whose loss is not finite raises again: ignored)
+        with contextlib.suppress(Exception):
+            self._consume(self.log.poll())
+        with contextlib.suppress(Exception):
+            self._log()
+        with contextlib.suppress(Exception):
+            self.job.writer.join()
+            self._report_checkpoints()
+
     def _report_checkpoints(self) -> None:
+        """The events of the checkpoints written since the last call (rank 0)."""
         if self.metrics is None:
             return
-        self.job.writer.wait()
-        for r in self.job.writer.records:
+        done = self.job.writer.finished
+        for r in done[self._reported :]:
             self.metrics.event({"step": r.step, "event": "checkpoint", **r.to_dict()})
+        self._reported = len(done)

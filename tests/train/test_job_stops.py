@@ -1,0 +1,58 @@
+"""How a job ends when it does not reach its end: a step that raises or whose loss is not finite
+leaves what it measured in the metrics files; Ctrl-C keeps the last completed step as SIGTERM does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.cli import main
+from autotune.train.session import Session
+
+pytestmark = pytest.mark.slow
+JOB = ["train", "--preset", "tiny", "--synthetic", "--no-progress", "--log-steps", "4"]
+
+
+def records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def failing_at(monkeypatch, step: int, how: str) -> None:
+    """Session.step raises (``how`` = raise) or returns a NaN loss (nan) at ``step`` of the job."""
+    real, calls = Session.step, []
+
+    def step_(self, batch):
+        calls.append(1)
+        loss, norm = real(self, batch)
+        if len(calls) < step:
+            return loss, norm
+        if how == "raise":
+            raise RuntimeError("the device fell off the bus")
+        return torch.full_like(loss, float("nan")), norm
+
+    monkeypatch.setattr(Session, "step", step_)
+
+
+@pytest.mark.parametrize("how", ["raise", "nan"])
+def test_a_failing_step_keeps_the_metrics_of_the_steps_before_it(
+    tmp_path, capsys, monkeypatch, how
+):
+    out = tmp_path / "job"
+    failing_at(monkeypatch, 7, how)
+    argv = [*JOB, "--max-steps", "10", "--save-steps", "5", "--output-dir", str(out)]
+    if how == "raise":
+        with pytest.raises(RuntimeError, match="fell off the bus"):
+            main(argv)
+    else:
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "autotune: error: the loss is not finite at step 7"
+        )
+    rows = records(out)
+    logged = [r["step"] for r in rows if "loss" in r]
+    assert logged == [4, 6], rows  # steps 5 and 6 trained and were measured before step 7 failed
+    saved = [r["step"] for r in rows if r.get("event") == "checkpoint"]
+    assert saved == [5], rows  # the checkpoint written before the failure is in the log too
