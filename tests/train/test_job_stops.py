@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from autotune.cli import main
+from autotune.train.job import checkpoint, loop
+from autotune.train.job.loop import StepLog
 from autotune.train.session import Session
 
 pytestmark = pytest.mark.slow
@@ -56,3 +58,32 @@ def test_a_failing_step_keeps_the_metrics_of_the_steps_before_it(
     assert logged == [4, 6], rows  # steps 5 and 6 trained and were measured before step 7 failed
     saved = [r["step"] for r in rows if r.get("event") == "checkpoint"]
     assert saved == [5], rows  # the checkpoint written before the failure is in the log too
+
+
+class LaggingLog(StepLog):
+    """The CUDA case on the CPU: the host runs a step ahead of the losses it reads, so the newest
+    step's loss is handed out one step late unless the log is drained."""
+
+    def __init__(self, device) -> None:
+        super().__init__(device)
+        self.held: list = []
+
+    def poll(self):
+        self.held += super().poll()
+        out, self.held = self.held[:-1], self.held[-1:]
+        return out
+
+    def drain(self):
+        out, self.held = self.held + super().poll(), []
+        return out
+
+
+def test_a_loss_read_late_that_is_not_finite_is_never_checkpointed(tmp_path, capsys, monkeypatch):
+    """Step 4's loss is NaN and read after the step (as on CUDA): checkpoint-4 would keep its update."""
+    monkeypatch.setattr(loop, "StepLog", LaggingLog)
+    failing_at(monkeypatch, 4, "nan")
+    out = tmp_path / "job"
+    assert main([*JOB, "--max-steps", "6", "--save-steps", "2", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "autotune: error: the loss is not finite at step 4"
+    assert [s for s, _ in checkpoint.checkpoints(out)] == [2]

@@ -50,6 +50,11 @@ class StepLog:
             out.append((float(v[0]), float(v[1]), seconds))
         return out
 
+    def drain(self) -> list[tuple[float, float, float]]:
+        """Every step pushed and not handed out yet (the device synchronised first)."""
+        synchronize(self.timer.device)
+        return self.poll()
+
 
 class Loop:
     def __init__(self, job: Job, batches) -> None:
@@ -153,6 +158,10 @@ class Loop:
     def _save(self) -> None:
         if self.step in self.saved or self.step == self.job.start:
             return
+        # Every loss up to this step is read first: on CUDA the host runs steps ahead of the
+        # losses it reads, and a step whose loss is not finite has put its update into the
+        # weights, which the checkpoint would keep (and a resume start from).
+        self._consume(self.log.drain())
         self.job.save(self.step)
         self.saved.add(self.step)
         record = self.job.writer.records[-1] if self.job.rank == 0 else None
