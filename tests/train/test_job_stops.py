@@ -4,6 +4,8 @@ leaves what it measured in the metrics files; Ctrl-C keeps the last completed st
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from autotune.cli import main
 from autotune.train.job import checkpoint, loop
 from autotune.train.job.loop import StepLog
 from autotune.train.session import Session
+from tests.train.test_job_cpu import logged_steps, start, train, wait_for
 
 pytestmark = pytest.mark.slow
 JOB = ["train", "--preset", "tiny", "--synthetic", "--no-progress", "--log-steps", "4"]
@@ -87,3 +90,24 @@ def test_a_loss_read_late_that_is_not_finite_is_never_checkpointed(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "autotune: error: the loss is not finite at step 4"
     assert [s for s, _ in checkpoint.checkpoints(out)] == [2]
+
+
+def test_ctrl_c_saves_the_last_step_says_so_on_one_line_and_the_job_resumes_there(tmp_path, capsys):
+    """Ctrl-C (SIGINT to the whole foreground group, loader workers too) stops the job at the step
+    boundary as SIGTERM does: that step is saved, one line says so, the exit status is 130."""
+    out = tmp_path / "job"
+    proc = start(out)
+    wait_for(lambda: max(logged_steps(out), default=0) >= 1, proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    res = json.loads(stdout.strip().splitlines()[-1])
+    stopped = res["final_step"]
+    assert res["preempted"] and res["stopped_by"] == "SIGINT" and stopped < 6
+    assert stderr.strip().splitlines()[-1] == (
+        f"autotune: interrupted at step {stopped} of 6: saved as {out / f'checkpoint-{stopped}'}; "
+        "the same command continues"
+    )
+    assert logged_steps(out) == list(range(1, stopped + 1))
+    code, again, _ = train(capsys, out, "--stop-at", str(stopped + 1))
+    assert code == 0 and again["start_step"] == stopped + 1

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from autotune.argtypes import NON_NEGATIVE, POSITIVE
@@ -130,7 +131,20 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
         print(json.dumps(result))
     else:
         _print(result)
+    if result.get("stopped_by") == "SIGINT":  # stopped, not done: a script's next command waits
+        print(f"autotune: interrupted {_where(result, opts)}", file=sys.stderr)
+        return 130
     return 0
+
+
+def _where(r: dict, opts) -> str:
+    """Where a job stopped by Ctrl-C left off: the step saved (or none trained since the last)."""
+    step = r["final_step"]
+    if r["losses"]:
+        kept = f"saved as {opts.output_dir / f'checkpoint-{step}'}"
+    else:
+        kept = "nothing trained since " + (r["resumed_from"] or "the start")
+    return f"at step {step} of {r['max_steps']}: {kept}; the same command continues"
 
 
 def _owned(folder: Path, nodes) -> contextlib.AbstractContextManager:
@@ -168,7 +182,7 @@ def _print(r: dict) -> None:
     where = f"resumed from {r['resumed_from']}" if r["resumed_from"] else "from the start"
     print(
         f"trained steps {r['start_step']}..{r['final_step']} of {r['max_steps']} ({trained} steps, {where})"
-        + ("; stopped by SIGTERM" if r["preempted"] else "")
+        + (f"; stopped by {r['stopped_by'] or 'SIGTERM'}" if r["preempted"] else "")
     )
     if trained:
         print(f"  loss          {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")

@@ -1,4 +1,5 @@
-"""Decisions every rank of a job takes at the same step: stop (a SIGTERM on any rank), profile.
+"""Decisions every rank of a job takes at the same step: stop (a SIGTERM or a first Ctrl-C on any
+rank), profile.
 
 With several ranks the flags go through a gloo group on the CPU (no device synchronisation): each
 step boundary starts an all-reduce (max) of this rank's flags and reads the one started at the
@@ -26,23 +27,33 @@ class Control:
         self._work = None
         self._buf: torch.Tensor | None = None
         self.terminated = False
-        """Set by SIGTERM (what a scheduler sends before it preempts)."""
-        self._previous = None
+        """Set by SIGTERM (what a scheduler sends before it preempts) or a first Ctrl-C."""
+        self.stopped_by: str | None = None
+        """The first of those signals: ``SIGTERM`` or ``SIGINT``."""
+        self._previous: dict[int, Any] = {}
 
-    # -- SIGTERM ----------------------------------------------------------------------------------
-    def catch_sigterm(self) -> None:
-        """Record SIGTERM instead of dying (main thread only). Loader workers forked after this
+    # -- SIGTERM and Ctrl-C -----------------------------------------------------------------------
+    def catch_signals(self) -> None:
+        """Record SIGTERM, and a first Ctrl-C, instead of dying (main thread only): the job stops
+        at the step boundary and saves it. A second Ctrl-C interrupts at once. A SIGINT ignored
+        already (a job started in the background) stays ignored. Loader workers forked after this
         inherit the handler, so a signal sent to the whole process group does not kill them."""
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_signal)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_signal)
 
-    def _on_sigterm(self, signum, frame) -> None:
+    def _on_signal(self, signum, frame) -> None:
         self.terminated = True
+        self.stopped_by = self.stopped_by or signal.Signals(signum).name
+        if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def release(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     # -- agreement --------------------------------------------------------------------------------
     def exchange(self, profile: bool = False) -> tuple[bool, bool]:

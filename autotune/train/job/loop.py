@@ -227,6 +227,11 @@ class Loop:
                 want = self.watch is not None and self.watch.profile_wanted and not self._profiled
                 stop, profile = job.control.exchange(profile=want)
                 if stop:
+                    if job.control.stopped_by == "SIGINT" and job.rank == 0:
+                        self.progress.write(
+                            f"autotune: Ctrl-C: saving step {self.step}, then stopping (Ctrl-C "
+                            "again stops at once)"
+                        )
                     break
                 if profile and not self._profiled and self._room() >= window_len:
                     self._profile_window()

@@ -75,6 +75,7 @@ class JobResult:
     grad_norms: list[float]
     resumed_from: str | None
     preempted: bool
+    """Stopped before its end by a signal (``stopped_by``)."""
     checkpoints: list[dict[str, Any]]
     samples_per_s: float | None
     """Median over the steps after warm-up (``world x batch / median step time``)."""
@@ -90,6 +91,8 @@ class JobResult:
     output_dir: str
     init_from: str | None
     warnings: list[str] = field(default_factory=list)
+    stopped_by: str | None = None
+    """``SIGTERM`` or ``SIGINT`` (Ctrl-C) where one stopped the job before its end."""
     profile: dict[str, Any] | None = None
     host_buffers_s: float | None = None
     """Seconds taken after the first step to allocate (and page-lock) the checkpoints' host buffers."""
@@ -110,22 +113,23 @@ def position_loader(loader, next_draw: int, batch_size: int, world: int):
     return itertools.islice(loader, next_draw // (batch_size * world), None)
 
 
-def _ignore_sigterm(init, worker_id: int) -> None:
+def _ignore_stop_signals(init, worker_id: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if init is not None:
         init(worker_id)
 
 
 def shield_workers(loader) -> None:
-    """Loader workers ignore SIGTERM: torch's workers exit on it, and a scheduler that signals the
-    whole process group would otherwise kill them (failing the job's main process) before the
-    job has saved. They still stop when the job ends (a sentinel) or dies (they watch their parent).
+    """Loader workers ignore SIGTERM and SIGINT: torch's workers exit on them, and a scheduler that
+    signals the whole process group (or Ctrl-C, which a terminal sends to all of it) would
+    otherwise kill them (failing the job's main process) before the job has saved. They still stop when the job ends (a sentinel) or dies (they watch their parent).
 
     At exit Python's multiprocessing stops its daemon children with SIGTERM and waits for them:
     workers whose iterator is still alive then (held by a traceback's frames, or one that failed
     while starting them) would be waited on forever, so the job kills them first."""
     if isinstance(loader, DataLoader) and loader.num_workers > 0:
-        loader.worker_init_fn = functools.partial(_ignore_sigterm, loader.worker_init_fn)
+        loader.worker_init_fn = functools.partial(_ignore_stop_signals, loader.worker_init_fn)
         atexit.unregister(_kill_workers_left)
         atexit.register(_kill_workers_left)  # after multiprocessing's: atexit runs it before
 
@@ -281,7 +285,7 @@ class Job:
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self) -> JobResult:
-        self.control.catch_sigterm()
+        self.control.catch_signals()
         try:
             return self._run()
         finally:
@@ -394,6 +398,7 @@ class Job:
             grad_norms=self.norms,
             resumed_from=str(loaded.path) if loaded else None,
             preempted=preempted,
+            stopped_by=self.control.stopped_by if preempted else None,
             checkpoints=[r.to_dict() for r in self.writer.records],
             samples_per_s=draws / median if median else None,
             samples_per_s_overall=draws * len(steady) / sum(steady) if steady else None,
