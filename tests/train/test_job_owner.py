@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
+from autotune.errors import ConfigError
 from tests.clirun import ROOT
 from tests.tmpfs import fill, small_disk
 
@@ -117,3 +118,55 @@ def test_a_full_disk_under_the_folder_is_one_line_and_leaves_no_lock(tmp_path, c
             "device); give a folder you can write\n"
         )
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def _trainer_folder(out: Path) -> dict[str, bytes]:
+    """A Hugging Face Trainer's output folder (its checkpoint and TensorBoard run) and another
+    tool's metrics.jsonl; what each file holds."""
+    (out / "checkpoint-2").mkdir(parents=True)
+    (out / "checkpoint-2" / "trainer_state.json").write_text(
+        '{"global_step": 2, "log_history": []}'
+    )
+    (out / "checkpoint-2" / "model.safetensors").write_bytes(b"weights")
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\n{"step": 50, "loss": 2.0}\n')
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def test_a_folder_of_another_programs_checkpoints_and_metrics_is_refused_untouched(
+    tmp_path, capsys
+):
+    """A job there would delete its checkpoint-2 (--save-total-limit) and rewrite its metrics.jsonl."""
+    out = tmp_path / "trainer"
+    before = _trainer_folder(out)
+    argv = ["train", *JOB, "--max-steps", "4", "--save-total-limit", "1", "--output-dir", str(out)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"autotune: error: --output-dir {out}: holds checkpoint-2, metrics.jsonl of no autotune job "
+        "(no checkpoint's trainer_state.json nor metrics.jsonl is a job's), which the job would "
+        "delete or overwrite: give another --output-dir (a new or empty folder)"
+    )
+    assert {
+        str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()
+    } == before
+
+
+def test_a_jobs_own_folder_is_its_own_whatever_it_was_stopped_at(tmp_path):
+    """Killed before its first log line (an empty metrics.jsonl), or before its first checkpoint (its
+    own lines), or with checkpoints of its own: the job's folder, which it resumes or starts again."""
+    from autotune.train.job.folder import check_job_folder
+
+    out = tmp_path / "job"
+    (out / "tensorboard").mkdir(parents=True)
+    (out / "tensorboard" / "events.out.tfevents.1").write_bytes(b"")
+    (out / "metrics.jsonl").write_text("")
+    check_job_folder(out)
+    (out / "metrics.jsonl").write_text('{"time": 1.5, "step": 4, "loss": 1.2}\n')
+    check_job_folder(out)
+    (out / "metrics.jsonl").write_text("")
+    (out / "checkpoint-4").mkdir()
+    (out / "checkpoint-4" / "trainer_state.json").write_text('{"step": 4, "files": {}}')
+    check_job_folder(out)
+    (out / "metrics.jsonl").write_text('{"step": 4, "loss": 1.2}\n')  # another tool's line
+    (out / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4}')
+    with pytest.raises(ConfigError, match="holds checkpoint-4, metrics.jsonl, tensorboard of no"):
+        check_job_folder(out)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from autotune.argtypes import NON_NEGATIVE, POSITIVE
@@ -147,15 +148,21 @@ def _where(r: dict, opts) -> str:
     return f"at step {step} of {r['max_steps']}: {kept}; the same command continues"
 
 
-def _owned(folder: Path, nodes) -> contextlib.AbstractContextManager:
-    """``folder`` owned by this job (a second job there is refused, :mod:`autotune.ownership`). On
+@contextlib.contextmanager
+def _owned(folder: Path, nodes) -> Iterator[None]:
+    """``folder`` owned by this job (a second job there is refused, :mod:`autotune.ownership`), and
+    holding no other program's files under a job's names (:mod:`autotune.train.job.folder`). On
     several nodes the folder is shared by design: the node of rank 0 owns it (with the static
     rendezvous, the only one whose ranks are known before it starts), the others leave it be."""
     from autotune.ownership import own_folder
+    from autotune.train.job.folder import check_job_folder
 
     if nodes.nnodes > 1 and not (nodes.rdzv_backend == "static" and nodes.node_rank == 0):
-        return contextlib.nullcontext()
-    return own_folder(folder, "autotune train", "--output-dir")
+        yield
+        return
+    with own_folder(folder, "autotune train", "--output-dir"):
+        check_job_folder(folder)
+        yield
 
 
 def _train(args: argparse.Namespace, cfg: TrainConfig, opts, nodes) -> dict | None:

@@ -1,0 +1,77 @@
+"""A job's ``--output-dir`` holds one job's files: a folder of another program's under the names a
+job writes is refused before anything there is touched.
+
+A job deletes ``checkpoint-<step>`` folders (``--save-total-limit``), rewrites ``metrics.jsonl`` to
+the step it resumes from, and purges ``tensorboard/`` past that step: run on a Hugging Face
+Trainer's output folder (its ``checkpoint-500/``, ``runs/``) or beside another tool's
+``metrics.jsonl``, it would delete or rewrite them. The folder is a job's when one of its
+checkpoints has a job's ``trainer_state.json`` (a mapping with ``step`` and ``files``), or when its
+``metrics.jsonl`` is empty or starts with a job's line (``time``, ``step``, and ``loss`` or
+``event``); a job killed before its first log line leaves an empty one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autotune.boundedread import METADATA_BYTES, check_regular, read_bytes
+from autotune.errors import AutotuneError, ConfigError
+from autotune.train.job.checkpoint import STATE, checkpoints
+
+METRICS = "metrics.jsonl"
+WRITTEN = (METRICS, "tensorboard", "profiles")
+"""What a job writes into its folder under fixed names, besides its checkpoints."""
+
+
+def check_job_folder(out: Path) -> None:
+    """Raise :class:`ConfigError` when ``out`` holds files under a job's names that no job wrote."""
+    found = [p.name for _, p in checkpoints(out)] + [n for n in WRITTEN if _holds(out / n)]
+    if not found or _a_jobs(out):
+        return
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    raise ConfigError(
+        f"--output-dir {out}: holds {shown} of no autotune job (no checkpoint's {STATE} nor "
+        f"{METRICS} is a job's), which the job would delete or overwrite: give another "
+        "--output-dir (a new or empty folder)"
+    )
+
+
+def _holds(path: Path) -> bool:
+    """``path`` is a file, or a folder with something in it (an empty one loses nothing)."""
+    if path.is_dir() and not path.is_symlink():
+        return any(path.iterdir())
+    return path.exists() or path.is_symlink()
+
+
+def _a_jobs(out: Path) -> bool:
+    return _jobs_metrics(out / METRICS) or any(_jobs_state(p / STATE) for _, p in checkpoints(out))
+
+
+def _jobs_state(path: Path) -> bool:
+    try:
+        state = json.loads(read_bytes(path, METADATA_BYTES))
+    except (AutotuneError, OSError, ValueError):
+        return False
+    return isinstance(state, dict) and "step" in state and isinstance(state.get("files"), dict)
+
+
+def _jobs_metrics(path: Path) -> bool:
+    try:
+        check_regular(path)  # never a device or a pipe, whose read would not end
+        with open(path, "rb") as f:
+            first = f.readline(1 << 16)
+    except (AutotuneError, OSError):
+        return False
+    if not first.strip():
+        return True
+    try:
+        line = json.loads(first)
+    except ValueError:
+        return False
+    return (
+        isinstance(line, dict)
+        and isinstance(line.get("time"), (int, float))
+        and isinstance(line.get("step"), int)
+        and ("loss" in line or "event" in line)
+    )
