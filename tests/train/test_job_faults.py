@@ -16,8 +16,15 @@ import yaml
 
 from autotune.cli import main
 from autotune.train.job import checkpoint
-from tests.tmpfs import small_disk
-from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
+from autotune.train.job.watch import MetricsLog
+from tests.tmpfs import fill, small_disk
+from tests.train.test_job_cpu import (  # noqa: F401  (reference: a fixture)
+    STEPS,
+    logged_steps,
+    reference,
+    train,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -190,3 +197,48 @@ def test_resuming_with_another_optimizer_says_so(reference, tmp_path, capsys):  
         )
         in warnings
     )
+
+
+def test_metrics_that_cannot_be_written_stop_the_job_on_one_line(tmp_path):
+    """The disk fills while the job logs (checkpoints only at its end): one line naming the metrics
+    file or TensorBoard's folder, no traceback (TensorBoard's writer thread's included)."""
+    with small_disk(tmp_path / "disk", "8m") as disk:
+        out = disk / "job"
+        argv = ["train", "--preset", "tiny", "--synthetic", "--no-progress", "--log-steps", "1"]
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "autotune",
+                *argv,
+                "--max-steps",
+                "400",
+                "--output-dir",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: max(logged_steps(out), default=0) >= 1, proc)
+        fill(disk)
+        _, stderr = proc.communicate(timeout=240)
+        err = stderr.strip().splitlines()
+        assert proc.returncode == 2 and "Traceback" not in stderr and len(err) == 1, stderr
+        named = (f"{out / 'metrics.jsonl'}: ", f"{out / 'tensorboard'}: ")
+        assert err[0].removeprefix("autotune: error: ").startswith(named), err[0]
+        assert "writing the metrics failed (No space left on device), 0 MiB free there" in err[0]
+
+
+def test_a_metrics_line_cut_short_is_dropped_when_the_job_resumes(tmp_path):
+    """A full disk (or a kill) cut the job's last line: the resumed job's lines stay JSON."""
+    first = MetricsLog(tmp_path, 0)
+    first.scalars(1, {"loss": 1.0})
+    first.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"time": 2.0, "step": 2, "lo')
+    again = MetricsLog(tmp_path, 1)  # resumed from checkpoint-1
+    again.scalars(2, {"loss": 2.0})
+    again.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["loss"] for line in lines] == [1.0, 2.0]

@@ -6,7 +6,9 @@ throughput watch against what ``best.yaml`` was measured at.
 * :class:`MetricsLog`: every ``--log-steps`` steps, the window's mean loss and gradient norm, the
   learning rate, samples/s and the median step time into TensorBoard event files
   (``D/tensorboard``) and one JSON object a line (``D/metrics.jsonl``). A resumed job drops what a
-  killed one logged past its checkpoint (TensorBoard's ``purge_step``; the JSONL rewritten).
+  killed one logged past its checkpoint (TensorBoard's ``purge_step``; the JSONL rewritten, a line
+  cut by a full disk or a kill dropped). Either that cannot be written (a full disk) stops the job
+  with one line naming it.
 * :class:`ThroughputWatch`: compares each window's samples/s with the provenance's (per GPU,
   scaled to this job's world size) and, when it is more than ``TOLERANCE`` below, says so once and
   asks for a short profile window; :func:`likely_cause` names the dominant bucket of its
@@ -16,10 +18,14 @@ throughput watch against what ``best.yaml`` was measured at.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from autotune.errors import AutotuneError
 
 TOLERANCE = 0.10
 CAUSES = {
@@ -81,40 +87,82 @@ class MetricsLog:
         from torch.utils.tensorboard import SummaryWriter
 
         self.jsonl = output_dir / "metrics.jsonl"
+        self.tb_dir = output_dir / "tensorboard"
         if (
             self.jsonl.exists()
         ):  # a job killed before its first checkpoint starts again from nothing
             self._truncate(start_step)
-        self.tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"), purge_step=start_step + 1)
+        self._hook = threading.excepthook
+        threading.excepthook = _quiet_tensorboard(self._hook)
+        self.tb = SummaryWriter(log_dir=str(self.tb_dir), purge_step=start_step + 1)
         self._file = open(self.jsonl, "a", buffering=1)  # noqa: SIM115  closed by close()
 
     def _truncate(self, start_step: int) -> None:
         kept = [
-            line for line in self.jsonl.read_text().splitlines() if _step_of(line) <= start_step
+            line
+            for line in self.jsonl.read_text().splitlines()
+            if (step := _step_of(line)) is not None and step <= start_step
         ]
         tmp = self.jsonl.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.jsonl)
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
-        for key, value in values.items():
-            if value is not None:
-                self.tb.add_scalar(f"train/{key}", value, step)
+        try:
+            for key, value in values.items():
+                if value is not None:
+                    self.tb.add_scalar(f"train/{key}", value, step)
+        except OSError as exc:  # raised again from TensorBoard's writer thread
+            raise _failed(self.tb_dir, exc) from None
         self.event({"step": step, **values})
 
     def event(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps({"time": time.time(), **record}) + "\n")
+        try:
+            self._file.write(json.dumps({"time": time.time(), **record}) + "\n")
+        except OSError as exc:
+            raise _failed(self.jsonl, exc) from None
 
     def close(self) -> None:
-        self.tb.close()
-        self._file.close()
+        threading.excepthook = self._hook
+        try:
+            self.tb.close()
+        finally:
+            self._file.close()
 
 
-def _step_of(line: str) -> int:
+def _failed(path: Path, exc: OSError) -> AutotuneError:
     try:
-        return int(json.loads(line).get("step", 0))
-    except (ValueError, AttributeError):
-        return 0
+        free = f", {shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free there"
+    except OSError:
+        free = ""
+    return AutotuneError(
+        f"{path}: writing the metrics failed ({exc.strerror or type(exc).__name__}){free}; the "
+        "checkpoints written before are intact"
+    )
+
+
+def _quiet_tensorboard(previous):
+    """``threading.excepthook`` less the traceback of TensorBoard's writer thread: it stops at an
+    error (a full disk) and the next write of the job's thread raises the error again, which the
+    job reports on its one line."""
+
+    def hook(args) -> None:
+        if type(args.thread).__name__ != "_AsyncWriterThread" or not isinstance(
+            args.exc_value, OSError
+        ):
+            previous(args)
+
+    return hook
+
+
+def _step_of(line: str) -> int | None:
+    """The step of a line of metrics.jsonl; None for a line that is not one (cut short)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    step = record.get("step", 0) if isinstance(record, dict) else None
+    return step if isinstance(step, int) else None
 
 
 class ThroughputWatch:
