@@ -1,7 +1,8 @@
 """Hugging Face's safetensors checkpoint layout: ``model.safetensors.index.json`` and its shards.
 
 The index is ``{"metadata": {"total_size": BYTES}, "weight_map": {key: shard file}}``; each shard
-is a safetensors file (``model-00001-of-00003.safetensors``). A folder with a single
+is a safetensors file (``model-00001-of-00003.safetensors``) beside the index: an index that names
+another path (``../x``, ``/etc/x``) is refused before anything is opened. A folder with a single
 ``model.safetensors`` and no index (what ``save_pretrained`` writes for a small model) reads too.
 Reading the layout opens only the shards' headers: shapes and dtypes are checked before any tensor
 is read.
@@ -22,7 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from autotune.boundedread import read_text
-from autotune.errors import DataError, first_line
+from autotune.errors import DataError, first_line, short_repr
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -55,6 +56,12 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
         raise DataError(
             f"{index}: not an index of shards (needs a 'weight_map' of key -> file)"
         ) from None
+    for name in sorted(set(weight_map.values())):
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise DataError(
+                f"{index}: shard {short_repr(name)} is not a file name; allowed: a shard beside "
+                "the index, such as model-00001-of-00002.safetensors"
+            )
     return weight_map
 
 

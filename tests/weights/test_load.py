@@ -3,11 +3,14 @@ every key loads, ignored families are reported, and what does not fit is named o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from autotune.errors import ConfigError, DataError
 from autotune.weights import (
+    fingerprint,
     load_name_map,
     load_upstream,
     read_layout,
@@ -88,3 +91,21 @@ def test_written_shards_hold_every_tensor_once(tmp_path):
     assert len({i.path for i in layout.values()}) == len(set(index["weight_map"].values())) > 1
     with pytest.raises(DataError, match="not an empty folder"):
         write_checkpoint(tensors, tmp_path / "out")
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/dev/zero", "sub/../../x.safetensors"])
+def test_an_index_naming_a_file_outside_its_folder_is_refused_before_it_is_opened(tmp_path, name):
+    write_upstream(tmp_path / "up", TINY)
+    index = tmp_path / "up" / "model.safetensors.index.json"
+    shard = sorted((tmp_path / "up").glob("model-*.safetensors"))[0]
+    shard.rename(tmp_path / "outside.safetensors")
+    data = json.loads(index.read_text())
+    data["weight_map"] = {k: name if v == shard.name else v for k, v in data["weight_map"].items()}
+    index.write_text(json.dumps(data))
+    for read in (read_layout, fingerprint):
+        with pytest.raises(DataError) as err:
+            read(tmp_path / "up")
+        assert str(err.value) == (
+            f"{index}: shard {name!r} is not a file name; allowed: a shard beside the index, "
+            "such as model-00001-of-00002.safetensors"
+        )
