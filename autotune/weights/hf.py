@@ -3,9 +3,10 @@
 The index is ``{"metadata": {"total_size": BYTES}, "weight_map": {key: shard file}}``; each shard
 is a safetensors file (``model-00001-of-00003.safetensors``) beside the index: an index that names
 another path (``../x``, ``/etc/x``) is refused before anything is opened. A folder with a single
-``model.safetensors`` and no index (what ``save_pretrained`` writes for a small model) reads too.
-Reading the layout opens only the shards' headers: shapes and dtypes are checked before any tensor
-is read.
+``model.safetensors`` and no index (what ``save_pretrained`` writes for a small model) reads too;
+one with both is refused, as it is not clear which it holds (transformers reads the single file,
+other readers the index). Reading the layout opens only the shards' headers: shapes and dtypes are
+checked before any tensor is read.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
             return None
         raise DataError(
             f"{folder}: neither {INDEX} nor {SINGLE} is there (a Hugging Face checkpoint folder has one)"
+        )
+    if (folder / SINGLE).exists():
+        raise DataError(
+            f"{folder}: holds both {INDEX} and {SINGLE}, two checkpoints; allowed: one of them "
+            "(move the other away)"
         )
     try:
         data = json.loads(read_text(index, error=DataError))

@@ -109,3 +109,11 @@ def test_an_index_naming_a_file_outside_its_folder_is_refused_before_it_is_opene
             f"{index}: shard {name!r} is not a file name; allowed: a shard beside the index, "
             "such as model-00001-of-00002.safetensors"
         )
+
+
+def test_a_folder_with_both_an_index_and_a_single_file_is_refused(tmp_path):
+    """transformers reads the single file, the index's readers the shards: which is meant is unclear."""
+    write_upstream(tmp_path / "up", TINY)
+    (tmp_path / "up" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(DataError, match="holds both model.safetensors.index.json and model.safe"):
+        read_layout(tmp_path / "up")
