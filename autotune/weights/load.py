@@ -1,11 +1,13 @@
 """A model's weights from, and to, an upstream checkpoint through the workload's name map.
 
 ``load_upstream(model, folder, workload)`` checks the whole checkpoint first (every parameter's key
-present, no key the map does not know, every shape as the model needs it) and raises one
-``ConfigError`` line naming what does not fit before any tensor is copied; then it copies each
-tensor into its parameter in place (cast to the parameter's dtype), so that graphs, compiled
-modules and optimizers built on the parameters keep working. ``upstream_tensors(model, workload)``
-is the inverse: the model's parameters under the upstream keys, in the upstream layout.
+present, no key the map does not know, every shape as the model needs it, every dtype a floating
+point one: an integer or boolean tensor cast to the parameter's dtype would be other weights) and
+raises one ``ConfigError`` line naming what does not fit before any tensor is copied; then it
+copies each tensor into its parameter in place (cast to the parameter's dtype), so that graphs,
+compiled modules and optimizers built on the parameters keep working.
+``upstream_tensors(model, workload)`` is the inverse: the model's parameters under the upstream
+keys, in the upstream layout.
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ def _shapes_mismatch(
     return bad
 
 
+FLOATING = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
+"""safetensors' names of the dtypes a weight is cast from as it is (an 8-bit one without scales)."""
+
+
+def _not_floating(keys: list[str], infos: dict[str, TensorInfo]) -> list[str]:
+    return [
+        f"{k} is {infos[k].dtype}" for k in keys if k in infos and infos[k].dtype not in FLOATING
+    ]
+
+
 def _listed(what: str, items: list[str], most: int = 3) -> str:
     shown = ", ".join(items[:most]) + (
         f" and {len(items) - most} more" if len(items) > most else ""
@@ -64,12 +76,14 @@ def check_fit(
     ignored = {k: why for k in infos if k not in bound.to_replica and (why := bound.why_ignored(k))}
     unexpected = [k for k in infos if k not in bound.to_replica and k not in ignored]
     misshapen = _shapes_mismatch(bound, params, infos)
+    not_floating = _not_floating([key for key, _ in bound.to_upstream.values()], infos)
     problems = [
         _listed(what, items)
         for what, items in (
             ("missing keys", missing),
             ("unexpected keys", unexpected),
             ("misshapen keys", misshapen),
+            ("keys of a dtype that is not floating point", not_floating),
         )
         if items
     ]

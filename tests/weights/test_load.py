@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from autotune.errors import ConfigError, DataError
 from autotune.weights import (
@@ -117,3 +118,25 @@ def test_a_folder_with_both_an_index_and_a_single_file_is_refused(tmp_path):
     (tmp_path / "up" / "model.safetensors").write_bytes(b"")
     with pytest.raises(DataError, match="holds both model.safetensors.index.json and model.safe"):
         read_layout(tmp_path / "up")
+
+
+def _rewrite(folder, key: str, change) -> None:
+    """The shard of ``key`` written again with ``change(tensor)`` in its place."""
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shard = folder / index["weight_map"][key]
+    tensors = load_file(shard)
+    tensors[key] = change(tensors[key])
+    save_file(tensors, shard)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool])
+def test_a_key_of_an_integer_or_boolean_dtype_is_named_before_anything_loads(tmp_path, dtype):
+    key = "action_head.model.transformer_blocks.1.attn1.to_q.weight"
+    write_upstream(tmp_path / "up", TINY)
+    _rewrite(tmp_path / "up", key, lambda t: t.to(dtype))
+    name = {torch.int32: "I32", torch.bool: "BOOL"}[dtype]
+    with pytest.raises(ConfigError) as err:
+        load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
+    assert str(err.value).endswith(
+        f"1 keys of a dtype that is not floating point ({key} is {name})"
+    )
