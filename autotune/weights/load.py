@@ -5,7 +5,8 @@ present, no key the map does not know, every shape as the model needs it, every 
 point one: an integer or boolean tensor cast to the parameter's dtype would be other weights) and
 raises one ``ConfigError`` line naming what does not fit before any tensor is copied; then it
 copies each tensor into its parameter in place (cast to the parameter's dtype), so that graphs,
-compiled modules and optimizers built on the parameters keep working.
+compiled modules and optimizers built on the parameters keep working, and refuses the checkpoint
+(a ``DataError`` naming the keys) where a parameter then holds a NaN or an infinity.
 ``upstream_tensors(model, workload)`` is the inverse: the model's parameters under the upstream
 keys, in the upstream layout.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, DataError
 from autotune.weights.hf import TensorInfo, read_layout, read_tensors
 from autotune.weights.names import BoundMap, load_name_map
 
@@ -109,12 +110,22 @@ def load_upstream(
     params = dict(model.named_parameters())
     masters = masters or {}
     keys = [key for key, _ in bound.to_upstream.values()]
+    read, finite = [], []
     for key, tensor in read_tensors(infos, keys):
         name = bound.to_replica[key]
         value = bound.to_upstream[name][1].to_replica(tensor)
         params[name].copy_(value)
         if name in masters:
             masters[name].copy_(value)
+        read.append(key)
+        finite.append(torch.isfinite(params[name]).all())  # on the device: one sync below
+    bad = [key for key, ok in zip(read, torch.stack(finite).tolist() if finite else []) if not ok]
+    if bad:
+        raise DataError(
+            f"{folder}: "
+            + _listed("keys hold NaN or infinite values", bad)
+            + " (in the file, or past the range of the parameter's dtype); the model would train on them"
+        )
     return LoadReport(str(Path(folder)), len(keys), ignored)
 
 

@@ -140,3 +140,16 @@ def test_a_key_of_an_integer_or_boolean_dtype_is_named_before_anything_loads(tmp
     assert str(err.value).endswith(
         f"1 keys of a dtype that is not floating point ({key} is {name})"
     )
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_key_holding_nan_or_inf_is_named(tmp_path, value):
+    key = "action_head.model.transformer_blocks.1.attn1.to_q.weight"
+    write_upstream(tmp_path / "up", TINY)
+    _rewrite(tmp_path / "up", key, lambda t: t.index_fill(0, torch.tensor([3]), value))
+    with pytest.raises(DataError) as err:
+        load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
+    assert str(err.value) == (
+        f"{tmp_path / 'up'}: 1 keys hold NaN or infinite values ({key}) (in the file, or past the "
+        "range of the parameter's dtype); the model would train on them"
+    )
