@@ -248,7 +248,13 @@ def use_dataset(cfg: TrainConfig, dataset: str | None, synthetic: bool = False) 
         return
     if synthetic:
         raise ConfigError("--dataset and --synthetic: give one (synthetic batches read no dataset)")
-    path = Path(dataset).expanduser().resolve()
+    try:
+        path = Path(dataset).expanduser().resolve()
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
+        raise ConfigError(
+            f"--dataset: {dataset!r} is a symbolic link that leads back to itself; allowed: a "
+            "folder's path"
+        ) from None
     if not path.is_dir():
         raise ConfigError(
             f"--dataset {dataset}: not a folder; give a LeRobot dataset folder "

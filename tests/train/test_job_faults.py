@@ -137,6 +137,20 @@ def test_an_empty_output_dir_is_refused_not_this_folder(tmp_path, monkeypatch, c
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("flag", ["--output-dir", "--init-from", "--dataset"])
+def test_a_folder_that_is_a_symlink_loop_is_one_line(tmp_path, capsys, flag):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    argv = [a for a in STEPS if a != "--json"]
+    out = [] if flag == "--output-dir" else ["--output-dir", str(tmp_path / "job")]
+    assert main(["train", *argv, *out, flag, str(loop)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"autotune: error: {flag}: '{loop}' is a symbolic link that leads back to itself; "
+        "allowed: a folder's path"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]
+
+
 SHIELDED_AT_EXIT = """
 import sys, torch
 from torch.utils.data import DataLoader

@@ -77,13 +77,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _folder(text: str) -> Path:
-    """An argparse type: a folder's path. An empty one (an unset shell variable) would be this
-    folder, where the job would train and resume unasked."""
+    """An argparse type: a folder's path, resolved. An empty one (an unset shell variable) would be
+    this folder, where the job would train and resume unasked."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
             f"{text!r} is empty; allowed: a folder's path ('.' for this one)"
         )
-    return Path(text)
+    return _resolved(Path(text), argparse.ArgumentTypeError)
+
+
+def _resolved(path: Path, error: type[Exception]) -> Path:
+    """``path`` made absolute, links followed; ``error`` for a link that leads back to itself."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
+        raise error(
+            f"{str(path)!r} is a symbolic link that leads back to itself; allowed: a folder's path"
+        ) from None
 
 
 def check_mode(args: argparse.Namespace) -> None:
