@@ -151,12 +151,14 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 def run_train(args: argparse.Namespace) -> int:
     job_cli.check_mode(args)
     cfg = resolve_config(args)  # a wrong file is refused before torch is imported (seconds)
+    from autotune.train.batch_fit import check_batch_fits
     from autotune.train.trial.launch import launch
     from autotune.train.window.runner import run_training
 
     budget = memcap.budget_of(args.memory_budget, args.gpu)
     if budget is not None:  # read by every training process this command starts, this one included
         os.environ[memcap.BUDGET_ENV] = str(budget)
+    check_batch_fits(cfg, args.nproc)
     if args.max_steps is not None:
         return job_cli.run(args, cfg)
     args.steps = 20 if args.steps is None else args.steps

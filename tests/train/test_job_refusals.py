@@ -5,13 +5,18 @@ end and an export of a state without its step are one line each, and nothing is 
 from __future__ import annotations
 
 import json
+import re
+import resource
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from autotune.cli import main
 from autotune.train.job import checkpoint
+from tests.clirun import one_line_error
 from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
 
 pytestmark = pytest.mark.slow
@@ -97,3 +102,30 @@ def test_exporting_a_state_without_its_step_or_config_is_one_line(
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"autotune: error: {folder / checkpoint.STATE}: {key}: ")
     assert not (tmp_path / "export").exists()
+
+
+def _capped() -> None:
+    """The test's process may map 6 GiB: a batch that is not refused fails here, not the host."""
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+
+@pytest.mark.parametrize("mode", [["--max-steps", "2"], ["--steps", "2"]])
+def test_a_batch_larger_than_the_hosts_memory_is_refused_before_anything_is_built(tmp_path, mode):
+    """batch_size 100000000 (its samples alone: terabytes) grew the loader until memory ran out."""
+    out = ["--output-dir", str(tmp_path / "job")] if "--max-steps" in mode else []
+    argv = ["train", "--preset", "tiny", "--batch-size", "100000000", "--no-progress", *mode, *out]
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_capped,
+    )
+    line = one_line_error(done)
+    assert re.fullmatch(
+        r"autotune: error: batch_size: 100000000: its samples alone take [\d.]+ TiB of host memory "
+        r"\([\d.]+ KiB a sample\), more than the [\d.]+ GiB available here; allowed: at most \d+ "
+        r"\(fewer: its steps need memory too\)",
+        line,
+    ), line
+    assert list(tmp_path.iterdir()) == []
