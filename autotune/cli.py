@@ -20,7 +20,7 @@ import sys
 import threading
 
 from autotune.argtypes import OneLineParser
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, is_out_of_memory
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module whose register() adds it, the one line --help lists), in the listing's order
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (MemoryError, RuntimeError) as exc:
         # torch.OutOfMemoryError (a RuntimeError): the device, or the --memory-budget cap, is full
-        if args.debug or not _out_of_memory(exc):
+        if args.debug or not is_out_of_memory(exc):
             raise
         _error(out_of_memory_line(exc))
         return 1
@@ -118,10 +118,6 @@ def _error(line: str) -> None:
     from autotune.redact import hide_secrets
 
     print(f"autotune: error: {hide_secrets(line)}", file=sys.stderr)
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
 
 
 def out_of_memory_line(exc: BaseException) -> str:

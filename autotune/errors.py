@@ -67,3 +67,13 @@ def short_repr(value: object, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters: a value quoted from a file someone handed over."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """``exc`` says memory ran out: Python's ``MemoryError``, torch's ``OutOfMemoryError`` (the
+    device, or the ``--memory-budget`` cap), a CUDA error naming it, or the ``RuntimeError`` of
+    torch's CPU allocator (``DefaultCPUAllocator: can't allocate memory``)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "can't allocate memory" in text

@@ -139,3 +139,27 @@ def test_a_run_out_of_device_memory_is_one_line(monkeypatch, capsys):
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "out of memory: CUDA out of memory. Tried to allocate 36.00 MiB" in err
     assert "23.49 GiB allowed" in err and "memory.accumulation_steps" in err
+
+
+CPU_FULL = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+    "tried to allocate 261120000 bytes. Error code 12 (Cannot allocate memory)"
+)
+
+
+def test_a_run_out_of_host_memory_is_one_line_and_an_oom(monkeypatch, capsys):
+    """What torch's CPU allocator raises (a RuntimeError) is out of memory too: one line, not a
+    traceback, and a trial that raises it failed for memory ("oom"), not for an unknown error."""
+    from autotune.cli import main
+    from autotune.train.trial.worker import classify_exception
+    from autotune.train.window import runner
+
+    def full(cfg, **kwargs):
+        raise RuntimeError(CPU_FULL)
+
+    monkeypatch.setattr(runner, "run_training", full)
+    code = main(["train", "--preset", "tiny", "--steps", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "out of memory: [enforce fail at alloc_cpu.cpp:127]" in err and "261120000 bytes" in err
+    assert classify_exception(RuntimeError(CPU_FULL))[0] == "oom"

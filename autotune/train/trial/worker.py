@@ -14,7 +14,7 @@ import traceback
 
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
-from autotune.errors import AutotuneError, TrialError
+from autotune.errors import AutotuneError, TrialError, is_out_of_memory
 from autotune.train import memcap
 from autotune.train.trial.record import ProfileSummary, TrialRecord
 from autotune.train.window import cost
@@ -31,7 +31,7 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return exc.reason, str(exc)
     if isinstance(exc, AutotuneError):
         return "config", str(exc)
-    if "out of memory" in low or type(exc).__name__ == "OutOfMemoryError":
+    if is_out_of_memory(exc):
         return "oom", text.splitlines()[0]
     if "nccl" in low and "gloo" not in low and "required cuda" not in low:
         return "nccl", text.splitlines()[0]
