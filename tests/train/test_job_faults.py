@@ -256,3 +256,49 @@ def test_a_metrics_line_cut_short_is_dropped_when_the_job_resumes(tmp_path):
     again.close()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["loss"] for line in lines] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--batch-size", "4"], "trained with batch_size 2; this job goes on with 4 from the same"),
+        (
+            ["--synthetic"],
+            "trained on the workload's own data (lerobot); this job goes on with synthetic",
+        ),
+        ([], "trained on 999 samples; the data now holds "),  # the dataset's episodes changed
+    ],
+)
+def test_a_resume_on_other_data_or_batches_says_so(reference, tmp_path, capsys, flags, said):  # noqa: F811
+    """The best.yaml or the dataset changed between save and resume: the job goes on, but not as
+    the one it was, and says so."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    shutil.rmtree(out / "checkpoint-6")
+    if not flags:
+        path = out / "checkpoint-4" / checkpoint.STATE
+        state = json.loads(path.read_text())
+        state["data"]["num_samples"] = 999
+        path.write_text(json.dumps(state))
+    code, res, err = train(capsys, out, *flags, "--stop-at", "5")
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert code == 0 and res["start_step"] == 5 and len(warnings) == 1, err
+    assert warnings[0].startswith(f"autotune: warning: {out / 'checkpoint-4'} was {said}")
+
+
+def test_a_resume_without_the_dataset_it_trained_on_is_refused(reference, tmp_path, capsys):  # noqa: F811
+    """--dataset left off the command would go on with the workload's own data, unsaid."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    path = out / "checkpoint-6" / checkpoint.STATE
+    state = json.loads(path.read_text())
+    state["config"]["data"]["dataset"] = "/data/robot"
+    path.write_text(json.dumps(state))
+    argv = [a for a in STEPS if a != "--json"]
+    argv[argv.index("--max-steps") + 1] = "8"
+    assert main(["train", *argv, "--output-dir", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"autotune: error: {out / 'checkpoint-6'} was trained on --dataset /data/robot; give it "
+        "again to resume (or --dataset DIR to go on with another, or another --output-dir)"
+    )
+    assert [s for s, _ in checkpoint.checkpoints(out)] == [2, 4, 6]

@@ -140,6 +140,15 @@ def _kill_workers_left() -> None:
             child.kill()
 
 
+def _data_named(data: dict[str, Any]) -> str:
+    """How a warning names the data of a configuration's ``data`` section."""
+    if data.get("dataset"):
+        return f"--dataset {data['dataset']}"
+    if data.get("source") == "synthetic":
+        return "synthetic batches"
+    return "the workload's own data" + (f" ({data['source']})" if data.get("source") else "")
+
+
 def _trained_config(loaded: checkpoint.Loaded) -> dict[str, Any]:
     """The configuration a checkpoint was trained with, as its state records it ({} if not a mapping)."""
     trained = loaded.state.get("config")
@@ -236,6 +245,7 @@ class Job:
             )
         self._check_seed(loaded)
         self._note_optimizer(loaded)
+        self._note_data(loaded)
         if st.get("max_steps") != self.opts.max_steps:
             self.warn(
                 f"{loaded.path} was trained towards --max-steps {st.get('max_steps')}; the schedule now spans "
@@ -267,6 +277,37 @@ class Job:
             self.warn(
                 f"{loaded.path} was trained with optimizer.impl {impl}; this job goes on with "
                 f"{self.cfg.optimizer.impl}, which takes its optimizer state over"
+            )
+
+    def _note_data(self, loaded: checkpoint.Loaded) -> None:
+        """The data a checkpoint was trained on, against this job's: a resume goes on with the
+        data position it saved, which another dataset or batch size does not continue exactly.
+        A dataset left off the command is refused, as a forgotten --init-from is."""
+        trained = _trained_config(loaded)
+        data = trained.get("data") if isinstance(trained.get("data"), dict) else {}
+        before, now = _data_named(data), _data_named(to_dict(self.cfg.data))
+        if data.get("dataset") and not self.cfg.data.dataset:
+            raise ConfigError(
+                f"{loaded.path} was trained on --dataset {data['dataset']}; give it again to resume "
+                f"(or --dataset DIR to go on with another, or another --output-dir)"
+            )
+        if before != now:
+            self.warn(f"{loaded.path} was trained on {before}; this job goes on with {now}")
+        batch = trained.get("batch_size")
+        if batch is not None and batch != self.cfg.batch_size:
+            self.warn(
+                f"{loaded.path} was trained with batch_size {batch}; this job goes on with "
+                f"{self.cfg.batch_size} from the same data position"
+            )
+
+    def _note_samples(self, loaded: checkpoint.Loaded) -> None:
+        """The same dataset folder holding other samples (episodes added or removed)."""
+        data = loaded.state.get("data")
+        before = data.get("num_samples") if isinstance(data, dict) else None
+        if before is not None and self.num_samples is not None and before != self.num_samples:
+            self.warn(
+                f"{loaded.path} was trained on {before} samples; the data now holds "
+                f"{self.num_samples}, drawn in another order than the uninterrupted job's"
             )
 
     def _batches(self, next_draw: int):
@@ -311,6 +352,7 @@ class Job:
         self.start = loaded.step if loaded else 0
         batches = self._batches(next_draw)
         if loaded is not None:
+            self._note_samples(loaded)
             if self.rank < len(loaded.rng):
                 state.set_rng_state(loaded.rng[self.rank], self.device)
             else:
