@@ -13,6 +13,7 @@ import torch
 
 from autotune.cli import main
 from autotune.train.job import checkpoint, loop
+from autotune.train.job.control import Control
 from autotune.train.job.loop import StepLog
 from autotune.train.session import Session
 from tests.train.test_job_cpu import logged_steps, start, train, wait_for
@@ -111,3 +112,26 @@ def test_ctrl_c_saves_the_last_step_says_so_on_one_line_and_the_job_resumes_ther
     assert logged_steps(out) == list(range(1, stopped + 1))
     code, again, _ = train(capsys, out, "--stop-at", str(stopped + 1))
     assert code == 0 and again["start_step"] == stopped + 1
+
+
+def test_ctrl_c_before_the_first_step_trains_and_saves_nothing_and_says_so(
+    tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C while the job builds or loads (before its first step): no step to save."""
+
+    def pressed(self):
+        self.terminated, self.stopped_by = True, "SIGINT"
+
+    monkeypatch.setattr(Control, "catch_signals", pressed)
+    out = tmp_path / "job"
+    assert main([*JOB, "--max-steps", "6", "--output-dir", str(out)]) == 130
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == (
+        "trained nothing: at step 0 of 6 (from the start); stopped by SIGINT"
+    )
+    assert captured.err.strip().splitlines() == [
+        "autotune: Ctrl-C: stopping (Ctrl-C again stops at once)",
+        "autotune: interrupted at step 0 of 6: nothing trained since the start; the same command "
+        "continues",
+    ]
+    assert checkpoint.checkpoints(out) == []

@@ -197,12 +197,15 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, opts, nodes) -> dict | No
 def _print(r: dict) -> None:
     trained = len(r["losses"])
     where = f"resumed from {r['resumed_from']}" if r["resumed_from"] else "from the start"
+    stopped = f"; stopped by {r['stopped_by'] or 'SIGTERM'}" if r["preempted"] else ""
+    if not trained:  # stopped before its first step, or resumed at its --stop-at
+        print(f"trained nothing: at step {r['final_step']} of {r['max_steps']} ({where}){stopped}")
+        return
     print(
         f"trained steps {r['start_step']}..{r['final_step']} of {r['max_steps']} ({trained} steps, {where})"
-        + (f"; stopped by {r['stopped_by'] or 'SIGTERM'}" if r["preempted"] else "")
+        + stopped
     )
-    if trained:
-        print(f"  loss          {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+    print(f"  loss          {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
     if r["samples_per_s"]:
         print(
             f"  samples/s     {r['samples_per_s']:.2f} (median step {r['step_time_ms']:.1f} ms); "

@@ -228,9 +228,9 @@ class Loop:
                 stop, profile = job.control.exchange(profile=want)
                 if stop:
                     if job.control.stopped_by == "SIGINT" and job.rank == 0:
+                        saving = f"saving step {self.step}, then " if self.step > job.start else ""
                         self.progress.write(
-                            f"autotune: Ctrl-C: saving step {self.step}, then stopping (Ctrl-C "
-                            "again stops at once)"
+                            f"autotune: Ctrl-C: {saving}stopping (Ctrl-C again stops at once)"
                         )
                     break
                 if profile and not self._profiled and self._room() >= window_len:
