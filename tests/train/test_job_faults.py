@@ -70,11 +70,15 @@ def _edit(state: dict, key: str) -> None:
         state["init_from"] = "somewhere"
     elif key == "sha256":
         state["sha256"]["/dev/zero"] = "0" * 64
+    elif key == "files":  # a file outside the folder, of the size it has, to be hashed
+        outside = checkpoint.__file__
+        state["files"][outside] = Path(outside).stat().st_size
+        state["sha256"][outside] = "0" * 64
     else:  # the folder is checkpoint-6
         state["step"] = 4
 
 
-@pytest.mark.parametrize("key", ["data", "data.next_draw", "init_from", "sha256", "step"])
+@pytest.mark.parametrize("key", ["data", "data.next_draw", "init_from", "sha256", "files", "step"])
 def test_a_state_edited_by_hand_is_skipped_and_the_checkpoint_before_resumed(
     reference,  # noqa: F811
     tmp_path,

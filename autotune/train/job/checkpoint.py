@@ -16,11 +16,11 @@ file                        what
 A checkpoint is written into ``D/.checkpoint-<step>.tmp`` (every file synced to disk) and renamed
 to ``D/checkpoint-<step>`` when complete; only rank 0 writes. A checkpoint whose
 ``trainer_state.json`` is missing or unreadable (or edited: a step, data position or
-``--init-from`` record of the wrong kind, a step other than its folder's), whose files differ in
-size or in SHA-256 from it (bytes changed in place: a bad disk, a stray write), or whose files do
-not load, is corrupt:
-:func:`latest` skips it with a one-line warning and takes the one before, so a rerun resumes from
-the newest state that is intact instead of training on damaged weights.
+``--init-from`` record of the wrong kind, a step other than its folder's, a file named outside
+it), whose files differ in size or in SHA-256 from it (bytes changed in place: a bad disk, a stray
+write), or whose files do not load, is corrupt: :func:`latest` skips it with a one-line warning
+and takes the one before, so a rerun resumes from the newest state that is intact instead of
+training on damaged weights.
 """
 
 from __future__ import annotations
@@ -219,6 +219,11 @@ def _check_fields(folder: Path, state: dict[str, Any]) -> None:
         raise CorruptCheckpoint(
             f"{where}: data.next_draw: {short_repr(draw)} is not a data position (an integer >= 0)"
         )
+    for name in state["files"]:  # each is hashed: never a file outside the folder
+        if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
+            raise CorruptCheckpoint(
+                f"{where}: files: {short_repr(name)} is not the name of a file of the checkpoint"
+            )
     init = state.get("init_from")
     if init and not (
         isinstance(init, dict)
