@@ -68,6 +68,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=5.0,
         help="GB per shard (default 5, as save_pretrained)",
     )
+    e.add_argument(
+        "--workload",
+        help="the checkpoint's workload where it is code of yours (path/to/file.py:Class or "
+        "package.module:Class): a checkpoint never chooses code to import",
+    )
     e.set_defaults(func=run_export)
 
     pr = sub.add_parser(
@@ -277,7 +282,10 @@ def run_export(args: argparse.Namespace) -> int:
     from autotune.train.job.export import export_checkpoint
 
     index = export_checkpoint(
-        args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_size * 1e9)
+        args.checkpoint,
+        args.out,
+        max_shard_bytes=int(args.max_shard_size * 1e9),
+        workload=args.workload,
     )
     shards = len(set(index["weight_map"].values()))
     print(

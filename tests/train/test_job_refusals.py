@@ -129,3 +129,29 @@ def test_a_batch_larger_than_the_hosts_memory_is_refused_before_anything_is_buil
         line,
     ), line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_exporting_a_checkpoint_that_names_code_runs_it_only_when_the_command_names_it(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """A checkpoint handed over is data: its workload naming a file of code (which a job trained
+    on a workload of the user's own records) is imported only when --workload says so."""
+    src, _ = reference
+    folder = Path(shutil.copytree(src / "checkpoint-2", tmp_path / "checkpoint-2"))
+    (folder / "evil.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    state["config"]["workload"] = f"{folder / 'evil.py'}:Workload"
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    assert main(["export", str(folder), "--out", str(tmp_path / "export")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"autotune: error: {folder / checkpoint.STATE}: workload: '{folder / 'evil.py'}:Workload' "
+        "names code to import, and a checkpoint never chooses code to run: give --workload "
+        f"{folder / 'evil.py'}:Workload to run it"
+    )
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "export").exists()
+    spec = f"{folder / 'evil.py'}:Workload"
+    assert main(["export", str(folder), "--out", str(tmp_path / "export"), "--workload", spec]) == 2
+    assert (tmp_path / "ran").exists()  # named by the command: imported (and not a workload)
+    assert "has no attribute 'Workload'" in capsys.readouterr().err

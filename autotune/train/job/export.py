@@ -6,7 +6,9 @@ from the job's ``--init-from`` checkpoint if it had one, overlaid with the check
 written through the workload's name map in Hugging Face's layout (``model.safetensors.index.json``
 and shards, each tensor in the dtype training stored it in). The files of the ``--init-from`` folder
 that are not weights (``config.json``, processor files) are copied beside them, so that the result
-can stand in for the released checkpoint.
+can stand in for the released checkpoint. A checkpoint whose workload names code
+(``path/to/file.py:Class``, a job of the user's own workload) is exported only with ``--workload``
+naming it: the folder is data, and never chooses code to import.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from pathlib import Path
 import torch
 
 from autotune.config import config_from_dict
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, short_repr
 from autotune.train import knobs, precision
 from autotune.train.job import checkpoint
 from autotune.weights import INDEX, fingerprint, load_upstream, upstream_tensors, write_checkpoint
 from autotune.workloads import get_workload
+from autotune.workloads.registry import absolute_spec
 
 _WEIGHT_FILE = re.compile(
     r"(model.*\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin)\Z"
@@ -42,8 +45,11 @@ def _device_for(state: dict) -> torch.device:
     return torch.device("cpu")
 
 
-def build_trained_model(folder: Path) -> tuple[torch.nn.Module, str]:
-    """(the model the checkpoint in ``folder`` trained, its workload name), on the CPU."""
+def build_trained_model(
+    folder: Path, workload_spec: str | None = None
+) -> tuple[torch.nn.Module, str]:
+    """(the model the checkpoint in ``folder`` trained, its workload name), on the CPU.
+    ``workload_spec``: the workload to build, where the checkpoint's names code (``--workload``)."""
     try:
         state = checkpoint.read_state(folder)
         loaded = checkpoint.load(folder)
@@ -54,6 +60,7 @@ def build_trained_model(folder: Path) -> tuple[torch.nn.Module, str]:
             f"{folder / checkpoint.STATE}: config: no configuration in it; not a checkpoint of `autotune train`"
         )
     cfg = config_from_dict(state["config"])
+    cfg.workload = _workload_to_run(folder, cfg.workload, workload_spec)
     workload = get_workload(cfg.workload)
     torch.manual_seed(
         cfg.seed
@@ -85,8 +92,27 @@ def build_trained_model(folder: Path) -> tuple[torch.nn.Module, str]:
     return model.to("cpu"), cfg.workload
 
 
+def _workload_to_run(folder: Path, recorded: str, given: str | None) -> str:
+    """The workload to import: the checkpoint's when it is a name (built in, or of an installed
+    package); where it names a file or module of code (``path/to/file.py:Class``), only as the
+    command names it: a checkpoint someone hands over is data, never code to run."""
+    if given is not None:
+        return absolute_spec(given)
+    if ":" in recorded:
+        raise ConfigError(
+            f"{folder / checkpoint.STATE}: workload: {short_repr(recorded, 200)} names code to "
+            f"import, and a checkpoint never chooses code to run: give --workload {recorded} to "
+            "run it"
+        )
+    return recorded
+
+
 def export_checkpoint(
-    folder: str | os.PathLike, out: str | os.PathLike, *, max_shard_bytes: int = 5 * 10**9
+    folder: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    max_shard_bytes: int = 5 * 10**9,
+    workload: str | None = None,
 ) -> dict:
     """Write the model of the job checkpoint ``folder`` into ``out`` in the upstream layout; the index."""
     folder, out = Path(folder), Path(out)
@@ -99,9 +125,9 @@ def export_checkpoint(
             f"--out {out}: a checkpoint's name in a job's folder, where the job would take the "
             "export for a corrupt checkpoint and delete it; give another --out"
         )
-    model, workload = build_trained_model(folder)
+    model, name = build_trained_model(folder, workload)
     return write_checkpoint(
-        upstream_tensors(model, workload),
+        upstream_tensors(model, name),
         out,
         max_shard_bytes=max_shard_bytes,
         extra_files=_beside_weights(checkpoint.read_state(folder).get("init_from")),
