@@ -22,6 +22,7 @@ from autotune.errors import ConfigError
 KEY_BYTES = 200
 """What the loader holds in the main process per sample of a batch it plans: a key in a list."""
 CGROUP = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
 
 
 def check_batch_fits(cfg: TrainConfig, processes: int = 1) -> None:
@@ -66,12 +67,24 @@ def available_memory() -> int:
     import psutil
 
     available = int(psutil.virtual_memory().available)
+    folder = _own_cgroup()
     try:
-        limit = (CGROUP / "memory.max").read_text().strip()
-        used = int((CGROUP / "memory.current").read_text())
+        limit = (folder / "memory.max").read_text().strip()
+        used = int((folder / "memory.current").read_text())
     except (OSError, ValueError):
         return available
     return min(available, max(0, int(limit) - used)) if limit.isdigit() else available
+
+
+def _own_cgroup() -> Path:
+    """This process's cgroup (v2) folder: a job started in a capped child cgroup (``systemd-run``,
+    a scheduler's job step) is bound by that one's limit, not the root's."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return CGROUP
+    path = next((line[3:] for line in lines if line.startswith("0::")), "/")
+    return CGROUP / path.lstrip("/")
 
 
 def _size(n: int) -> str:
