@@ -22,7 +22,9 @@ def read_yaml(path: str | os.PathLike) -> Any:
 
     Refused: a missing or unreadable file, bytes that are not UTF-8 text (a binary file), a file
     with no YAML document (empty, or only comments: never "all defaults" by accident), a syntax
-    error, and a key given twice in one mapping (PyYAML would keep the last one silently).
+    error, a key given twice in one mapping (PyYAML would keep the last one silently), nesting
+    deeper than Python's stack, and aliases that expand past :data:`MAX_NODES` (a "billion laughs"
+    file of a few hundred bytes is a billion values to every reader that walks it).
     """
     path = Path(path)
     try:
@@ -49,6 +51,10 @@ def read_yaml(path: str | os.PathLike) -> Any:
 
 _EMPTY = object()
 
+MAX_NODES = 100_000
+"""Values a YAML document may hold with its aliases expanded: a configuration or a search space
+holds hundreds."""
+
 
 def _parse(text: str, path: Path) -> Any:
     loader = yaml.SafeLoader(text)
@@ -57,7 +63,12 @@ def _parse(text: str, path: Path) -> Any:
         if node is None:
             return _EMPTY
         _check_unique_keys(node, path, "", set())
+        _check_expanded_size(node, path)
         return loader.construct_document(node)
+    except RecursionError:  # the composer recurses per level: no configuration nests so deep
+        raise ConfigError(
+            f"{path}: nests lists or mappings deeper than can be read; a configuration nests a few levels"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -86,6 +97,28 @@ def _check_unique_keys(node: yaml.Node, path: Path, prefix: str, seen: set[int])
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _check_unique_keys(item, path, f"{prefix}[{i}]", seen)
+
+
+def _check_expanded_size(node: yaml.Node, path: Path) -> None:
+    """Count the values of the document as its readers will see them, each alias as a copy of
+    its anchor (counted once per anchor, so the count costs the file's size, not the expansion)."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node) -> int:
+        if id(n) not in sizes:
+            sizes[id(n)] = 0  # an anchor inside itself adds nothing more
+            if isinstance(n, yaml.MappingNode):
+                children = [c for pair in n.value for c in pair]
+            else:
+                children = n.value if isinstance(n, yaml.SequenceNode) else []
+            sizes[id(n)] = min(1 + sum(size(c) for c in children), MAX_NODES + 1)
+        return sizes[id(n)]
+
+    if size(node) > MAX_NODES:
+        raise ConfigError(
+            f"{path}: its aliases (*name) expand to more than {MAX_NODES} values; a configuration "
+            "holds hundreds (is it an alias bomb?)"
+        )
 
 
 def load_config(path: str | os.PathLike, cls: type[T] = TrainConfig) -> T:  # type: ignore[assignment]
