@@ -91,7 +91,11 @@ def _make_parser(sub) -> None:
                       help="v3.0: size at which a data or video file is closed and the next begun (lerobot: 100/200)")  # fmt: skip
     make.add_argument("--no-extras", dest="extras", action="store_false",
                       help="write only what lerobot writes: no modality.json, tokenizer.json or embodiment")  # fmt: skip
-    make.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    make.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DIR if it holds a dataset (never another folder)",
+    )
     make.set_defaults(func=_make)
 
 

@@ -31,6 +31,7 @@ from autotune.data.content import (
     trajectory,
 )
 from autotune.data.encode import CODECS
+from autotune.data.layout import INFO
 from autotune.data.writers import writer_for
 from autotune.errors import DataError
 
@@ -121,22 +122,51 @@ class EpisodeContent:
 
 
 def make_dataset(root: str | Path, spec: MakeSpec, *, force: bool = False) -> Path:
-    """Write the dataset of ``spec`` at ``root`` (refused if it exists, unless ``force``)."""
-    root = Path(root)
+    """Write the dataset of ``spec`` at ``root`` (refused if it exists, unless ``force``).
+
+    ``force`` replaces a dataset (a folder with ``meta/info.json``), never another folder: not one
+    of the user's files is deleted by a mistyped path. The old dataset is moved aside and removed
+    only once the new one is in its place, so a failure at any point leaves one of them whole."""
+    root = Path(os.path.abspath(root))  # "." and "x/.." name their folder, not an empty name
     if root.exists() and not root.is_dir():
         raise DataError(f"{root}: exists and is not a folder")
-    if root.exists() and any(root.iterdir()) and not force:
-        raise DataError(f"{root}: exists and is not empty; pass --force to replace it")
+    if root.exists() and any(root.iterdir()):
+        _check_replaceable(root, force)
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp, old = (root.parent / f".{root.name}.{kind}-{tag}" for kind in ("tmp", "old"))
     try:
         write_dataset(tmp, spec)
-        if root.exists():
-            shutil.rmtree(root)
-        os.rename(tmp, root)
+        if root.exists() or root.is_symlink():
+            os.rename(root, old)
+        try:
+            os.rename(tmp, root)
+        except BaseException:
+            if old.exists() or old.is_symlink():
+                os.rename(old, root)
+            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if old.is_symlink():  # --force on a link replaces the link, never the folder it points to
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
     return root
+
+
+def _check_replaceable(root: Path, force: bool) -> None:
+    if not force:
+        raise DataError(f"{root}: exists and is not empty; pass --force to replace it")
+    if not (root / INFO).is_file():
+        raise DataError(
+            f"{root}: holds files and no {INFO}, so it is not a dataset; --force replaces a "
+            "dataset folder, never another folder (give a new or empty folder)"
+        )
+    cwd, real = Path.cwd().resolve(), root.resolve()
+    if cwd == real or real in cwd.parents:
+        raise DataError(
+            f"{root}: is the current folder (or holds it); run `data make --force` from another folder"
+        )
 
 
 def write_dataset(root: Path, spec: MakeSpec) -> None:

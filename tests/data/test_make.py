@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from autotune.cli import main
 from autotune.data import MakeSpec, load_meta, make_dataset
 from autotune.data.writers import COLUMNS
 from autotune.errors import DataError
@@ -126,3 +127,57 @@ def test_encoding_av1_leaves_the_callers_scheduling_as_it_was(tmp_path):
     writer.close()
     assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
     assert len(decoded(tmp_path / "a.mp4")) == 4
+
+
+SMALL = MakeSpec(episodes=1, views=1, size=16, frames=2)
+
+
+def test_force_never_replaces_a_folder_that_is_not_a_dataset(tmp_path, monkeypatch, capsys):
+    """`data make . --force` in a folder of one's own files deleted them all (and made nothing)."""
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "notes/a.txt").write_text("keep\n")
+    monkeypatch.chdir(mine)
+    for target in (".", str(mine), f"{mine}/notes/.."):
+        assert main(["data", "make", target, "--episodes", "1", "--size", "16", "--force"]) == 2
+        assert capsys.readouterr().err == (
+            f"autotune: error: {mine}: holds files and no meta/info.json, so it is not a dataset; "
+            "--force replaces a dataset folder, never another folder (give a new or empty folder)\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert (mine / "notes/a.txt").read_text() == "keep\n"
+
+
+def test_force_replaces_a_dataset_but_not_the_current_folder_nor_a_links_target(
+    tmp_path, monkeypatch
+):
+    ds = make_dataset(tmp_path / "ds", SMALL)
+    monkeypatch.chdir(ds / "meta")
+    with pytest.raises(DataError, match=rf"^{ds}: is the current folder \(or holds it\)"):
+        make_dataset("..", SMALL, force=True)
+    monkeypatch.chdir(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(ds)
+    before = (ds / "meta/info.json").read_text()
+    make_dataset(link, MakeSpec(episodes=2, views=1, size=16, frames=2), force=True)
+    assert not link.is_symlink() and len(load_meta(link).episodes) == 2
+    assert (ds / "meta/info.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "link"]
+
+
+def test_a_failed_replacement_puts_the_old_dataset_back(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds", SMALL)
+    before = (ds / "meta/info.json").read_text()
+    real, calls = os.rename, []
+
+    def rename(src, dst):  # the new dataset's move into place fails (a full disk's metadata)
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError):
+        make_dataset(ds, MakeSpec(episodes=2, views=1, size=16, frames=2), force=True)
+    assert (ds / "meta/info.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
