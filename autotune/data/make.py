@@ -36,6 +36,10 @@ from autotune.data.writers import writer_for
 from autotune.errors import DataError
 
 FORMATS = ("v2.1", "v3.0")
+MAX_EPISODES = 1_000_000
+"""Episodes a made dataset may hold (the largest LeRobot datasets hold a few hundred thousand)."""
+MAX_FRAMES = 100_000
+"""Frames of one made episode (83 minutes at 20 fps): its vectors are drawn whole in memory."""
 _TASKS, _LENGTHS, _EPISODE, _STATE, _ACTION, _VIDEO = range(6)  # seed streams
 
 
@@ -64,15 +68,15 @@ class MakeSpec:
         def bad(what: str, allowed: str) -> DataError:
             return DataError(f"data make: {what} is not allowed; allowed: {allowed}")
 
-        if self.episodes < 1:
-            raise bad(f"--episodes {self.episodes}", "an integer >= 1")
+        if not 1 <= self.episodes <= MAX_EPISODES:
+            raise bad(f"--episodes {self.episodes}", f"1 to {MAX_EPISODES}")
         if not 1 <= self.views <= len(VIEW_NAMES):
             raise bad(f"--views {self.views}", f"1 to {len(VIEW_NAMES)}")
         for flag, value in (("--size", self.size), ("--width", self.width)):
             if value is not None and (not 16 <= value <= 1024 or value % 2):
                 raise bad(f"{flag} {value}", "an even number of pixels in [16, 1024]")
-        if self.frames is not None and self.frames < 2:
-            raise bad(f"--frames {self.frames}", "an integer >= 2")
+        if self.frames is not None and not 2 <= self.frames <= MAX_FRAMES:
+            raise bad(f"--frames {self.frames}", f"2 to {MAX_FRAMES}")
         if not 1 <= self.fps <= 240:
             raise bad(f"--fps {self.fps}", "1 to 240")
         if self.embodiment not in EMBODIMENTS:
@@ -173,16 +177,43 @@ def write_dataset(root: Path, spec: MakeSpec) -> None:
     n_tasks = max(1, min(10, math.ceil(spec.episodes / 2)))
     tasks = make_tasks(n_tasks, rng_for(spec.seed, _TASKS))
     writer = writer_for(root, spec, tasks)
-    for episode in episodes(spec, n_tasks):
+    lengths = episode_lengths(spec)
+    for episode in episodes(spec, n_tasks, lengths):
         writer.add(episode)
+        if episode.index == 0:
+            _check_room(root, episode.length, sum(lengths))
     writer.finish()
 
 
-def episodes(spec: MakeSpec, n_tasks: int) -> Iterator[EpisodeContent]:
+def _check_room(root: Path, written: int, total: int) -> None:
+    """Refuse a dataset that will not fit on its disk, from the bytes its first ``written``
+    frames took, before it fills the disk (and everything else writing there) for nothing."""
+    used = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    need = used / written * total
+    free = shutil.disk_usage(root).free
+    if need - used > free:
+        raise DataError(
+            f"{root.parent}: the dataset needs about {_size(need)} (its first episode took "
+            f"{_size(used)}), and {_size(free)} are free there; make fewer or shorter episodes, or "
+            "give a folder on a larger disk"
+        )
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 2**10:.0f} KiB"
+
+
+def episode_lengths(spec: MakeSpec) -> list[int]:
+    """Frames of each episode: ``spec.frames``, or 60 to 150 drawn from the seed."""
     if spec.frames is None:
-        lengths = rng_for(spec.seed, _LENGTHS).integers(60, 151, spec.episodes).tolist()
-    else:
-        lengths = [spec.frames] * spec.episodes
+        return rng_for(spec.seed, _LENGTHS).integers(60, 151, spec.episodes).tolist()
+    return [spec.frames] * spec.episodes
+
+
+def episodes(spec: MakeSpec, n_tasks: int, lengths: list[int]) -> Iterator[EpisodeContent]:
     start = 0
     for ep, length in enumerate(lengths):
         state = trajectory(spec.body.state, length, rng_for(spec.seed, _STATE, ep))

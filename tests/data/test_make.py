@@ -16,6 +16,7 @@ from autotune.data import MakeSpec, load_meta, make_dataset
 from autotune.data.writers import COLUMNS
 from autotune.errors import DataError
 from autotune.workloads.gr00t_n16.presets import NUM_SPECIAL_TOKENS
+from tests.tmpfs import small_disk
 
 VIDEO = "videos/chunk-000/observation.images.{view}/episode_{ep:06d}.mp4"
 
@@ -181,3 +182,44 @@ def test_a_failed_replacement_puts_the_old_dataset_back(tmp_path, monkeypatch):
         make_dataset(ds, MakeSpec(episodes=2, views=1, size=16, frames=2), force=True)
     assert (ds / "meta/info.json").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--episodes", "1000000000000"], "--episodes 1000000000000 is not allowed; allowed: 1 to 1000000"),
+        (["--episodes", "1", "--frames", "1000000000"], "--frames 1000000000 is not allowed; allowed: 2 to 100000"),
+    ],
+    ids=["episodes", "frames"],
+)  # fmt: skip
+def test_sizes_past_any_dataset_are_refused_before_anything_is_drawn(
+    tmp_path, capsys, flags, message
+):
+    """They were drawn in memory first: a MemoryError blamed on training memory, or the machine's
+    memory taken."""
+    assert main(["data", "make", str(tmp_path / "ds"), *flags]) == 2
+    assert capsys.readouterr().err == f"autotune: error: data make: {message}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_path, capsys):
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        make = [
+            "data",
+            "make",
+            str(disk / "ds"),
+            "--episodes",
+            "5000",
+            "--frames",
+            "10",
+            "--size",
+            "16",
+        ]
+        assert main(make) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"autotune: error: {disk}: the dataset needs about 3"
+        ) and err.endswith(
+            "are free there; make fewer or shorter episodes, or give a folder on a larger disk\n"
+        )
+        assert list(disk.iterdir()) == []
