@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.data.episode import read_episode
-from autotune.data.files import parquet_file, read_rows, require_columns
+from autotune.data.files import parquet_file, read_rows, require_columns, require_file
 from autotune.data.layout import TOKENIZER
 from autotune.data.meta import DatasetMeta, load_meta
 from autotune.data.text import WordVocabulary
@@ -103,8 +103,7 @@ def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
     """Decode every frame of ``path``; returns ``codec (decoder)``."""
     import av
 
-    if not path.is_file():
-        raise DataError(f"{path}: missing")
+    require_file(path)
     try:
         container = av.open(str(path))
     except Exception as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.data import v2, v3
-from autotune.data.files import get, read_json
+from autotune.data.files import get, present, read_json
 from autotune.data.layout import INFO, MODALITY, STATS, TOKENIZER, Episode
 from autotune.data.modality import (
     ACTION,
@@ -138,7 +138,7 @@ def _float(value: int | float) -> float:
 
 def _modality(root: Path, features: dict) -> tuple[Modality, list[str]]:
     path = root / MODALITY
-    if path.is_file():
+    if present(path):
         return read_modality(read_json(path), features, path), []
     modality = infer_modality(features, root / INFO)
     return modality, [describe_inferred(modality, path, root)]

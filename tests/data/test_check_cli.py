@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow.parquet as pq
+import pytest
 
 from autotune.cli import main
 
@@ -90,3 +93,45 @@ def test_check_of_a_file_or_a_missing_folder_says_which(tmp_path, capsys):
             f"autotune: error: {tmp_path / name}: not a dataset folder ({what}); "
             "give the folder lerobot wrote\n"
         )
+
+
+PARQUET = "data/chunk-000/episode_000001.parquet"
+FRONT = "videos/chunk-000/observation.images.front/episode_000000.mp4"
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _folder(path):
+    path.mkdir()
+
+
+def _loop(path):
+    path.symlink_to(path.name)
+
+
+def _dangling(path):
+    path.symlink_to("/nonexistent/x")
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "what"),
+    [
+        (PARQUET, _fifo, "is a named pipe (FIFO), not a file"),
+        (PARQUET, _loop, "cannot be read (Too many levels of symbolic links)"),
+        (FRONT, _folder, "is a folder, not a file"),
+        (FRONT, _dangling, "a link to /nonexistent/x, which does not exist"),
+        ("meta/modality.json", _fifo, "is a named pipe (FIFO), not a file"),
+        ("meta/tokenizer.json", _folder, "is a folder, not a file"),
+    ],
+    ids=["fifo-parquet", "loop-parquet", "folder-video", "dangling-video", "fifo-modality", "folder-tokenizer"],
+)  # fmt: skip
+def test_check_says_what_stands_where_a_file_should_be(broken_copy, capsys, name, make, what):
+    """A pipe, a folder or a broken link was "missing" (or, for modality.json, quietly replaced by
+    an inferred mapping)."""
+    path = broken_copy / name
+    path.unlink()
+    make(path)
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
