@@ -41,7 +41,9 @@ def register(subparsers) -> None:
     modality.add_argument("dir", help="dataset folder")
     modality.add_argument("--write", action="store_true", help="write it to DIR/meta/modality.json")
     modality.add_argument(
-        "--force", action="store_true", help="with --write: replace an existing file"
+        "--force",
+        action="store_true",
+        help="with --write: replace an existing file with the mapping inferred from info.json",
     )
     modality.set_defaults(func=_modality)
 
@@ -139,7 +141,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _modality(args: argparse.Namespace) -> int:
-    meta = load_meta(args.dir)
+    replace = args.write and args.force  # the mapping inferred anew: the file there may be broken
+    meta = load_meta(args.dir, modality_file=not replace)
     text = json.dumps(meta.modality.to_json(), indent=2) + "\n"
     if not args.write:
         print(text, end="")
@@ -147,6 +150,8 @@ def _modality(args: argparse.Namespace) -> int:
     path = Path(args.dir) / MODALITY
     if path.exists() and not args.force:
         raise DataError(f"{path}: exists; pass --force to replace it")
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder; --force replaces a file, never a folder")
     write_output(path, text, "--write")  # whole or not at all; a full disk leaves no temporary file
     print(f"wrote {path}")
     return 0

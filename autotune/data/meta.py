@@ -92,8 +92,10 @@ class DatasetMeta:
         }
 
 
-def load_meta(root: str | Path) -> DatasetMeta:
-    """Read and cross-check ``meta/`` of any supported version; the first problem raises."""
+def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
+    """Read and cross-check ``meta/`` of any supported version; the first problem raises.
+    ``modality_file=False``: the modality inferred from ``info.json``, ``modality.json`` unread
+    (what ``data modality --write --force`` writes over it, however broken it is)."""
     root = Path(root)
     if not root.is_dir():
         what = "a file" if root.exists() else "missing"
@@ -109,7 +111,7 @@ def load_meta(root: str | Path) -> DatasetMeta:
     if not (math.isfinite(fps) and fps > 0):  # 1e999 reads as inf
         raise DataError(f"{info_path}: fps is {fps}; allowed: a finite number > 0")
     features = get(info, "features", info_path, dict)
-    modality, notices = _modality(root, features)
+    modality, notices = _modality(root, features, modality_file)
     reader = v3 if version == "v3.0" else v2
     index = reader.load_index(root, info, modality.video_keys, fps)
     _check_counts(index.episodes, index.tasks, info, info_path, index.files[0])
@@ -136,9 +138,9 @@ def _float(value: int | float) -> float:
         return math.inf
 
 
-def _modality(root: Path, features: dict) -> tuple[Modality, list[str]]:
+def _modality(root: Path, features: dict, read_file: bool) -> tuple[Modality, list[str]]:
     path = root / MODALITY
-    if present(path):
+    if read_file and present(path):
         return read_modality(read_json(path), features, path), []
     modality = infer_modality(features, root / INFO)
     return modality, [describe_inferred(modality, path, root)]
