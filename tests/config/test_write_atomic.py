@@ -4,6 +4,8 @@ is left, and the error names the file (the command's one line prints it)."""
 from __future__ import annotations
 
 import errno
+import os
+import stat
 
 import pytest
 
@@ -20,3 +22,19 @@ def test_a_full_disk_keeps_the_old_file_and_names_the_new_one(tmp_path):
         assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(path)
         assert path.read_text() == "old: 1\n"
         assert [p.name for p in disk.iterdir()] == ["best.yaml"]
+
+
+def test_a_new_file_takes_the_umask_and_a_replaced_one_keeps_its_mode(tmp_path):
+    """Written through mkstemp, every report, best.yaml and modality.json was 0600: unreadable by
+    the others who share the run folder or the dataset."""
+    mask = os.umask(0o027)
+    try:
+        write_text_atomic(tmp_path / "report.html", "<html/>")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o640
+    kept = tmp_path / "modality.json"
+    kept.write_text("{}")
+    kept.chmod(0o664)
+    write_text_atomic(kept, '{"state": {}}')
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o664 and kept.read_text() == '{"state": {}}'
