@@ -42,7 +42,13 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise ConfigError(
             f"{path}: not a text file (byte {exc.start} is not UTF-8); expected YAML text"
         ) from None
-    data = _parse(text, path)
+    return parse_yaml(text, path)
+
+
+def parse_yaml(text: str, path: str | os.PathLike) -> Any:
+    """The YAML document ``text`` (read from ``path``, which the errors name), as strictly as
+    :func:`read_yaml` parses a file."""
+    data = _parse(text, Path(path))
     if data is _EMPTY:
         raise ConfigError(
             f"{path}: the file is empty (no YAML document in it); expected a mapping of keys"
