@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -147,8 +148,12 @@ def dump_config(cfg: Any) -> str:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
+    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file.
+
+    A device, pipe or socket at ``path`` (or at the end of a link there) is refused: the rename
+    would replace it (``--out /dev/null`` run as root replaced the system's /dev/null)."""
     path = Path(path)
+    _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -162,6 +167,19 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _check_replaceable(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # nothing there (or a broken link): the rename makes the file
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder: the rename's own error
+        raise OSError(
+            errno.EINVAL,
+            "a device, pipe or socket is there, not a file; it is never replaced",
+            str(path),
+        )
 
 
 def _mode_for(path: Path) -> int:

@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from autotune.config.io import write_text_atomic
+from autotune.config.io import write_output, write_text_atomic
+from autotune.errors import ConfigError
 from tests.tmpfs import small_disk
 
 
@@ -38,3 +39,29 @@ def test_a_new_file_takes_the_umask_and_a_replaced_one_keeps_its_mode(tmp_path):
     kept.chmod(0o664)
     write_text_atomic(kept, '{"state": {}}')
     assert stat.S_IMODE(kept.stat().st_mode) == 0o664 and kept.read_text() == '{"state": {}}'
+
+
+def _device(path):
+    if os.geteuid() != 0:
+        pytest.skip("making a device node needs root")
+    os.mknod(path, stat.S_IFCHR | 0o644, os.makedev(1, 3))  # what /dev/null is
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, _device], ids=["fifo", "device"])
+@pytest.mark.parametrize("through_link", [False, True], ids=["direct", "link"])
+def test_a_device_or_pipe_is_never_replaced(tmp_path, make, through_link):
+    """`report --out /dev/null` run as root replaced /dev/null itself with the page."""
+    special = tmp_path / "special"
+    make(special)
+    path = special
+    if through_link:  # /dev/stdout is a link
+        path = tmp_path / "link"
+        path.symlink_to(special)
+    with pytest.raises(ConfigError) as caught:
+        write_output(path, "<html/>")
+    assert str(caught.value) == (
+        f"--out {path}: cannot write the file (a device, pipe or socket is there, not a file; it "
+        "is never replaced); give a place you can write"
+    )
+    assert not stat.S_ISREG(special.lstat().st_mode) and path.is_symlink() == through_link
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"special", path.name})
