@@ -223,3 +223,20 @@ def test_a_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_p
             "are free there; make fewer or shorter episodes, or give a folder on a larger disk\n"
         )
         assert list(disk.iterdir()) == []
+
+
+@pytest.mark.parametrize("cache", ["file", "/dev/null"])
+def test_a_cache_variable_naming_no_folder_is_one_line_naming_it(tmp_path, monkeypatch, cache):
+    """It was NotADirectoryError: [Errno 20] Not a directory: '/dev/null/datasets'."""
+    from autotune.data.cache import cached_dataset
+
+    if cache == "file":
+        cache = tmp_path / "file"
+        cache.write_text("x")
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(cache))
+    with pytest.raises(DataError) as caught:
+        cached_dataset(SMALL)
+    assert str(caught.value) == (
+        f"$AUTOTUNE_CACHE {cache}: cannot make {cache}/datasets (Not a directory); set "
+        "AUTOTUNE_CACHE to a folder you can write"
+    )
