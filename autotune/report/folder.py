@@ -118,7 +118,27 @@ def _storage(
             f"{run_dir}: --storage {url} has its password hidden (***); give the URL with the password "
             f"(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
         )
+    elif (missing := _missing_sqlite_file(url.secret())) is not None:
+        raise ReportError(
+            f"--storage {url}: no database file {missing}; give the file the study is kept in "
+            "(a report creates no database)"
+        )
     return open_storage(url, run_dir)
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The file an SQLite URL names, where there is none: opening it would create an empty database
+    (a mistyped path) for the report to find no study in."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # not a URL: open_storage says so, in its words
+        return None
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or db in (None, "", ":memory:"):
+        return None
+    return None if os.path.lexists(db) else db
 
 
 def profile_dirs(run_dir: Path) -> list[Path]:
