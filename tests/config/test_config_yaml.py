@@ -97,7 +97,10 @@ def test_cli_inspect_json(capsys):
     assert info["params_total"] > info["params_trainable"] > 0
 
 
-def test_cli_unknown_workload_one_line(capsys):
-    assert main(["inspect", "--workload", "nope"]) != 0
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "workload 'nope' is unknown" in err[0]
+@pytest.mark.parametrize("listing", [[], ["--list"]], ids=["inspect", "list"])
+def test_cli_unknown_workload_one_line(capsys, listing):
+    """``--list`` listed the known workloads and exited 0, the name asked for silently left out."""
+    assert main(["inspect", "--workload", "nope", *listing]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "workload 'nope' is unknown" in err[0] and captured.out == ""
