@@ -139,3 +139,21 @@ def test_a_run_out_of_device_memory_is_one_line(monkeypatch, capsys):
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "out of memory: CUDA out of memory. Tried to allocate 36.00 MiB" in err
     assert "23.49 GiB allowed" in err and "memory.accumulation_steps" in err
+
+
+def test_a_command_that_trains_nothing_is_not_given_training_advice_for_its_memory(
+    monkeypatch, capsys
+):
+    """`classify` or `data make` out of memory was told to lower memory.accumulation_steps."""
+    from autotune.cli import main
+    from autotune.profiling import cli as classify_cli
+
+    def full(args):
+        raise MemoryError()
+
+    monkeypatch.setattr(classify_cli, "run_classify", full)
+    assert main(["classify", "trace.json"]) == 1
+    assert capsys.readouterr().err == (
+        "autotune: error: out of memory; this machine's memory ran out (rerun with --debug for the "
+        "traceback)\n"
+    )
