@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -133,5 +134,33 @@ def test_check_says_what_stands_where_a_file_should_be(broken_copy, capsys, name
     path = broken_copy / name
     path.unlink()
     make(path)
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
+
+
+def _set_column(path, name, values, kind=None):
+    table = pq.read_table(path)
+    i = table.schema.get_field_index(name)
+    pq.write_table(table.set_column(i, name, pa.array(values, kind)), path)
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "what"),
+    [
+        ("observation.state", lambda n: [[0.5] * 3] * n, "column 'observation.state' has 3 values per row; "
+         "its sub-key 'eef_rotation' is values [3, 6) (meta/info.json or meta/modality.json)"),
+        ("action", lambda n: [[0.0] * 6 + [float("nan")]] * n, "column 'action' holds nan at row 0 (value 6); "
+         "allowed: finite numbers"),
+        ("observation.state", lambda n: [[float("inf")] * 8] * n, "column 'observation.state' holds inf at row 0 "
+         "(value 0); allowed: finite numbers"),
+    ],
+    ids=["short-rows", "nan-action", "inf-state"],
+)  # fmt: skip
+def test_check_refuses_vectors_shorter_than_declared_or_not_finite(
+    broken_copy, capsys, column, values, what
+):
+    """Each passed as OK: a short row was sliced to fewer dims, a NaN went on to the loss."""
+    path = broken_copy / PARQUET
+    _set_column(path, column, values(pq.read_metadata(path).num_rows), pa.list_(pa.float32()))
     assert main(["data", "check", str(broken_copy)]) == 2
     assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
