@@ -164,3 +164,22 @@ def test_check_refuses_vectors_shorter_than_declared_or_not_finite(
     _set_column(path, column, values(pq.read_metadata(path).num_rows), pa.list_(pa.float32()))
     assert main(["data", "check", str(broken_copy)]) == 2
     assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
+
+
+@pytest.mark.parametrize(
+    ("values", "kind", "what"),
+    [
+        (lambda n: [float("nan")] * n, pa.float32(), "episode 1 frame 0 has timestamp nan, not 0.000000 at 20 fps"),
+        (lambda n: [f"{i / 20}" for i in range(n)], pa.string(),
+         "column 'timestamp' has type string or nulls; expected seconds (numbers)"),
+    ],
+    ids=["nan", "strings"],
+)  # fmt: skip
+def test_check_refuses_timestamps_that_are_nan_or_not_numbers(
+    broken_copy, capsys, values, kind, what
+):
+    """Both passed: NaN is never greater than the tolerance, and numeric strings cast to floats."""
+    path = broken_copy / PARQUET
+    _set_column(path, "timestamp", values(pq.read_metadata(path).num_rows), kind)
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
