@@ -122,12 +122,10 @@ def _make(args: argparse.Namespace) -> int:
     _check_target(Path(args.dir))
     try:
         root = make_dataset(args.dir, spec, force=args.force)
-    except (
-        OSError
-    ) as exc:  # a full disk, a read-only or foreign folder: the folder is left as it was
-        raise DataError(
-            f"{exc.filename or args.dir}: cannot write the dataset ({exc.strerror or exc})"
-        ) from None
+    # a full disk, a read-only or foreign folder: the folder is left as it was (the error's own
+    # file is one of the dataset's, in a temporary folder that is gone by now)
+    except OSError as exc:
+        raise DataError(f"{args.dir}: cannot write the dataset ({exc.strerror or exc})") from None
     print(render_summary(check_dataset(root)).replace("OK ", "made ", 1))
     return 0
 

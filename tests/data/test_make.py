@@ -240,3 +240,23 @@ def test_a_cache_variable_naming_no_folder_is_one_line_naming_it(tmp_path, monke
         f"$AUTOTUNE_CACHE {cache}: cannot make {cache}/datasets (Not a directory); set "
         "AUTOTUNE_CACHE to a folder you can write"
     )
+
+
+def test_a_dataset_that_cannot_be_written_is_named_not_its_temporary_folder(
+    tmp_path, capsys, monkeypatch
+):
+    """The line named a file inside the hidden temporary folder (gone by the time it was read)."""
+    import autotune.data.make as make
+
+    def full(root, spec):
+        raise OSError(
+            28, "No space left on device", str(root / "data/chunk-000/episode_000000.parquet")
+        )
+
+    monkeypatch.setattr(make, "write_dataset", full)
+    target = tmp_path / "ds"
+    assert main(["data", "make", str(target), "--episodes", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {target}: cannot write the dataset (No space left on device)\n"
+    )
+    assert list(tmp_path.iterdir()) == []
