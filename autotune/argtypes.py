@@ -76,6 +76,15 @@ def duration(text: str) -> float:
     return seconds
 
 
+def path(text: str) -> str:
+    """An argparse type: a path, which an empty argument is not (``Path("")`` is the current
+    folder: ``data make "$UNSET" --force`` would name it)."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' is not a path; give a file or folder")
+    return text
+
+
+PATH = path
 POSITIVE = integer(1)
 """Counts that must be at least one: steps, trials, processes, batch sizes, episodes."""
 NON_NEGATIVE = integer(0)

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from autotune.argtypes import NON_NEGATIVE, POSITIVE, SEED, number
+from autotune.argtypes import NON_NEGATIVE, PATH, POSITIVE, SEED, number
 from autotune.config.io import write_output
 from autotune.data.check import check_dataset, render_summary
 from autotune.data.content import EMBODIMENTS
@@ -33,12 +33,12 @@ def register(subparsers) -> None:
     check = sub.add_parser(
         "check", help="validate a dataset (v2.0, v2.1, v3.0): meta files, parquet, every video"
     )
-    check.add_argument("dir", help="dataset folder")
+    check.add_argument("dir", metavar="DIR", type=PATH, help="dataset folder")
     check.set_defaults(func=_check)
     modality = sub.add_parser(
         "modality", help="print GR00T's meta/modality.json of a dataset (inferred if missing)"
     )
-    modality.add_argument("dir", help="dataset folder")
+    modality.add_argument("dir", metavar="DIR", type=PATH, help="dataset folder")
     modality.add_argument("--write", action="store_true", help="write it to DIR/meta/modality.json")
     modality.add_argument(
         "--force",
@@ -50,7 +50,7 @@ def register(subparsers) -> None:
 
 def _make_parser(sub) -> None:
     make = sub.add_parser("make", help="write a synthetic LeRobot dataset (parquet + mp4 + meta)")
-    make.add_argument("dir", help="folder to create")
+    make.add_argument("dir", metavar="DIR", type=PATH, help="folder to create")
     make.add_argument("--episodes", type=POSITIVE, required=True, help="number of episodes")
     make.add_argument(
         "--views", type=POSITIVE, default=2, help="camera views per episode (default 2)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from autotune.argtypes import number
+from autotune.argtypes import PATH, number
 from autotune.profiling.classify import MAX_THRESHOLD_US, ClassifyOptions, classify
 from autotune.profiling.render import render_text
 from autotune.profiling.trace import load_traces
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Classify the steps (ProfilerStep#N) of torch.profiler traces. PATH is a "
         "trace (.json or .json.gz) or a folder of per-rank traces of one run.",
     )
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", type=PATH)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--hta", action="store_true", help="cross-check against HTA (slow import)")
     p.add_argument(

@@ -134,3 +134,25 @@ def test_more_processes_than_the_machine_has_is_refused_before_one_starts(
         f"cores; allowed: 1 to {cores}"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["data", "make", "", "--episodes", "1", "--force"], "DIR"),
+        (["data", "check", ""], "DIR"),
+        (["data", "modality", "", "--write"], "DIR"),
+        (["classify", ""], "PATH"),
+        (["report", ""], "RUN_DIR"),
+    ],
+)
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(
+    tmp_path, capsys, monkeypatch, argv, name
+):
+    """``data make "$UNSET" --force`` named the current folder; ``data check ""`` said
+    'meta/info.json: missing'."""
+    monkeypatch.chdir(tmp_path)
+    assert (
+        _error(capsys, argv) == f"autotune: error: {name}: '' is not a path; give a file or folder"
+    )
+    assert list(tmp_path.iterdir()) == []
