@@ -98,7 +98,13 @@ def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
     (what ``data modality --write --force`` writes over it, however broken it is)."""
     root = Path(root)
     if not root.is_dir():
-        what = "a file" if root.exists() else "missing"
+        what = (
+            "a file"
+            if root.exists()
+            else "a link to nothing, or a loop of links"
+            if root.is_symlink()
+            else "missing"
+        )
         raise DataError(f"{root}: not a dataset folder ({what}); give the folder lerobot wrote")
     info_path = root / INFO
     info = read_json(info_path)

@@ -88,7 +88,12 @@ def test_check_reports_a_bad_jsonl_line(broken_copy, capsys):
 
 def test_check_of_a_file_or_a_missing_folder_says_which(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("x")
-    for name, what in (("notes.txt", "a file"), ("gone", "missing")):
+    (tmp_path / "loop").symlink_to("loop")  # was "missing"
+    for name, what in (
+        ("notes.txt", "a file"),
+        ("gone", "missing"),
+        ("loop", "a link to nothing, or a loop of links"),
+    ):
         assert main(["data", "check", str(tmp_path / name)]) == 2
         assert capsys.readouterr().err == (
             f"autotune: error: {tmp_path / name}: not a dataset folder ({what}); "
