@@ -31,7 +31,9 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return exc.reason, str(exc)
     if isinstance(exc, AutotuneError):
         return "config", str(exc)
-    if "out of memory" in low or type(exc).__name__ == "OutOfMemoryError":
+    if isinstance(exc, MemoryError) and not str(exc):  # Python's own says nothing more
+        return "oom", "MemoryError: the host's memory ran out"
+    if "out of memory" in low or type(exc).__name__ in ("OutOfMemoryError", "MemoryError"):
         return "oom", text.splitlines()[0]
     if "nccl" in low and "gloo" not in low and "required cuda" not in low:
         return "nccl", text.splitlines()[0]
