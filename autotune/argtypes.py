@@ -37,16 +37,23 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def number(low: float, *, above: bool = False, unit: str = "") -> Callable[[str], float]:
-    """An argparse type: a finite number ``>= low`` (``> low`` with ``above``); never inf or nan."""
-    what = f"a finite number {'>' if above else '>='} {low:g}" + (f" ({unit})" if unit else "")
+def number(
+    low: float, *, above: bool = False, unit: str = "", high: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse type: a finite number ``>= low`` (``> low`` with ``above``) and ``<= high``;
+    never inf or nan."""
+    what = (
+        f"a finite number {'>' if above else '>='} {low:g}"
+        if high == math.inf
+        else f"a number from {low:g}{' (excluded)' if above else ''} to {high:g}"
+    ) + (f" ({unit})" if unit else "")
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: {what}") from None
-        if not math.isfinite(value) or value < low or (above and value == low):
+        if not math.isfinite(value) or not low <= value <= high or (above and value == low):
             raise argparse.ArgumentTypeError(f"{text!r} is out of range; allowed: {what}")
         return value
 
@@ -69,6 +76,15 @@ def duration(text: str) -> float:
     return seconds
 
 
+def path(text: str) -> str:
+    """An argparse type: a path, which an empty argument is not (``Path("")`` is the current
+    folder: ``data make "$UNSET" --force`` would name it)."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' is not a path; give a file or folder")
+    return text
+
+
+PATH = path
 POSITIVE = integer(1)
 """Counts that must be at least one: steps, trials, processes, batch sizes, episodes."""
 NON_NEGATIVE = integer(0)

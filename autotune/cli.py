@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         # torch.OutOfMemoryError (a RuntimeError): the device, or the --memory-budget cap, is full
         if args.debug or not is_out_of_memory(exc):
             raise
-        _error(out_of_memory_line(exc))
+        _error(out_of_memory_line(exc) if args.command in TRAINING else _memory_line(exc))
         return 1
     # a file or folder of the command that cannot be used (full disk, no permission)
     except OSError as exc:
@@ -128,6 +128,19 @@ def out_of_memory_line(exc: BaseException) -> str:
         f"out of memory: {first or type(exc).__name__}; lower the memory a step needs "
         "(memory.accumulation_steps, checkpointing.regions, a smaller --batch-size) or raise "
         "--memory-budget (rerun with --debug for the traceback)"
+    )
+
+
+TRAINING = frozenset({"run", "train", "verify", "profile"})
+"""Commands whose memory goes to training steps: the knobs of a step are the advice for them."""
+
+
+def _memory_line(exc: BaseException) -> str:
+    """Out of memory in a command that trains nothing (reading a trace, making a dataset)."""
+    first = one_line(str(exc))
+    return (
+        f"out of memory{f': {first}' if first else ''}; this machine's memory ran out "
+        "(rerun with --debug for the traceback)"
     )
 
 

@@ -163,3 +163,21 @@ def test_a_run_out_of_host_memory_is_one_line_and_an_oom(monkeypatch, capsys):
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "out of memory: [enforce fail at alloc_cpu.cpp:127]" in err and "261120000 bytes" in err
     assert classify_exception(RuntimeError(CPU_FULL))[0] == "oom"
+
+
+def test_a_command_that_trains_nothing_is_not_given_training_advice_for_its_memory(
+    monkeypatch, capsys
+):
+    """`classify` or `data make` out of memory was told to lower memory.accumulation_steps."""
+    from autotune.cli import main
+    from autotune.profiling import cli as classify_cli
+
+    def full(args):
+        raise MemoryError()
+
+    monkeypatch.setattr(classify_cli, "run_classify", full)
+    assert main(["classify", "trace.json"]) == 1
+    assert capsys.readouterr().err == (
+        "autotune: error: out of memory; this machine's memory ran out (rerun with --debug for the "
+        "traceback)\n"
+    )

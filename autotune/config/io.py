@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +24,9 @@ def read_yaml(path: str | os.PathLike) -> Any:
 
     Refused: a missing or unreadable file, bytes that are not UTF-8 text (a binary file), a file
     with no YAML document (empty, or only comments: never "all defaults" by accident), a syntax
-    error, and a key given twice in one mapping (PyYAML would keep the last one silently).
+    error, a key given twice in one mapping (PyYAML would keep the last one silently), nesting
+    deeper than Python's stack, and aliases that expand past :data:`MAX_NODES` (a "billion laughs"
+    file of a few hundred bytes is a billion values to every reader that walks it).
     """
     path = Path(path)
     try:
@@ -39,7 +43,13 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise ConfigError(
             f"{path}: not a text file (byte {exc.start} is not UTF-8); expected YAML text"
         ) from None
-    data = _parse(text, path)
+    return parse_yaml(text, path)
+
+
+def parse_yaml(text: str, path: str | os.PathLike) -> Any:
+    """The YAML document ``text`` (read from ``path``, which the errors name), as strictly as
+    :func:`read_yaml` parses a file."""
+    data = _parse(text, Path(path))
     if data is _EMPTY:
         raise ConfigError(
             f"{path}: the file is empty (no YAML document in it); expected a mapping of keys"
@@ -49,6 +59,10 @@ def read_yaml(path: str | os.PathLike) -> Any:
 
 _EMPTY = object()
 
+MAX_NODES = 100_000
+"""Values a YAML document may hold with its aliases expanded: a configuration or a search space
+holds hundreds."""
+
 
 def _parse(text: str, path: Path) -> Any:
     loader = yaml.SafeLoader(text)
@@ -57,7 +71,12 @@ def _parse(text: str, path: Path) -> Any:
         if node is None:
             return _EMPTY
         _check_unique_keys(node, path, "", set())
+        _check_expanded_size(node, path)
         return loader.construct_document(node)
+    except RecursionError:  # the composer recurses per level: no configuration nests so deep
+        raise ConfigError(
+            f"{path}: nests lists or mappings deeper than can be read; a configuration nests a few levels"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -88,6 +107,28 @@ def _check_unique_keys(node: yaml.Node, path: Path, prefix: str, seen: set[int])
             _check_unique_keys(item, path, f"{prefix}[{i}]", seen)
 
 
+def _check_expanded_size(node: yaml.Node, path: Path) -> None:
+    """Count the values of the document as its readers will see them, each alias as a copy of
+    its anchor (counted once per anchor, so the count costs the file's size, not the expansion)."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node) -> int:
+        if id(n) not in sizes:
+            sizes[id(n)] = 0  # an anchor inside itself adds nothing more
+            if isinstance(n, yaml.MappingNode):
+                children = [c for pair in n.value for c in pair]
+            else:
+                children = n.value if isinstance(n, yaml.SequenceNode) else []
+            sizes[id(n)] = min(1 + sum(size(c) for c in children), MAX_NODES + 1)
+        return sizes[id(n)]
+
+    if size(node) > MAX_NODES:
+        raise ConfigError(
+            f"{path}: its aliases (*name) expand to more than {MAX_NODES} values; a configuration "
+            "holds hundreds (is it an alias bomb?)"
+        )
+
+
 def load_config(path: str | os.PathLike, cls: type[T] = TrainConfig) -> T:  # type: ignore[assignment]
     """Load a configuration file strictly; every error names the file and the dotted key."""
     data = read_yaml(path)
@@ -107,11 +148,16 @@ def dump_config(cfg: Any) -> str:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file."""
+    """Write ``text`` to ``path`` through a temporary file and a rename: never a half-written file.
+
+    A device, pipe or socket at ``path`` (or at the end of a link there) is refused: the rename
+    would replace it (``--out /dev/null`` run as root replaced the system's /dev/null)."""
     path = Path(path)
+    _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -121,6 +167,39 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _check_replaceable(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # nothing there (or a broken link): the rename makes the file
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder: the rename's own error
+        raise OSError(
+            errno.EINVAL,
+            "a device, pipe or socket is there, not a file; it is never replaced",
+            str(path),
+        )
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions ``path`` is written with: those of the file it replaces, else what ``open``
+    would give a new file (the temporary file's own 0600 would hide a report or a dataset's
+    metadata from everyone else who reads them)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:  # read, not set: setting it, even back, would race other threads creating files
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
 
 
 def save_config(cfg: Any, path: str | os.PathLike) -> None:

@@ -17,17 +17,21 @@ from autotune.config.knob import Carried, NotCarried, Search, knob, validate
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ACCUMULATION_CHOICES = (1, 2, 4, 8, 16)
+SHOWN_DIVISORS = 1024
+"""An error lists the divisors of batch_size up to this."""
 
 
 def micro_batch_size(batch_size: int, steps: int) -> int:
     """Samples per micro-batch when ``steps`` micro-batches make one update of ``batch_size``;
     a FieldError (``memory.accumulation_steps``) unless ``steps`` divides ``batch_size``."""
     if batch_size % steps:
-        divisors = [d for d in range(1, batch_size + 1) if batch_size % d == 0]
+        # the small divisors only: listing them all costs a pass over batch_size (2**63 of them)
+        small = [d for d in range(1, min(batch_size, SHOWN_DIVISORS) + 1) if batch_size % d == 0]
+        shown = str(small) if batch_size <= SHOWN_DIVISORS else f"{str(small)[:-1]}, ...]"
         raise FieldError(
             "memory.accumulation_steps",
             steps,
-            f"a divisor of batch_size {batch_size}: {divisors}",
+            f"a divisor of batch_size {batch_size}: {shown}",
             f"does not divide batch_size {batch_size}",
         )
     return batch_size // steps

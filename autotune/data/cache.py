@@ -18,6 +18,7 @@ from autotune.data.augment import short_edge_for
 from autotune.data.make import MakeSpec, make_dataset
 from autotune.data.meta import INFO
 from autotune.data.spec import ReadSpec
+from autotune.errors import DataError
 
 DATASET_SEED = 0
 """The content of the cached dataset does not follow the training seed: every trial shares it."""
@@ -26,6 +27,21 @@ DATASET_SEED = 0
 def cache_root() -> Path:
     env = os.environ.get("AUTOTUNE_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "autotune"
+
+
+def cache_folder(*parts: str) -> Path:
+    """``cache_root() / parts``, made if needed; one that cannot be made (``$AUTOTUNE_CACHE`` names a
+    file, ``/dev/null``, a read-only place) is one line naming the variable."""
+    path = cache_root().joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = "$AUTOTUNE_CACHE" if os.environ.get("AUTOTUNE_CACHE") else "the cache"
+        raise DataError(
+            f"{where} {cache_root()}: cannot make {path} ({exc.strerror}); set AUTOTUNE_CACHE to a "
+            "folder you can write"
+        ) from None
+    return path
 
 
 def spec_for(read: ReadSpec, episodes: int) -> MakeSpec:
@@ -52,7 +68,7 @@ def cached_dataset(spec: MakeSpec) -> Path:
     folder, name = path.parent, path.name
     if (path / INFO).is_file():
         return path
-    folder.mkdir(parents=True, exist_ok=True)
+    cache_folder("datasets")
     with _locked(folder / f".{name}.lock"):
         if not (path / INFO).is_file():
             _make_in_fresh_process(path, spec)

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from autotune.data.episode import read_episode
-from autotune.data.files import parquet_file, read_rows, require_columns
+from autotune.data.files import parquet_file, read_rows, require_columns, require_file
 from autotune.data.layout import TOKENIZER
 from autotune.data.meta import DatasetMeta, load_meta
 from autotune.data.text import WordVocabulary
@@ -90,10 +91,17 @@ def check_data_file(meta: DatasetMeta, path: Path, episodes: list) -> None:
         table = read_rows(
             file, path, ["timestamp", "frame_index"], ep.first_row, ep.first_row + ep.length
         )
-        ts = table.column("timestamp").to_numpy().astype(np.float64)
+        col = table.column("timestamp")
+        if col.null_count or not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+            raise DataError(
+                f"{path}: column 'timestamp' has type {col.type} or nulls; expected seconds (numbers)"
+            )
+        ts = col.to_numpy(zero_copy_only=False).astype(np.float64)
         off = np.abs(ts - table.column("frame_index").to_numpy() / meta.fps)
-        if len(off) and off.max() > TIMESTAMP_TOLERANCE_S + 1e-7 * ts.max():
-            n = int(off.argmax())
+        scale = np.abs(ts[np.isfinite(ts)]).max(initial=0.0)
+        late = ~(off <= TIMESTAMP_TOLERANCE_S + 1e-7 * scale)  # a NaN timestamp is never on time
+        if late.any():
+            n = int(late.argmax())
             raise DataError(
                 f"{path}: episode {ep.index} frame {n} has timestamp {ts[n]:.6f}, not {n / meta.fps:.6f} at {meta.fps:g} fps"
             )
@@ -103,8 +111,7 @@ def check_video(path: Path, min_frames: int, shape: tuple[int, ...]) -> str:
     """Decode every frame of ``path``; returns ``codec (decoder)``."""
     import av
 
-    if not path.is_file():
-        raise DataError(f"{path}: missing")
+    require_file(path)
     try:
         container = av.open(str(path))
     except Exception as exc:

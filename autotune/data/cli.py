@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from autotune.argtypes import NON_NEGATIVE, POSITIVE, SEED, number
+from autotune.argtypes import NON_NEGATIVE, PATH, POSITIVE, SEED, number
 from autotune.config.io import write_output
 from autotune.data.check import check_dataset, render_summary
 from autotune.data.content import EMBODIMENTS
@@ -33,22 +33,24 @@ def register(subparsers) -> None:
     check = sub.add_parser(
         "check", help="validate a dataset (v2.0, v2.1, v3.0): meta files, parquet, every video"
     )
-    check.add_argument("dir", help="dataset folder")
+    check.add_argument("dir", metavar="DIR", type=PATH, help="dataset folder")
     check.set_defaults(func=_check)
     modality = sub.add_parser(
         "modality", help="print GR00T's meta/modality.json of a dataset (inferred if missing)"
     )
-    modality.add_argument("dir", help="dataset folder")
+    modality.add_argument("dir", metavar="DIR", type=PATH, help="dataset folder")
     modality.add_argument("--write", action="store_true", help="write it to DIR/meta/modality.json")
     modality.add_argument(
-        "--force", action="store_true", help="with --write: replace an existing file"
+        "--force",
+        action="store_true",
+        help="with --write: replace an existing file with the mapping inferred from info.json",
     )
     modality.set_defaults(func=_modality)
 
 
 def _make_parser(sub) -> None:
     make = sub.add_parser("make", help="write a synthetic LeRobot dataset (parquet + mp4 + meta)")
-    make.add_argument("dir", help="folder to create")
+    make.add_argument("dir", metavar="DIR", type=PATH, help="folder to create")
     make.add_argument("--episodes", type=POSITIVE, required=True, help="number of episodes")
     make.add_argument(
         "--views", type=POSITIVE, default=2, help="camera views per episode (default 2)"
@@ -91,7 +93,11 @@ def _make_parser(sub) -> None:
                       help="v3.0: size at which a data or video file is closed and the next begun (lerobot: 100/200)")  # fmt: skip
     make.add_argument("--no-extras", dest="extras", action="store_false",
                       help="write only what lerobot writes: no modality.json, tokenizer.json or embodiment")  # fmt: skip
-    make.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    make.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DIR if it holds a dataset (never another folder)",
+    )
     make.set_defaults(func=_make)
 
 
@@ -116,12 +122,10 @@ def _make(args: argparse.Namespace) -> int:
     _check_target(Path(args.dir))
     try:
         root = make_dataset(args.dir, spec, force=args.force)
-    except (
-        OSError
-    ) as exc:  # a full disk, a read-only or foreign folder: the folder is left as it was
-        raise DataError(
-            f"{exc.filename or args.dir}: cannot write the dataset ({exc.strerror or exc})"
-        ) from None
+    # a full disk, a read-only or foreign folder: the folder is left as it was (the error's own
+    # file is one of the dataset's, in a temporary folder that is gone by now)
+    except OSError as exc:
+        raise DataError(f"{args.dir}: cannot write the dataset ({exc.strerror or exc})") from None
     print(render_summary(check_dataset(root)).replace("OK ", "made ", 1))
     return 0
 
@@ -135,7 +139,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _modality(args: argparse.Namespace) -> int:
-    meta = load_meta(args.dir)
+    replace = args.write and args.force  # the mapping inferred anew: the file there may be broken
+    meta = load_meta(args.dir, modality_file=not replace)
     text = json.dumps(meta.modality.to_json(), indent=2) + "\n"
     if not args.write:
         print(text, end="")
@@ -143,6 +148,8 @@ def _modality(args: argparse.Namespace) -> int:
     path = Path(args.dir) / MODALITY
     if path.exists() and not args.force:
         raise DataError(f"{path}: exists; pass --force to replace it")
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder; --force replaces a file, never a folder")
     write_output(path, text, "--write")  # whole or not at all; a full disk leaves no temporary file
     print(f"wrote {path}")
     return 0

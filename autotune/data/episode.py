@@ -58,13 +58,20 @@ def read_episode(meta: DatasetMeta, episode: int) -> EpisodeData:
         for c in dict.fromkeys(k.source for k in (*meta.state_keys, *meta.action_keys))
     }
     return EpisodeData(
-        state=_concat(vectors, meta.state_keys),
-        action=_concat(vectors, meta.action_keys),
+        state=_concat(vectors, meta.state_keys, path),
+        action=_concat(vectors, meta.action_keys, path),
         task_index=task_index,
     )
 
 
-def _concat(vectors: dict[str, np.ndarray], keys: tuple[KeySlice, ...]) -> np.ndarray:
+def _concat(vectors: dict[str, np.ndarray], keys: tuple[KeySlice, ...], path) -> np.ndarray:
+    for k in keys:  # a slice past a short row is shorter, not an error, to numpy
+        width = vectors[k.source].shape[1]
+        if width < k.end:
+            raise DataError(
+                f"{path}: column {k.source!r} has {width} values per row; its sub-key {k.name!r} "
+                f"is values [{k.start}, {k.end}) (meta/info.json or meta/modality.json)"
+            )
     return np.concatenate([vectors[k.source][:, k.start : k.end] for k in keys], axis=1)
 
 
@@ -91,7 +98,15 @@ def _vectors(table: pa.Table, column: str, path) -> np.ndarray:
     if col.null_count or len(set(lengths.tolist())) > 1:
         raise DataError(f"{path}: column {column!r} has null rows or rows of different lengths")
     values = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
-    return values.reshape(len(col), -1)
+    values = values.reshape(len(col), -1)
+    finite = np.isfinite(values)
+    if not finite.all():  # a NaN state or action is a NaN loss at the first step that draws it
+        row, i = np.argwhere(~finite)[0]
+        raise DataError(
+            f"{path}: column {column!r} holds {values[row, i]} at row {row} (value {i}); "
+            "allowed: finite numbers"
+        )
+    return values
 
 
 class Normalizer:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,46 @@ def _loads(text: str) -> Any:
         raise _TooDeep("nests arrays or objects deeper than Python can parse") from None
 
 
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def present(path: Path) -> bool:
+    """Whether anything is at ``path``: an optional file that is there but is not a file (a
+    folder, a pipe, a broken link) is an error to report, not a file to do without."""
+    return os.path.lexists(path)
+
+
+def require_file(path: Path) -> None:
+    """``path`` must be a regular file (links followed); otherwise a :class:`DataError` saying
+    what is there instead: a pipe is not "missing", and reading it would block for ever."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise DataError(
+                f"{path}: a link to {os.readlink(path)}, which does not exist"
+            ) from None
+        raise DataError(f"{path}: missing") from None
+    except OSError as exc:  # a loop of links, a folder that cannot be searched
+        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise DataError(
+            f"{path}: is {_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a file"
+        )
+
+
 def _read(path: Path, limit: int) -> str:
     """The text of a metadata file: a regular file of at most ``limit`` bytes, UTF-8."""
+    require_file(path)
     try:
         return read_text(path, limit, DataError)
-    except FileNotFoundError:
+    except FileNotFoundError:  # removed since it was looked at
         raise DataError(f"{path}: missing") from None
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: cannot be read ({one_line(exc)})") from None
@@ -87,8 +124,7 @@ def get(obj: Any, key: str, path: Path, kind: type | tuple[type, ...], where: st
 
 
 def parquet_file(path: Path) -> pq.ParquetFile:
-    if not path.is_file():
-        raise DataError(f"{path}: missing")
+    require_file(path)
     try:
         return pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:

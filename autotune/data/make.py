@@ -31,10 +31,15 @@ from autotune.data.content import (
     trajectory,
 )
 from autotune.data.encode import CODECS
+from autotune.data.layout import INFO
 from autotune.data.writers import writer_for
 from autotune.errors import DataError
 
 FORMATS = ("v2.1", "v3.0")
+MAX_EPISODES = 1_000_000
+"""Episodes a made dataset may hold (the largest LeRobot datasets hold a few hundred thousand)."""
+MAX_FRAMES = 100_000
+"""Frames of one made episode (83 minutes at 20 fps): its vectors are drawn whole in memory."""
 _TASKS, _LENGTHS, _EPISODE, _STATE, _ACTION, _VIDEO = range(6)  # seed streams
 
 
@@ -63,15 +68,15 @@ class MakeSpec:
         def bad(what: str, allowed: str) -> DataError:
             return DataError(f"data make: {what} is not allowed; allowed: {allowed}")
 
-        if self.episodes < 1:
-            raise bad(f"--episodes {self.episodes}", "an integer >= 1")
+        if not 1 <= self.episodes <= MAX_EPISODES:
+            raise bad(f"--episodes {self.episodes}", f"1 to {MAX_EPISODES}")
         if not 1 <= self.views <= len(VIEW_NAMES):
             raise bad(f"--views {self.views}", f"1 to {len(VIEW_NAMES)}")
         for flag, value in (("--size", self.size), ("--width", self.width)):
             if value is not None and (not 16 <= value <= 1024 or value % 2):
                 raise bad(f"{flag} {value}", "an even number of pixels in [16, 1024]")
-        if self.frames is not None and self.frames < 2:
-            raise bad(f"--frames {self.frames}", "an integer >= 2")
+        if self.frames is not None and not 2 <= self.frames <= MAX_FRAMES:
+            raise bad(f"--frames {self.frames}", f"2 to {MAX_FRAMES}")
         if not 1 <= self.fps <= 240:
             raise bad(f"--fps {self.fps}", "1 to 240")
         if self.embodiment not in EMBODIMENTS:
@@ -121,38 +126,94 @@ class EpisodeContent:
 
 
 def make_dataset(root: str | Path, spec: MakeSpec, *, force: bool = False) -> Path:
-    """Write the dataset of ``spec`` at ``root`` (refused if it exists, unless ``force``)."""
-    root = Path(root)
+    """Write the dataset of ``spec`` at ``root`` (refused if it exists, unless ``force``).
+
+    ``force`` replaces a dataset (a folder with ``meta/info.json``), never another folder: not one
+    of the user's files is deleted by a mistyped path. The old dataset is moved aside and removed
+    only once the new one is in its place, so a failure at any point leaves one of them whole."""
+    root = Path(os.path.abspath(root))  # "." and "x/.." name their folder, not an empty name
     if root.exists() and not root.is_dir():
         raise DataError(f"{root}: exists and is not a folder")
-    if root.exists() and any(root.iterdir()) and not force:
-        raise DataError(f"{root}: exists and is not empty; pass --force to replace it")
+    if root.exists() and any(root.iterdir()):
+        _check_replaceable(root, force)
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp, old = (root.parent / f".{root.name}.{kind}-{tag}" for kind in ("tmp", "old"))
     try:
         write_dataset(tmp, spec)
-        if root.exists():
-            shutil.rmtree(root)
-        os.rename(tmp, root)
+        if root.exists() or root.is_symlink():
+            os.rename(root, old)
+        try:
+            os.rename(tmp, root)
+        except BaseException:
+            if old.exists() or old.is_symlink():
+                os.rename(old, root)
+            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if old.is_symlink():  # --force on a link replaces the link, never the folder it points to
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
     return root
+
+
+def _check_replaceable(root: Path, force: bool) -> None:
+    if not force:
+        raise DataError(f"{root}: exists and is not empty; pass --force to replace it")
+    if not (root / INFO).is_file():
+        raise DataError(
+            f"{root}: holds files and no {INFO}, so it is not a dataset; --force replaces a "
+            "dataset folder, never another folder (give a new or empty folder)"
+        )
+    cwd, real = Path.cwd().resolve(), root.resolve()
+    if cwd == real or real in cwd.parents:
+        raise DataError(
+            f"{root}: is the current folder (or holds it); run `data make --force` from another folder"
+        )
 
 
 def write_dataset(root: Path, spec: MakeSpec) -> None:
     n_tasks = max(1, min(10, math.ceil(spec.episodes / 2)))
     tasks = make_tasks(n_tasks, rng_for(spec.seed, _TASKS))
     writer = writer_for(root, spec, tasks)
-    for episode in episodes(spec, n_tasks):
+    lengths = episode_lengths(spec)
+    for episode in episodes(spec, n_tasks, lengths):
         writer.add(episode)
+        if episode.index == 0:
+            _check_room(root, episode.length, sum(lengths))
     writer.finish()
 
 
-def episodes(spec: MakeSpec, n_tasks: int) -> Iterator[EpisodeContent]:
+def _check_room(root: Path, written: int, total: int) -> None:
+    """Refuse a dataset that will not fit on its disk, from the bytes its first ``written``
+    frames took, before it fills the disk (and everything else writing there) for nothing."""
+    used = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    need = used / written * total
+    free = shutil.disk_usage(root).free
+    if need - used > free:
+        raise DataError(
+            f"{root.parent}: the dataset needs about {_size(need)} (its first episode took "
+            f"{_size(used)}), and {_size(free)} are free there; make fewer or shorter episodes, or "
+            "give a folder on a larger disk"
+        )
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 2**10:.0f} KiB"
+
+
+def episode_lengths(spec: MakeSpec) -> list[int]:
+    """Frames of each episode: ``spec.frames``, or 60 to 150 drawn from the seed."""
     if spec.frames is None:
-        lengths = rng_for(spec.seed, _LENGTHS).integers(60, 151, spec.episodes).tolist()
-    else:
-        lengths = [spec.frames] * spec.episodes
+        return rng_for(spec.seed, _LENGTHS).integers(60, 151, spec.episodes).tolist()
+    return [spec.frames] * spec.episodes
+
+
+def episodes(spec: MakeSpec, n_tasks: int, lengths: list[int]) -> Iterator[EpisodeContent]:
     start = 0
     for ep, length in enumerate(lengths):
         state = trajectory(spec.body.state, length, rng_for(spec.seed, _STATE, ep))

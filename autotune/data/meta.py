@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.data import v2, v3
-from autotune.data.files import get, read_json
+from autotune.data.files import get, present, read_json
 from autotune.data.layout import INFO, MODALITY, STATS, TOKENIZER, Episode
 from autotune.data.modality import (
     ACTION,
@@ -92,11 +92,19 @@ class DatasetMeta:
         }
 
 
-def load_meta(root: str | Path) -> DatasetMeta:
-    """Read and cross-check ``meta/`` of any supported version; the first problem raises."""
+def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
+    """Read and cross-check ``meta/`` of any supported version; the first problem raises.
+    ``modality_file=False``: the modality inferred from ``info.json``, ``modality.json`` unread
+    (what ``data modality --write --force`` writes over it, however broken it is)."""
     root = Path(root)
     if not root.is_dir():
-        what = "a file" if root.exists() else "missing"
+        what = (
+            "a file"
+            if root.exists()
+            else "a link to nothing, or a loop of links"
+            if root.is_symlink()
+            else "missing"
+        )
         raise DataError(f"{root}: not a dataset folder ({what}); give the folder lerobot wrote")
     info_path = root / INFO
     info = read_json(info_path)
@@ -109,7 +117,7 @@ def load_meta(root: str | Path) -> DatasetMeta:
     if not (math.isfinite(fps) and fps > 0):  # 1e999 reads as inf
         raise DataError(f"{info_path}: fps is {fps}; allowed: a finite number > 0")
     features = get(info, "features", info_path, dict)
-    modality, notices = _modality(root, features)
+    modality, notices = _modality(root, features, modality_file)
     reader = v3 if version == "v3.0" else v2
     index = reader.load_index(root, info, modality.video_keys, fps)
     _check_counts(index.episodes, index.tasks, info, info_path, index.files[0])
@@ -136,9 +144,9 @@ def _float(value: int | float) -> float:
         return math.inf
 
 
-def _modality(root: Path, features: dict) -> tuple[Modality, list[str]]:
+def _modality(root: Path, features: dict, read_file: bool) -> tuple[Modality, list[str]]:
     path = root / MODALITY
-    if path.is_file():
+    if read_file and present(path):
         return read_modality(read_json(path), features, path), []
     modality = infer_modality(features, root / INFO)
     return modality, [describe_inferred(modality, path, root)]

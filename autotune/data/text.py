@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from autotune.data.files import read_json
+from autotune.data.files import present, read_json
 from autotune.errors import DataError
 
 TOKENIZER_TYPE = "word_level"
@@ -61,7 +61,7 @@ class WordVocabulary:
     @classmethod
     def for_dataset(cls: type[_V], path: Path, tasks: Iterable[str]) -> _V:
         """``path`` (a dataset's ``meta/tokenizer.json``) where it exists, else built from ``tasks``."""
-        return cls.load(path) if path.exists() else cls.build(tasks)
+        return cls.load(path) if present(path) else cls.build(tasks)
 
     @classmethod
     def load(cls: type[_V], path: Path) -> _V:

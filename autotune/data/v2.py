@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.data import stats as st
-from autotune.data.files import get, read_json, read_jsonl
+from autotune.data.files import get, present, read_json, read_jsonl
 from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, inside, path_template
 from autotune.errors import DataError
 
@@ -81,7 +81,7 @@ def _tasks(path: Path) -> dict[int, str]:
 def load_stats(root: Path, version: str, dims: dict[str, int]) -> st.Stats:
     """v2.1: the episodes' stats aggregated (stats.json where it has none); v2.0: stats.json."""
     per_episode = root / EPISODES_STATS
-    if version == "v2.0" or (not per_episode.is_file() and (root / STATS).is_file()):
+    if version == "v2.0" or (not present(per_episode) and present(root / STATS)):
         return st.from_stats_json(read_json(root / STATS), dims, root / STATS)
     rows = read_jsonl(per_episode)
     if not rows:

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from autotune.data import stats as st
-from autotune.data.files import read_json, read_parquet
+from autotune.data.files import present, read_json, read_parquet
 from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, inside, path_template
 from autotune.errors import DataError
 
@@ -151,7 +151,7 @@ def _is_text(kind: pa.DataType) -> bool:
 
 def load_stats(root: Path, files: tuple[Path, ...], dims: dict[str, int]) -> st.Stats:
     """stats.json; without it, the episodes' ``stats/`` columns aggregated."""
-    if (root / STATS).is_file():
+    if present(root / STATS):
         return st.from_stats_json(read_json(root / STATS), dims, root / STATS)
     columns = [f"stats/{key}/{name}" for key in dims for name in (*st.STAT_NAMES, "count")]
     parts = []

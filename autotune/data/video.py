@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from autotune.data.files import require_file
 from autotune.errors import DataError
 
 BACKENDS = ("pyav", "opencv", "torchcodec")
@@ -51,8 +52,7 @@ def check_backend(backend: str) -> None:
 def open_reader(backend: str, path: Path, fps: float) -> FrameReader:
     check_backend(backend)
     cls = {"pyav": PyAVReader, "opencv": OpenCVReader, "torchcodec": TorchCodecReader}[backend]
-    if not path.is_file():
-        raise DataError(f"{path}: missing")
+    require_file(path)
     try:
         return cls(path, fps)
     except DataError:

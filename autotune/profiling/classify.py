@@ -117,6 +117,10 @@ TOP_KERNELS = 10
 _STEP_NUMBER = re.compile(r"#(\d+)$")
 
 
+MAX_THRESHOLD_US = 1e9
+"""The largest threshold of :class:`ClassifyOptions`, 1000 s: thresholds become int64 nanoseconds."""
+
+
 @dataclass(frozen=True)
 class ClassifyOptions:
     """Thresholds of the classifier."""
@@ -130,8 +134,10 @@ class ClassifyOptions:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if not value >= 0:
-                raise ConfigError(f"classify.{name}: must be >= 0, got {value!r}")
+            if not 0 <= value <= MAX_THRESHOLD_US:
+                raise ConfigError(
+                    f"classify.{name}: {value!r} is out of range; allowed: 0 to {MAX_THRESHOLD_US:g}"
+                )
 
 
 @dataclass

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from autotune.profiling.classify import ClassifyOptions, classify
+from autotune.argtypes import PATH, number
+from autotune.profiling.classify import MAX_THRESHOLD_US, ClassifyOptions, classify
 from autotune.profiling.render import render_text
 from autotune.profiling.trace import load_traces
 
 _DEFAULTS = ClassifyOptions()
+MICROSECONDS = number(0, high=MAX_THRESHOLD_US, unit="microseconds")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,18 +21,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Classify the steps (ProfilerStep#N) of torch.profiler traces. PATH is a "
         "trace (.json or .json.gz) or a folder of per-rank traces of one run.",
     )
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", type=PATH)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--hta", action="store_true", help="cross-check against HTA (slow import)")
     p.add_argument(
         "--launch-gap-max-us",
-        type=float,
+        type=MICROSECONDS,
         default=_DEFAULTS.launch_gap_max_us,
         help="longest idle gap counted as launch overhead (default %(default)s)",
     )
     p.add_argument(
         "--cpu-dispatch-us",
-        type=float,
+        type=MICROSECONDS,
         default=_DEFAULTS.cpu_dispatch_us,
         help="CPU-only traces: dispatch cost per compute operator (default %(default)s)",
     )

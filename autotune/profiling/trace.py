@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from autotune.boundedread import check_regular
-from autotune.errors import TraceFormatError
+from autotune.errors import TraceFormatError, short_repr
 from autotune.profiling.kinds import CATEGORY_TABLE, LEGACY_ANNOTATION, Category, first_match
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -85,6 +85,10 @@ class RankTrace:
     """``distributedInfo.backend`` (``"nccl"``, ``"gloo"``, ``"mtia:hccl,cpu:gloo"``), if any."""
 
 
+class _BadField(TypeError):
+    """A field of an event that no reader of the columns could use (its message names it)."""
+
+
 class _Columns:
     """Typed append-only columns, filled by the streaming parser."""
 
@@ -110,11 +114,15 @@ class _Columns:
         name = ev.get("name", "")
         nid = self.names.get(name)
         if nid is None:
+            if not isinstance(name, str):  # every name is matched against the kind tables
+                raise _BadField(f"'name' is {short_repr(name)}; allowed: a string")
             nid = self.names[name] = len(self.names)
         tid = ev.get("tid", 0)
         if not isinstance(tid, int):
             tid = self.tids.setdefault(tid, -1 - len(self.tids))
         args = ev.get("args")
+        if args and type(args) is not dict:
+            raise _BadField(f"'args' is {short_repr(args)}; allowed: an object")
         corr = args.get("correlation", -1) if args else -1
         self.ts.append(ev["ts"])
         self.dur.append(ev.get("dur", 0.0))
@@ -151,20 +159,26 @@ class _Columns:
         return cat
 
     def _check_times(self, path: Path, ts: np.ndarray, dur: np.ndarray) -> None:
-        bad = np.flatnonzero(~(dur >= 0) | ~np.isfinite(ts))
+        bad = np.flatnonzero(~(dur >= 0) | ~(np.abs(ts) < MAX_US) | ~(dur < MAX_US))
         if len(bad) == 0:
             return
         i = int(bad[0])
         name = list(self.names)[self.name[i]]
-        what = (
-            f"no finite timestamp ({ts[i]})"
-            if not np.isfinite(ts[i])
-            else f"a negative duration ({dur[i]} us)"
-        )
+        if not np.isfinite(ts[i]):
+            what = f"no finite timestamp ({ts[i]})"
+        elif not dur[i] >= 0:
+            what = f"a negative duration ({dur[i]} us)"
+        else:
+            what = f"a time past {MAX_US:.0e} us (ts {ts[i]}, dur {dur[i]})"
         raise TraceFormatError(
             f"{path}: event {name!r} at ts {ts[i]} has {what}; a complete event needs a time and a dur >= 0"
             + (f" ({len(bad)} such events)" if len(bad) > 1 else "")
         )
+
+
+MAX_US = 2.0**62 / 1000
+"""Microseconds a timestamp or a duration may reach: start and end in int64 nanoseconds (a
+clock of 146 years; Kineto's timestamps are microseconds since the epoch, about 1.7e15)."""
 
 
 # Categories whose events are not kept as columns (some are counted, see Columns.side).
@@ -256,9 +270,10 @@ class _Reader:
 def _open_text(path: Path):
     try:
         check_regular(path, TraceFormatError)  # a link to /dev/zero is not a trace
+        # utf-8-sig: a byte-order mark ahead of the JSON (an editor's save) is read past
         if path.name.endswith(".gz"):
-            return gzip.open(path, "rt", encoding="utf-8")
-        return open(path, encoding="utf-8")  # noqa: SIM115 (closed by the caller)
+            return gzip.open(path, "rt", encoding="utf-8-sig")
+        return open(path, encoding="utf-8-sig")  # noqa: SIM115 (closed by the caller)
     except FileNotFoundError:
         raise TraceFormatError(f"{path}: no such file") from None
     except OSError as exc:
@@ -299,13 +314,37 @@ def _parse_events(r: _Reader, cols: _Columns) -> None:
         if type(ev) is dict:
             try:
                 add(ev)
-            except (KeyError, TypeError, ValueError) as exc:
+            # a field of another type (a string ts, args a list) or a number out of a column's
+            # range (a ts of 1e400 for float64, a tid past int64)
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
                 raise TraceFormatError(
-                    f"{r.path}: malformed event near character {r.base + r.pos} "
-                    f"({type(exc).__name__}: {exc})"
+                    f"{r.path}: malformed event near character {r.base + r.pos} ({_fault(ev, exc)})"
                 ) from None
         if r.char(",]") == "]":
             return
+
+
+def _fault(ev: dict, exc: Exception) -> str:
+    """The field of ``ev`` that :meth:`_Columns.add` could not take, named (found again here, off
+    the per-event path, so that reading a good trace pays nothing for it)."""
+    if isinstance(exc, _BadField):
+        return str(exc)
+    if "ts" not in ev:
+        return "no 'ts'"
+    args = ev.get("args")
+    numbers = {"ts": ev["ts"], "dur": ev.get("dur", 0.0)}
+    integers = {"tid": ev.get("tid", 0)}
+    if type(args) is dict:
+        integers["args.correlation"] = args.get("correlation", -1)
+    for key, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"'{key}' is {short_repr(value)}; allowed: a number of microseconds"
+        if isinstance(value, int) and not abs(value) < MAX_US:
+            return f"'{key}' is {short_repr(value)}; allowed: a number of microseconds below {MAX_US:.0e}"
+    for key, value in integers.items():
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            return f"'{key}' is {short_repr(value)}; allowed: a 64-bit integer"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _rank_and_world(meta: dict, path: Path) -> tuple[int, int | None]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from autotune.argtypes import PATH
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -18,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Rebuild the self-contained HTML report of an `autotune run` folder from its "
         "study, best.yaml, diagnosis and profiles.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (autotune run --out)")
+    p.add_argument(
+        "run_dir", metavar="RUN_DIR", type=PATH, help="the run folder (autotune run --out)"
+    )
     p.add_argument("--out", default=None, help="the page to write (default: RUN_DIR/report.html)")
     p.add_argument(
         "--study",

@@ -8,12 +8,14 @@ file reads as ``None``, an unreadable one as ``None`` plus a note for the page.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from autotune.boundedread import check_regular
 from autotune.boundedread import read_text as read_bounded
 from autotune.errors import AutotuneError, ReportError
 from autotune.redact import StorageURL, is_redacted, redact
@@ -35,7 +37,7 @@ def check_folder(run_dir: str | Path) -> Path:
 
 def read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
     """The JSON object in ``path``; None when the file is absent or unreadable (then noted)."""
-    if not path.is_file():
+    if not os.path.lexists(path):  # a pipe or a folder there is unreadable, not absent
         return None
     try:
         data = json.loads(read_bounded(path, error=ReportError))
@@ -49,9 +51,18 @@ def read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
     return data
 
 
-def read_text(path: Path) -> str | None:
-    """The text of a file of the folder (at most a metadata file's size), None when absent."""
-    return read_bounded(path, error=ReportError) if path.is_file() else None
+def read_text(path: Path, notes: list[str]) -> str | None:
+    """The text of a file of the folder (at most a metadata file's size); None when absent or
+    unreadable (then noted: a binary, huge or non-regular file costs its part of the page)."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_bounded(path, error=ReportError)
+    except UnicodeDecodeError as exc:
+        notes.append(f"{path.name} is not UTF-8 text (byte {exc.start}); left out")
+    except (AutotuneError, OSError) as exc:
+        notes.append(f"{path.name} could not be read ({exc}); left out")
+    return None
 
 
 def open_study(
@@ -96,16 +107,38 @@ def _storage(
                 "folder never chooses a database to connect to: give the URL yourself "
                 "(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
             )
-        if not (run_dir / JOURNAL).is_file():
+        journal = run_dir / JOURNAL
+        if not os.path.lexists(journal):
             raise ReportError(
                 f"{run_dir}: no study in it (no {JOURNAL}); give the run folder of `autotune run`"
             )
+        check_regular(journal, ReportError)  # a pipe would block the reader for ever
     elif is_redacted(url.secret()):  # run.json's URL, copied with its secrets hidden
         raise ReportError(
             f"{run_dir}: --storage {url} has its password hidden (***); give the URL with the password "
             f"(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
         )
+    elif (missing := _missing_sqlite_file(url.secret())) is not None:
+        raise ReportError(
+            f"--storage {url}: no database file {missing}; give the file the study is kept in "
+            "(a report creates no database)"
+        )
     return open_storage(url, run_dir)
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The file an SQLite URL names, where there is none: opening it would create an empty database
+    (a mistyped path) for the report to find no study in."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # not a URL: open_storage says so, in its words
+        return None
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or db in (None, "", ":memory:"):
+        return None
+    return None if os.path.lexists(db) else db
 
 
 def profile_dirs(run_dir: Path) -> list[Path]:

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import ConfigError
 from autotune.redact import StorageURL, redact
 from autotune.report import folder
 from autotune.report.memory import MemoryPrediction
@@ -152,8 +153,8 @@ def load_report(
     run_dir = folder.check_folder(run_dir)
     notes: list[str] = []
     run = RunInfo.from_dict(folder.read_json(run_dir / "run.json", notes) or {}, notes)
-    best_yaml = folder.read_text(run_dir / "best.yaml")
-    provenance = _provenance(best_yaml)
+    best_yaml = folder.read_text(run_dir / "best.yaml", notes)
+    provenance = _provenance(best_yaml, run_dir / "best.yaml", notes)
     study = folder.open_study(
         run_dir,
         storage,
@@ -268,14 +269,15 @@ def _status(run: RunInfo, trials: list[FrozenTrial], best_yaml: str | None) -> s
     return "finished" if best_yaml is not None and not running else "running or interrupted"
 
 
-def _provenance(best_yaml: str | None) -> dict[str, Any]:
-    import yaml
+def _provenance(best_yaml: str | None, path: Path, notes: list[str]) -> dict[str, Any]:
+    from autotune.config.io import parse_yaml
 
     if best_yaml is None:
         return {}
-    try:
-        data = yaml.safe_load(best_yaml)
-    except yaml.YAMLError:
+    try:  # strictly: an alias bomb or deep nesting is a note, not a traceback or memory taken
+        data = parse_yaml(best_yaml, path.name)
+    except ConfigError as exc:
+        notes.append(f"best.yaml's provenance could not be read ({exc}); left out")
         return {}
     prov = data.get("provenance") if isinstance(data, dict) else None
     return prov if isinstance(prov, dict) else {}

@@ -213,8 +213,28 @@ def _print(m: Measurement, cfg: TrainConfig) -> None:
     print(f"  loss          {m.losses[0]:.4f} -> {m.losses[-1]:.4f}")
 
 
+def check_nproc(cfg: TrainConfig, nproc: int) -> None:
+    """Refuse more processes than the machine has GPUs (on a CPU run, cores) before one starts:
+    torchrun would start every one asked for (a typo of 10**9 is a fork bomb), and each rank past
+    the last GPU fails."""
+    import torch
+
+    from autotune.config.compat import usable_cpus
+    from autotune.errors import ConfigError
+
+    if cfg.device != "cpu" and torch.cuda.is_available():
+        have, what = torch.cuda.device_count(), "GPUs"
+    else:
+        have, what = usable_cpus(), "CPU cores"
+    if nproc > have:
+        raise ConfigError(
+            f"--nproc: {nproc} processes is more than this machine's {have} {what}; allowed: 1 to {have}"
+        )
+
+
 def run_verify(args: argparse.Namespace) -> int:
     cfg = resolve_config(args)
+    check_nproc(cfg, args.nproc)
     from autotune.train.window.verify import undecided_text, verify
 
     res = verify(cfg, steps=args.steps, nproc=args.nproc)
@@ -249,6 +269,7 @@ def run_profile(args: argparse.Namespace) -> int:
     from autotune.errors import ConfigError
 
     cfg = resolve_config(args)
+    check_nproc(cfg, args.nproc)
     from autotune.train.trial.launch import launch
 
     out = Path(args.out)

@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        if ":" in args.workload:
-            get_workload(args.workload)  # imported (and so listed) from its file or module
+        # a file or module is imported (and so listed); an unknown name is refused, not ignored
+        get_workload(args.workload)
         for name in list_workloads():
             w = get_workload(name)
             alias = f" (workload {w.name!r})" if name != w.name else ""

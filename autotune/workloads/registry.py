@@ -70,7 +70,8 @@ def _load_module(source: str) -> ModuleType:
     if source.endswith(".py") or os.sep in source:
         path = Path(source).resolve()
         if not path.is_file():
-            raise ImportError(f"{path}: no such file")
+            what = "is not a file" if path.exists() else "no such file"  # a folder, a pipe
+            raise ImportError(f"{path}: {what}")
         folder, source = str(path.parent), path.stem
     else:
         folder = os.getcwd()
@@ -91,8 +92,13 @@ def absolute_spec(spec: str) -> str:
 def _import_spec(spec: str) -> Workload:
     source, _, attr = spec.rpartition(":")
     try:
+        is_file = source.endswith(".py") or os.sep in source
+        # an empty or relative module name: importlib's own errors for them are tracebacks
+        if not source or not attr or (source.startswith(".") and not is_file):
+            raise ImportError("a module (or file) and a class are both needed")
         obj = getattr(_load_module(source), attr)
-    except (ImportError, AttributeError, SyntaxError) as exc:
+    # ValueError: a path with a NUL byte (a name read from a configuration file)
+    except (ImportError, AttributeError, SyntaxError, ValueError) as exc:
         raise WorkloadError(
             f"workload {spec!r} cannot be imported: {exc}; give path/to/file.py:Class or "
             "package.module:Class"

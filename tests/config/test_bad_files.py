@@ -147,3 +147,36 @@ def test_an_unreadable_config_is_one_line(tmp_path):
     cfg.write_text("preset: tiny\n")
     cfg.chmod(0)
     assert "cannot be read" in one_line_error(autotune("train", "--config", cfg))
+
+
+LAUGHS = "".join(
+    f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 9 if i else ['lol'] * 9)}]\n"
+    for i in range(9)
+)  # nine levels of nine aliases: 387 million strings from 300 bytes
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (LAUGHS, r"its aliases \(\*name\) expand to more than 100000 values"),
+        ("- " + LAUGHS.replace("\n", "\n- ")[:-2], r"its aliases \(\*name\) expand"),
+        (
+            "a: " + "[" * 20000 + "]" * 20000 + "\n",
+            r"nests lists or mappings deeper than can be read",
+        ),
+        ("a: " + "{b: " * 5000 + "1" + "}" * 5000 + "\n", r"nests lists or mappings deeper"),
+    ],
+    ids=["alias-bomb", "alias-bomb-list", "deep-lists", "deep-mappings"],
+)
+def test_an_alias_bomb_or_deep_nesting_is_one_line(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"^{path}: {message}"):
+        read_yaml(path)
+
+
+def test_anchors_within_reason_and_an_anchor_inside_itself_still_read(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("a: &a [1, 2]\nb: [*a, *a]\nc: &c [*c]\n")
+    data = read_yaml(path)
+    assert data["b"] == [[1, 2], [1, 2]] and data["c"][0] is data["c"]

@@ -97,7 +97,22 @@ def test_cli_inspect_json(capsys):
     assert info["params_total"] > info["params_trainable"] > 0
 
 
-def test_cli_unknown_workload_one_line(capsys):
-    assert main(["inspect", "--workload", "nope"]) != 0
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "workload 'nope' is unknown" in err[0]
+@pytest.mark.parametrize("listing", [[], ["--list"]], ids=["inspect", "list"])
+def test_cli_unknown_workload_one_line(capsys, listing):
+    """``--list`` listed the known workloads and exited 0, the name asked for silently left out."""
+    assert main(["inspect", "--workload", "nope", *listing]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "workload 'nope' is unknown" in err[0] and captured.out == ""
+
+
+@pytest.mark.timeout(20)
+def test_accumulation_not_dividing_a_huge_batch_is_refused_at_once(tmp_path):
+    """The error listed every divisor by trying each number up to batch_size: 2**63 - 1 never ended."""
+    path = write(tmp_path, "batch_size: 9223372036854775807\nmemory:\n  accumulation_steps: 3\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).endswith(
+        "memory.accumulation_steps: 3 does not divide batch_size 9223372036854775807; allowed: a "
+        "divisor of batch_size 9223372036854775807: [1, 7, 49, 73, 127, 337, 511, 889, ...]"
+    )

@@ -111,3 +111,48 @@ def test_a_bad_reference_is_one_line_before_the_run_folder(tmp_path, capsys, ref
     argv = ["run", "--synthetic", "--reference", reference, "--out", str(tmp_path / "run")]
     assert _error(capsys, argv).startswith(f"autotune: error: {line}")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", [["verify"], ["profile", "--out", "prof"]])
+def test_more_processes_than_the_machine_has_is_refused_before_one_starts(
+    tmp_path, capsys, monkeypatch, command
+):
+    """torchrun was started with --nproc_per_node as given: 10**9 processes on a CPU machine."""
+    import autotune.train.trial.launch as launch_module
+    from autotune.config.compat import usable_cpus
+
+    def launch(*args, **kwargs):
+        raise AssertionError("a training process was launched")
+
+    monkeypatch.setattr(launch_module, "launch", launch)
+    monkeypatch.setattr("autotune.train.window.verify.launch", launch)
+    monkeypatch.chdir(tmp_path)
+    cores = usable_cpus()
+    line = _error(capsys, [*command, "--preset", "tiny", "--synthetic", "--nproc", "1000000000"])
+    assert line == (
+        f"autotune: error: --nproc: 1000000000 processes is more than this machine's {cores} CPU "
+        f"cores; allowed: 1 to {cores}"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["data", "make", "", "--episodes", "1", "--force"], "DIR"),
+        (["data", "check", ""], "DIR"),
+        (["data", "modality", "", "--write"], "DIR"),
+        (["classify", ""], "PATH"),
+        (["report", ""], "RUN_DIR"),
+    ],
+)
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(
+    tmp_path, capsys, monkeypatch, argv, name
+):
+    """``data make "$UNSET" --force`` named the current folder; ``data check ""`` said
+    'meta/info.json: missing'."""
+    monkeypatch.chdir(tmp_path)
+    assert (
+        _error(capsys, argv) == f"autotune: error: {name}: '' is not a path; give a file or folder"
+    )
+    assert list(tmp_path.iterdir()) == []

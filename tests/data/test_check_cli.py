@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from autotune.cli import main
 
@@ -84,9 +88,103 @@ def test_check_reports_a_bad_jsonl_line(broken_copy, capsys):
 
 def test_check_of_a_file_or_a_missing_folder_says_which(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("x")
-    for name, what in (("notes.txt", "a file"), ("gone", "missing")):
+    (tmp_path / "loop").symlink_to("loop")  # was "missing"
+    for name, what in (
+        ("notes.txt", "a file"),
+        ("gone", "missing"),
+        ("loop", "a link to nothing, or a loop of links"),
+    ):
         assert main(["data", "check", str(tmp_path / name)]) == 2
         assert capsys.readouterr().err == (
             f"autotune: error: {tmp_path / name}: not a dataset folder ({what}); "
             "give the folder lerobot wrote\n"
         )
+
+
+PARQUET = "data/chunk-000/episode_000001.parquet"
+FRONT = "videos/chunk-000/observation.images.front/episode_000000.mp4"
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _folder(path):
+    path.mkdir()
+
+
+def _loop(path):
+    path.symlink_to(path.name)
+
+
+def _dangling(path):
+    path.symlink_to("/nonexistent/x")
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "what"),
+    [
+        (PARQUET, _fifo, "is a named pipe (FIFO), not a file"),
+        (PARQUET, _loop, "cannot be read (Too many levels of symbolic links)"),
+        (FRONT, _folder, "is a folder, not a file"),
+        (FRONT, _dangling, "a link to /nonexistent/x, which does not exist"),
+        ("meta/modality.json", _fifo, "is a named pipe (FIFO), not a file"),
+        ("meta/tokenizer.json", _folder, "is a folder, not a file"),
+    ],
+    ids=["fifo-parquet", "loop-parquet", "folder-video", "dangling-video", "fifo-modality", "folder-tokenizer"],
+)  # fmt: skip
+def test_check_says_what_stands_where_a_file_should_be(broken_copy, capsys, name, make, what):
+    """A pipe, a folder or a broken link was "missing" (or, for modality.json, quietly replaced by
+    an inferred mapping)."""
+    path = broken_copy / name
+    path.unlink()
+    make(path)
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
+
+
+def _set_column(path, name, values, kind=None):
+    table = pq.read_table(path)
+    i = table.schema.get_field_index(name)
+    pq.write_table(table.set_column(i, name, pa.array(values, kind)), path)
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "what"),
+    [
+        ("observation.state", lambda n: [[0.5] * 3] * n, "column 'observation.state' has 3 values per row; "
+         "its sub-key 'eef_rotation' is values [3, 6) (meta/info.json or meta/modality.json)"),
+        ("action", lambda n: [[0.0] * 6 + [float("nan")]] * n, "column 'action' holds nan at row 0 (value 6); "
+         "allowed: finite numbers"),
+        ("observation.state", lambda n: [[float("inf")] * 8] * n, "column 'observation.state' holds inf at row 0 "
+         "(value 0); allowed: finite numbers"),
+    ],
+    ids=["short-rows", "nan-action", "inf-state"],
+)  # fmt: skip
+def test_check_refuses_vectors_shorter_than_declared_or_not_finite(
+    broken_copy, capsys, column, values, what
+):
+    """Each passed as OK: a short row was sliced to fewer dims, a NaN went on to the loss."""
+    path = broken_copy / PARQUET
+    _set_column(path, column, values(pq.read_metadata(path).num_rows), pa.list_(pa.float32()))
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
+
+
+@pytest.mark.parametrize(
+    ("values", "kind", "what"),
+    [
+        (lambda n: [float("nan")] * n, pa.float32(), "episode 1 frame 0 has timestamp nan, not 0.000000 at 20 fps"),
+        (lambda n: [f"{i / 20}" for i in range(n)], pa.string(),
+         "column 'timestamp' has type string or nulls; expected seconds (numbers)"),
+    ],
+    ids=["nan", "strings"],
+)  # fmt: skip
+def test_check_refuses_timestamps_that_are_nan_or_not_numbers(
+    broken_copy, capsys, values, kind, what
+):
+    """Both passed: NaN is never greater than the tolerance, and numeric strings cast to floats."""
+    path = broken_copy / PARQUET
+    _set_column(path, "timestamp", values(pq.read_metadata(path).num_rows), kind)
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"

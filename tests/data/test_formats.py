@@ -173,6 +173,25 @@ def test_modality_is_printed_and_written(v3_copy, capsys):
     assert "meta/modality.json: exists; pass --force to replace it" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("broken", ["{not json", '{"state": 5}'], ids=["not-json", "wrong-shape"])
+def test_write_force_replaces_a_broken_modality_json_with_the_inferred_one(v3_copy, capsys, broken):
+    """The command that writes the file refused to, reading the broken file it was to replace."""
+    path = v3_copy / "meta/modality.json"
+    assert main(["data", "modality", str(v3_copy)]) == 0
+    inferred = json.loads(capsys.readouterr().out)
+    path.write_text(broken)
+    assert main(["data", "modality", str(v3_copy), "--write"]) == 2
+    assert main(["data", "modality", str(v3_copy), "--write", "--force"]) == 0
+    assert json.loads(path.read_text()) == inferred
+    path.unlink()
+    path.mkdir()
+    capsys.readouterr()
+    assert main(["data", "modality", str(v3_copy), "--write", "--force"]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {path}: is a folder; --force replaces a file, never a folder\n"
+    )
+
+
 def test_modality_json_as_isaac_gr00t_writes_it(v3_copy):
     """Sub-keys by name with start/end (original_key defaulted), views in file order, the
     annotation's column; the vector is the sub-keys concatenated, each normalised on its own."""

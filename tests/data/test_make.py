@@ -11,10 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from autotune.cli import main
 from autotune.data import MakeSpec, load_meta, make_dataset
 from autotune.data.writers import COLUMNS
 from autotune.errors import DataError
 from autotune.workloads.gr00t_n16.presets import NUM_SPECIAL_TOKENS
+from tests.tmpfs import small_disk
 
 VIDEO = "videos/chunk-000/observation.images.{view}/episode_{ep:06d}.mp4"
 
@@ -126,3 +128,135 @@ def test_encoding_av1_leaves_the_callers_scheduling_as_it_was(tmp_path):
     writer.close()
     assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
     assert len(decoded(tmp_path / "a.mp4")) == 4
+
+
+SMALL = MakeSpec(episodes=1, views=1, size=16, frames=2)
+
+
+def test_force_never_replaces_a_folder_that_is_not_a_dataset(tmp_path, monkeypatch, capsys):
+    """`data make . --force` in a folder of one's own files deleted them all (and made nothing)."""
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "notes/a.txt").write_text("keep\n")
+    monkeypatch.chdir(mine)
+    for target in (".", str(mine), f"{mine}/notes/.."):
+        assert main(["data", "make", target, "--episodes", "1", "--size", "16", "--force"]) == 2
+        assert capsys.readouterr().err == (
+            f"autotune: error: {mine}: holds files and no meta/info.json, so it is not a dataset; "
+            "--force replaces a dataset folder, never another folder (give a new or empty folder)\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert (mine / "notes/a.txt").read_text() == "keep\n"
+
+
+def test_force_replaces_a_dataset_but_not_the_current_folder_nor_a_links_target(
+    tmp_path, monkeypatch
+):
+    ds = make_dataset(tmp_path / "ds", SMALL)
+    monkeypatch.chdir(ds / "meta")
+    with pytest.raises(DataError, match=rf"^{ds}: is the current folder \(or holds it\)"):
+        make_dataset("..", SMALL, force=True)
+    monkeypatch.chdir(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(ds)
+    before = (ds / "meta/info.json").read_text()
+    make_dataset(link, MakeSpec(episodes=2, views=1, size=16, frames=2), force=True)
+    assert not link.is_symlink() and len(load_meta(link).episodes) == 2
+    assert (ds / "meta/info.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "link"]
+
+
+def test_a_failed_replacement_puts_the_old_dataset_back(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds", SMALL)
+    before = (ds / "meta/info.json").read_text()
+    real, calls = os.rename, []
+
+    def rename(src, dst):  # the new dataset's move into place fails (a full disk's metadata)
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError):
+        make_dataset(ds, MakeSpec(episodes=2, views=1, size=16, frames=2), force=True)
+    assert (ds / "meta/info.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--episodes", "1000000000000"], "--episodes 1000000000000 is not allowed; allowed: 1 to 1000000"),
+        (["--episodes", "1", "--frames", "1000000000"], "--frames 1000000000 is not allowed; allowed: 2 to 100000"),
+    ],
+    ids=["episodes", "frames"],
+)  # fmt: skip
+def test_sizes_past_any_dataset_are_refused_before_anything_is_drawn(
+    tmp_path, capsys, flags, message
+):
+    """They were drawn in memory first: a MemoryError blamed on training memory, or the machine's
+    memory taken."""
+    assert main(["data", "make", str(tmp_path / "ds"), *flags]) == 2
+    assert capsys.readouterr().err == f"autotune: error: data make: {message}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_path, capsys):
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        make = [
+            "data",
+            "make",
+            str(disk / "ds"),
+            "--episodes",
+            "5000",
+            "--frames",
+            "10",
+            "--size",
+            "16",
+        ]
+        assert main(make) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"autotune: error: {disk}: the dataset needs about 3"
+        ) and err.endswith(
+            "are free there; make fewer or shorter episodes, or give a folder on a larger disk\n"
+        )
+        assert list(disk.iterdir()) == []
+
+
+@pytest.mark.parametrize("cache", ["file", "/dev/null"])
+def test_a_cache_variable_naming_no_folder_is_one_line_naming_it(tmp_path, monkeypatch, cache):
+    """It was NotADirectoryError: [Errno 20] Not a directory: '/dev/null/datasets'."""
+    from autotune.data.cache import cached_dataset
+
+    if cache == "file":
+        cache = tmp_path / "file"
+        cache.write_text("x")
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(cache))
+    with pytest.raises(DataError) as caught:
+        cached_dataset(SMALL)
+    assert str(caught.value) == (
+        f"$AUTOTUNE_CACHE {cache}: cannot make {cache}/datasets (Not a directory); set "
+        "AUTOTUNE_CACHE to a folder you can write"
+    )
+
+
+def test_a_dataset_that_cannot_be_written_is_named_not_its_temporary_folder(
+    tmp_path, capsys, monkeypatch
+):
+    """The line named a file inside the hidden temporary folder (gone by the time it was read)."""
+    import autotune.data.make as make
+
+    def full(root, spec):
+        raise OSError(
+            28, "No space left on device", str(root / "data/chunk-000/episode_000000.parquet")
+        )
+
+    monkeypatch.setattr(make, "write_dataset", full)
+    target = tmp_path / "ds"
+    assert main(["data", "make", str(target), "--episodes", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {target}: cannot write the dataset (No space left on device)\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -93,7 +93,7 @@ def test_a_metadata_file_linked_to_dev_zero_fails_fast(broken_copy, capsys, name
     _check_fails(
         broken_copy,
         capsys,
-        f"{broken_copy / name}: not a regular file (a device, pipe or socket); expected a file",
+        f"{broken_copy / name}: is a device, not a file",
     )
 
 

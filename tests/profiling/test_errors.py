@@ -114,3 +114,58 @@ def test_cli_prints_one_line_and_fails(tmp_path, capsys):
     assert out == ""
     assert err.count("\n") == 1
     assert err.startswith("autotune: error: ") and "rank1.json: not a complete JSON trace" in err
+
+
+def _one_op(**fields) -> dict:
+    """A trace of one step holding one operator whose fields are replaced by ``fields``."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "tid": 1, "ts": 10, "dur": 5}
+    op.update(fields)
+    step = {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": "ProfilerStep#1",
+        "tid": 1,
+        "ts": 0,
+        "dur": 100,
+    }
+    return {"traceEvents": [step, op]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"args": [1]}, "'args' is [1]; allowed: an object"),
+        ({"name": 5}, "'name' is 5; allowed: a string"),
+        ({"name": None}, "'name' is None; allowed: a string"),
+        ({"ts": "12"}, "'ts' is '12'; allowed: a number of microseconds"),
+        ({"ts": 10**400}, f"'ts' is {str(10**400)[:57]}...; allowed: a number of microseconds below 5e+15"),
+        ({"tid": 10**30}, f"'tid' is {10**30}; allowed: a 64-bit integer"),
+        ({"args": {"correlation": -(10**30)}}, f"'args.correlation' is {-(10**30)}; allowed: a 64-bit integer"),
+    ],
+    ids=["args-list", "name-int", "name-null", "ts-string", "ts-huge-int", "tid-huge", "corr-huge"],
+)  # fmt: skip
+def test_an_event_field_of_another_type_or_range_is_named(tmp_path, fields, message):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(_one_op(**fields)))
+    with pytest.raises(
+        TraceFormatError, match=r"odd\.json: malformed event near character \d+ \((.*)\)$"
+    ) as exc:
+        classify(path)
+    assert exc.value.args[0].endswith(f"({message})")
+
+
+@pytest.mark.parametrize("fields", [{"ts": 1e300}, {"dur": 1e300}], ids=["ts", "dur"])
+def test_a_time_past_int64_nanoseconds_is_refused_not_wrapped(tmp_path, fields):
+    path = tmp_path / "far.json"
+    path.write_text(json.dumps(_one_op(**fields)))
+    with pytest.raises(
+        TraceFormatError, match=r"far\.json: event 'aten::mm' .* has a time past 5e\+15 us"
+    ):
+        classify(path)
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    plain, marked = tmp_path / "plain.json", tmp_path / "bom.json"
+    plain.write_text(json.dumps(_one_op()))
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert classify(marked).ranks[0].steps == classify(plain).ranks[0].steps

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
+from autotune.errors import ConfigError
 from autotune.profiling import compare_with_hta, load_traces
+from autotune.profiling.classify import ClassifyOptions
 from autotune.profiling.hta_check import NOT_APPLICABLE
 
 DATA = Path(__file__).parent / "data"
@@ -81,9 +83,19 @@ def test_cli_hta_on_cpu_trace_reports_not_applicable(capsys):
     assert "HTA cross-check: not applicable (no GPU events)" in capsys.readouterr().out
 
 
-def test_cli_rejects_negative_threshold(capsys):
-    assert main(["classify", str(DATA / "cpu_only.json.gz"), "--cpu-dispatch-us", "-1"]) != 0
-    assert "classify.cpu_dispatch_us: must be >= 0, got -1.0" in capsys.readouterr().err
+@pytest.mark.parametrize("value", ["-1", "inf", "nan", "1e300"])
+@pytest.mark.parametrize("flag", ["--cpu-dispatch-us", "--launch-gap-max-us"])
+def test_cli_rejects_a_threshold_out_of_range_naming_the_flag(capsys, flag, value):
+    assert main(["classify", str(DATA / "cpu_only.json.gz"), flag, value]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {flag}: {value!r} is out of range; allowed: a number from 0 to 1e+09 "
+        "(microseconds)\n"
+    )
+
+
+def test_thresholds_of_the_api_are_checked_too():
+    with pytest.raises(ConfigError, match=r"classify\.launch_gap_max_us: inf is out of range"):
+        ClassifyOptions(launch_gap_max_us=float("inf"))
 
 
 # Device event names from the H200 traces of issue 5.

@@ -80,3 +80,21 @@ def test_a_sqlite_url_in_run_json_creates_no_file(tmp_path, capsys, monkeypatch)
     assert main(["report", str(run)]) == 2
     assert "a run folder never chooses a database" in capsys.readouterr().err
     assert not elsewhere.exists() and sorted(p.name for p in run.iterdir()) == ["run.json"]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_sqlite_url_to_no_file_is_refused_not_created(tmp_path, capsys, monkeypatch, how):
+    """A mistyped --storage sqlite:///path made an empty database there, then found no study in it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    typo = tmp_path / "stuyd.db"
+    url = f"sqlite:///{typo}"
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    if how == "env":
+        monkeypatch.setenv("AUTOTUNE_STORAGE", url)
+    assert main(["report", str(run), *(["--storage", url] if how == "flag" else [])]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: --storage {url}: no database file {typo}; give the file the study is "
+        "kept in (a report creates no database)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not any(run.iterdir())

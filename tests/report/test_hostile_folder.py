@@ -4,12 +4,14 @@ spoils (with a note), never the report (a traceback)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from autotune.report import build_report, write_report
+from tests.config.test_bad_files import LAUGHS
 
 H200 = Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200"  # a real study
 JOURNAL = "study.journal"
@@ -129,3 +131,39 @@ def test_a_profile_summary_of_another_shape_costs_its_part_only(run, edit, note)
     assert note in report.notes
     write_report(run)
     assert (run / "report.html").is_file()
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "note"),
+    [
+        ("best.yaml", lambda p: p.write_bytes(b"\xe7" * 3000), "best.yaml is not UTF-8 text (byte 0); left out"),
+        ("best.yaml", lambda p: p.write_text("a: " + "[" * 20000 + "]" * 20000),
+         "best.yaml's provenance could not be read (best.yaml: nests lists or mappings deeper than can be read"),
+        ("best.yaml", lambda p: p.write_text(LAUGHS),
+         "best.yaml's provenance could not be read (best.yaml: its aliases (*name) expand to more than 100000"),
+        ("best.yaml", _fifo, "best.yaml could not be read ({path}: not a regular file (a device, pipe or socket)"),
+        ("run.json", _fifo, "run.json could not be read ({path}: not a regular file (a device, pipe or socket)"),
+    ],
+    ids=["binary", "deep", "alias-bomb", "fifo-best", "fifo-run-json"],
+)  # fmt: skip
+def test_a_best_yaml_or_run_json_that_cannot_be_read_costs_its_part_only(run, name, edit, note):
+    """A binary or deep best.yaml was a traceback; a pipe there was taken for no file, unnoted."""
+    edit(run / name)
+    report = build_report(run)
+    note = note.format(path=run / name)
+    assert any(n.startswith(note) for n in report.notes), report.notes
+
+
+def test_a_journal_that_is_a_pipe_is_named_as_one(run, capsys):
+    from autotune.cli import main
+
+    _fifo(run / JOURNAL)
+    assert main(["report", str(run)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {run / JOURNAL}: not a regular file (a device, pipe or socket); expected a file\n"
+    )

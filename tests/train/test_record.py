@@ -161,3 +161,18 @@ def test_the_worker_writes_a_failure_as_a_record(tmp_path):
     assert (
         "ddp.bucket_cap_mb: -1" in record.failure.error and "Traceback" in record.failure.traceback
     )
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (MemoryError(), ("oom", "MemoryError: the host's memory ran out")),
+        (MemoryError("Unable to allocate 7.45 GiB"), ("oom", "MemoryError: Unable to allocate 7.45 GiB")),
+        (ValueError("bad"), ("error", "ValueError: bad")),
+    ],
+    ids=["bare", "numpy", "other"],
+)  # fmt: skip
+def test_a_host_out_of_memory_is_an_oom_failure_that_says_so(exc, expected):
+    """A bare MemoryError was reason 'error' with the text 'MemoryError: ' (verify printed
+    'the stock configuration failed: MemoryError:')."""
+    assert worker.classify_exception(exc) == expected

@@ -39,3 +39,31 @@ def test_popen_named_as_a_workload_is_refused_before_it_runs(tmp_path):
     assert not (tmp_path / "run").exists()
     with pytest.raises(WorkloadError, match=r"'os:system': system is a builtin_function_or_method"):
         get_workload("os:system")
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        (":", "a module (or file) and a class are both needed"),
+        (".relative:Job", "a module (or file) and a class are both needed"),
+        ("json:", "a module (or file) and a class are both needed"),
+        ("{tmp}:Job", "{tmp}: is not a file"),
+        ("{tmp}/a\0b.py:Job", "embedded null byte"),
+    ],
+    ids=["empty", "relative", "no-class", "folder", "nul-byte"],
+)
+def test_a_malformed_workload_name_is_one_line(tmp_path, capsys, spec, reason):
+    """Empty, relative and NUL-holding names reached importlib, whose errors were tracebacks; a
+    folder named as the file was 'no such file'."""
+    from autotune.cli import main
+
+    spec, reason = spec.format(tmp=tmp_path), reason.format(tmp=tmp_path)
+    with pytest.raises(WorkloadError) as caught:
+        get_workload(spec)
+    assert str(caught.value) == (
+        f"workload {spec!r} cannot be imported: {reason}; give path/to/file.py:Class or "
+        "package.module:Class"
+    )
+    if "\0" not in spec:  # a command line cannot hold a NUL; a configuration file can
+        assert main(["inspect", "--workload", spec]) == 2
+        assert capsys.readouterr().err == f"autotune: error: {caught.value}\n"

@@ -31,6 +31,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return exc.reason, str(exc)
     if isinstance(exc, AutotuneError):
         return "config", str(exc)
+    if isinstance(exc, MemoryError) and not str(exc):  # Python's own says nothing more
+        return "oom", "MemoryError: the host's memory ran out"
     if is_out_of_memory(exc):
         return "oom", text.splitlines()[0]
     if "nccl" in low and "gloo" not in low and "required cuda" not in low:

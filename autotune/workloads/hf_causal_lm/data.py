@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autotune.data.cache import cache_root
+from autotune.data.cache import cache_folder
 from autotune.errors import DataError
 from autotune.workloads.hf_causal_lm.presets import LMPreset
 from autotune.workloads.hf_common import make_once
@@ -44,7 +44,7 @@ def shard_folder(preset: LMPreset, dataset: str | None) -> Path:
     tokens = preset.windows * preset.seq_len + 1
     name = f"tokens-v{preset.vocab_size}-t{tokens}-seed{SHARD_SEED}"
     return make_once(
-        cache_root() / "datasets" / name, lambda d: write_shard(d, preset.vocab_size, tokens)
+        cache_folder("datasets") / name, lambda d: write_shard(d, preset.vocab_size, tokens)
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autotune.data.cache import cache_root
+from autotune.data.cache import cache_folder
 from autotune.errors import DataError, WorkloadError
 from autotune.workloads.hf_common import make_once
 from autotune.workloads.image_classifier.presets import ViTPreset
@@ -67,7 +67,7 @@ def image_folder(p: ViTPreset, dataset: str | None) -> Path:
     if dataset:
         return Path(dataset)
     name = f"images-c{p.classes}-n{p.per_class}-s{p.file_size}-seed{FOLDER_SEED}"
-    return make_once(cache_root() / "datasets" / name, lambda d: write_folder(d, p))
+    return make_once(cache_folder("datasets") / name, lambda d: write_folder(d, p))
 
 
 class ImageFiles(torch.utils.data.Dataset):
