@@ -19,6 +19,7 @@ import jinja2
 import optuna
 
 from autotune.config.io import write_output
+from autotune.errors import ReportError
 from autotune.profiling.result import BUCKETS
 from autotune.redact import StorageURL
 from autotune.report import folder
@@ -71,11 +72,30 @@ def write_report(
     (see :func:`build_report`).
     """
     run_dir = folder.check_folder(run_dir)
-    report, study = load_report(run_dir, study_name, storage)
     path = Path(out) if out else run_dir / REPORT
+    if out:
+        _check_page(path)
+    report, study = load_report(run_dir, study_name, storage)
     base = os.path.relpath(run_dir.resolve(), path.resolve().parent)
     write_output(path, render_html(report, study, base), "--out" if out else "the report")
     return path
+
+
+def _check_page(path: Path) -> None:
+    """``--out`` may replace a page, never another file: a tab-completed ``RUN_DIR/study.journal``
+    or ``best.yaml`` was overwritten with the page, and the study lost."""
+    if not os.path.isfile(path):  # nothing there, or a folder, pipe or device: refused when written
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256).lstrip().lower()
+    except OSError:  # unreadable: writing it will say why
+        return
+    if head and not head.startswith((b"<!doctype html", b"<html")):  # an empty file holds nothing
+        raise ReportError(
+            f"--out {path}: exists and is not an HTML page; a report replaces a page, never another "
+            "file (give a new file)"
+        )
 
 
 def _num(x: Any, digits: int = 2) -> str:

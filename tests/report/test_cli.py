@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from autotune.cli import main
+
+H200 = Path(__file__).parents[2] / "reports" / "examples" / "full-1gpu-h200"  # a real study
 
 
 def test_not_a_folder(tmp_path, capsys):
@@ -98,3 +102,23 @@ def test_a_sqlite_url_to_no_file_is_refused_not_created(tmp_path, capsys, monkey
         "kept in (a report creates no database)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not any(run.iterdir())
+
+
+@pytest.mark.parametrize("name", ["study.journal", "best.yaml", "run.json"])
+def test_out_never_replaces_a_file_that_is_not_a_page(tmp_path, capsys, name):
+    """A tab-completed ``--out RUN_DIR/study.journal`` overwrote the study with the page."""
+    run = Path(shutil.copytree(H200, tmp_path / "run"))
+    before = (run / name).read_bytes()
+    assert main(["report", str(run), "--out", str(run / name)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: --out {run / name}: exists and is not an HTML page; a report replaces a "
+        "page, never another file (give a new file)\n"
+    )
+    assert (run / name).read_bytes() == before
+
+
+def test_out_replaces_an_empty_file_and_a_page(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text("")
+    assert main(["report", str(H200), "--out", str(page)]) == 0
+    assert main(["report", str(H200), "--out", str(page)]) == 0  # the page it wrote
