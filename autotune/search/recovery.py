@@ -109,7 +109,10 @@ def requeue(study: optuna.Study, trial: FrozenTrial) -> int | None:
     ):
         return None
     keep = {k: trial.user_attrs[k] for k in (STOCK, REFERENCE) if k in trial.user_attrs}
-    study.enqueue_trial(trial.params, user_attrs={**keep, QUEUED_AGAIN_FROM: trial.number})
+    # a trial stopped while its parameters were being drawn holds only some of them: those it was
+    # queued with (stock's, a reference's) are the configuration it stood for
+    params = {**trial.params, **trial.system_attrs.get("fixed_params", {})}
+    study.enqueue_trial(params, user_attrs={**keep, QUEUED_AGAIN_FROM: trial.number})
     return study.get_trials(deepcopy=False)[-1].number
 
 
