@@ -178,7 +178,10 @@ def test_a_second_tuner_on_the_folder_is_refused_naming_the_first(tmp_path, caps
         )  # the first tuner's trial runs on
     finally:
         first.send_signal(signal.SIGTERM)
-        first.wait(timeout=60)
+        output = first.communicate(timeout=60)[0]
+    # stopped as a scheduler stops it: one line says so, as Ctrl-C's does
+    assert first.returncode == 128 + signal.SIGTERM, output
+    assert "Traceback" not in output and output.splitlines()[-1] == "autotune: stopped by SIGTERM"
     assert journal.read_bytes().startswith(
         before
     )  # the first tuner appended its trial's end, nothing rewritten
