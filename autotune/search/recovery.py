@@ -21,12 +21,13 @@ import signal
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.search.retry import without_retries
 from autotune.search.trials import (
     COST,
     INTERRUPTED,
@@ -181,12 +182,14 @@ def interruptible(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
         record = TrialRecord.failed(
             INTERRUPTED, f"the tuner was stopped by {name} while the trial ran"
         )
-        try:
+        # The stop goes on whether this is recorded or not: a trial left running is failed by the
+        # folder's next run, or by another worker once its heartbeat is stale; a database that is
+        # away (or another worker that failed the trial first) must not hold the stop up or end it
+        # with another error.
+        with without_retries(), suppress(Exception):
             store(trial, record)
             study.tell(trial, state=TrialState.FAIL)
             requeue(study, study.get_trials(deepcopy=False)[trial.number])
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass
         raise
 
 

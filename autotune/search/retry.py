@@ -8,15 +8,17 @@ because the server cannot be reached is repeated after 0.5, 1, 2, 4, ... seconds
 line naming the storage (redacted) and the driver's reason, and saying that the study is kept
 there. A call made inside another (a method that calls another) is not retried on its own:
 the outermost call owns the one deadline. A heartbeat that fails is skipped, not raised: the next
-one is due shortly, and a trial's own calls decide whether the outage ends the run.
+one is due shortly, and a trial's own calls decide whether the outage ends the run. What a tuner
+stopped by a signal records on its way out is tried once (:func:`without_retries`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -81,14 +83,31 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
 
 
 def _skip_on_outage(method: Callable) -> Callable:
+    """``method`` tried once: a heartbeat the server does not take is skipped (the next one is due
+    shortly), and no beat waits out an outage in the thread its trial's end joins."""
+
     @functools.wraps(method)
     def beat(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except ConfigError:
+        except Exception as exc:  # noqa: BLE001  only an unreachable server is skipped
+            if not unreachable(exc):
+                raise
             return None
 
     return beat
+
+
+@contextlib.contextmanager
+def without_retries() -> Iterator[None]:
+    """Calls of the storage in the body are tried once, an unreachable server raising at once: for
+    what a stopping tuner records on its way out, which must not hold the stop up for an outage."""
+    depth = getattr(_depth, "n", 0)
+    _depth.n = depth + 1  # as inside a retried call, which retries the whole instead
+    try:
+        yield
+    finally:
+        _depth.n = depth
 
 
 def retrying(
@@ -105,5 +124,5 @@ def retrying(
         if name.startswith("__") or not callable(getattr(type(storage), name, None)):
             continue
         setattr(storage, name, _call(getattr(storage, name), shown, reason, outage_s))
-    storage.record_heartbeat = _skip_on_outage(storage.record_heartbeat)
+    storage.record_heartbeat = _skip_on_outage(type(storage).record_heartbeat.__get__(storage))
     return storage

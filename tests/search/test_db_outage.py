@@ -4,6 +4,7 @@ again): the study's calls wait and go on; an outage longer than the bound is one
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -17,7 +18,9 @@ from autotune.errors import ConfigError
 from autotune.search import retry
 from autotune.search.storage import open_storage
 from tests.ports import free_port
+from tests.search.test_faults import gone, hang_argv, start_tuner, wait_for_trial
 from tests.search.test_postgres import _bindir
+from tests.trialprocs import trial_processes
 
 pytestmark = pytest.mark.slow
 
@@ -100,3 +103,22 @@ def test_an_outage_beyond_the_bound_is_one_line_naming_the_storage(server, tmp_p
     server.start()
     again = optuna.load_study(storage=open_storage(server.url, tmp_path), study_name="s")
     assert len(again.trials) >= 1  # what the study held before the outage is there
+
+
+def test_a_tuner_stopped_while_the_server_is_down_exits_at_once(server, tmp_path):
+    """SIGTERM while the database is away: the tuner does not wait out the outage bound to record
+    its trial as interrupted (the next worker fails it once its heartbeat is stale); it stops its
+    trial and exits with one line, as it does with the database up."""
+    argv = [*hang_argv(tmp_path, 5), "--storage", server.url, "--grace-period", "4"]
+    tuner = start_tuner(tmp_path, argv)  # a heartbeat a second
+    folder = wait_for_trial(tmp_path, 2)
+    pids = trial_processes(folder)
+    server.stop()
+    time.sleep(2)  # heartbeats find no server
+    start = time.monotonic()
+    tuner.send_signal(signal.SIGTERM)
+    output = tuner.communicate(timeout=300)[0]
+    assert time.monotonic() - start < 30, output
+    assert tuner.returncode == 128 + signal.SIGTERM, output
+    assert "Traceback" not in output and output.splitlines()[-1] == "autotune: stopped by SIGTERM"
+    assert gone(pids, 5) and not folder.exists()
