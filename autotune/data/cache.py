@@ -24,8 +24,11 @@ DATASET_SEED = 0
 """The content of the cached dataset does not follow the training seed: every trial shares it."""
 
 
+CACHE_ENV = "AUTOTUNE_CACHE"
+
+
 def cache_root() -> Path:
-    env = os.environ.get("AUTOTUNE_CACHE")
+    env = os.environ.get(CACHE_ENV)
     return Path(env) if env else Path.home() / ".cache" / "autotune"
 
 
@@ -53,10 +56,16 @@ def cached_dataset(spec: MakeSpec) -> Path:
     folder, name = path.parent, path.name
     if (path / INFO).is_file():
         return path
-    folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder / f".{name}.lock"):
-        if not (path / INFO).is_file():
-            _make_in_fresh_process(path, spec)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with _locked(folder / f".{name}.lock"):
+            if not (path / INFO).is_file():
+                _make_in_fresh_process(path, spec)
+    except OSError as exc:  # the error of a file deep in the half-made copy says less than this
+        raise DataError(
+            f"the dataset cache {folder}: cannot make {name} there ({exc.strerror or exc}); set "
+            f"{CACHE_ENV} to a folder you can write that has room for it, or give --dataset DIR"
+        ) from None
     return path
 
 

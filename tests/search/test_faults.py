@@ -668,3 +668,21 @@ def test_ctrl_c_while_a_run_makes_its_dataset_is_one_line(tmp_path):
     assert "Traceback" not in output and output.splitlines()[-1] == "autotune: interrupted", output
     assert gone([maker.pid], 10)
     assert [p.name for p in (cache / "datasets").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_dataset_cache_that_cannot_be_written_is_one_line_naming_its_variable(
+    tmp_path, capsys, monkeypatch
+):
+    """$AUTOTUNE_CACHE a file (as a path nothing can be made under): the line says which cache and
+    how to give another, not only the errno of a path the user never named; no run folder is left."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(afile))
+    argv = [a for a in hang_argv(tmp_path, 2) if a != "--synthetic"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: the dataset cache {afile / 'datasets'}: cannot make "
+        "lerobot-v2.1-h264-panda-e8-v2-s64-seed0 there (Not a directory); set AUTOTUNE_CACHE to a "
+        "folder you can write that has room for it, or give --dataset DIR"
+    ]
+    assert afile.read_text() == "mine\n" and not (tmp_path / "run").exists()
