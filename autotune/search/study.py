@@ -71,10 +71,23 @@ def open_study(opts: StudyOptions) -> optuna.Study:
         study = optuna.load_study(**kwargs)
         settings.check_unchanged(study, opts)
         check_space_unchanged(study, opts.space)
+        _finish_creating(study, opts)
         return study
     settings.record(study, opts)
     study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
     return study
+
+
+def _finish_creating(study: optuna.Study, opts: StudyOptions) -> None:
+    """Record the settings and queue the stock trial of a study whose creator was stopped (a signal,
+    a full disk, a database gone) after creating it and before doing so: without them, its settings
+    would go unchecked and it would never measure its baseline. (A worker that starts while another
+    creates the study may queue stock a second time: measured twice, stock is still stock.)"""
+    trials = study.get_trials(deepcopy=False)
+    if settings.KEY not in study.user_attrs and not trials:
+        settings.record(study, opts)
+    if not any(t.user_attrs.get(STOCK) for t in trials):
+        study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
 
 
 def run_study(

@@ -131,3 +131,32 @@ def test_a_study_with_nothing_measured_takes_the_new_settings(tmp_path):
     settings.check_unchanged(study, opts(1))
     with pytest.raises(ConfigError, match="was measured with --steps 1, this command gives 3"):
         settings.check_unchanged(study, opts(3))
+
+
+def test_a_study_whose_creator_stopped_before_queueing_stock_is_given_it(tmp_path):
+    """A run stopped (Ctrl-C, a full disk, its database gone) between creating the study and
+    recording its settings and stock trial: the next run does both, so the study measures its
+    baseline first and checks its settings, and a run after it queues nothing more."""
+    import optuna
+
+    from autotune.cli import build_parser
+    from autotune.config.compat import Machine
+    from autotune.search import settings
+    from autotune.search.cli import options
+    from autotune.search.journal import open_journal
+    from autotune.search.space import load_space
+    from autotune.search.study import open_study
+    from autotune.search.trials import STOCK
+
+    out = tmp_path / "run"
+    args = build_parser("run").parse_args([*RUN, *SETTINGS, "--out", str(out)])
+    args.space = load_space(args.space)
+    opts = options(args, Machine.current(world_size=1))
+    out.mkdir()
+    storage = open_journal(out / "study.journal")
+    optuna.create_study(study_name=opts.study_name, storage=storage, direction="maximize")
+    study = open_study(opts)
+    (stock,) = study.get_trials(deepcopy=False)
+    assert stock.state == optuna.trial.TrialState.WAITING and stock.user_attrs == {STOCK: True}
+    assert settings.KEY in study.user_attrs
+    assert len(open_study(opts).get_trials(deepcopy=False)) == 1
