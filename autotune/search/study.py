@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.compat import Machine
 from autotune.search import settings
@@ -80,13 +80,19 @@ def open_study(opts: StudyOptions) -> optuna.Study:
 
 def _finish_creating(study: optuna.Study, opts: StudyOptions) -> None:
     """Record the settings and queue the stock trial of a study whose creator was stopped (a signal,
-    a full disk, a database gone) after creating it and before doing so: without them, its settings
-    would go unchecked and it would never measure its baseline. (A worker that starts while another
-    creates the study may queue stock a second time: measured twice, stock is still stock.)"""
+    a full disk, a database gone) after creating it and before doing so; queue stock again where a
+    run was stopped after failing its stock trial and before queueing it again. Without them its
+    settings would go unchecked and it would never measure its baseline. (A worker that starts while
+    another creates the study may queue stock a second time: measured twice, stock is still stock.)"""
     trials = study.get_trials(deepcopy=False)
     if settings.KEY not in study.user_attrs and not trials:
         settings.record(study, opts)
-    if not any(t.user_attrs.get(STOCK) for t in trials):
+    stock = [t for t in trials if t.user_attrs.get(STOCK)]
+    if any(t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE) for t in stock):
+        return
+    if stock:
+        requeue(study, stock[-1])
+    else:
         study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
 
 

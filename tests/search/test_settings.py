@@ -135,8 +135,9 @@ def test_a_study_with_nothing_measured_takes_the_new_settings(tmp_path):
 
 def test_a_study_whose_creator_stopped_before_queueing_stock_is_given_it(tmp_path):
     """A run stopped (Ctrl-C, a full disk, its database gone) between creating the study and
-    recording its settings and stock trial: the next run does both, so the study measures its
-    baseline first and checks its settings, and a run after it queues nothing more."""
+    recording its settings and stock trial, or between failing its stock trial and queueing it
+    again: the next run does what it left, so that the study measures its baseline and checks its
+    settings; a run after it queues nothing more."""
     import optuna
 
     from autotune.cli import build_parser
@@ -146,7 +147,8 @@ def test_a_study_whose_creator_stopped_before_queueing_stock_is_given_it(tmp_pat
     from autotune.search.journal import open_journal
     from autotune.search.space import load_space
     from autotune.search.study import open_study
-    from autotune.search.trials import STOCK
+    from autotune.search.trials import QUEUED_AGAIN_FROM, STOCK, store
+    from autotune.train.trial.record import INTERRUPTED, TrialRecord
 
     out = tmp_path / "run"
     args = build_parser("run").parse_args([*RUN, *SETTINGS, "--out", str(out)])
@@ -160,3 +162,13 @@ def test_a_study_whose_creator_stopped_before_queueing_stock_is_given_it(tmp_pat
     assert stock.state == optuna.trial.TrialState.WAITING and stock.user_attrs == {STOCK: True}
     assert settings.KEY in study.user_attrs
     assert len(open_study(opts).get_trials(deepcopy=False)) == 1
+
+    # stopped after telling its interrupted stock trial, before queueing it again
+    trial = study.ask()
+    store(trial, TrialRecord.failed(INTERRUPTED, "the tuner was stopped by SIGINT"))
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    again = open_study(opts).get_trials(deepcopy=False)[-1]
+    assert again.state == optuna.trial.TrialState.WAITING and again.user_attrs == {
+        STOCK: True,
+        QUEUED_AGAIN_FROM: 0,
+    }
