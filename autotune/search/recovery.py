@@ -74,6 +74,16 @@ def recover_lost(study: optuna.Study, *, own_folder: bool, grace_period_s: float
     return lines
 
 
+def running_elsewhere(study: optuna.Study, *, own_folder: bool) -> list[FrozenTrial]:
+    """The trials other workers are running now: none in the run folder's own journal (no other
+    tuner is alive there, see :func:`recover_lost`), else those whose heartbeat is not stale."""
+    if own_folder:
+        return []
+    stale = set(_stale_trial_ids(study))
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return [t for t in running if t._trial_id not in stale]
+
+
 def _stale_trial_ids(study: optuna.Study) -> list[int]:
     storage = study._storage
     if not isinstance(storage, BaseHeartbeat):

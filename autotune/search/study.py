@@ -28,7 +28,13 @@ from autotune.search.guide import Guide
 from autotune.search.options import StudyOptions
 from autotune.search.params import check_space_unchanged
 from autotune.search.progress import progress_line
-from autotune.search.recovery import counted, more_to_run, recover_lost, requeue
+from autotune.search.recovery import (
+    counted,
+    more_to_run,
+    recover_lost,
+    requeue,
+    running_elsewhere,
+)
 from autotune.search.sampling import make_pruner, make_sampler
 from autotune.search.storage import open_storage
 from autotune.search.time_budget import SKIPS_IN_A_ROW, skipped_in_a_row, time_left
@@ -69,7 +75,8 @@ def open_study(opts: StudyOptions) -> optuna.Study:
         study = optuna.create_study(direction="maximize", **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(**kwargs)
-        settings.check_unchanged(study, opts)
+        running = running_elsewhere(study, own_folder=opts.storage is None)
+        settings.check_unchanged(study, opts, running)
         check_space_unchanged(study, opts.space)
         _finish_creating(study, opts)
         return study

@@ -12,6 +12,7 @@ import pytest
 from autotune.cli import main
 from autotune.config import load_config, save_config
 from autotune.workloads.stock import stock_config
+from tests.studies import study_options
 
 pytestmark = pytest.mark.slow
 
@@ -140,20 +141,14 @@ def test_a_study_whose_creator_stopped_before_queueing_stock_is_given_it(tmp_pat
     settings; a run after it queues nothing more."""
     import optuna
 
-    from autotune.cli import build_parser
-    from autotune.config.compat import Machine
     from autotune.search import settings
-    from autotune.search.cli import options
     from autotune.search.journal import open_journal
-    from autotune.search.space import load_space
     from autotune.search.study import open_study
     from autotune.search.trials import QUEUED_AGAIN_FROM, STOCK, store
     from autotune.train.trial.record import INTERRUPTED, TrialRecord
 
     out = tmp_path / "run"
-    args = build_parser("run").parse_args([*RUN, *SETTINGS, "--out", str(out)])
-    args.space = load_space(args.space)
-    opts = options(args, Machine.current(world_size=1))
+    opts = study_options([*RUN, *SETTINGS, "--out", str(out)])
     out.mkdir()
     storage = open_journal(out / "study.journal")
     optuna.create_study(study_name=opts.study_name, storage=storage, direction="maximize")
