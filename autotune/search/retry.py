@@ -23,6 +23,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy.exc
+from optuna.exceptions import StorageInternalError
 
 from autotune.errors import ConfigError
 
@@ -63,12 +64,26 @@ def _call(
     return call
 
 
+def failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database's own error (Optuna wraps one that a commit raises). Not what
+    Optuna makes of one (``DuplicatedStudyError`` from a duplicate key): its callers expect those."""
+    return isinstance(exc, (sqlalchemy.exc.SQLAlchemyError, StorageInternalError))
+
+
 def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> Any:
     first, wait = None, 0.5
     while True:
         try:
             return method(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001  only an unreachable server is retried
+            if not unreachable(exc) and failed(exc):
+                # a server that answers but refuses (read-only after a failover, a role without
+                # rights): no retry helps, and Optuna's message blames the data
+                raise ConfigError(
+                    f"--storage {shown}: the database refused the study's request ({reason(exc)}); "
+                    "the study is kept there as it was before it: once the database takes its "
+                    "requests again, run the same command to continue it"
+                ) from None
             if not unreachable(exc):
                 raise
             now = time.monotonic()
@@ -82,18 +97,19 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
             wait *= 2
 
 
-def _skip_on_outage(method: Callable) -> Callable:
+def _skipped_on_failure(method: Callable) -> Callable:
     """``method`` tried once: a heartbeat the server does not take is skipped (the next one is due
-    shortly), and no beat waits out an outage in the thread its trial's end joins."""
+    shortly), and no beat waits out an outage in the thread its trial's end joins, nor ends that
+    thread with a traceback."""
 
     @functools.wraps(method)
     def beat(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001  only an unreachable server is skipped
-            if not unreachable(exc):
+        except Exception as exc:  # noqa: BLE001  only the database's own errors are skipped
+            if not failed(exc):
                 raise
-            return None
+            return None  # a database that refuses it refuses the trial's own calls, which say so
 
     return beat
 
@@ -124,5 +140,5 @@ def retrying(
         if name.startswith("__") or not callable(getattr(type(storage), name, None)):
             continue
         setattr(storage, name, _call(getattr(storage, name), shown, reason, outage_s))
-    storage.record_heartbeat = _skip_on_outage(type(storage).record_heartbeat.__get__(storage))
+    storage.record_heartbeat = _skipped_on_failure(type(storage).record_heartbeat.__get__(storage))
     return storage
