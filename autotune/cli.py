@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except Terminated as stop:  # a scheduler's or a user's kill: its log says why the command ended
+        print("autotune: stopped by SIGTERM", file=sys.stderr)
+        return stop.code
     except (MemoryError, RuntimeError) as exc:
         # torch.OutOfMemoryError (a RuntimeError): the device, or the --memory-budget cap, is full
         if args.debug or not is_out_of_memory(exc):
@@ -151,13 +154,17 @@ def one_line(message: str) -> str:
     return re.sub(r" ([)\]}])", r"\1", flat)
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread (its code ``128 + SIGTERM``, the shell's for the signal)."""
+
+
 def _exit_on_sigterm():
-    """Turn SIGTERM into SystemExit, so that ``finally`` blocks run: a killed ``run`` stops its
+    """Turn SIGTERM into :class:`Terminated`, so that ``finally`` blocks run: a killed ``run`` stops its
     trial's process group and removes its temporary folder. Returns the previous handler."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def terminate(signum, frame):
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     return signal.signal(signal.SIGTERM, terminate)

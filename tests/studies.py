@@ -197,3 +197,17 @@ def measured_peak(tmp_path: Path, workload: str, batch: int, steps: int) -> int:
     record = launch(cfg, steps=2, warmup=1, timeout=240, log_path=tmp_path / f"k{steps}.log")
     assert record.failure is None, record.failure
     return record.measurement.memory.allocated_bytes
+
+
+def study_options(argv: list[str]):
+    """The :class:`~autotune.search.options.StudyOptions` ``autotune run ARGV`` would study with
+    (``argv`` begins with ``run``), for a test that opens the study without running it."""
+    from autotune.cli import build_parser
+    from autotune.config.compat import Machine
+    from autotune.search.cli import options
+    from autotune.search.space import load_space
+
+    args = build_parser("run").parse_args(argv)
+    if args.space:
+        args.space = load_space(args.space)
+    return options(args, Machine.current(world_size=1))

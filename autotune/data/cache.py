@@ -7,10 +7,10 @@ variable is unset). Ranks that start together take a file lock: the first one ma
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import multiprocessing
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +24,11 @@ DATASET_SEED = 0
 """The content of the cached dataset does not follow the training seed: every trial shares it."""
 
 
+CACHE_ENV = "AUTOTUNE_CACHE"
+
+
 def cache_root() -> Path:
-    env = os.environ.get("AUTOTUNE_CACHE")
+    env = os.environ.get(CACHE_ENV)
     return Path(env) if env else Path.home() / ".cache" / "autotune"
 
 
@@ -36,9 +39,9 @@ def cache_folder(*parts: str) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        where = "$AUTOTUNE_CACHE" if os.environ.get("AUTOTUNE_CACHE") else "the cache"
+        where = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the cache"
         raise DataError(
-            f"{where} {cache_root()}: cannot make {path} ({exc.strerror}); set AUTOTUNE_CACHE to a "
+            f"{where} {cache_root()}: cannot make {path} ({exc.strerror}); set {CACHE_ENV} to a "
             "folder you can write"
         ) from None
     return path
@@ -69,19 +72,82 @@ def cached_dataset(spec: MakeSpec) -> Path:
     if (path / INFO).is_file():
         return path
     cache_folder("datasets")
-    with _locked(folder / f".{name}.lock"):
-        if not (path / INFO).is_file():
-            _make_in_fresh_process(path, spec)
+    try:
+        with _locked(folder / f".{name}.lock"):
+            if not (path / INFO).is_file():
+                _make_in_fresh_process(path, spec)
+    except OSError as exc:  # the error of a file deep in the half-made copy says less than this
+        raise DataError(
+            f"the dataset cache {folder}: cannot make {name} there ({exc.strerror or exc}); set "
+            f"{CACHE_ENV} to a folder you can write that has room for it, or give --dataset DIR"
+        ) from None
     return path
 
 
 def _make_in_fresh_process(path: Path, spec: MakeSpec) -> None:
     """Encode in a spawned process: the encoder's threads must never exist in a process that
     later forks DataLoader workers (a fork while they hold a lock deadlocks the workers; seen as a
-    hung first trial on the 16-core GPU machine)."""
+    hung first trial on the 16-core GPU machine).
+
+    The child shares the terminal's process group, so a Ctrl-C there reaches it too: it starts with
+    SIGINT blocked (a KeyboardInterrupt in its start-up would print a traceback under the command's
+    one line), and this process, stopped by Ctrl-C or SIGTERM, stops it with SIGTERM, which it
+    leaves through ``make_dataset``'s removal of its half-made folder."""
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        pool.submit(make_dataset, path, spec).result()
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_make_in_child, args=(path, spec, send), name="autotune-dataset")
+    with _sigint_blocked():  # the blocked mask is inherited through fork and exec
+        child.start()
+    send.close()
+    try:
+        error = receive.recv()
+    except EOFError:  # it died without a word: killed (the OOM killer), or its interpreter failed
+        error = None if (path / INFO).is_file() else _died(path, child)
+    except BaseException:
+        child.terminate()
+        raise
+    finally:
+        child.join()
+        receive.close()
+    if error is not None:
+        raise error
+
+
+def _make_in_child(path: Path, spec: MakeSpec, send) -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        make_dataset(path, spec)
+    except Exception as exc:  # noqa: BLE001  raised again in the parent
+        try:
+            send.send(exc)
+        except Exception:  # noqa: BLE001  an error that does not pickle: its words
+            send.send(DataError(f"{type(exc).__name__}: {exc}"))
+    else:
+        send.send(None)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _died(path: Path, child) -> DataError:
+    child.join()
+    return DataError(
+        f"{path}: the process making the dataset ended (exit code {child.exitcode}) before it was "
+        "made; run the command again"
+    )
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no process groups to share a Ctrl-C
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:  # a Ctrl-C that came meanwhile is delivered here, now
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager

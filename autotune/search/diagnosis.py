@@ -25,8 +25,15 @@ def keep_traces(study: optuna.Study, guide: Guide, out: Path) -> None:
     if best is not None:
         keep.add(best.number)
     for folder in (out / "profiles").glob("trial-*"):
-        number = int(folder.name.split("-")[1]) if folder.name.split("-")[1].isdigit() else -1
-        if number in keep:
+        number = folder.name.removeprefix("trial-")
+        # only the folders trials made: a link there (in a folder handed over) leads to files
+        # that are no trace of this study, and a name no trial has is not one of them either
+        if (
+            not number.isdigit()
+            or int(number) in keep
+            or folder.is_symlink()
+            or not folder.is_dir()
+        ):
             continue
         for trace in folder.glob("*.json*"):
             trace.unlink(missing_ok=True)

@@ -21,12 +21,13 @@ import signal
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.search.retry import without_retries
 from autotune.search.trials import (
     COST,
     INTERRUPTED,
@@ -73,6 +74,16 @@ def recover_lost(study: optuna.Study, *, own_folder: bool, grace_period_s: float
     return lines
 
 
+def running_elsewhere(study: optuna.Study, *, own_folder: bool) -> list[FrozenTrial]:
+    """The trials other workers are running now: none in the run folder's own journal (no other
+    tuner is alive there, see :func:`recover_lost`), else those whose heartbeat is not stale."""
+    if own_folder:
+        return []
+    stale = set(_stale_trial_ids(study))
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return [t for t in running if t._trial_id not in stale]
+
+
 def _stale_trial_ids(study: optuna.Study) -> list[int]:
     storage = study._storage
     if not isinstance(storage, BaseHeartbeat):
@@ -109,7 +120,10 @@ def requeue(study: optuna.Study, trial: FrozenTrial) -> int | None:
     ):
         return None
     keep = {k: trial.user_attrs[k] for k in (STOCK, REFERENCE) if k in trial.user_attrs}
-    study.enqueue_trial(trial.params, user_attrs={**keep, QUEUED_AGAIN_FROM: trial.number})
+    # a trial stopped while its parameters were being drawn holds only some of them: those it was
+    # queued with (stock's, a reference's) are the configuration it stood for
+    params = {**trial.params, **trial.system_attrs.get("fixed_params", {})}
+    study.enqueue_trial(params, user_attrs={**keep, QUEUED_AGAIN_FROM: trial.number})
     return study.get_trials(deepcopy=False)[-1].number
 
 
@@ -178,12 +192,14 @@ def interruptible(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
         record = TrialRecord.failed(
             INTERRUPTED, f"the tuner was stopped by {name} while the trial ran"
         )
-        try:
+        # The stop goes on whether this is recorded or not: a trial left running is failed by the
+        # folder's next run, or by another worker once its heartbeat is stale; a database that is
+        # away (or another worker that failed the trial first) must not hold the stop up or end it
+        # with another error.
+        with without_retries(), suppress(Exception):
             store(trial, record)
             study.tell(trial, state=TrialState.FAIL)
             requeue(study, study.get_trials(deepcopy=False)[trial.number])
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass
         raise
 
 

@@ -8,19 +8,22 @@ because the server cannot be reached is repeated after 0.5, 1, 2, 4, ... seconds
 line naming the storage (redacted) and the driver's reason, and saying that the study is kept
 there. A call made inside another (a method that calls another) is not retried on its own:
 the outermost call owns the one deadline. A heartbeat that fails is skipped, not raised: the next
-one is due shortly, and a trial's own calls decide whether the outage ends the run.
+one is due shortly, and a trial's own calls decide whether the outage ends the run. What a tuner
+stopped by a signal records on its way out is tried once (:func:`without_retries`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
 import sqlalchemy.exc
+from optuna.exceptions import StorageInternalError
 
 from autotune.errors import ConfigError
 
@@ -61,12 +64,26 @@ def _call(
     return call
 
 
+def failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database's own error (Optuna wraps one that a commit raises). Not what
+    Optuna makes of one (``DuplicatedStudyError`` from a duplicate key): its callers expect those."""
+    return isinstance(exc, (sqlalchemy.exc.SQLAlchemyError, StorageInternalError))
+
+
 def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> Any:
     first, wait = None, 0.5
     while True:
         try:
             return method(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001  only an unreachable server is retried
+            if not unreachable(exc) and failed(exc):
+                # a server that answers but refuses (read-only after a failover, a role without
+                # rights): no retry helps, and Optuna's message blames the data
+                raise ConfigError(
+                    f"--storage {shown}: the database refused the study's request ({reason(exc)}); "
+                    "the study is kept there as it was before it: once the database takes its "
+                    "requests again, run the same command to continue it"
+                ) from None
             if not unreachable(exc):
                 raise
             now = time.monotonic()
@@ -80,15 +97,33 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
             wait *= 2
 
 
-def _skip_on_outage(method: Callable) -> Callable:
+def _skipped_on_failure(method: Callable) -> Callable:
+    """``method`` tried once: a heartbeat the server does not take is skipped (the next one is due
+    shortly), and no beat waits out an outage in the thread its trial's end joins, nor ends that
+    thread with a traceback."""
+
     @functools.wraps(method)
     def beat(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except ConfigError:
-            return None
+        except Exception as exc:  # noqa: BLE001  only the database's own errors are skipped
+            if not failed(exc):
+                raise
+            return None  # a database that refuses it refuses the trial's own calls, which say so
 
     return beat
+
+
+@contextlib.contextmanager
+def without_retries() -> Iterator[None]:
+    """Calls of the storage in the body are tried once, an unreachable server raising at once: for
+    what a stopping tuner records on its way out, which must not hold the stop up for an outage."""
+    depth = getattr(_depth, "n", 0)
+    _depth.n = depth + 1  # as inside a retried call, which retries the whole instead
+    try:
+        yield
+    finally:
+        _depth.n = depth
 
 
 def retrying(
@@ -105,5 +140,5 @@ def retrying(
         if name.startswith("__") or not callable(getattr(type(storage), name, None)):
             continue
         setattr(storage, name, _call(getattr(storage, name), shown, reason, outage_s))
-    storage.record_heartbeat = _skip_on_outage(storage.record_heartbeat)
+    storage.record_heartbeat = _skipped_on_failure(type(storage).record_heartbeat.__get__(storage))
     return storage

@@ -97,9 +97,12 @@ def _run_info(out: Path) -> dict | None:
         return None
     try:
         data = json.loads(path.read_text())
+        # a run would write its own over it, as over a file that is not JSON
+        if not isinstance(data, dict):
+            raise ValueError(f"not a JSON object: {json.dumps(data)[:60]}")
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"--out {out}: its {RUN_INFO} cannot be read ({exc}); it names the study the folder holds: "
             "give another --out, or restore the file"
         ) from None
-    return data if isinstance(data, dict) else None
+    return data

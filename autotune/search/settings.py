@@ -11,12 +11,15 @@ so it is refused with one line naming the setting, its stored and its new value.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.config import to_dict
 from autotune.errors import ConfigError
+from autotune.search.trials import WORKER
 
 KEY = "measuring_settings"
 """The study's user attribute holding :func:`settings` of the run that created it (JSON)."""
@@ -57,22 +60,29 @@ def record(study: optuna.Study, opts) -> None:
 MEASURED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
-def check_unchanged(study: optuna.Study, opts) -> None:
+def check_unchanged(study: optuna.Study, opts, running: Sequence[FrozenTrial] = ()) -> None:
     """Refuse to continue ``study`` under settings other than those it was created with, once a
-    trial has been measured under them; before that (every trial stopped or failed) the new
-    settings replace them. A study from before the settings were recorded continues as it is."""
+    trial has been measured under them or is being measured (``running``: the trials other workers
+    run now); before that (every trial stopped or failed) the new settings replace them. A study
+    from before the settings were recorded continues as it is."""
     stored = study.user_attrs.get(KEY)
     if not isinstance(stored, str):
         return
-    if not study.get_trials(deepcopy=False, states=MEASURED):
+    measured = study.get_trials(deepcopy=False, states=MEASURED)
+    if not measured and not running:
         record(study, opts)
         return
+    if measured:
+        how = "was measured"
+    else:  # a worker that started first measures its stock trial under them now
+        worker = running[0].user_attrs.get(WORKER, "another worker")
+        how = f"is being measured (trial #{running[0].number} on {worker})"
     old, new = _flat(json.loads(stored)), _flat(json.loads(json.dumps(settings(opts))))
     for key in sorted(old.keys() | new.keys(), key=lambda k: (k not in FLAGS, k)):
         if old.get(key) != new.get(key):
             name = FLAGS.get(key) or f"the base configuration's {key.removeprefix('base.')}"
             raise ConfigError(
-                f"{opts.out}: study {study.study_name!r} was measured with {name} {old.get(key)!r}, this "
+                f"{opts.out}: study {study.study_name!r} {how} with {name} {old.get(key)!r}, this "
                 f"command gives {new.get(key)!r}; continue it with the same setting, or give another --out "
                 "for a new study"
             )

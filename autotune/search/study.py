@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.compat import Machine
 from autotune.search import settings
@@ -28,7 +28,13 @@ from autotune.search.guide import Guide
 from autotune.search.options import StudyOptions
 from autotune.search.params import check_space_unchanged
 from autotune.search.progress import progress_line
-from autotune.search.recovery import counted, more_to_run, recover_lost, requeue
+from autotune.search.recovery import (
+    counted,
+    more_to_run,
+    recover_lost,
+    requeue,
+    running_elsewhere,
+)
 from autotune.search.sampling import make_pruner, make_sampler
 from autotune.search.storage import open_storage
 from autotune.search.time_budget import SKIPS_IN_A_ROW, skipped_in_a_row, time_left
@@ -69,12 +75,32 @@ def open_study(opts: StudyOptions) -> optuna.Study:
         study = optuna.create_study(direction="maximize", **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(**kwargs)
-        settings.check_unchanged(study, opts)
+        running = running_elsewhere(study, own_folder=opts.storage is None)
+        settings.check_unchanged(study, opts, running)
         check_space_unchanged(study, opts.space)
+        _finish_creating(study, opts)
         return study
     settings.record(study, opts)
     study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
     return study
+
+
+def _finish_creating(study: optuna.Study, opts: StudyOptions) -> None:
+    """Record the settings and queue the stock trial of a study whose creator was stopped (a signal,
+    a full disk, a database gone) after creating it and before doing so; queue stock again where a
+    run was stopped after failing its stock trial and before queueing it again. Without them its
+    settings would go unchecked and it would never measure its baseline. (A worker that starts while
+    another creates the study may queue stock a second time: measured twice, stock is still stock.)"""
+    trials = study.get_trials(deepcopy=False)
+    if settings.KEY not in study.user_attrs and not trials:
+        settings.record(study, opts)
+    stock = [t for t in trials if t.user_attrs.get(STOCK)]
+    if any(t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE) for t in stock):
+        return
+    if stock:
+        requeue(study, stock[-1])
+    else:
+        study.enqueue_trial(opts.space.stock_params(opts.base), user_attrs={STOCK: True})
 
 
 def run_study(

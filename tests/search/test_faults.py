@@ -178,7 +178,10 @@ def test_a_second_tuner_on_the_folder_is_refused_naming_the_first(tmp_path, caps
         )  # the first tuner's trial runs on
     finally:
         first.send_signal(signal.SIGTERM)
-        first.wait(timeout=60)
+        output = first.communicate(timeout=60)[0]
+    # stopped as a scheduler stops it: one line says so, as Ctrl-C's does
+    assert first.returncode == 128 + signal.SIGTERM, output
+    assert "Traceback" not in output and output.splitlines()[-1] == "autotune: stopped by SIGTERM"
     assert journal.read_bytes().startswith(
         before
     )  # the first tuner appended its trial's end, nothing rewritten
@@ -639,3 +642,46 @@ def test_an_error_naming_a_file_that_is_not_utf8_is_recorded_and_reported(tmp_pa
     assert "episode-caf\\udce9.parquet" in (out / "report.html").read_text()
     (stock, _) = journal_study(out, HANG).trials
     assert reason_of(stock) == "error"
+
+
+def test_ctrl_c_while_a_run_makes_its_dataset_is_one_line(tmp_path):
+    """Ctrl-C in the terminal (SIGINT to the whole process group) while the first run makes the
+    dataset it caches: the process making it prints no traceback of its own and goes with the
+    tuner, leaving no half-made folder in the cache."""
+    cache = tmp_path / "cache"
+    argv = [a for a in hang_argv(tmp_path, 2) if a != "--synthetic"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNE_CACHE": str(cache)}
+    tuner = subprocess.Popen([sys.executable, "-m", "autotune", *argv], env=env, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)  # fmt: skip
+    maker = None
+    deadline = time.monotonic() + 120
+    while maker is None and time.monotonic() < deadline and tuner.poll() is None:
+        children = psutil.Process(tuner.pid).children()
+        maker = next((p for p in children if "spawn_main" in " ".join(p.cmdline())), None)
+        time.sleep(0.05)
+    assert maker is not None, tuner.communicate()[0]
+    time.sleep(0.3)  # in its start-up, importing torch
+    os.killpg(tuner.pid, signal.SIGINT)
+    output = tuner.communicate(timeout=120)[0]
+    assert tuner.returncode == 130, output
+    assert "Traceback" not in output and output.splitlines()[-1] == "autotune: interrupted", output
+    assert gone([maker.pid], 10)
+    assert [p.name for p in (cache / "datasets").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_dataset_cache_that_cannot_be_written_is_one_line_naming_its_variable(
+    tmp_path, capsys, monkeypatch
+):
+    """$AUTOTUNE_CACHE a file (as a path nothing can be made under): the line says which cache and
+    how to give another, not only the errno of a path the user never named; no run folder is left."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(afile))
+    argv = [a for a in hang_argv(tmp_path, 2) if a != "--synthetic"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: $AUTOTUNE_CACHE {afile}: cannot make {afile / 'datasets'} (Not a "
+        "directory); set AUTOTUNE_CACHE to a folder you can write"
+    ]
+    assert afile.read_text() == "mine\n" and not (tmp_path / "run").exists()

@@ -4,9 +4,11 @@ own command still continues it."""
 
 from __future__ import annotations
 
+import optuna
 import pytest
 
 from autotune.cli import main
+from autotune.search.journal import open_journal
 from tests.search.test_faults import RUN, files_of
 
 pytestmark = pytest.mark.slow
@@ -86,3 +88,22 @@ def test_a_folder_of_another_programs_files_is_refused_and_left_as_it_is(tmp_pat
         "report.html",
         "run.json",
     ]
+
+
+@pytest.mark.parametrize("text", ["[]", "null", '"gr00t_n16-tiny-quick"'])
+def test_a_run_json_that_is_no_object_is_one_line_and_left_as_it_is(tmp_path, capsys, text):
+    """The folder's journal holds the study and its run.json is JSON but no object (damaged, or
+    written by hand): refused as an unreadable run.json is, not a traceback, and nothing changes."""
+    out = tmp_path / "run"
+    out.mkdir()
+    optuna.create_study(
+        study_name="gr00t_n16-tiny-quick", storage=open_journal(out / "study.journal")
+    )
+    (out / "run.json").write_text(text + "\n")
+    before = files_of(out)
+    assert main([*RUN, "--trials", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: --out {out}: its run.json cannot be read (not a JSON object: {text}); it "
+        "names the study the folder holds: give another --out, or restore the file"
+    ]
+    assert files_of(out) == before

@@ -22,7 +22,7 @@ from autotune.search.candidates import untried
 from autotune.search.guide import Guide
 from autotune.search.space import load_space, parse_space
 from autotune.search.stage import FREE, STUDY_ATTR
-from autotune.search.trials import RECORD, attrs_of, reason_of
+from autotune.search.trials import RECORD, STOCK, attrs_of, reason_of
 from autotune.train.trial.record import LoaderRate
 from tests.records import measured
 
@@ -813,3 +813,37 @@ def test_n17s_compute_bound_best_lowers_one_region_at_a_time_frozen_text_layers_
     assert {k: v for k, v in fixed.items() if best.params.get(k) != v} == {
         "precision.regions.vision": "fp8"
     }
+
+
+def test_old_traces_are_deleted_only_in_the_folders_trials_made(tmp_path):
+    """A run folder handed over with ``profiles/trial-0099`` linked to a folder of the user's (or a
+    ``trial-notes`` folder): the tuner, deleting the traces of trials it keeps none of, deletes
+    nothing through the link nor in a folder no trial made; a trial's own old trace goes."""
+    from autotune.search.diagnosis import keep_traces
+
+    study = optuna.create_study(direction="maximize")
+    params = {"data.num_workers": 0, "optimizer.impl": "foreach", "checkpointing.regions": "none"}
+    for value, attrs in ((1.0, {STOCK: True}), (2.0, {}), (0.5, {})):  # the last: its trace goes
+        record = attrs_of(measured(value, buckets={"compute": 1.0}))
+        study.add_trial(create_trial(params=params, distributions=DISTS, value=value,
+                                     user_attrs={**record, **attrs}))  # fmt: skip
+    profiles = tmp_path / "run" / "profiles"
+    for number in (0, 1, 2):
+        (profiles / f"trial-{number:04d}").mkdir(parents=True)
+        (profiles / f"trial-{number:04d}" / "rank0.pt.trace.json.gz").write_bytes(b"trace")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.json").write_text("{}")
+    (profiles / "trial-0099").symlink_to(theirs)
+    (profiles / "trial-notes").mkdir()
+    (profiles / "trial-notes" / "n.json").write_text("{}")
+
+    keep_traces(study, Guide(parse_space(SPACE, tmp_path / "s.yaml"), 2), tmp_path / "run")
+    # rglob does not follow the link: theirs/notes.json stands for what is behind it
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.json*"))
+    assert left == [
+        "run/profiles/trial-0000/rank0.pt.trace.json.gz",  # stock
+        "run/profiles/trial-0001/rank0.pt.trace.json.gz",  # the best
+        "run/profiles/trial-notes/n.json",
+        "theirs/notes.json",
+    ]

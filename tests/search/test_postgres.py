@@ -503,3 +503,30 @@ def test_a_killed_workers_trial_is_failed_and_measured_by_the_other(pg_url, tmp_
     assert again.state == TrialState.COMPLETE and again.params == {"batch_size": 5}
     assert again.user_attrs["stock"] and again.user_attrs["queued_again_from"] == 0
     assert again.user_attrs["worker"] == f"{socket.gethostname()}:{b.pid}"
+
+
+def test_a_worker_with_other_settings_is_refused_while_the_first_measures_stock(pg_url, tmp_path):
+    """Worker A created the study and runs its stock trial (nothing measured yet); worker B starts
+    with another --batch-size: refused naming A's trial, not let in to replace the settings, which
+    would have the study pair A's stock speed at batch 2 with B's trials at 4."""
+    from autotune.search.storage import heartbeat
+    from autotune.search.study import open_study
+    from autotune.search.trials import WORKER
+    from tests.search.test_faults import RUN
+    from tests.studies import study_options
+
+    def opts(batch: str, out: str):
+        argv = [*RUN, "--batch-size", batch, "--storage", pg_url, "--out", str(tmp_path / out)]
+        return study_options(argv)
+
+    first = open_study(opts("2", "a"))
+    stock = first.ask()
+    stock.set_user_attr(WORKER, "host-a:123")
+    with heartbeat(first, stock):
+        with pytest.raises(ConfigError) as refused:
+            open_study(opts("4", "b"))
+        assert str(refused.value).startswith(
+            f"{tmp_path / 'b'}: study 'gr00t_n16-tiny-quick' is being measured (trial #0 on host-a:123) "
+            "with --batch-size 2, this command gives 4; continue it with the same setting"
+        )
+        assert len(open_study(opts("2", "c")).trials) == 1  # the same settings join

@@ -12,6 +12,7 @@ import pytest
 from autotune.cli import main
 from autotune.config import load_config, save_config
 from autotune.workloads.stock import stock_config
+from tests.studies import study_options
 
 pytestmark = pytest.mark.slow
 
@@ -131,3 +132,38 @@ def test_a_study_with_nothing_measured_takes_the_new_settings(tmp_path):
     settings.check_unchanged(study, opts(1))
     with pytest.raises(ConfigError, match="was measured with --steps 1, this command gives 3"):
         settings.check_unchanged(study, opts(3))
+
+
+def test_a_study_whose_creator_stopped_before_queueing_stock_is_given_it(tmp_path):
+    """A run stopped (Ctrl-C, a full disk, its database gone) between creating the study and
+    recording its settings and stock trial, or between failing its stock trial and queueing it
+    again: the next run does what it left, so that the study measures its baseline and checks its
+    settings; a run after it queues nothing more."""
+    import optuna
+
+    from autotune.search import settings
+    from autotune.search.journal import open_journal
+    from autotune.search.study import open_study
+    from autotune.search.trials import QUEUED_AGAIN_FROM, STOCK, store
+    from autotune.train.trial.record import INTERRUPTED, TrialRecord
+
+    out = tmp_path / "run"
+    opts = study_options([*RUN, *SETTINGS, "--out", str(out)])
+    out.mkdir()
+    storage = open_journal(out / "study.journal")
+    optuna.create_study(study_name=opts.study_name, storage=storage, direction="maximize")
+    study = open_study(opts)
+    (stock,) = study.get_trials(deepcopy=False)
+    assert stock.state == optuna.trial.TrialState.WAITING and stock.user_attrs == {STOCK: True}
+    assert settings.KEY in study.user_attrs
+    assert len(open_study(opts).get_trials(deepcopy=False)) == 1
+
+    # stopped after telling its interrupted stock trial, before queueing it again
+    trial = study.ask()
+    store(trial, TrialRecord.failed(INTERRUPTED, "the tuner was stopped by SIGINT"))
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    again = open_study(opts).get_trials(deepcopy=False)[-1]
+    assert again.state == optuna.trial.TrialState.WAITING and again.user_attrs == {
+        STOCK: True,
+        QUEUED_AGAIN_FROM: 0,
+    }
