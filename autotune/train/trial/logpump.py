@@ -43,7 +43,7 @@ class LogPump:
     """The pipe a trial writes its output into, and the thread that copies it into ``path``."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed by the copying thread)
+        self._file: BinaryIO = _fresh(Path(path))  # closed by the copying thread
         self._secrets = environment_secrets()  # the trial's environment is this process's
         read_end, write_end = os.pipe()
         self.writer = os.fdopen(write_end, "wb", buffering=0)
@@ -85,6 +85,15 @@ class LogPump:
             self._reader.close()
             with contextlib.suppress(OSError):  # the last flush, on a full disk
                 self._file.close()
+
+
+def _fresh(path: Path) -> BinaryIO:
+    """``path`` opened for writing as a new file: a link there, or another name of someone's file
+    (in a run folder handed over), is replaced, never written through."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o644), "wb")
 
 
 def open_log(path: str | os.PathLike | None) -> LogPump | None:
