@@ -50,6 +50,32 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+CPU_RANKS_PER_CORE = 4
+"""gloo ranks a CPU run may give each core: more ranks than cores run, slowly (a distributed path
+tried on a small machine), but a typo of 10**9 would start every one."""
+
+
+def check_nproc(nproc: int, cuda: bool) -> None:
+    """Refuse more processes than the machine has GPUs (``cuda``), or than its cores take on a CPU
+    run, before one starts: torchrun starts every one asked for, and each rank past the last GPU
+    fails."""
+    from autotune.errors import ConfigError
+
+    if cuda:
+        import torch
+
+        most = torch.cuda.device_count()
+        have = f"{most} GPUs"
+    else:
+        cores = usable_cpus()
+        most = CPU_RANKS_PER_CORE * cores
+        have = f"{cores} CPU cores (at most {CPU_RANKS_PER_CORE} processes a core)"
+    if nproc > most:
+        raise ConfigError(
+            f"--nproc: {nproc} processes is more than this machine's {have} take; allowed: 1 to {most}"
+        )
+
+
 def _has_torchao() -> bool:
     try:
         import torchao.float8  # noqa: F401

@@ -16,7 +16,7 @@ import argparse
 import re
 from pathlib import Path
 
-from autotune.config.compat import Machine, check_data, use_dataset
+from autotune.config.compat import Machine, check_data, check_nproc, use_dataset
 from autotune.search.budget import budget_of, default_budget
 from autotune.search.cli_args import DEFAULT_WORKLOAD, add_run_arguments, add_space_arguments
 from autotune.search.converge import FREE_TRIALS
@@ -123,6 +123,7 @@ def run_search(args: argparse.Namespace) -> int:
     from autotune.workloads import get_workload
 
     machine = Machine.current(world_size=_or(args.nproc, 1))
+    check_nproc(machine.world_size, machine.cuda)
     opts = options(args, machine)
     worker_hint = " (to add a worker to the same study, use --storage and a folder of its own)"
     # first: a second tuner on the folder is refused at once

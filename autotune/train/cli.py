@@ -163,6 +163,7 @@ def run_train(args: argparse.Namespace) -> int:
     budget = memcap.budget_of(args.memory_budget, args.gpu)
     if budget is not None:  # read by every training process this command starts, this one included
         os.environ[memcap.BUDGET_ENV] = str(budget)
+    check_nproc(cfg, args.nproc)
     check_batch_fits(cfg, args.nproc)
     if args.max_steps is not None:
         return job_cli.run(args, cfg)
@@ -214,22 +215,12 @@ def _print(m: Measurement, cfg: TrainConfig) -> None:
 
 
 def check_nproc(cfg: TrainConfig, nproc: int) -> None:
-    """Refuse more processes than the machine has GPUs (on a CPU run, cores) before one starts:
-    torchrun would start every one asked for (a typo of 10**9 is a fork bomb), and each rank past
-    the last GPU fails."""
+    """:func:`autotune.config.compat.check_nproc` for ``cfg``'s device."""
     import torch
 
-    from autotune.config.compat import usable_cpus
-    from autotune.errors import ConfigError
+    from autotune.config.compat import check_nproc as check
 
-    if cfg.device != "cpu" and torch.cuda.is_available():
-        have, what = torch.cuda.device_count(), "GPUs"
-    else:
-        have, what = usable_cpus(), "CPU cores"
-    if nproc > have:
-        raise ConfigError(
-            f"--nproc: {nproc} processes is more than this machine's {have} {what}; allowed: 1 to {have}"
-        )
+    check(nproc, cfg.device != "cpu" and torch.cuda.is_available())
 
 
 def run_verify(args: argparse.Namespace) -> int:

@@ -113,11 +113,20 @@ def test_a_bad_reference_is_one_line_before_the_run_folder(tmp_path, capsys, ref
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("command", [["verify"], ["profile", "--out", "prof"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify"],
+        ["profile", "--out", "prof"],
+        ["train", "--max-steps", "1", "--output-dir", "job"],
+        ["run", "--trials", "1", "--out", "run"],
+    ],
+)
 def test_more_processes_than_the_machine_has_is_refused_before_one_starts(
     tmp_path, capsys, monkeypatch, command
 ):
-    """torchrun was started with --nproc_per_node as given: 10**9 processes on a CPU machine."""
+    """torchrun was started with --nproc_per_node as given: 10**9 processes on a CPU machine (a
+    run's trial, a job, a verify or profile window)."""
     import autotune.train.trial.launch as launch_module
     from autotune.config.compat import usable_cpus
 
@@ -131,7 +140,7 @@ def test_more_processes_than_the_machine_has_is_refused_before_one_starts(
     line = _error(capsys, [*command, "--preset", "tiny", "--synthetic", "--nproc", "1000000000"])
     assert line == (
         f"autotune: error: --nproc: 1000000000 processes is more than this machine's {cores} CPU "
-        f"cores; allowed: 1 to {cores}"
+        f"cores (at most 4 processes a core) take; allowed: 1 to {4 * cores}"
     )
     assert list(tmp_path.iterdir()) == []
 
