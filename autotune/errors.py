@@ -7,6 +7,9 @@ line and exits non-zero (a traceback only with ``--debug``).
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 
 class AutotuneError(Exception):
     """Base of every error autotune raises on purpose."""
@@ -54,6 +57,23 @@ class ParityError(AutotuneError):
 
 class ReportError(AutotuneError):
     """A run folder cannot be reported on (not a folder, no study in it, an unreadable study)."""
+
+
+def size_text(n: float) -> str:
+    """``n`` bytes as an error line shows them: ``4.7 TiB``, ``21.6 GiB``, ``512 bytes``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def free_space(folder: Path) -> str:
+    """``, N MiB free there`` for an error line of a failed write (a full disk shows in most
+    writers' errors only as a short write), or nothing where the disk cannot be asked."""
+    try:
+        return f", {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there"
+    except OSError:
+        return ""
 
 
 def first_line(exc: BaseException) -> str:

@@ -33,7 +33,7 @@ from autotune.data.content import (
 from autotune.data.encode import CODECS
 from autotune.data.layout import INFO
 from autotune.data.writers import writer_for
-from autotune.errors import DataError
+from autotune.errors import DataError, size_text
 
 FORMATS = ("v2.1", "v3.0")
 MAX_EPISODES = 1_000_000
@@ -193,17 +193,10 @@ def _check_room(root: Path, written: int, total: int) -> None:
     free = shutil.disk_usage(root).free
     if need - used > free:
         raise DataError(
-            f"{root.parent}: the dataset needs about {_size(need)} (its first episode took "
-            f"{_size(used)}), and {_size(free)} are free there; make fewer or shorter episodes, or "
+            f"{root.parent}: the dataset needs about {size_text(need)} (its first episode took "
+            f"{size_text(used)}), and {size_text(free)} are free there; make fewer or shorter episodes, or "
             "give a folder on a larger disk"
         )
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n / 2**10:.0f} KiB"
 
 
 def episode_lengths(spec: MakeSpec) -> list[int]:

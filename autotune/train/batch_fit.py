@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from autotune.config import TrainConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, size_text
 
 KEY_BYTES = 200
 """What the loader holds in the main process per sample of a batch it plans: a key in a list."""
@@ -45,8 +45,8 @@ def check_batch_fits(cfg: TrainConfig, processes: int = 1) -> None:
     most = available // (per_sample * processes)
     per = f" in each of {processes} processes" if processes > 1 else ""
     raise ConfigError(
-        f"batch_size: {cfg.batch_size}: its samples alone take {_size(need)} of host memory "
-        f"({_size(per_sample)} a sample{per}), more than the {_size(available)} available here; "
+        f"batch_size: {cfg.batch_size}: its samples alone take {size_text(need)} of host memory "
+        f"({size_text(per_sample)} a sample{per}), more than the {size_text(available)} available here; "
         f"allowed: at most {most} (fewer: its steps need memory too)"
     )
 
@@ -85,10 +85,3 @@ def _own_cgroup() -> Path:
         return CGROUP
     path = next((line[3:] for line in lines if line.startswith("0::")), "/")
     return CGROUP / path.lstrip("/")
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"

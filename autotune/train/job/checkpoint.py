@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from autotune.errors import AutotuneError, first_line, short_repr
+from autotune.errors import AutotuneError, first_line, free_space, short_repr
 
 PREFIX = "checkpoint-"
 WEIGHTS, OPTIMIZER, SCHEDULER, RNG = (
@@ -368,7 +368,5 @@ class Writer:
 def _free_space(folder: Path) -> str:
     """``, N MiB free there when it failed``: a full disk shows in torch's error only as a wrong
     file position."""
-    try:
-        return f", {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there when it failed"
-    except OSError:
-        return ""
+    free = free_space(folder)
+    return f"{free} when it failed" if free else ""

@@ -18,14 +18,13 @@ throughput watch against what ``best.yaml`` was measured at.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, free_space
 
 TOLERANCE = 0.10
 CAUSES = {
@@ -131,10 +130,7 @@ class MetricsLog:
 
 
 def _failed(path: Path, exc: OSError) -> AutotuneError:
-    try:
-        free = f", {shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free there"
-    except OSError:
-        free = ""
+    free = free_space(path.parent)
     return AutotuneError(
         f"{path}: writing the metrics failed ({exc.strerror or type(exc).__name__}){free}; the "
         "checkpoints written before are intact"
