@@ -33,7 +33,9 @@ import optuna
 from autotune.search.noise import margin, within
 from autotune.search.stage import Stage
 from autotune.search.trials import (
+    COST,
     DUPLICATE,
+    QUEUED_AGAIN,
     REFERENCE,
     STOCK,
     best_trial,
@@ -46,6 +48,9 @@ from autotune.search.trials import (
 if TYPE_CHECKING:
     from autotune.search.guide import Guide
     from autotune.search.options import StudyOptions
+
+_NOT_SEARCH = (DUPLICATE, COST, *QUEUED_AGAIN)
+"""Failure reasons of trials whose time is not search time: not run, or run again in a queued copy."""
 
 FREE_TRIALS = 2
 """Free trials that found nothing within noise of the best before a study stops (``--converge-after``)."""
@@ -135,10 +140,12 @@ def _spans(study: optuna.Study) -> _Spans | None:
     best = best_trial(study)
     if best is None:
         return None
+    # A trial lost with its tuner (or cut by a stop) is measured again in its queued copy; its span
+    # runs to whenever the study was next opened, which can be hours that searched nothing.
     done = [
         t
         for t in study.get_trials(deepcopy=False)
-        if t.state.is_finished() and reason_of(t) != DUPLICATE
+        if t.state.is_finished() and reason_of(t) not in _NOT_SEARCH
     ]
     best_m = measurement_of(best)
     reached = next(

@@ -9,7 +9,7 @@ from dataclasses import replace
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import create_trial
+from optuna.trial import TrialState, create_trial
 
 from autotune.search.confirm import Run, _summary, _wide, candidates, clean_rounds, natural_spread
 from autotune.search.converge import convergence, plateau, plateau_left_s
@@ -20,7 +20,7 @@ from autotune.search.progress import progress_line
 from autotune.search.space import load_space, parse_space
 from autotune.search.stage import Stage
 from autotune.search.trials import attrs_of, best_trial, measurement_of
-from autotune.train.trial.record import HostLoad, StepTimes
+from autotune.train.trial.record import INTERRUPTED, HostLoad, StepTimes, TrialRecord
 from autotune.train.window.cost import PARTS, cost_of, with_wall
 from tests.records import measured, measurement
 
@@ -251,6 +251,34 @@ def test_a_later_best_that_only_ties_the_level_counts_as_time_that_found_nothing
     assert done is not None and done.best_trial == 3 and done.trials == [3], done
     assert "its level reached by #2 after 479 s" in done.reason
     assert plateau_left_s(study) == pytest.approx(232.0)
+
+
+def test_a_trial_lost_with_its_machine_is_not_time_that_found_nothing():
+    """The flag-less N1.7 study of 2026-12-05 (H200): the machine went while #3 ran; the study was
+    opened again 26 min later on a fresh one. #3's span to then (1557 s) read as search time ended the
+    study at once ("converged already") instead of measuring #3's queued copy."""
+    dists = {"x": CategoricalDistribution(["a", "b", "c", "d"])}
+    study = optuna.create_study(direction="maximize")
+
+    def steady(params, value, start, span, **attrs):  # steps within 1 %: the 3 % floor decides
+        ms = 16_000 / value
+        times = StepTimes(ms, 0.995 * ms, 1.005 * ms, 0.99 * ms, 1.01 * ms, ms)
+        timed(study, params, value, dists, start, span, times, **attrs)
+
+    steady({"x": "a"}, 67.19, 0, 44, stock=True)
+    steady({"x": "b"}, 269.60, 44, 183)
+    steady({"x": "c"}, 282.98, 227, 176)
+    lost = TrialRecord.failed(INTERRUPTED, "its tuner vm:481 stopped before the trial ended")
+    trial = create_trial(
+        params={"x": "d"}, distributions=dists, state=TrialState.FAIL, user_attrs=attrs_of(lost)
+    )
+    zero = datetime.datetime(2026, 12, 1, 12, 0, 0)
+    trial.datetime_start = zero + datetime.timedelta(seconds=403)
+    trial.datetime_complete = trial.datetime_start + datetime.timedelta(seconds=1557)
+    study.add_trial(trial)
+    assert plateau(study, 2) is None and plateau_left_s(study) == pytest.approx(403.0)
+    steady({"x": "d"}, 284.0, 1960, 180, queued_again_from=3)  # the copy: a tie
+    assert plateau(study, 2) is None and plateau_left_s(study) == pytest.approx(223.0)
 
 
 def test_a_noisy_loader_bound_stock_does_not_hide_a_best_five_times_faster():
