@@ -8,6 +8,7 @@ configuration that cannot work is refused when it is loaded, before any process 
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ class Machine:
     device_bytes: int | None = None
     """Memory of one device (CUDA): a memory budget below it is emulated by a cap, and lifting the
     cap runs what the budget refused."""
+    name: str = ""
+    """What measures: the GPU's name with CUDA, else the CPU's model (a study's speeds compare only
+    within one kind of machine)."""
 
     @classmethod
     def current(cls, world_size: int = 1) -> Machine:
@@ -37,9 +41,23 @@ class Machine:
 
         cpus = usable_cpus()
         if torch.cuda.is_available():
-            total = torch.cuda.get_device_properties(0).total_memory
-            return cls(True, torch.cuda.get_device_capability(), world_size, cpus, total)
-        return cls(False, None, world_size, cpus)
+            props = torch.cuda.get_device_properties(0)
+            capability = (props.major, props.minor)
+            return cls(True, capability, world_size, cpus, props.total_memory, props.name)
+        return cls(False, None, world_size, cpus, name=cpu_model())
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def usable_cpus() -> int:

@@ -102,6 +102,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         confirm_rounds=_or(args.confirm_rounds, 2),
         converge_after=_or(args.converge_after, FREE_TRIALS),
         plateau=args.trials is None and args.time_budget is None,
+        machine=machine.name,
     )
 
 

@@ -56,6 +56,8 @@ class StudyOptions:
     """Rounds of stock and the best measured again at the end (``autotune.search.confirm``; 0: none)."""
     converge_after: int = FREE_TRIALS
     """Free trials that found nothing within noise of the best before the study stops (0: never)."""
+    machine: str = ""
+    """What measures (:attr:`autotune.config.compat.Machine.name`): a study continues only on its kind."""
     data: dict[str, Any] | None = None
     """Which data the study trains on (:class:`autotune.search.data_echo.DataEcho`), for run.json."""
     plateau: bool = False

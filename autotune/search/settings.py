@@ -5,7 +5,9 @@ measured for ``--warmup`` + ``--steps`` steps on ``--nproc`` processes; the spee
 trials with each other and with the stock trial. A study continued with another batch size,
 ``--synthetic``, an edited ``--base`` or another window would pair the old trials' speeds with
 configurations they were not measured with (``best.yaml`` with batch 8 and a speed measured at 2),
-so it is refused with one line naming the setting, its stored and its new value.
+so it is refused with one line naming the setting, its stored and its new value. So is a study
+continued on another kind of machine (a run folder carried from an H200 to an A100): its trials'
+speeds would be compared with speeds of another chip.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from autotune.errors import ConfigError
 from autotune.search.trials import WORKER
 
 KEY = "measuring_settings"
+MACHINE = "machine"
+"""The settings' key naming the kind of machine that measured (a GPU's or CPU's model)."""
 """The study's user attribute holding :func:`settings` of the run that created it (JSON)."""
 
 FLAGS = {
@@ -40,7 +44,9 @@ def settings(opts) -> dict[str, Any]:
     """What the study's measurements depend on (``opts`` a :class:`StudyOptions`)."""
     base = to_dict(opts.base)
     base.pop("provenance", None)  # where the base came from, not what it trains
-    return {"base": base, "steps": opts.steps, "warmup": opts.warmup, "nproc": opts.nproc}
+    found = {"base": base, "steps": opts.steps, "warmup": opts.warmup, "nproc": opts.nproc}
+    machine = getattr(opts, "machine", "")
+    return found | ({MACHINE: machine} if machine else {})
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -78,6 +84,14 @@ def check_unchanged(study: optuna.Study, opts, running: Sequence[FrozenTrial] = 
         worker = running[0].user_attrs.get(WORKER, "another worker")
         how = f"is being measured (trial #{running[0].number} on {worker})"
     old, new = _flat(json.loads(stored)), _flat(json.loads(json.dumps(settings(opts))))
+    if MACHINE in old and old[MACHINE] != new.get(MACHINE):
+        raise ConfigError(
+            f"{opts.out}: study {study.study_name!r} {how} on {old[MACHINE]!r}, this machine is "
+            f"{new.get(MACHINE)!r}; continue it on the kind of machine it was measured on, or give "
+            "another --out for a new study"
+        )
+    old.pop(MACHINE, None)  # a study from before the machine was recorded continues on any
+    new.pop(MACHINE, None)
     for key in sorted(old.keys() | new.keys(), key=lambda k: (k not in FLAGS, k)):
         if old.get(key) != new.get(key):
             name = FLAGS.get(key) or f"the base configuration's {key.removeprefix('base.')}"

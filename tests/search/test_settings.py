@@ -1,6 +1,6 @@
 """A study continues only under the settings its measurements were made with: another batch size,
-``--synthetic``, an edited ``--base`` or another window is one line naming the setting, its stored
-and its new value, and the run folder is left as it was."""
+``--synthetic``, an edited ``--base``, another window or another kind of machine is one line naming
+the setting, its stored and its new value, and the run folder is left as it was."""
 
 from __future__ import annotations
 
@@ -103,6 +103,51 @@ def test_an_edited_base_is_refused_naming_its_key(study, tmp_path, capsys):
         "setting, or give another --out for a new study\n"
     )
     assert _files(out) == before
+
+
+def _set_machine(out: Path, machine: str | None) -> None:
+    """Write the study's stored measuring settings as the tuner of another machine (or, ``None``, a
+    tuner from before machines were recorded) would have."""
+    import json
+
+    import optuna
+
+    from autotune.search import settings
+
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "study.journal"))
+    )
+    study = optuna.load_study(study_name="gr00t_n16-tiny-quick-base", storage=storage)
+    stored = json.loads(study.user_attrs[settings.KEY])
+    assert stored[settings.MACHINE]  # this machine's model, recorded by the run
+    if machine is None:
+        del stored[settings.MACHINE]
+    else:
+        stored[settings.MACHINE] = machine
+    study.set_user_attr(settings.KEY, json.dumps(stored, sort_keys=True))
+
+
+def test_a_study_carried_to_another_kind_of_machine_is_refused_naming_both(study, tmp_path, capsys):
+    from autotune.config.compat import cpu_model
+
+    base, out = _copy(study, tmp_path)
+    _set_machine(out, "NVIDIA H200")
+    before = _files(out)
+    capsys.readouterr()
+    assert main([*RUN, *SETTINGS, "--base", str(base), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {out}: study 'gr00t_n16-tiny-quick-base' was measured on 'NVIDIA H200', "
+        f"this machine is {cpu_model()!r}; continue it on the kind of machine it was measured on, or "
+        "give another --out for a new study\n"
+    )
+    assert _files(out) == before
+
+
+def test_a_study_from_before_machines_were_recorded_continues(study, tmp_path):
+    base, out = _copy(study, tmp_path)
+    _set_machine(out, None)
+    assert main([*RUN[:-1], "2", *SETTINGS, "--base", str(base), "--out", str(out)]) == 0
+    assert [t[0] for t in _trials(out)] == [0, 1]
 
 
 def test_the_same_settings_continue_the_study(study, tmp_path, capsys):
