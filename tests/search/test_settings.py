@@ -105,9 +105,8 @@ def test_an_edited_base_is_refused_naming_its_key(study, tmp_path, capsys):
     assert _files(out) == before
 
 
-def _set_machine(out: Path, machine: str | None) -> None:
-    """Write the study's stored measuring settings as the tuner of another machine (or, ``None``, a
-    tuner from before machines were recorded) would have."""
+def _set_machine(out: Path, machine: str) -> None:
+    """Write the study's stored measuring settings as the tuner of another machine would have."""
     import json
 
     import optuna
@@ -120,10 +119,7 @@ def _set_machine(out: Path, machine: str | None) -> None:
     study = optuna.load_study(study_name="gr00t_n16-tiny-quick-base", storage=storage)
     stored = json.loads(study.user_attrs[settings.KEY])
     assert stored[settings.MACHINE]  # this machine's model, recorded by the run
-    if machine is None:
-        del stored[settings.MACHINE]
-    else:
-        stored[settings.MACHINE] = machine
+    stored[settings.MACHINE] = machine
     study.set_user_attr(settings.KEY, json.dumps(stored, sort_keys=True))
 
 
@@ -143,11 +139,31 @@ def test_a_study_carried_to_another_kind_of_machine_is_refused_naming_both(study
     assert _files(out) == before
 
 
-def test_a_study_from_before_machines_were_recorded_continues(study, tmp_path):
-    base, out = _copy(study, tmp_path)
-    _set_machine(out, None)
-    assert main([*RUN[:-1], "2", *SETTINGS, "--base", str(base), "--out", str(out)]) == 0
-    assert [t[0] for t in _trials(out)] == [0, 1]
+def test_a_study_from_before_machines_were_recorded_continues_on_any(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    import optuna
+
+    from autotune.errors import ConfigError
+    from autotune.search import settings
+
+    def opts(machine: str) -> SimpleNamespace:
+        base = stock_config("gr00t_n16", "tiny", cuda=False)
+        return SimpleNamespace(base=base, steps=1, warmup=1, nproc=1, out=tmp_path, machine=machine)
+
+    study = optuna.create_study(direction="maximize", study_name="s")
+    settings.record(study, opts("NVIDIA H200"))
+    study.tell(study.ask(), 1.0)
+    settings.check_unchanged(study, opts("NVIDIA H200"))
+    with pytest.raises(
+        ConfigError, match="was measured on 'NVIDIA H200', this machine is 'NVIDIA A100'"
+    ):
+        settings.check_unchanged(study, opts("NVIDIA A100"))
+    stored = json.loads(study.user_attrs[settings.KEY])
+    del stored[settings.MACHINE]
+    study.set_user_attr(settings.KEY, json.dumps(stored))
+    settings.check_unchanged(study, opts("NVIDIA A100"))
 
 
 def test_the_same_settings_continue_the_study(study, tmp_path, capsys):
