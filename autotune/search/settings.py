@@ -24,9 +24,9 @@ from autotune.errors import ConfigError
 from autotune.search.trials import WORKER
 
 KEY = "measuring_settings"
+"""The study's user attribute holding :func:`settings` of the run that created it (JSON)."""
 MACHINE = "machine"
 """The settings' key naming the kind of machine that measured (a GPU's or CPU's model)."""
-"""The study's user attribute holding :func:`settings` of the run that created it (JSON)."""
 
 FLAGS = {
     "base.batch_size": "--batch-size",
