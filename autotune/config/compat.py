@@ -77,8 +77,6 @@ def check_nproc(nproc: int, cuda: bool) -> None:
     """Refuse more processes than the machine has GPUs (``cuda``), or than its cores take on a CPU
     run, before one starts: torchrun starts every one asked for, and each rank past the last GPU
     fails."""
-    from autotune.errors import ConfigError
-
     if cuda:
         import torch
 
@@ -283,6 +281,16 @@ def check_data(cfg: TrainConfig, sources: tuple[str, ...], fields: tuple[str, ..
             )
 
 
+def resolved(path: Path, error: type[Exception] = ConfigError) -> Path:
+    """``path`` made absolute, links followed; ``error`` for a link that leads back to itself."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
+        raise error(
+            f"{str(path)!r} is a symbolic link that leads back to itself; allowed: a folder's path"
+        ) from None
+
+
 def use_dataset(cfg: TrainConfig, dataset: str | None, synthetic: bool = False) -> None:
     """Apply ``--dataset DIR`` (resolved, so that the configuration works from any folder) and
     ``--synthetic`` to ``cfg``; a dataset replaces a synthetic source the configuration had."""
@@ -293,12 +301,9 @@ def use_dataset(cfg: TrainConfig, dataset: str | None, synthetic: bool = False) 
     if synthetic:
         raise ConfigError("--dataset and --synthetic: give one (synthetic batches read no dataset)")
     try:
-        path = Path(dataset).expanduser().resolve()
-    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
-        raise ConfigError(
-            f"--dataset: {dataset!r} is a symbolic link that leads back to itself; allowed: a "
-            "folder's path"
-        ) from None
+        path = resolved(Path(dataset).expanduser())
+    except ConfigError as exc:
+        raise ConfigError(f"--dataset: {exc}") from None
     if not path.is_dir():
         raise ConfigError(
             f"--dataset {dataset}: not a folder; give a LeRobot dataset folder "

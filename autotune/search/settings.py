@@ -45,8 +45,7 @@ def settings(opts) -> dict[str, Any]:
     base = to_dict(opts.base)
     base.pop("provenance", None)  # where the base came from, not what it trains
     found = {"base": base, "steps": opts.steps, "warmup": opts.warmup, "nproc": opts.nproc}
-    machine = getattr(opts, "machine", "")
-    return found | ({MACHINE: machine} if machine else {})
+    return found | ({MACHINE: opts.machine} if opts.machine else {})
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -183,7 +183,7 @@ def test_a_study_with_nothing_measured_takes_the_new_settings(tmp_path):
 
     def opts(steps: int) -> SimpleNamespace:
         base = stock_config("gr00t_n16", "tiny", cuda=False)
-        return SimpleNamespace(base=base, steps=steps, warmup=1, nproc=1, out=tmp_path)
+        return SimpleNamespace(base=base, steps=steps, warmup=1, nproc=1, out=tmp_path, machine="")
 
     study = optuna.create_study(direction="maximize", study_name="s")
     settings.record(study, opts(3))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from autotune.argtypes import NON_NEGATIVE, POSITIVE
 from autotune.config import TrainConfig
+from autotune.config.compat import resolved
 from autotune.errors import ConfigError, TrialError
 
 
@@ -83,17 +84,7 @@ def _folder(text: str) -> Path:
         raise argparse.ArgumentTypeError(
             f"{text!r} is empty; allowed: a folder's path ('.' for this one)"
         )
-    return _resolved(Path(text), argparse.ArgumentTypeError)
-
-
-def _resolved(path: Path, error: type[Exception]) -> Path:
-    """``path`` made absolute, links followed; ``error`` for a link that leads back to itself."""
-    try:
-        return path.resolve()
-    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13)
-        raise error(
-            f"{str(path)!r} is a symbolic link that leads back to itself; allowed: a folder's path"
-        ) from None
+    return resolved(Path(text), argparse.ArgumentTypeError)
 
 
 def check_mode(args: argparse.Namespace) -> None:
