@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -104,7 +106,9 @@ def _errors(events: list[dict]) -> list[str]:
 @contextlib.contextmanager
 def chromium(width: int = 1280, height: int = 900):
     """A headless Chromium with its DevTools endpoint; yields the page target's websocket URL."""
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    # its helpers (renderer, crashpad) can outlive the browser and still write to the profile: the
+    # whole group is stopped, and a file one wrote meanwhile does not fail the test's cleanup
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [
                 CHROMIUM,
@@ -119,6 +123,7 @@ def chromium(width: int = 1280, height: int = 900):
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
@@ -130,12 +135,17 @@ def chromium(width: int = 1280, height: int = 900):
             port = int(port_file.read_text().split()[0])
             yield _page_target(port)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the browser, and any helper left in its group
+    proc.wait()
 
 
 def _page_target(port: int) -> str:
