@@ -9,8 +9,15 @@ Set before anything imports torch; ``autotune.train.trial.launch`` keeps a value
 """
 
 import os
+import signal
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A suite started in the background by a non-interactive shell (``cmd &``) inherits SIGINT ignored,
+    # and every process it starts would too: the Ctrl-C tests send SIGINT to processes that must take
+    # it as from a terminal. A handler, unlike an ignored signal, is not inherited across exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 
