@@ -33,6 +33,7 @@ from autotune.search.trials import (
     PROFILE_DIR,
     REFERENCE,
     best_trial,
+    busy_s,
     feasible,
     measurement_of,
     reason_of,
@@ -69,7 +70,7 @@ class Summary:
     """Trials that gave no measurement: failed, out of memory, or interrupted."""
     running: int
     tuning_time_s: float | None
-    """From the first trial's start to the last trial's end."""
+    """Seconds in which a trial ran (``autotune.search.trials.busy_s``)."""
     parity: Parity | None
     references: dict[str, float | None] = field(default_factory=dict)
     """Samples/s of each ``--reference`` configuration over stock's (None: it gave no measurement)."""
@@ -299,8 +300,6 @@ def _summary(
     skipped = sum(
         reason_of(t) in (DUPLICATE, PREDICTED_OOM) for t in trials if t.state.is_finished()
     )
-    starts = [t.datetime_start for t in trials if t.datetime_start]
-    ends = [t.datetime_complete for t in trials if t.datetime_complete]
     return Summary(
         stock_trial=stock.number if stock else None,
         best_trial=best.number if best else None,
@@ -321,7 +320,7 @@ def _summary(
         failed=states.count(TrialState.FAIL) + oom - skipped,
         skipped=skipped,
         running=states.count(TrialState.RUNNING) + states.count(TrialState.WAITING),
-        tuning_time_s=(max(ends) - min(starts)).total_seconds() if starts and ends else None,
+        tuning_time_s=busy_s(trials) if any(t.datetime_complete for t in trials) else None,
         parity=parity,
         stock_spread=stock_m.step_time.spread if stock_m else None,
         best_spread=best_m.step_time.spread if best_m else None,

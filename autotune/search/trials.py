@@ -170,6 +170,24 @@ def span_s(trial: FrozenTrial) -> float:
     return (trial.datetime_complete - trial.datetime_start).total_seconds()
 
 
+def busy_s(trials: list[FrozenTrial]) -> float:
+    """Seconds in which at least one trial ran: the union of the ended trials' spans, so that
+    trials of parallel workers count once and the time between two runs of a study not at all. A
+    trial lost with its tuner is left out: its end is when a later tuner found it, not when it stopped."""
+    spans = sorted(
+        (t.datetime_start, t.datetime_complete)
+        for t in trials
+        if t.datetime_start and t.datetime_complete and reason_of(t) != INTERRUPTED
+    )
+    total, covered = 0.0, None
+    for start, end in spans:
+        start = start if covered is None else max(start, covered)
+        if end > start:
+            total += (end - start).total_seconds()
+            covered = end
+    return total
+
+
 def measured(trial: FrozenTrial) -> bool:
     """Complete with a measurement (within the memory budget or not)."""
     return trial.state == TrialState.COMPLETE and measurement_of(trial) is not None

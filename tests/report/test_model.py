@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from autotune.report import Stage, build_report
 from autotune.search.space import load_space
+from autotune.search.trials import busy_s
 
 from .conftest import CRASHY_STUDY, REFERENCE, journal
 
@@ -55,6 +56,7 @@ def test_report_of_a_cpu_study_holds_the_study(quick_run):
         and s.memory_budget_bytes == prov["memory_budget_bytes"]
     )
     assert s.best_mfu == prov["mfu"] and 0 < s.tuning_time_s < 900
+    assert s.tuning_time_s == pytest.approx(busy_s(study.trials))
     assert s.best_useful_mfu == prov["useful_mfu"] and 0 < s.stock_useful_mfu < s.stock_mfu
 
     assert [t.number for t in report.trials] == [0, 1, 2]
@@ -187,6 +189,35 @@ def test_interrupted_study_is_reported_as_such(quick_run, tmp_path):
     ).groups()
     assert ended == ("not ended", "still running, or stopped before it ended (no best.yaml)"), ended
     assert "1 running or queued" in html
+
+
+def test_tuning_time_leaves_out_the_time_between_two_runs_of_the_study(quick_run, tmp_path):
+    """A study continued an hour after its tuner was lost: the trial it lost (failed when the study
+    was opened again) and the hour are not tuning time; the continued run's trial is."""
+    import datetime
+
+    from autotune.search.trials import attrs_of
+    from autotune.train.trial.record import INTERRUPTED, TrialRecord
+
+    run = tmp_path / "run"
+    shutil.copytree(quick_run, run)
+    study = optuna.load_study(study_name="gr00t_n16-tiny-quick", storage=journal(run))
+    before = busy_s(study.trials)
+    end = max(t.datetime_complete for t in study.trials)
+    lost = optuna.trial.create_trial(
+        params={},
+        distributions={},
+        state=TrialState.FAIL,
+        user_attrs=attrs_of(TrialRecord.failed(INTERRUPTED, "its tuner stopped")),
+    )
+    lost.datetime_start, lost.datetime_complete = end, end + datetime.timedelta(hours=1)
+    study.add_trial(lost)
+    again = optuna.trial.create_trial(params={}, distributions={}, value=1.0)
+    again.datetime_start = end + datetime.timedelta(hours=1)
+    again.datetime_complete = again.datetime_start + datetime.timedelta(seconds=20)
+    study.add_trial(again)
+
+    assert build_report(run).summary.tuning_time_s == pytest.approx(before + 20)
 
 
 def test_oom_and_over_budget_trials(tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ from autotune.search.noise import flags, margin, trusted_value, within
 from autotune.search.progress import progress_line
 from autotune.search.space import load_space, parse_space
 from autotune.search.stage import Stage
-from autotune.search.trials import attrs_of, best_trial, measurement_of
+from autotune.search.trials import attrs_of, best_trial, busy_s, measurement_of
 from autotune.train.trial.record import INTERRUPTED, HostLoad, StepTimes, TrialRecord
 from autotune.train.window.cost import PARTS, cost_of, with_wall
 from tests.records import measured, measurement
@@ -279,6 +279,19 @@ def test_a_trial_lost_with_its_machine_is_not_time_that_found_nothing():
     assert plateau(study, 2) is None and plateau_left_s(study) == pytest.approx(403.0)
     steady({"x": "d"}, 284.0, 1960, 180, queued_again_from=3)  # the copy: a tie
     assert plateau(study, 2) is None and plateau_left_s(study) == pytest.approx(223.0)
+    # the study's tuning time: what its trials ran, not the 26 min between its two runs
+    assert busy_s(study.trials) == pytest.approx(44 + 183 + 176 + 180)
+
+
+def test_tuning_time_counts_trials_of_parallel_workers_once():
+    dists = {"x": CategoricalDistribution(["a", "b", "c", "d"])}
+    study = optuna.create_study(direction="maximize")
+    timed(study, {"x": "a"}, 10.0, dists, 0, 30, stock=True)
+    timed(study, {"x": "b"}, 20.0, dists, 30, 100)  # two workers: 30-130 and 40-90
+    timed(study, {"x": "c"}, 15.0, dists, 40, 50)
+    timed(study, {"x": "d"}, 15.0, dists, 200, 10)  # after a gap of 70 s
+    assert busy_s(study.trials) == pytest.approx(130 + 10)
+    assert busy_s([]) == 0.0
 
 
 def test_a_noisy_loader_bound_stock_does_not_hide_a_best_five_times_faster():
