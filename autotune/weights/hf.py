@@ -146,9 +146,10 @@ def write_checkpoint(
     crash leaves no half-written checkpoint there; a write that fails (a full disk) removes the
     sibling folder, and is a DataError naming ``out``. Returns the index.
     """
-    out = Path(out)
+    shown = out
+    out = Path(os.path.abspath(out))  # ``.`` has no name to put a sibling beside
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(f"{out}: exists and is not an empty folder; give a new folder")
+        raise DataError(f"{shown}: exists and is not an empty folder; give a new folder")
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -156,18 +157,35 @@ def write_checkpoint(
         index = _write_shards(tensors, tmp, max_shard_bytes)
         for f in extra_files:
             shutil.copy2(f, tmp / f.name)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
+        _move_in(tmp, out)
     except BaseException as exc:  # a full disk (safetensors has its own error type), Ctrl-C
         shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(exc, Exception):
             raise
         reason = first_line(exc) or type(exc).__name__
         raise DataError(
-            f"{out}: writing the checkpoint failed ({reason}); nothing was written there"
+            f"{shown}: writing the checkpoint failed ({reason}); nothing was written there"
         ) from exc
     return index
+
+
+def _move_in(tmp: Path, out: Path) -> None:
+    """The written folder ``tmp`` as ``out``: renamed, or where ``out`` is an empty folder already
+    (the current one, one made with the team's permissions), its files moved into it, the index
+    last, so that the folder stays the one it was."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    moved: list[Path] = []
+    try:
+        for f in sorted(tmp.iterdir(), key=lambda f: f.name == INDEX):
+            f.rename(out / f.name)
+            moved.append(out / f.name)
+        tmp.rmdir()
+    except BaseException:
+        for f in moved:
+            f.unlink(missing_ok=True)
+        raise
 
 
 def _shards(tensors: dict[str, torch.Tensor], max_shard_bytes: int) -> list[list[str]]:

@@ -153,3 +153,18 @@ def test_a_key_holding_nan_or_inf_is_named(tmp_path, value):
         f"{tmp_path / 'up'}: 1 keys hold NaN or infinite values ({key}) (in the file, or past the "
         "range of the parameter's dtype); the model would train on them"
     )
+
+
+def test_the_current_folder_empty_takes_the_checkpoint_and_stays_the_same_folder(
+    tmp_path, monkeypatch
+):
+    """``--out .``: the folder the shell stands in is written into, not replaced by another one."""
+    tensors = upstream_tensors(tiny_model(), "gr00t_n16")
+    out = tmp_path / "out"
+    out.mkdir()
+    inode = out.stat().st_ino
+    monkeypatch.chdir(out)
+    index = write_checkpoint(tensors, ".", max_shard_bytes=1_000_000)
+    assert out.stat().st_ino == inode
+    assert set(read_layout(out)) == set(index["weight_map"]) == set(tensors)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left
