@@ -42,6 +42,10 @@ class TensorInfo:
 
 
 def _weight_map(folder: Path) -> dict[str, str] | None:
+    if not folder.is_dir():  # a shard given for its folder reads here first (a job's fingerprint)
+        raise DataError(
+            f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})"
+        )
     index = folder / INDEX
     if not index.is_file():
         if (folder / SINGLE).is_file():
@@ -74,10 +78,6 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
 def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
     """Every tensor of the checkpoint in ``folder``: its shard, shape and dtype (headers only)."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(
-            f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})"
-        )
     weight_map = _weight_map(folder)
     files = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
     infos: dict[str, TensorInfo] = {}

@@ -168,3 +168,17 @@ def test_the_current_folder_empty_takes_the_checkpoint_and_stays_the_same_folder
     assert out.stat().st_ino == inode
     assert set(read_layout(out)) == set(index["weight_map"]) == set(tensors)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left
+
+
+def test_a_file_given_for_the_checkpoint_folder_is_named_as_not_a_folder(tmp_path):
+    """``--init-from up/model.safetensors`` (the file, not its folder): what a job reads first is
+    the fingerprint, and it says what to give instead."""
+    write_upstream(tmp_path / "up", TINY)
+    given = sorted((tmp_path / "up").glob("model-*.safetensors"))[0]
+    for read in (fingerprint, read_layout):
+        with pytest.raises(DataError) as err:
+            read(given)
+        assert str(err.value) == (
+            f"{given}: not a folder (give the checkpoint's folder, which holds "
+            "model.safetensors.index.json)"
+        )
