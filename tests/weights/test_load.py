@@ -182,3 +182,17 @@ def test_a_file_given_for_the_checkpoint_folder_is_named_as_not_a_folder(tmp_pat
             f"{given}: not a folder (give the checkpoint's folder, which holds "
             "model.safetensors.index.json)"
         )
+
+
+def test_a_tensor_under_both_spellings_of_an_aliased_prefix_is_refused(tmp_path):
+    """N1.5's ``backbone.eagle_model.`` reads as N1.6's ``backbone.model.``: a checkpoint holding
+    both would give one parameter two tensors, and which one loads would be the files' order."""
+    key = "backbone.model.mlp1.0.weight"
+    old = "backbone.eagle_model.mlp1.0.weight"
+    write_upstream(tmp_path / "up", TINY, extra={old: upstream_shapes(TINY)[key]})
+    model = tiny_model()
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(ConfigError) as err:
+        load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
+    assert str(err.value).endswith(f"1 keys held twice, under two spellings ({key} and {old})")
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
