@@ -75,16 +75,21 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
     return weight_map
 
 
+def _files(folder: Path, weight_map: dict[str, str] | None) -> list[Path]:
+    """The checkpoint's files: the shards the index names (each there), or the single file."""
+    names = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
+    for name in names:
+        if not (folder / name).is_file():
+            raise DataError(f"{folder / INDEX}: shard {name} is missing")
+    return [folder / name for name in names]
+
+
 def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
     """Every tensor of the checkpoint in ``folder``: its shard, shape and dtype (headers only)."""
     folder = Path(folder)
     weight_map = _weight_map(folder)
-    files = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
     infos: dict[str, TensorInfo] = {}
-    for name in files:
-        path = folder / name
-        if not path.is_file():
-            raise DataError(f"{folder / INDEX}: shard {name} is missing")
+    for path in _files(folder, weight_map):
         try:
             with safe_open(path, framework="pt") as f:
                 for key in f.keys():  # noqa: SIM118  (a safe_open handle has no __iter__)
@@ -124,11 +129,10 @@ def fingerprint(folder: str | os.PathLike) -> str:
     folder = Path(folder)
     h = hashlib.sha256()
     weight_map = _weight_map(folder)
-    names = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
     if weight_map is not None:
         h.update(json.dumps(weight_map, sort_keys=True).encode())
-    for name in names:
-        h.update(f"{name}:{(folder / name).stat().st_size}".encode())
+    for path in _files(folder, weight_map):
+        h.update(f"{path.name}:{path.stat().st_size}".encode())
     return h.hexdigest()[:16]
 
 

@@ -196,3 +196,16 @@ def test_a_tensor_under_both_spellings_of_an_aliased_prefix_is_refused(tmp_path)
         load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
     assert str(err.value).endswith(f"1 keys held twice, under two spellings ({key} and {old})")
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_shard_the_index_names_and_that_is_not_there_is_named_by_the_index(tmp_path):
+    """What a job reads first is the fingerprint: it names the missing shard as the layout does."""
+    write_upstream(tmp_path / "up", TINY)
+    shard = sorted((tmp_path / "up").glob("model-*.safetensors"))[1]
+    shard.unlink()
+    for read in (fingerprint, read_layout):
+        with pytest.raises(DataError) as err:
+            read(tmp_path / "up")
+        assert str(err.value) == (
+            f"{tmp_path / 'up' / 'model.safetensors.index.json'}: shard {shard.name} is missing"
+        )
