@@ -219,4 +219,6 @@ def _write_shards(tensors: dict[str, torch.Tensor], folder: Path, max_shard_byte
         total += sum(tensors[k].numel() * tensors[k].element_size() for k in keys)
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (folder / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    for name in set(weight_map.values()):  # safetensors writes 0600; the index has the umask's mode
+        shutil.copymode(folder / INDEX, folder / name)
     return index

@@ -209,3 +209,13 @@ def test_a_shard_the_index_names_and_that_is_not_there_is_named_by_the_index(tmp
         assert str(err.value) == (
             f"{tmp_path / 'up' / 'model.safetensors.index.json'}: shard {shard.name} is missing"
         )
+
+
+def test_written_shards_are_as_readable_as_the_index(tmp_path):
+    """safetensors writes a file only its owner may read: a teammate could open the index of an
+    export and none of its shards."""
+    write_checkpoint(
+        upstream_tensors(tiny_model(), "gr00t_n16"), tmp_path / "out", max_shard_bytes=10**6
+    )
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert set(modes.values()) == {modes["model.safetensors.index.json"]}, modes
