@@ -42,6 +42,10 @@ class TensorInfo:
 
 
 def _weight_map(folder: Path) -> dict[str, str] | None:
+    if not folder.is_dir():  # a shard given for its folder reads here first (a job's fingerprint)
+        raise DataError(
+            f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})"
+        )
     index = folder / INDEX
     if not index.is_file():
         if (folder / SINGLE).is_file():
@@ -71,20 +75,21 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
     return weight_map
 
 
+def _files(folder: Path, weight_map: dict[str, str] | None) -> list[Path]:
+    """The checkpoint's files: the shards the index names (each there), or the single file."""
+    names = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
+    for name in names:
+        if not (folder / name).is_file():
+            raise DataError(f"{folder / INDEX}: shard {name} is missing")
+    return [folder / name for name in names]
+
+
 def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
     """Every tensor of the checkpoint in ``folder``: its shard, shape and dtype (headers only)."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(
-            f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})"
-        )
     weight_map = _weight_map(folder)
-    files = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
     infos: dict[str, TensorInfo] = {}
-    for name in files:
-        path = folder / name
-        if not path.is_file():
-            raise DataError(f"{folder / INDEX}: shard {name} is missing")
+    for path in _files(folder, weight_map):
         try:
             with safe_open(path, framework="pt") as f:
                 for key in f.keys():  # noqa: SIM118  (a safe_open handle has no __iter__)
@@ -124,11 +129,10 @@ def fingerprint(folder: str | os.PathLike) -> str:
     folder = Path(folder)
     h = hashlib.sha256()
     weight_map = _weight_map(folder)
-    names = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
     if weight_map is not None:
         h.update(json.dumps(weight_map, sort_keys=True).encode())
-    for name in names:
-        h.update(f"{name}:{(folder / name).stat().st_size}".encode())
+    for path in _files(folder, weight_map):
+        h.update(f"{path.name}:{path.stat().st_size}".encode())
     return h.hexdigest()[:16]
 
 
@@ -146,9 +150,10 @@ def write_checkpoint(
     crash leaves no half-written checkpoint there; a write that fails (a full disk) removes the
     sibling folder, and is a DataError naming ``out``. Returns the index.
     """
-    out = Path(out)
+    shown = out
+    out = Path(os.path.abspath(out))  # ``.`` has no name to put a sibling beside
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(f"{out}: exists and is not an empty folder; give a new folder")
+        raise DataError(f"{shown}: exists and is not an empty folder; give a new folder")
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -156,18 +161,35 @@ def write_checkpoint(
         index = _write_shards(tensors, tmp, max_shard_bytes)
         for f in extra_files:
             shutil.copy2(f, tmp / f.name)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
+        _move_in(tmp, out)
     except BaseException as exc:  # a full disk (safetensors has its own error type), Ctrl-C
         shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(exc, Exception):
             raise
         reason = first_line(exc) or type(exc).__name__
         raise DataError(
-            f"{out}: writing the checkpoint failed ({reason}); nothing was written there"
+            f"{shown}: writing the checkpoint failed ({reason}); nothing was written there"
         ) from exc
     return index
+
+
+def _move_in(tmp: Path, out: Path) -> None:
+    """The written folder ``tmp`` as ``out``: renamed, or where ``out`` is an empty folder already
+    (the current one, one made with the team's permissions), its files moved into it, the index
+    last, so that the folder stays the one it was."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    moved: list[Path] = []
+    try:
+        for f in sorted(tmp.iterdir(), key=lambda f: f.name == INDEX):
+            f.rename(out / f.name)
+            moved.append(out / f.name)
+        tmp.rmdir()
+    except BaseException:
+        for f in moved:
+            f.unlink(missing_ok=True)
+        raise
 
 
 def _shards(tensors: dict[str, torch.Tensor], max_shard_bytes: int) -> list[list[str]]:
@@ -197,4 +219,6 @@ def _write_shards(tensors: dict[str, torch.Tensor], folder: Path, max_shard_byte
         total += sum(tensors[k].numel() * tensors[k].element_size() for k in keys)
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (folder / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    for name in set(weight_map.values()):  # safetensors writes 0600; the index has the umask's mode
+        shutil.copymode(folder / INDEX, folder / name)
     return index

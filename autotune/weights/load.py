@@ -1,12 +1,13 @@
 """A model's weights from, and to, an upstream checkpoint through the workload's name map.
 
 ``load_upstream(model, folder, workload)`` checks the whole checkpoint first (every parameter's key
-present, no key the map does not know, every shape as the model needs it, every dtype a floating
-point one: an integer or boolean tensor cast to the parameter's dtype would be other weights) and
-raises one ``ConfigError`` line naming what does not fit before any tensor is copied; then it
-copies each tensor into its parameter in place (cast to the parameter's dtype), so that graphs,
-compiled modules and optimizers built on the parameters keep working, and refuses the checkpoint
-(a ``DataError`` naming the keys) where a parameter then holds a NaN or an infinity.
+present, and once: not also under an aliased prefix; no key the map does not know, every shape as
+the model needs it, every dtype a floating point one: an integer or boolean tensor cast to the
+parameter's dtype would be other weights) and raises one ``ConfigError`` line naming what does not
+fit before any tensor is copied; then it copies each tensor into its parameter in place (cast to
+the parameter's dtype), so that graphs, compiled modules and optimizers built on the parameters
+keep working, and refuses the checkpoint (a ``DataError`` naming the keys) where a parameter then
+holds a NaN or an infinity.
 ``upstream_tensors(model, workload)`` is the inverse: the model's parameters under the upstream
 keys, in the upstream layout.
 """
@@ -65,13 +66,27 @@ def _listed(what: str, items: list[str], most: int = 3) -> str:
     return f"{len(items)} {what} ({shown})"
 
 
+def _by_canonical_key(
+    bound: BoundMap, raw: dict[str, TensorInfo]
+) -> tuple[dict[str, TensorInfo], list[str]]:
+    """The checkpoint's tensors by the key the map writes, and each key it holds under both an
+    aliased and the written spelling (one parameter, two tensors: neither may win silently)."""
+    infos: dict[str, TensorInfo] = {}
+    twice = []
+    for k, info in raw.items():
+        key = bound.canonical(k)
+        if key in infos:
+            twice.append(f"{key} and {infos[key].key if k == key else k}")
+        infos[key] = info
+    return infos, twice
+
+
 def check_fit(
     model: nn.Module, folder: str | os.PathLike, workload: str, preset: str | None = None
 ) -> tuple[BoundMap, dict[str, TensorInfo], dict[str, str]]:
     """(bound map, the checkpoint's tensors by canonical key, ignored keys) or one ConfigError line."""
     bound = load_name_map(workload).bind(model)
-    raw = read_layout(folder)
-    infos = {bound.canonical(k): info for k, info in raw.items()}
+    infos, twice = _by_canonical_key(bound, read_layout(folder))
     params = dict(model.named_parameters())
     missing = [key for key, _ in bound.to_upstream.values() if key not in infos]
     ignored = {k: why for k in infos if k not in bound.to_replica and (why := bound.why_ignored(k))}
@@ -81,6 +96,7 @@ def check_fit(
     problems = [
         _listed(what, items)
         for what, items in (
+            ("keys held twice, under two spellings", twice),
             ("missing keys", missing),
             ("unexpected keys", unexpected),
             ("misshapen keys", misshapen),

@@ -104,6 +104,33 @@ def test_exporting_a_state_without_its_step_or_config_is_one_line(
     assert not (tmp_path / "export").exists()
 
 
+def test_exporting_a_checkpoint_whose_weight_has_another_shape_is_one_line(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """A trained weight of another shape (its state's sums written again with it) is refused as a
+    resume refuses it, not broadcast into the parameter."""
+    from safetensors.torch import load_file, save_file
+
+    src, _ = reference
+    folder = Path(shutil.copytree(src / "checkpoint-2", tmp_path / "checkpoint-2"))
+    weights = load_file(folder / checkpoint.WEIGHTS)
+    name = next(n for n, t in sorted(weights.items()) if t.dim() == 2 and t.shape[0] > 1)
+    weights[name] = weights[name][:1].clone()
+    save_file(weights, folder / checkpoint.WEIGHTS, metadata={"format": "pt"})
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    state["files"][checkpoint.WEIGHTS] = (folder / checkpoint.WEIGHTS).stat().st_size
+    state["sha256"][checkpoint.WEIGHTS] = checkpoint.sha256(folder / checkpoint.WEIGHTS)
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    assert main(["export", str(folder), "--out", str(tmp_path / "export")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"autotune: error: {folder / checkpoint.WEIGHTS}: ")
+    assert f"misshapen ['{name}']" in err
+    assert not (tmp_path / "export").exists()
+
+
 def _capped() -> None:
     """The test's process may map 6 GiB: a batch that is not refused fails here, not the host."""
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))

@@ -153,3 +153,69 @@ def test_a_key_holding_nan_or_inf_is_named(tmp_path, value):
         f"{tmp_path / 'up'}: 1 keys hold NaN or infinite values ({key}) (in the file, or past the "
         "range of the parameter's dtype); the model would train on them"
     )
+
+
+def test_the_current_folder_empty_takes_the_checkpoint_and_stays_the_same_folder(
+    tmp_path, monkeypatch
+):
+    """``--out .``: the folder the shell stands in is written into, not replaced by another one."""
+    tensors = upstream_tensors(tiny_model(), "gr00t_n16")
+    out = tmp_path / "out"
+    out.mkdir()
+    inode = out.stat().st_ino
+    monkeypatch.chdir(out)
+    index = write_checkpoint(tensors, ".", max_shard_bytes=1_000_000)
+    assert out.stat().st_ino == inode
+    assert set(read_layout(out)) == set(index["weight_map"]) == set(tensors)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left
+
+
+def test_a_file_given_for_the_checkpoint_folder_is_named_as_not_a_folder(tmp_path):
+    """``--init-from up/model.safetensors`` (the file, not its folder): what a job reads first is
+    the fingerprint, and it says what to give instead."""
+    write_upstream(tmp_path / "up", TINY)
+    given = sorted((tmp_path / "up").glob("model-*.safetensors"))[0]
+    for read in (fingerprint, read_layout):
+        with pytest.raises(DataError) as err:
+            read(given)
+        assert str(err.value) == (
+            f"{given}: not a folder (give the checkpoint's folder, which holds "
+            "model.safetensors.index.json)"
+        )
+
+
+def test_a_tensor_under_both_spellings_of_an_aliased_prefix_is_refused(tmp_path):
+    """N1.5's ``backbone.eagle_model.`` reads as N1.6's ``backbone.model.``: a checkpoint holding
+    both would give one parameter two tensors, and which one loads would be the files' order."""
+    key = "backbone.model.mlp1.0.weight"
+    old = "backbone.eagle_model.mlp1.0.weight"
+    write_upstream(tmp_path / "up", TINY, extra={old: upstream_shapes(TINY)[key]})
+    model = tiny_model()
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(ConfigError) as err:
+        load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
+    assert str(err.value).endswith(f"1 keys held twice, under two spellings ({key} and {old})")
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_shard_the_index_names_and_that_is_not_there_is_named_by_the_index(tmp_path):
+    """What a job reads first is the fingerprint: it names the missing shard as the layout does."""
+    write_upstream(tmp_path / "up", TINY)
+    shard = sorted((tmp_path / "up").glob("model-*.safetensors"))[1]
+    shard.unlink()
+    for read in (fingerprint, read_layout):
+        with pytest.raises(DataError) as err:
+            read(tmp_path / "up")
+        assert str(err.value) == (
+            f"{tmp_path / 'up' / 'model.safetensors.index.json'}: shard {shard.name} is missing"
+        )
+
+
+def test_written_shards_are_as_readable_as_the_index(tmp_path):
+    """safetensors writes a file only its owner may read: a teammate could open the index of an
+    export and none of its shards."""
+    write_checkpoint(
+        upstream_tensors(tiny_model(), "gr00t_n16"), tmp_path / "out", max_shard_bytes=10**6
+    )
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert set(modes.values()) == {modes["model.safetensors.index.json"]}, modes

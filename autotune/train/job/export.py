@@ -81,15 +81,28 @@ def build_trained_model(
             raise ConfigError(f"{path} no longer holds the weights {folder} was trained from")
         load_upstream(model, path, cfg.workload, cfg.preset)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    if set(params) != set(loaded.weights):
-        raise ConfigError(
-            f"{folder / checkpoint.WEIGHTS}: its weights are not the trainable parameters of "
-            f"{cfg.workload}/{cfg.preset} under its configuration"
-        )
+    _check_trained(folder, params, loaded.weights, f"{cfg.workload}/{cfg.preset}")
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(loaded.weights[name])
     return model.to("cpu"), cfg.workload
+
+
+def _check_trained(
+    folder: Path, params: dict[str, torch.nn.Parameter], weights: dict[str, torch.Tensor], of: str
+) -> None:
+    """The checkpoint's weights are the trainable parameters, each of its shape (``copy_`` would
+    broadcast a smaller tensor into the parameter), or one ConfigError line naming those that are not."""
+    missing, extra = sorted(params.keys() - weights.keys()), sorted(weights.keys() - params.keys())
+    shapes = sorted(
+        n for n in params.keys() & weights.keys() if params[n].shape != weights[n].shape
+    )
+    if missing or extra or shapes:
+        raise ConfigError(
+            f"{folder / checkpoint.WEIGHTS}: its weights are not the trainable parameters of {of} "
+            f"under its configuration (missing {missing[:3]}, unexpected {extra[:3]}, misshapen "
+            f"{shapes[:3]})"
+        )
 
 
 def _workload_to_run(folder: Path, recorded: str, given: str | None) -> str:
