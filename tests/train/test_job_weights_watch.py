@@ -38,6 +38,10 @@ def test_init_from_then_export_then_init_from_round_trips_bit_exact(tmp_path, ca
         get_preset("tiny"),
         extra={"backbone.model.language_model.lm_head.weight": (1024, 64)},
     )
+    # an upstream Trainer's checkpoint-N holds its training's state beside the model
+    trainer_state = ["optimizer.pt", "scheduler.pt", "rng_state_0.pth", "trainer_state.json"]
+    for name in trainer_state:
+        (tmp_path / "released" / name).write_bytes(b"{}")
     job = tmp_path / "job"
     assert (
         main(
@@ -64,6 +68,7 @@ def test_init_from_then_export_then_init_from_round_trips_bit_exact(tmp_path, ca
     assert (
         tmp_path / "export" / "config.json"
     ).is_file()  # the released folder's other files come along
+    assert not [n for n in trainer_state if (tmp_path / "export" / n).exists()]
     assert set(exported) == set(source) - {
         "backbone.model.language_model.lm_head.weight"
     }  # tied: not written

@@ -30,6 +30,11 @@ from autotune.workloads.registry import absolute_spec
 _WEIGHT_FILE = re.compile(
     r"(model.*\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin)\Z"
 )
+_TRAINER_STATE = re.compile(
+    r"(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin)\Z"
+)
+"""A Hugging Face Trainer's ``checkpoint-N`` files: the state of the training that wrote the folder
+(its optimizer's moments are twice the weights' size), not part of the model an export stands for."""
 
 
 def _device_for(state: dict) -> torch.device:
@@ -148,12 +153,16 @@ def export_checkpoint(
 
 
 def _beside_weights(init: dict | None) -> list[Path]:
-    """The files of the job's ``--init-from`` folder that are not weights (``config.json``, the
-    processor's): an export without them could not stand in for the released checkpoint."""
+    """The files of the job's ``--init-from`` folder that are neither weights nor a trainer's state
+    (``config.json``, the processor's): an export without them could not stand in for the released
+    checkpoint."""
     if not init or not Path(init["path"]).is_dir():
         return []
     return [
         f
         for f in sorted(Path(init["path"]).iterdir())
-        if f.is_file() and not _WEIGHT_FILE.match(f.name) and f.name != INDEX
+        if f.is_file()
+        and not _WEIGHT_FILE.match(f.name)
+        and not _TRAINER_STATE.match(f.name)
+        and f.name != INDEX
     ]
