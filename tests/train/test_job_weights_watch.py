@@ -4,6 +4,7 @@ and its throughput watch, on the CPU with the tiny preset."""
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 import torch
@@ -63,6 +64,9 @@ def test_init_from_then_export_then_init_from_round_trips_bit_exact(tmp_path, ca
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["init_from"] == str(
         tmp_path / "released"
     )
+    # the job's checkpoint is as readable as its other files (safetensors writes 0600 of itself)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in (job / "checkpoint-2").iterdir()}
+    assert modes["model.safetensors"] == modes["config.yaml"], modes
     assert main(["export", str(job / "checkpoint-2"), "--out", str(tmp_path / "export")]) == 0
     exported = tensors_of(tmp_path / "export")
     assert (
