@@ -178,11 +178,15 @@ def write_dataset(root: Path, spec: MakeSpec) -> None:
     tasks = make_tasks(n_tasks, rng_for(spec.seed, _TASKS))
     writer = writer_for(root, spec, tasks)
     lengths = episode_lengths(spec)
-    for episode in episodes(spec, n_tasks, lengths):
-        writer.add(episode)
-        if episode.index == 0:
-            _check_room(root, episode.length, sum(lengths))
-    writer.finish()
+    try:
+        for episode in episodes(spec, n_tasks, lengths):
+            writer.add(episode)
+            if episode.index == 0:
+                _check_room(root, episode.length, sum(lengths))
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def _check_room(root: Path, written: int, total: int) -> None:

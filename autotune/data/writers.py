@@ -5,6 +5,7 @@ columns (not the images, which no reader here normalises)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -114,6 +115,11 @@ class BaseWriter:
         dump(self.root / MODALITY, modality_json(self.spec))
         WordVocabulary.build(self.tasks).save(self.root / TOKENIZER)
 
+    def abort(self) -> None:
+        """Close whatever the writer holds open, its errors ignored: the dataset is being thrown away
+        (a full disk fails the closing too), and a writer left open reports that failure again, as a
+        traceback, when it is collected."""
+
     def episode_row(self, ep: EpisodeContent) -> dict:
         return {
             "episode_index": ep.index,
@@ -210,6 +216,13 @@ class V3Writer(BaseWriter):
         col = f"videos/{key}/"
         return {col + "chunk_index": chunk, col + "file_index": file, col + "from_timestamp": start,
                 col + "to_timestamp": writer.frames / self.spec.fps}  # fmt: skip
+
+    def abort(self) -> None:
+        open_files = [self.data] if self.data is not None else []
+        for closeable in (*open_files, *(writer for writer, _, _ in self.videos.values())):
+            with contextlib.suppress(Exception):
+                closeable.close()
+        self.data, self.videos = None, {}
 
     def finish(self) -> None:
         if self.data is not None:
