@@ -120,6 +120,10 @@ class BaseWriter:
         (a full disk fails the closing too), and a writer left open reports that failure again, as a
         traceback, when it is collected."""
 
+    def unwritten(self) -> int:
+        """Bytes given to the files still open that are not on disk yet."""
+        return 0
+
     def episode_row(self, ep: EpisodeContent) -> dict:
         return {
             "episode_index": ep.index,
@@ -217,6 +221,10 @@ class V3Writer(BaseWriter):
         return {col + "chunk_index": chunk, col + "file_index": file, col + "from_timestamp": start,
                 col + "to_timestamp": writer.frames / self.spec.fps}  # fmt: skip
 
+    def unwritten(self) -> int:
+        # an open mp4 holds its first episode's packets in the muxer's buffers: not on disk yet
+        return sum(max(0, w.encoded - file_size(w.path)) for w, _, _ in self.videos.values())
+
     def abort(self) -> None:
         open_files = [self.data] if self.data is not None else []
         for closeable in (*open_files, *(writer for writer, _, _ in self.videos.values())):
@@ -241,9 +249,13 @@ class V3Writer(BaseWriter):
         self.write_extras()
 
 
-def size_mb(path: Path) -> float:
+def file_size(path: Path) -> int:
     """Bytes written so far (an encoder may not have opened its file yet: 0)."""
-    return path.stat().st_size / 2**20 if path.exists() else 0.0
+    return path.stat().st_size if path.exists() else 0
+
+
+def size_mb(path: Path) -> float:
+    return file_size(path) / 2**20
 
 
 def next_file(chunk: int, file: int) -> tuple[int, int]:

@@ -227,6 +227,21 @@ def test_a_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_p
         assert list(disk.iterdir()) == []
 
 
+def test_a_v3_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_path, capsys):
+    """Its first episode's frames are still in the open video files' buffers: they count too."""
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        make = ["data", "make", str(disk / "ds"), "--episodes", "100", "--frames", "20", "--size", "128",
+                "--format", "v3.0"]  # fmt: skip
+        assert main(make) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"autotune: error: {disk}: the dataset needs about "
+        ) and err.endswith(
+            "are free there; make fewer or shorter episodes, or give a folder on a larger disk\n"
+        )
+        assert list(disk.iterdir()) == []
+
+
 def test_a_dataset_that_fills_its_disk_is_one_line(tmp_path):
     """The disk fills as a v3.0 dataset is written (the room check passed; another writer took the
     room): the error line alone, no traceback of a data or video writer left open by the failure."""
