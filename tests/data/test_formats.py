@@ -282,6 +282,25 @@ def test_v3_episode_index_out_of_step_with_the_data(v3_copy):
         load_meta(v3_copy)
 
 
+def test_v3_episodes_sharing_frames_of_a_video_are_refused(v3_copy, capsys):
+    """Episode 2's front view points at episode 1's frames, which would train as episode 2's."""
+    index = v3_copy / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    for end in ("from", "to"):
+        column = f"videos/observation.images.front/{end}_timestamp"
+        values = table.column(column).to_pylist()
+        table = table.set_column(
+            table.column_names.index(column), column, [values[:2] + values[1:2]]
+        )
+    pq.write_table(table, index)
+    assert main(["data", "check", str(v3_copy)]) == 2
+    video = v3_copy / "videos/observation.images.front/chunk-000/file-000.mp4"
+    assert capsys.readouterr().err == (
+        f"autotune: error: {index}: episode 2: its frames [12, 24) of {video} are episode 1's too; "
+        "allowed: episodes whose frames of a video file do not overlap\n"
+    )
+
+
 def test_corrupt_v3_video_is_one_line_naming_the_file(v3_copy, capsys):
     video = v3_copy / "videos/observation.images.front/chunk-000/file-000.mp4"
     video.write_bytes(video.read_bytes()[: video.stat().st_size * 2 // 3])
