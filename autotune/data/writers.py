@@ -208,7 +208,11 @@ class V3Writer(BaseWriter):
 
     def _add_video(self, key: str, ep: EpisodeContent, view: int) -> dict:
         writer, chunk, file = self.videos.get(key, (None, 0, 0))
-        if writer is not None and size_mb(writer.path) >= self.video_mb:
+        # the encoded bytes: an open mp4 holds most of them in its muxer, off the disk
+        if (
+            writer is not None
+            and max(file_size(writer.path), writer.encoded) / 2**20 >= self.video_mb
+        ):
             writer.close()
             writer, (chunk, file) = None, next_file(chunk, file)
         if writer is None:

@@ -146,8 +146,10 @@ def test_v20_reads_its_stats_json(v21_av1, tmp_path):
     assert load_meta(root).version == "v2.0" and len(LeRobotDataset(root, SPEC)) == 36
 
 
-def test_v3_with_a_file_per_episode(tmp_path_factory):
-    root = made(tmp_path_factory, "split", format="v3.0", views=1, codec="h264", file_mb=1e-6)
+# 1e-4 MB: more than an open mp4's header on disk, less than an episode's encoded frames
+@pytest.mark.parametrize("file_mb", [1e-6, 1e-4])
+def test_v3_with_a_file_per_episode(tmp_path_factory, file_mb):
+    root = made(tmp_path_factory, "split", format="v3.0", views=1, codec="h264", file_mb=file_mb)
     meta = load_meta(root)
     assert [e.data_file.name for e in meta.episodes] == [
         "file-000.parquet",
