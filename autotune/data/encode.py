@@ -82,6 +82,8 @@ class VideoWriter:
 
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.frames = path, 0
+        self.encoded = 0
+        """Bytes of the packets the encoder has given out (the muxer may hold some yet)."""
         self.container = av.open(str(path), "w", options={"movflags": "faststart"})
         self.stream = self.container.add_stream(encoder.name, rate=fps)
         self.stream.height, self.stream.width, self.stream.pix_fmt = height, width, "yuv420p"
@@ -102,7 +104,9 @@ class VideoWriter:
             if n == 0:
                 frame.pict_type = PictureType.I
             with same_scheduling():
-                self.container.mux(self.stream.encode(frame))
+                packets = self.stream.encode(frame)
+                self.container.mux(packets)
+            self.encoded += sum(p.size for p in packets)
             n += 1
         self.frames += n
         return n

@@ -122,13 +122,12 @@ class Normalizer:
             out, src = slice(at, at + key.width), slice(key.start, key.end)
             s = {name: np.asarray(v, np.float64)[src] for name, v in stats[key.source].items()}
             if key.normalization == "min_max":
-                span = s["max"] - s["min"]
-                scale = np.where(
-                    span > 1e-8, 2.0 / np.maximum(span, 1e-8), 0.0
-                )  # a constant dim maps to 0
+                varies = s["max"] - s["min"] > 1e-8
+                scale = np.where(varies, 2.0 / np.maximum(s["max"] - s["min"], 1e-8), 0.0)
+                # a constant dim maps to 0, as upstream's normalize_values_minmax
                 self.scale[out], self.offset[out], self.clip[out] = (
                     scale,
-                    -1.0 - s["min"] * scale,
+                    np.where(varies, -1.0 - s["min"] * scale, 0.0),
                     True,
                 )
             else:

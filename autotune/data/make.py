@@ -178,17 +178,22 @@ def write_dataset(root: Path, spec: MakeSpec) -> None:
     tasks = make_tasks(n_tasks, rng_for(spec.seed, _TASKS))
     writer = writer_for(root, spec, tasks)
     lengths = episode_lengths(spec)
-    for episode in episodes(spec, n_tasks, lengths):
-        writer.add(episode)
-        if episode.index == 0:
-            _check_room(root, episode.length, sum(lengths))
-    writer.finish()
+    try:
+        for episode in episodes(spec, n_tasks, lengths):
+            writer.add(episode)
+            if episode.index == 0:
+                _check_room(root, episode.length, sum(lengths), writer.unwritten())
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
 
 
-def _check_room(root: Path, written: int, total: int) -> None:
+def _check_room(root: Path, written: int, total: int, unwritten: int) -> None:
     """Refuse a dataset that will not fit on its disk, from the bytes its first ``written``
-    frames took, before it fills the disk (and everything else writing there) for nothing."""
-    used = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    frames took (``unwritten`` of them not on disk yet), before it fills the disk (and everything
+    else writing there) for nothing."""
+    used = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) + unwritten
     need = used / written * total
     free = shutil.disk_usage(root).free
     if need - used > free:

@@ -53,6 +53,7 @@ def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Ind
     video = path_template(info, "video_path", PLACEHOLDERS, info_path)
     columns = list(_COLUMNS) + [f"videos/{k}/{c}" for k in video_keys for c in _VIDEO_COLUMNS]
     episodes: list[Episode] = []
+    sources: list[Path] = []
     file_start: dict[Path, int] = {}
     previous_end = 0
     files = index_files(root)
@@ -70,8 +71,10 @@ def load_index(root: Path, info: dict, video_keys: list[str], fps: float) -> Ind
                 )
             previous_end = row["dataset_to_index"]
             episodes.append(ep)
+            sources.append(path)
     if not episodes:
         raise DataError(f"{files[0]}: lists no episodes")
+    _check_own_frames(episodes, sources)
     return Index(episodes, load_tasks(root / TASKS), tuple(files))
 
 
@@ -122,6 +125,20 @@ def _span(
         )
     relative = video.format(video_key=key, chunk_index=chunk, file_index=file)
     return VideoSpan(inside(root, relative, "video_path", root / INFO), first)
+
+
+def _check_own_frames(episodes: list[Episode], sources: list[Path]) -> None:
+    """No two episodes share a frame of a video file (``sources``: each one's index file). A span
+    the index gets wrong would otherwise give an episode another's frames, which no frame count
+    or decoder notices."""
+    spans = sorted({(span.path, span.first_frame, ep.length, ep.index)
+                    for ep in episodes for span in ep.videos.values()})  # fmt: skip
+    for (path, first, length, owner), (other, start, n, index) in zip(spans, spans[1:]):
+        if other == path and start < first + length:  # sorted: an overlap is with the span before
+            raise DataError(
+                f"{sources[index]}: episode {index}: its frames [{start}, {start + n}) of {path} are "
+                f"episode {owner}'s too; allowed: episodes whose frames of a video file do not overlap"
+            )
 
 
 def load_tasks(path: Path) -> dict[int, str]:

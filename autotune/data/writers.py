@@ -5,6 +5,7 @@ columns (not the images, which no reader here normalises)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -114,6 +115,15 @@ class BaseWriter:
         dump(self.root / MODALITY, modality_json(self.spec))
         WordVocabulary.build(self.tasks).save(self.root / TOKENIZER)
 
+    def abort(self) -> None:
+        """Close whatever the writer holds open, its errors ignored: the dataset is being thrown away
+        (a full disk fails the closing too), and a writer left open reports that failure again, as a
+        traceback, when it is collected."""
+
+    def unwritten(self) -> int:
+        """Bytes given to the files still open that are not on disk yet."""
+        return 0
+
     def episode_row(self, ep: EpisodeContent) -> dict:
         return {
             "episode_index": ep.index,
@@ -198,7 +208,11 @@ class V3Writer(BaseWriter):
 
     def _add_video(self, key: str, ep: EpisodeContent, view: int) -> dict:
         writer, chunk, file = self.videos.get(key, (None, 0, 0))
-        if writer is not None and size_mb(writer.path) >= self.video_mb:
+        # the encoded bytes: an open mp4 holds most of them in its muxer, off the disk
+        if (
+            writer is not None
+            and max(file_size(writer.path), writer.encoded) / 2**20 >= self.video_mb
+        ):
             writer.close()
             writer, (chunk, file) = None, next_file(chunk, file)
         if writer is None:
@@ -210,6 +224,17 @@ class V3Writer(BaseWriter):
         col = f"videos/{key}/"
         return {col + "chunk_index": chunk, col + "file_index": file, col + "from_timestamp": start,
                 col + "to_timestamp": writer.frames / self.spec.fps}  # fmt: skip
+
+    def unwritten(self) -> int:
+        # an open mp4 holds its first episode's packets in the muxer's buffers: not on disk yet
+        return sum(max(0, w.encoded - file_size(w.path)) for w, _, _ in self.videos.values())
+
+    def abort(self) -> None:
+        open_files = [self.data] if self.data is not None else []
+        for closeable in (*open_files, *(writer for writer, _, _ in self.videos.values())):
+            with contextlib.suppress(Exception):
+                closeable.close()
+        self.data, self.videos = None, {}
 
     def finish(self) -> None:
         if self.data is not None:
@@ -228,9 +253,13 @@ class V3Writer(BaseWriter):
         self.write_extras()
 
 
-def size_mb(path: Path) -> float:
+def file_size(path: Path) -> int:
     """Bytes written so far (an encoder may not have opened its file yet: 0)."""
-    return path.stat().st_size / 2**20 if path.exists() else 0.0
+    return path.stat().st_size if path.exists() else 0
+
+
+def size_mb(path: Path) -> float:
+    return file_size(path) / 2**20
 
 
 def next_file(chunk: int, file: int) -> tuple[int, int]:

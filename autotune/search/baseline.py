@@ -20,6 +20,7 @@ FIXES = {
     "timeout": "on a CPU use the tiny preset (--preset tiny), else a longer --timeout-per-trial",
     "oom": "give a smaller --batch-size or preset, or a machine with more memory",
     "config": "change the configuration (--base, --batch-size, --preset) as the error says",
+    "data": "fix the dataset as the error says (`autotune data check DIR` finds its first problem)",
     "nan": "the stock configuration's loss is not finite: check the data and the workload's loss",
 }
 DEFAULT_FIX = "fix the workload or its data as the log says"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -12,6 +13,8 @@ import torch
 
 from autotune.config import DataConfig
 from autotune.data import LeRobotDataset, ReadSpec, build_host_loader
+from autotune.data.episode import Normalizer
+from autotune.data.modality import KeySlice
 from autotune.errors import DataError
 from autotune.workloads.gr00t_common.batch import BATCH_KEYS, synthetic_batch
 from autotune.workloads.gr00t_n16.data import Gr00tDataset
@@ -64,6 +67,15 @@ def test_min_max_keys_are_in_minus_one_one(tiny_dataset):
     ds = Gr00tDataset(tiny_dataset, TINY)
     actions = torch.stack([ds.sample(e, t)["action"][0, :7] for e in range(3) for t in (0, 30, 59)])
     assert actions.abs().max() <= 1.0 and actions.abs().max() > 0.5
+
+
+@pytest.mark.parametrize("normalization", ["min_max", "mean_std"])
+def test_a_constant_column_normalises_to_zero(normalization):
+    # upstream GR00T's normalize_values_minmax: a dim whose min == max is 0, not an edge of [-1, 1]
+    stats = {"observation.state": {"min": np.array([0.5, 0.0]), "max": np.array([0.5, 2.0]),
+                                   "mean": np.array([0.5, 1.0]), "std": np.array([0.0, 1.0])}}  # fmt: skip
+    norm = Normalizer((KeySlice("s", 0, 2, normalization),), stats)
+    assert norm(np.array([[0.5, 1.0]], np.float32)).tolist() == [[0.0, 0.0]]
 
 
 def test_draw_seeds_the_augmentation(tiny_dataset):

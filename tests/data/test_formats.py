@@ -146,8 +146,10 @@ def test_v20_reads_its_stats_json(v21_av1, tmp_path):
     assert load_meta(root).version == "v2.0" and len(LeRobotDataset(root, SPEC)) == 36
 
 
-def test_v3_with_a_file_per_episode(tmp_path_factory):
-    root = made(tmp_path_factory, "split", format="v3.0", views=1, codec="h264", file_mb=1e-6)
+# 1e-4 MB: more than an open mp4's header on disk, less than an episode's encoded frames
+@pytest.mark.parametrize("file_mb", [1e-6, 1e-4])
+def test_v3_with_a_file_per_episode(tmp_path_factory, file_mb):
+    root = made(tmp_path_factory, "split", format="v3.0", views=1, codec="h264", file_mb=file_mb)
     meta = load_meta(root)
     assert [e.data_file.name for e in meta.episodes] == [
         "file-000.parquet",
@@ -280,6 +282,25 @@ def test_v3_episode_index_out_of_step_with_the_data(v3_copy):
         DataError, match=rf"{index}: episode 1: expected episode 1 with length >= 1"
     ):
         load_meta(v3_copy)
+
+
+def test_v3_episodes_sharing_frames_of_a_video_are_refused(v3_copy, capsys):
+    """Episode 2's front view points at episode 1's frames, which would train as episode 2's."""
+    index = v3_copy / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    for end in ("from", "to"):
+        column = f"videos/observation.images.front/{end}_timestamp"
+        values = table.column(column).to_pylist()
+        table = table.set_column(
+            table.column_names.index(column), column, [values[:2] + values[1:2]]
+        )
+    pq.write_table(table, index)
+    assert main(["data", "check", str(v3_copy)]) == 2
+    video = v3_copy / "videos/observation.images.front/chunk-000/file-000.mp4"
+    assert capsys.readouterr().err == (
+        f"autotune: error: {index}: episode 2: its frames [12, 24) of {video} are episode 1's too; "
+        "allowed: episodes whose frames of a video file do not overlap\n"
+    )
 
 
 def test_corrupt_v3_video_is_one_line_naming_the_file(v3_copy, capsys):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import av
 import numpy as np
@@ -222,6 +224,36 @@ def test_a_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_p
         ) and err.endswith(
             "are free there; make fewer or shorter episodes, or give a folder on a larger disk\n"
         )
+        assert list(disk.iterdir()) == []
+
+
+def test_a_v3_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_path, capsys):
+    """Its first episode's frames are still in the open video files' buffers: they count too."""
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        make = ["data", "make", str(disk / "ds"), "--episodes", "100", "--frames", "20", "--size", "128",
+                "--format", "v3.0"]  # fmt: skip
+        assert main(make) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"autotune: error: {disk}: the dataset needs about "
+        ) and err.endswith(
+            "are free there; make fewer or shorter episodes, or give a folder on a larger disk\n"
+        )
+        assert list(disk.iterdir()) == []
+
+
+def test_a_dataset_that_fills_its_disk_is_one_line(tmp_path):
+    """The disk fills as a v3.0 dataset is written (the room check passed; another writer took the
+    room): the error line alone, no traceback of a data or video writer left open by the failure."""
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        make = ["data", "make", str(disk / "ds"), "--episodes", "100", "--frames", "20", "--size", "128",
+                "--format", "v3.0"]  # fmt: skip
+        code = ("import sys; from autotune.data import make; make._check_room = lambda *a: None; "
+                f"from autotune.cli import main; sys.exit(main({make!r}))")  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert (done.returncode, done.stderr) == (
+            2, f"autotune: error: {disk / 'ds'}: cannot write the dataset (No space left on device)\n"
+        )  # fmt: skip
         assert list(disk.iterdir()) == []
 
 

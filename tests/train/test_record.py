@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, DataError
+from autotune.search.baseline import FIXES
 from autotune.train.trial import worker
 from autotune.train.trial.record import DDPBuckets, ProfileSummary, RankMemory, TrialRecord
 from autotune.train.window.runner import TrainResult
@@ -176,3 +177,10 @@ def test_a_host_out_of_memory_is_an_oom_failure_that_says_so(exc, expected):
     """A bare MemoryError was reason 'error' with the text 'MemoryError: ' (verify printed
     'the stock configuration failed: MemoryError:')."""
     assert worker.classify_exception(exc) == expected
+
+
+def test_a_dataset_that_cannot_be_read_is_a_data_failure_with_its_fix():
+    """Its fix is in the dataset, not in the configuration the study would change."""
+    error = DataError("/d/videos/ep1.mp4: frame 11 is past the end of the video (10 frames)")
+    assert worker.classify_exception(error) == ("data", str(error))
+    assert "autotune data check" in FIXES["data"]

@@ -14,7 +14,7 @@ import traceback
 
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
-from autotune.errors import AutotuneError, TrialError, is_out_of_memory
+from autotune.errors import AutotuneError, DataError, TrialError, is_out_of_memory
 from autotune.train import memcap
 from autotune.train.trial.record import ProfileSummary, TrialRecord
 from autotune.train.window import cost
@@ -24,11 +24,13 @@ TRACEBACK_CHARS = 4000
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
-    """(reason, message) of a failed run: oom, nan, nccl, compile, config or error."""
+    """(reason, message) of a failed run: oom, nan, nccl, compile, data, config or error."""
     text = f"{type(exc).__name__}: {exc}"
     low = text.lower()
     if isinstance(exc, TrialError):
         return exc.reason, str(exc)
+    if isinstance(exc, DataError):  # the dataset is at fault, whatever the configuration
+        return "data", str(exc)
     if isinstance(exc, AutotuneError):
         return "config", str(exc)
     if isinstance(exc, MemoryError) and not str(exc):  # Python's own says nothing more
