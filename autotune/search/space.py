@@ -34,6 +34,7 @@ error names the file and the key, e.g. ``search_spaces/x.yaml: knobs.ddp.bucket_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import os
 from pathlib import Path
@@ -118,6 +119,26 @@ def check_regions(space: SearchSpace, regions: tuple[str, ...] | list[str], work
                     f"{workload!r}; its regions: {sorted(regions)} (or run without --space: "
                     "a space made from its regions)"
                 )
+
+
+def check_model_knobs(space: SearchSpace, knobs: type | None, workload: str) -> None:
+    """Refuse a ``model.*`` knob the workload does not declare (a space file is read before its
+    workload is known, so any workload's model knob parses; the trial could not set it)."""
+    allowed = sorted(
+        ("freeze", "unfreeze", *(f.name for f in dataclasses.fields(knobs or _NoKnobs)))
+    )
+    for knob in space.knobs:
+        section, _, name = config_key(knob.key).partition(".")
+        if section == "model" and name not in allowed:
+            raise SearchSpaceError(
+                f"{space.path}: knobs.{knob.key}: not a model knob of workload {workload!r}; "
+                f"its model knobs: {allowed}"
+            )
+
+
+@dataclasses.dataclass
+class _NoKnobs:
+    """The model knobs of a workload that declares none."""
 
 
 def parse_space(data: Any, path: Path) -> SearchSpace:
