@@ -29,7 +29,7 @@ from autotune.config import TrainConfig
 from autotune.config.compat import Machine
 from autotune.config.knob import Declared, walk
 from autotune.config.workload_knobs import model_knobs_of
-from autotune.search.declared import entry
+from autotune.search.declared import MOST_CORES, entry
 from autotune.search.knobs import SearchSpace
 from autotune.search.space import check_model_knobs, check_regions, parse_space
 
@@ -127,7 +127,7 @@ def _for_machine(d: Declared, machine: Machine) -> dict[str, Any]:
     knob = entry(d)
     if knob.get("high") == "cores":
         per_rank = (machine.cpus or 1) // max(1, machine.world_size)
-        knob["high"] = max(2, min(16, per_rank))
+        knob["high"] = max(2, min(MOST_CORES, per_rank))
     search = d.spec.search
     if machine.world_size > 1 and search.when_several_ranks:
         knob["when"] = {**knob.get("when", {}), **search.when_several_ranks}

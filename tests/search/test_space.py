@@ -262,3 +262,13 @@ def test_a_several_ranks_remedy_needs_the_one_rank_remedy(tmp_path):
     text = "knobs:\n  compile.regions: {type: categorical, choices: [[], [dit]], group: compile, remedy_several_ranks: [dit]}\n"
     with pytest.raises(SearchSpaceError, match=r"remedy_several_ranks: needs a remedy"):
         load_space(write(tmp_path, text))
+
+
+def test_a_knob_named_alone_takes_its_declared_range_up_to_the_cores_ceiling(tmp_path):
+    """``data.num_workers: {}`` is the declared knob (workers up to the cores, at most 16): the file
+    is not refused for the declaration's ``cores``, and its remedy still follows the machine."""
+    space = load_space(write(tmp_path, "knobs:\n  data.num_workers: {}\n"))
+    (knob,) = space.knobs
+    assert (knob.type, knob.low, knob.high, knob.remedy) == ("int", 0, 16, "cores")
+    (mine,) = space.for_machine(Machine(cuda=False, cpus=6))[0].knobs
+    assert mine.remedy == 4
