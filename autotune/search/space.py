@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,11 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
         _check_variants(path, knob, knobs)
         knobs[knob.key] = knob
     name = data.get("name", path.stem)
+    if "name" in data and not (isinstance(name, str) and re.fullmatch(r"[\w.-]+", name)):
+        # it names the study and its default folder, runs/WORKLOAD-PRESET-NAME: no path in it
+        raise SearchSpaceError(
+            f"{path}: name: {name!r} is not allowed; allowed: letters, digits, '_', '.' and '-'"
+        )
     return SearchSpace(
         name=str(name),
         path=path,

@@ -117,6 +117,13 @@ def test_unknown_space_name_lists_the_known_ones():
             r"requires: 'tpu' is not one of",
         ),
         ("knobs: [1, 2]", r"x.yaml: knobs: \[1, 2\] is not allowed"),
+        # the name goes into the study's name and its default folder, runs/WORKLOAD-PRESET-NAME
+        (
+            "name: ../../../elsewhere\nknobs: {optimizer.impl: {}}",
+            r"x.yaml: name: '../../../elsewhere' is not allowed; allowed: letters, digits, '_', '.' "
+            r"and '-'",
+        ),
+        ("name: [a]\nknobs: {optimizer.impl: {}}", r"x.yaml: name: \['a'\] is not allowed"),
         ("knobs: {a: [}", r"x.yaml: not valid YAML"),
     ],
 )
