@@ -142,6 +142,16 @@ def config_from_dict(data: dict[str, Any], cls: type[T] = TrainConfig) -> T:  # 
     return from_dict(cls, data)
 
 
+def load_config_as(path: str | os.PathLike, workload: str) -> TrainConfig:
+    """The configuration file ``path`` read as one of ``workload`` (``--workload`` over its own line):
+    its model knobs are checked against that workload's, as a file naming it would be."""
+    data = to_dict(load_config(path))
+    try:
+        return from_dict(TrainConfig, {**data, "workload": workload})
+    except ConfigError as exc:
+        raise ConfigError(f"{path} (as --workload {workload}): {exc}") from None
+
+
 def dump_config(cfg: Any) -> str:
     """The YAML text of a configuration (field order kept)."""
     return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False)

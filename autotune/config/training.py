@@ -129,6 +129,12 @@ class ModelConfig:
             if knobs is None or name not in {f.name for f in dataclasses.fields(knobs)}:
                 raise ConfigError(f"{key}.{name}: unknown key; allowed: {allowed}")
         model = from_dict(_Generic, own, key)
+        both = [r for r in model.unfreeze if r in model.freeze]
+        if both:  # unfreeze is applied last: the freeze would be dropped without a word
+            raise ConfigError(
+                f"{key}.unfreeze: {both!r} is also in {key}.freeze; allowed: each region in one of "
+                "freeze and unfreeze"
+            )
         options = from_dict(knobs, rest, key) if knobs is not None else None
         return cls(freeze=model.freeze, unfreeze=model.unfreeze, options=options)
 

@@ -29,9 +29,9 @@ from autotune.config import TrainConfig
 from autotune.config.compat import Machine
 from autotune.config.knob import Declared, walk
 from autotune.config.workload_knobs import model_knobs_of
-from autotune.search.declared import entry
+from autotune.search.declared import MOST_CORES, entry
 from autotune.search.knobs import SearchSpace
-from autotune.search.space import check_regions, parse_space
+from autotune.search.space import check_model_knobs, check_regions, parse_space
 
 MAX_SINGLE = 8
 """Regions offered one by one (for compile and region graphs) when the workload has at most this many."""
@@ -68,7 +68,11 @@ def workload_facts(base: TrainConfig) -> WorkloadFacts:
 
 
 def check_space_regions(space: SearchSpace, facts: WorkloadFacts) -> None:
+    """Refuse a space naming a region or a model knob the workload does not have."""
+    from autotune.workloads import get_workload
+
     check_regions(space, facts.regions, facts.workload)
+    check_model_knobs(space, get_workload(facts.workload).model_knobs, facts.workload)
 
 
 def _choices(*lists: list[str]) -> list[list[str]]:
@@ -123,7 +127,7 @@ def _for_machine(d: Declared, machine: Machine) -> dict[str, Any]:
     knob = entry(d)
     if knob.get("high") == "cores":
         per_rank = (machine.cpus or 1) // max(1, machine.world_size)
-        knob["high"] = max(2, min(16, per_rank))
+        knob["high"] = max(2, min(MOST_CORES, per_rank))
     search = d.spec.search
     if machine.world_size > 1 and search.when_several_ranks:
         knob["when"] = {**knob.get("when", {}), **search.when_several_ranks}

@@ -60,10 +60,13 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
     budget = asked if asked is not None else default_budget(gpu)
     if args.base:
         from autotune.config import load_config
+        from autotune.config.io import load_config_as
 
-        base = load_config(args.base)
+        if args.workload != DEFAULT_WORKLOAD:
+            base = load_config_as(args.base, args.workload)
+        else:
+            base = load_config(args.base)
         base.provenance = {}
-        base.workload = args.workload if args.workload != DEFAULT_WORKLOAD else base.workload
         base.preset = args.preset or base.preset
     else:
         base = stock_config(args.workload, args.preset, cuda=gpu)

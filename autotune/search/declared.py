@@ -14,6 +14,11 @@ from autotune.config import TrainConfig
 from autotune.config.knob import Declared, walk
 from autotune.config.workload_knobs import all_model_knobs, model_knobs_of
 
+MOST_CORES = 16
+"""The ceiling of a range declared up to the cores (``high="cores"``): a space file is read for no
+machine in particular, so such a knob named alone there searches up to it (its ``cores`` remedy is
+still resolved per machine)."""
+
 GROUP_ALIASES = {"comm": "ddp"}
 """Group names of older space files, read as the declared group of the same knobs."""
 
@@ -83,5 +88,7 @@ def defaults_for(key: str, given: dict[str, Any]) -> dict[str, Any]:
     if search is not None and given.get("type", search.type) == search.type and "type" not in given:
         full = entry(d)
         full.pop("when", None)  # conditions are the space's own: its knobs may differ
+        if full.get("high") == "cores":
+            full["high"] = MOST_CORES
         out.update(full)
     return out

@@ -34,8 +34,10 @@ error names the file and the key, e.g. ``search_spaces/x.yaml: knobs.ddp.bucket_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,26 @@ def check_regions(space: SearchSpace, regions: tuple[str, ...] | list[str], work
                 )
 
 
+def check_model_knobs(space: SearchSpace, knobs: type | None, workload: str) -> None:
+    """Refuse a ``model.*`` knob the workload does not declare (a space file is read before its
+    workload is known, so any workload's model knob parses; the trial could not set it)."""
+    allowed = sorted(
+        ("freeze", "unfreeze", *(f.name for f in dataclasses.fields(knobs or _NoKnobs)))
+    )
+    for knob in space.knobs:
+        section, _, name = config_key(knob.key).partition(".")
+        if section == "model" and name not in allowed:
+            raise SearchSpaceError(
+                f"{space.path}: knobs.{knob.key}: not a model knob of workload {workload!r}; "
+                f"its model knobs: {allowed}"
+            )
+
+
+@dataclasses.dataclass
+class _NoKnobs:
+    """The model knobs of a workload that declares none."""
+
+
 def parse_space(data: Any, path: Path) -> SearchSpace:
     if not isinstance(data, dict):
         raise SearchSpaceError(
@@ -145,6 +167,11 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
         _check_variants(path, knob, knobs)
         knobs[knob.key] = knob
     name = data.get("name", path.stem)
+    if "name" in data and not (isinstance(name, str) and re.fullmatch(r"[\w.-]+", name)):
+        # it names the study and its default folder, runs/WORKLOAD-PRESET-NAME: no path in it
+        raise SearchSpaceError(
+            f"{path}: name: {name!r} is not allowed; allowed: letters, digits, '_', '.' and '-'"
+        )
     return SearchSpace(
         name=str(name),
         path=path,

@@ -16,6 +16,7 @@ import os
 from autotune.argtypes import NON_NEGATIVE, POSITIVE, number
 from autotune.config import TrainConfig, load_config
 from autotune.config.compat import use_dataset
+from autotune.config.io import load_config_as
 from autotune.errors import ParityError, TrialError
 from autotune.train import memcap
 from autotune.train.job import cli as job_cli
@@ -138,13 +139,15 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if args.config:
-        cfg = load_config(args.config)
+        cfg = (
+            load_config_as(args.config, args.workload)
+            if args.workload
+            else load_config(args.config)
+        )
     else:  # the workload's stock configuration, at its preset for this machine unless one is given
         from autotune.workloads.stock import stock_config  # torch: imported once the input is read
 
         cfg = stock_config(args.workload or "gr00t_n16", args.preset)
-    if args.workload and args.config:
-        cfg.workload = args.workload
     if args.preset and args.config:
         cfg.preset = args.preset
     if args.batch_size:

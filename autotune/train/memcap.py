@@ -90,14 +90,13 @@ def parse_bytes(text: str, flag: str = "--memory-budget") -> int:
 
 
 def budget_of(memory_budget: str | None, gpu: str | None) -> int | None:
-    """The budget the command line asks for: ``--memory-budget`` over ``--gpu``; None: neither."""
-    if memory_budget:
-        return parse_bytes(memory_budget)
-    if gpu is None:
-        return None
-    if gpu.lower() not in GPUS:
+    """The budget the command line asks for: ``--memory-budget`` over ``--gpu``; None: neither.
+    Each flag given is checked, the one overruled included."""
+    if gpu is not None and gpu.lower() not in GPUS:
         raise ConfigError(f"--gpu: {gpu!r} is not a known card; allowed: {sorted(GPUS)}")
-    return GPUS[gpu.lower()]
+    if memory_budget is not None:
+        return parse_bytes(memory_budget)
+    return None if gpu is None else GPUS[gpu.lower()]
 
 
 def budget_from_env(env: Mapping[str, str] = os.environ) -> int | None:

@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from autotune.config import PrecisionConfig
+from autotune.errors import IncompatibleConfigError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -113,6 +114,8 @@ def apply_precision(
     for name, modules in regions.items():
         prec = cfg.of(name)
         if prec == "fp8":
+            if name in cfg.regions:
+                _check_fp8_takes(name, modules)
             _convert_fp8(modules)
         for module in modules:
             # Autocast's weight cache must be off under graph capture (cached casts would be
@@ -129,6 +132,15 @@ def fp8_eligible(mod: nn.Module, fqn: str = "") -> bool:
         and mod.out_features % 16 == 0
         and not getattr(mod, "few_rows", False)
     )
+
+
+def _check_fp8_takes(name: str, modules: list[nn.Module]) -> None:
+    """Refuse fp8 named for a region none of whose layers it converts: it would run in bf16."""
+    if not any(fp8_eligible(m) for module in modules for m in module.modules()):
+        raise IncompatibleConfigError(
+            f"precision.regions.{name}: refused: region {name!r} has no linear layer fp8 takes "
+            "(widths multiples of 16), so it would run in bf16; allowed: bf16 or fp32 for it"
+        )
 
 
 def _convert_fp8(modules: list[nn.Module]) -> None:

@@ -65,6 +65,11 @@ def test_partial_file_takes_defaults(tmp_path):
             "optimizer:\n  betas: [0.9]\n",
             r"optimizer\.betas: \[0\.9\] is out of range; allowed: two numbers in \[0, 1\)",
         ),
+        (
+            "model:\n  freeze: [vision, dit]\n  unfreeze: [dit]\n",
+            r"cfg\.yaml: model\.unfreeze: \['dit'\] is also in model\.freeze; allowed: each region "
+            r"in one of freeze and unfreeze",
+        ),
         ("schema_version: 7\n", r"schema_version: 7 is not supported; allowed: 1"),
         ("ddp: 5\n", r"ddp: 5 has the wrong type; allowed: a mapping"),
         ("- a\n- b\n", r"the configuration: \['a', 'b'\] has the wrong type; allowed: a mapping"),

@@ -117,6 +117,13 @@ def test_unknown_space_name_lists_the_known_ones():
             r"requires: 'tpu' is not one of",
         ),
         ("knobs: [1, 2]", r"x.yaml: knobs: \[1, 2\] is not allowed"),
+        # the name goes into the study's name and its default folder, runs/WORKLOAD-PRESET-NAME
+        (
+            "name: ../../../elsewhere\nknobs: {optimizer.impl: {}}",
+            r"x.yaml: name: '../../../elsewhere' is not allowed; allowed: letters, digits, '_', '.' "
+            r"and '-'",
+        ),
+        ("name: [a]\nknobs: {optimizer.impl: {}}", r"x.yaml: name: \['a'\] is not allowed"),
         ("knobs: {a: [}", r"x.yaml: not valid YAML"),
     ],
 )
@@ -262,3 +269,13 @@ def test_a_several_ranks_remedy_needs_the_one_rank_remedy(tmp_path):
     text = "knobs:\n  compile.regions: {type: categorical, choices: [[], [dit]], group: compile, remedy_several_ranks: [dit]}\n"
     with pytest.raises(SearchSpaceError, match=r"remedy_several_ranks: needs a remedy"):
         load_space(write(tmp_path, text))
+
+
+def test_a_knob_named_alone_takes_its_declared_range_up_to_the_cores_ceiling(tmp_path):
+    """``data.num_workers: {}`` is the declared knob (workers up to the cores, at most 16): the file
+    is not refused for the declaration's ``cores``, and its remedy still follows the machine."""
+    space = load_space(write(tmp_path, "knobs:\n  data.num_workers: {}\n"))
+    (knob,) = space.knobs
+    assert (knob.type, knob.low, knob.high, knob.remedy) == ("int", 0, 16, "cores")
+    (mine,) = space.for_machine(Machine(cuda=False, cpus=6))[0].knobs
+    assert mine.remedy == 4

@@ -8,6 +8,7 @@ import pytest
 
 from autotune.cli import main
 from autotune.config.compat import Machine
+from autotune.errors import SearchSpaceError
 from autotune.search import load_space
 from autotune.search.auto_space import check_space_regions, workload_facts
 from autotune.search.space_choice import default_space
@@ -54,3 +55,18 @@ def test_autotune_space_prints_the_space_run_searches(tmp_path, capsys, monkeypa
     printed = load_space(path)
     assert printed.name == name
     assert {k.key for k in printed.knobs} == {k.key for k in load_space(name).knobs}
+
+
+def test_a_space_naming_a_model_knob_n17_does_not_declare_is_refused(tmp_path):
+    """N1.6's vision-tower knobs are no knobs of N1.7: refused with the file, the knob and N1.7's
+    model knobs before a study is created, not a traceback when the stock trial is queued."""
+    path = tmp_path / "n16_knob.yaml"
+    path.write_text("knobs:\n  model.bias_in_activation: {}\n  optimizer.impl: {}\n")
+    base = stock_config("gr00t_n17", "tiny")
+    with pytest.raises(
+        SearchSpaceError,
+        match=r"n16_knob.yaml: knobs.model.bias_in_activation: not a model knob of workload "
+        r"'gr00t_n17'; its model knobs: \['attended_kv_only', 'category_matmul', "
+        r"'freeze', 'frozen_prefix_no_grad', 'skip_dead_work', 'unfreeze'\]",
+    ):
+        default_space(str(path), base, CPU)

@@ -108,3 +108,22 @@ def test_a_trained_fp8_layer_pads_its_gemms_and_a_frozen_one_does_not():
         loss = tiny(batch)
     loss.backward()
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("region", ["vlln", "projectors"])
+def test_fp8_named_for_a_region_without_a_layer_it_takes_is_refused(region):
+    """N1.7's ``vlln`` (a LayerNorm) and ``projectors`` (per-embodiment weights, no nn.Linear) have no
+    layer fp8 converts: named there it is refused, not run in bf16 under the name of fp8."""
+    from autotune.config import PrecisionConfig
+    from autotune.errors import IncompatibleConfigError
+    from autotune.train.precision import apply_precision
+
+    n17 = get_workload("gr00t_n17")
+    regions = n17.regions(n17.build_model("tiny", "cpu"))
+    cfg = PrecisionConfig(regions={region: "fp8"})
+    with pytest.raises(
+        IncompatibleConfigError,
+        match=rf"precision.regions.{region}: refused: region '{region}' has no linear layer fp8 "
+        r"takes \(widths multiples of 16\)",
+    ):
+        apply_precision(regions, cfg, torch.device("cpu"), graphs=False)

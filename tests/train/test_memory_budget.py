@@ -84,6 +84,21 @@ def test_budgets_from_the_command_line():
         memcap.budget_of("lots", None)
 
 
+@pytest.mark.parametrize(
+    ("size", "gpu", "match"),
+    [
+        ("", None, r"--memory-budget: '' is not a size"),
+        ("", "rtx4090", r"--memory-budget: '' is not a size"),
+        ("40GiB", "h900", r"--gpu: 'h900' is not a known card"),
+    ],
+)
+def test_a_budget_flag_given_is_never_ignored(size, gpu, match):
+    """An empty size (``--memory-budget "$UNSET"``) is no size, and an unknown card is refused even
+    where an explicit size wins over it: neither runs the job under another budget than asked."""
+    with pytest.raises(ConfigError, match=match):
+        memcap.budget_of(size, gpu)
+
+
 def test_the_peak_check():
     memcap.check_peak(10, 10)
     memcap.check_peak(10**12, None)

@@ -128,6 +128,34 @@ def test_cli_refuses_graphs_on_cpu_in_one_line(tmp_path, capsys):
     assert len(err) == 1 and "CUDA graphs need a CUDA device" in err[0]
 
 
+N16_CONFIG = (
+    "workload: gr00t_n16\npreset: tiny\nbatch_size: 2\nmodel:\n  bias_in_activation: true\n"
+    "data:\n  source: synthetic\n"
+)
+
+
+def test_a_config_given_another_workload_is_read_as_that_workloads(tmp_path, capsys):
+    """``train --config n16.yaml --workload gr00t_n17``: N1.6's model knob is refused as a file naming
+    gr00t_n17 would be, in one line naming the file and the key, before a model is built."""
+    path = tmp_path / "n16.yaml"
+    path.write_text(N16_CONFIG)
+    args = ["train", "--config", str(path), "--workload", "gr00t_n17", "--steps", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"autotune: error: {path} (as --workload gr00t_n17): "
+                                               "model.bias_in_activation: unknown key; allowed: [")  # fmt: skip
+
+
+def test_run_refuses_a_base_of_another_workloads_knobs_before_its_study(tmp_path, capsys):
+    path, out = tmp_path / "n16.yaml", tmp_path / "run"
+    path.write_text(N16_CONFIG)
+    args = ["run", "--base", str(path), "--workload", "gr00t_n17", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.bias_in_activation: unknown key" in err[0]
+    assert not out.exists()
+
+
 def test_fp16_region_runs_with_a_scaler_on_cpu():
     s = Session(tiny(precision__regions={"dit": "fp16"}))
     assert s.scaler is not None

@@ -254,6 +254,20 @@ def test_grouped_gemm_on_cuda_only_for_bf16_widths_its_kernel_takes():
     assert grouped_supported("cpu", torch.float32, 132, 132)
 
 
+def test_grouped_gemm_on_the_cpu_only_for_widths_of_16_byte_rows():
+    """The CPU kernel has the same stride rule: N1.7's 132-wide layers in bf16 (what ``train``
+    computes under autocast) take the gather path instead of failing in the kernel."""
+    bf16 = torch.bfloat16
+    assert not grouped_supported("cpu", bf16, 132, 64)
+    assert not grouped_supported("cpu", bf16, 64, 132)
+    assert not grouped_supported("cpu", torch.float32, 130, 64)
+    assert grouped_supported("cpu", bf16, 64, 64)
+    layer = CategorySpecificLinear(4, 132, 64)
+    layer.matmul = "grouped"
+    x = torch.randn(3, 5, 132, dtype=bf16)
+    assert layer(x, torch.tensor([2, 0, 2])).shape == (3, 5, 64)
+
+
 def test_slot_groups_have_static_shapes_whatever_the_ids():
     for ids in ([0, 0, 0], [2, 0, 1], [31, 31, 4]):
         order, offs = slot_groups(torch.tensor(ids), 32, tokens=5)

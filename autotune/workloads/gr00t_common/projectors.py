@@ -25,13 +25,14 @@ def slot_groups(
 
 def grouped_supported(device: str, dtype: torch.dtype, d_in: int, d_out: int) -> bool:
     """Whether ``torch._grouped_mm`` has a kernel for rows of ``d_in`` times weights ``[d_in, d_out]``:
-    any dtype on the CPU; on CUDA bf16 with both widths a multiple of 8 (its operands' row strides
-    must be multiples of 16 bytes: GR00T N1.7's 132-wide state and action layers are not)."""
+    on either device its operands' row strides must be multiples of 16 bytes (GR00T N1.7's 132-wide
+    state and action layers in bf16 are not); any dtype on the CPU, bf16 only on CUDA."""
     if not hasattr(torch, "_grouped_mm"):
         return False
+    aligned = all(width * dtype.itemsize % 16 == 0 for width in (d_in, d_out))
     if device == "cpu":
-        return True
-    return device == "cuda" and dtype == torch.bfloat16 and d_in % 8 == 0 and d_out % 8 == 0
+        return aligned
+    return device == "cuda" and dtype == torch.bfloat16 and aligned
 
 
 class CategorySpecificLinear(nn.Module):
@@ -43,8 +44,8 @@ class CategorySpecificLinear(nn.Module):
     one grouped GEMM multiplies each slot's rows by that slot's weights, read in place; its
     backward gives the same dense gradients (zeros for slots no sample used). The same FLOPs; the
     weights are read once per used slot instead of copied once per sample. On CUDA the grouped GEMM
-    exists for bf16 only and for widths that are multiples of 8: a region computing in fp32, or a
-    layer of another width, takes the gather path.
+    exists for bf16 only, and on either device for rows of a multiple of 16 bytes: a region computing
+    in fp32 on CUDA, or a layer of another width, takes the gather path.
     """
 
     def __init__(self, slots: int, d_in: int, d_out: int) -> None:
