@@ -124,8 +124,10 @@ def read_tensors(
 
 
 def fingerprint(folder: str | os.PathLike) -> str:
-    """A short hash of the checkpoint's index (or single file's header) and its files' sizes:
-    what a resumed job checks to know it reads the same weights."""
+    """A short hash of the checkpoint's weight map (where it has an index) and its weight files'
+    names and sizes: what a resumed job and an export check to know they read the checkpoint the job
+    started from. It reads no weights, so another revision of the same model (the same keys, shapes
+    and dtypes, other values) has the same fingerprint."""
     folder = Path(folder)
     h = hashlib.sha256()
     weight_map = _weight_map(folder)
