@@ -95,7 +95,7 @@ class SearchSpace:
                 knob = dataclasses.replace(
                     knob, remedy=int(min(knob.high, max(knob.low, per_rank - 2)))
                 )
-            if knob.group == "data" and not loads_data:
+            if knob.key.startswith("data.") and not loads_data:
                 notes.append(f"{knob.key}: dropped, the run reads no dataset (synthetic batches)")
             elif knob.requires and not have[knob.requires]:
                 notes.append(f"{knob.key}: dropped, needs {knob.requires}")
