@@ -135,7 +135,8 @@ def run_search(args: argparse.Namespace) -> int:
         workload = get_workload(opts.base.workload)
         regions = tuple(workload.region_trains(opts.base.preset))
         check_data(opts.base, workload.data_sources(), workload.data_fields)
-        opts.space, notes = opts.space.for_machine(machine)
+        loads_data = opts.base.data.source != "synthetic"
+        opts.space, notes = opts.space.for_machine(machine, loads_data)
         for note in notes:
             print(f"note: {note}")
         check_references(opts)

@@ -75,8 +75,12 @@ class SearchSpace:
     knobs: tuple[Knob, ...]
     description: str = ""
 
-    def for_machine(self, machine: Machine) -> tuple[SearchSpace, list[str]]:
-        """The space without the knobs ``machine`` cannot run, and a note for each one dropped."""
+    def for_machine(
+        self, machine: Machine, loads_data: bool = True
+    ) -> tuple[SearchSpace, list[str]]:
+        """The space without the knobs ``machine`` cannot run, nor the loader's where the run reads
+        no dataset (``loads_data`` False: synthetic batches, which no loader knob changes), and a
+        note for each one dropped."""
         from autotune.config.compat import _has_torchao
 
         fp8 = machine.cuda and (machine.capability or (0, 0)) >= (8, 9) and _has_torchao()
@@ -91,7 +95,9 @@ class SearchSpace:
                 knob = dataclasses.replace(
                     knob, remedy=int(min(knob.high, max(knob.low, per_rank - 2)))
                 )
-            if knob.requires and not have[knob.requires]:
+            if knob.key.startswith("data.") and not loads_data:
+                notes.append(f"{knob.key}: dropped, the run reads no dataset (synthetic batches)")
+            elif knob.requires and not have[knob.requires]:
                 notes.append(f"{knob.key}: dropped, needs {knob.requires}")
             elif (
                 not fp8

@@ -67,6 +67,19 @@ def test_cuda_knobs_are_dropped_on_cpu_with_a_note():
     assert "graphs.mode" in {k.key for k in gpu.knobs}
 
 
+def test_loader_knobs_are_dropped_where_the_run_reads_no_dataset():
+    """Synthetic batches are made in the training process: no loader knob changes a step, so
+    trials that differ in them only would measure noise (the auto space leaves them out too)."""
+    h200 = Machine(cuda=True, capability=(9, 0), cpus=16)
+    space, notes = load_space("gr00t_n17").for_machine(h200, loads_data=False)
+    keys = {k.key for k in space.knobs}
+    assert not {k for k in keys if k.startswith("data.")}
+    assert "data.num_workers: dropped, the run reads no dataset (synthetic batches)" in notes
+    assert "optimizer.impl" in keys and "compile.regions" in keys
+    full, _ = load_space("gr00t_n17").for_machine(h200)
+    assert {"data.num_workers", "data.prefetch_factor"} <= {k.key for k in full.knobs}
+
+
 def test_unknown_space_name_lists_the_known_ones():
     with pytest.raises(SearchSpaceError, match=r"'nope' is unknown; known spaces: \[.*'quick'"):
         load_space("nope")
