@@ -10,15 +10,33 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from autotune.config import CompileConfig, TrainConfig
+from autotune.errors import IncompatibleConfigError
+
+
+def _training(regions: dict[str, list[nn.Module]]) -> list[str]:
+    """The regions with a parameter that trains."""
+    return [
+        name
+        for name, modules in regions.items()
+        if any(p.requires_grad for m in modules for p in m.parameters())
+    ]
 
 
 def apply_trainability(regions: dict[str, list[nn.Module]], cfg: TrainConfig) -> None:
+    """``model.freeze`` then ``model.unfreeze``; refused where they leave nothing to train (the
+    optimizer would have no parameter)."""
+    trained = _training(regions)
     for name in cfg.model.freeze:
         for m in regions[name]:
             m.requires_grad_(False)
     for name in cfg.model.unfreeze:
         for m in regions[name]:
             m.requires_grad_(True)
+    if trained and not _training(regions):
+        raise IncompatibleConfigError(
+            f"model.freeze: {cfg.model.freeze} leaves nothing to train; allowed: at least one of "
+            f"{sorted(trained)} left trainable (or a frozen region named in model.unfreeze)"
+        )
 
 
 CACHE_KWARGS = ("past_key_values", "past_key_value", "layer_past", "cache")

@@ -290,3 +290,22 @@ def test_a_job_without_save_steps_keeps_its_end(tmp_path, capsys):
     assert [s for s, _ in checkpoint.checkpoints(out)] == [3]
     assert main(["export", str(out / "checkpoint-3"), "--out", str(tmp_path / "export")]) == 0
     assert (tmp_path / "export" / "model.safetensors.index.json").is_file()
+
+
+def test_a_gr00t_n17_job_with_its_model_knobs_resumes_step_for_step(tmp_path, capsys):
+    """N1.7 draws dropout (0.2 in the VL adapter) and state dropout besides the flow-matching noise,
+    and runs its frozen backbone without gradients here: a job stopped at a checkpoint continues
+    exactly as the uninterrupted one, its loader workers at the data position."""
+    cfg = tmp_path / "n17.yaml"
+    cfg.write_text(
+        "workload: gr00t_n17\nbatch_size: 2\nmodel: {skip_dead_work: true, "
+        "frozen_prefix_no_grad: true, attended_kv_only: true, category_matmul: grouped}\n"
+    )
+    args = ["--config", str(cfg), "--max-steps", "4"]
+    code, whole, _ = train(capsys, tmp_path / "whole", *args)
+    assert code == 0 and len(whole["losses"]) == 4
+    code, first, _ = train(capsys, tmp_path / "cut", *args, "--stop-at", "2")
+    assert code == 0 and first["losses"] == whole["losses"][:2]
+    code, rest, err = train(capsys, tmp_path / "cut", *args)
+    assert code == 0 and "warning" not in err, err
+    assert rest["start_step"] == 3 and rest["losses"] == whole["losses"][2:]

@@ -306,3 +306,21 @@ def test_a_resume_without_the_dataset_it_trained_on_is_refused(reference, tmp_pa
         "again to resume (or --dataset DIR to go on with another, or another --output-dir)"
     )
     assert [s for s, _ in checkpoint.checkpoints(out)] == [2, 4, 6]
+
+
+def test_a_resume_from_a_configuration_whose_data_source_is_null_reads_the_same_data(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """``data.source: null`` is the workload's first source: a job started from the stock
+    configuration (``lerobot``) and resumed from a YAML that leaves it out trains on the same data,
+    without a warning that says otherwise."""
+    src, ref = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    shutil.rmtree(out / "checkpoint-6")
+    cfg = tmp_path / "same.yaml"
+    cfg.write_text("batch_size: 2\n")
+    code, res, err = train(capsys, out, "--config", str(cfg), "--stop-at", "5")
+    assert code == 0 and "warning" not in err, err
+    assert res["losses"] == ref["losses"][4:5]

@@ -16,7 +16,7 @@ import pytest
 
 from autotune.cli import main
 from autotune.train.job import checkpoint
-from tests.clirun import one_line_error
+from tests.clirun import autotune, one_line_error
 from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
 
 pytestmark = pytest.mark.slow
@@ -200,3 +200,17 @@ def test_the_memory_available_is_bound_by_the_processs_own_cgroup(tmp_path, monk
     monkeypatch.setattr(batch_fit, "CGROUP", root)
     monkeypatch.setattr(batch_fit, "PROC_CGROUP", proc)
     assert batch_fit.available_memory() == 2 << 20
+
+
+def test_a_configuration_that_freezes_every_trainable_region_is_one_line(tmp_path):
+    """GR00T N1.7's backbone is frozen already: freezing the rest leaves the optimizer nothing."""
+    cfg = tmp_path / "frozen.yaml"
+    cfg.write_text("workload: gr00t_n17\nmodel: {freeze: [vlln, vl_adapter, dit, projectors]}\n")
+    out = tmp_path / "job"
+    proc = autotune(
+        "train", "--config", cfg, "--preset", "tiny", "--synthetic", "--max-steps", "1",
+        "--no-progress", "--output-dir", out,
+    )  # fmt: skip
+    line = one_line_error(proc)
+    assert "model.freeze" in line and "nothing to train" in line and "'dit'" in line, line
+    assert not list(out.glob("checkpoint-*"))

@@ -140,13 +140,15 @@ def _kill_workers_left() -> None:
             child.kill()
 
 
-def _data_named(data: dict[str, Any]) -> str:
-    """How a warning names the data of a configuration's ``data`` section."""
+def _data_named(data: dict[str, Any], first_source: str) -> str:
+    """How a warning names the data of a configuration's ``data`` section (a null source is the
+    workload's first, ``first_source``)."""
+    source = data.get("source") or first_source
     if data.get("dataset"):
         return f"--dataset {data['dataset']}"
-    if data.get("source") == "synthetic":
+    if source == "synthetic":
         return "synthetic batches"
-    return "the workload's own data" + (f" ({data['source']})" if data.get("source") else "")
+    return f"the workload's own data ({source})"
 
 
 def _trained_config(loaded: checkpoint.Loaded) -> dict[str, Any]:
@@ -285,7 +287,8 @@ class Job:
         A dataset left off the command is refused, as a forgotten --init-from is."""
         trained = _trained_config(loaded)
         data = trained.get("data") if isinstance(trained.get("data"), dict) else {}
-        before, now = _data_named(data), _data_named(to_dict(self.cfg.data))
+        first = self.session.workload.data_sources()[0]
+        before, now = _data_named(data, first), _data_named(to_dict(self.cfg.data), first)
         if data.get("dataset") and not self.cfg.data.dataset:
             raise ConfigError(
                 f"{loaded.path} was trained on --dataset {data['dataset']}; give it again to resume "
