@@ -155,6 +155,21 @@ def test_stock_value_outside_the_space_is_refused(tmp_path):
         space.stock_params(TrainConfig())
 
 
+def test_a_run_whose_space_leaves_out_the_stock_value_writes_nothing(tmp_path, capsys):
+    from autotune.cli import main
+
+    space = write(tmp_path, "knobs: {optimizer.impl: {type: categorical, choices: [fused, loop]}}")
+    out = tmp_path / "run"
+    argv = ["run", "--space", str(space), "--synthetic", "--trials", "2", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"autotune: error: {space}: knobs.optimizer.impl: the stock value 'foreach' is outside the "
+        "space; the stock configuration is the first trial, so the space must contain it"
+    ], err
+    assert not (out / "study.journal").exists() and not (out / "run.json").exists()
+
+
 def test_conditional_knob_only_when_its_condition_holds(tmp_path):
     space = load_space(
         write(
