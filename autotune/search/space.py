@@ -125,9 +125,8 @@ def check_regions(space: SearchSpace, regions: tuple[str, ...] | list[str], work
 def check_model_knobs(space: SearchSpace, knobs: type | None, workload: str) -> None:
     """Refuse a ``model.*`` knob the workload does not declare (a space file is read before its
     workload is known, so any workload's model knob parses; the trial could not set it)."""
-    allowed = sorted(
-        ("freeze", "unfreeze", *(f.name for f in dataclasses.fields(knobs or _NoKnobs)))
-    )
+    own = [f.name for f in dataclasses.fields(knobs)] if knobs is not None else []
+    allowed = sorted(["freeze", "unfreeze", *own])
     for knob in space.knobs:
         section, _, name = config_key(knob.key).partition(".")
         if section == "model" and name not in allowed:
@@ -135,11 +134,6 @@ def check_model_knobs(space: SearchSpace, knobs: type | None, workload: str) -> 
                 f"{space.path}: knobs.{knob.key}: not a model knob of workload {workload!r}; "
                 f"its model knobs: {allowed}"
             )
-
-
-@dataclasses.dataclass
-class _NoKnobs:
-    """The model knobs of a workload that declares none."""
 
 
 def parse_space(data: Any, path: Path) -> SearchSpace:
