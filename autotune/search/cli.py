@@ -139,9 +139,8 @@ def run_search(args: argparse.Namespace) -> int:
         opts.space, notes = opts.space.for_machine(machine, loads_data)
         for note in notes:
             print(f"note: {note}")
-        opts.space.stock_params(
-            opts.base
-        )  # stock outside the space: refused before the study is written
+        # stock outside the space: refused before the study is written
+        opts.space.stock_params(opts.base)
         check_references(opts)
         check_same_study(opts)  # before run.json is written: another study's folder stays as it is
         print(

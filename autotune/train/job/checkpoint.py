@@ -158,9 +158,8 @@ def _write_files(snapshot: Snapshot, tmp: Path) -> dict[str, int]:
     torch.save(snapshot.scheduler, tmp / SCHEDULER)
     torch.save(snapshot.rng, tmp / RNG)
     (tmp / CONFIG).write_text(snapshot.config_yaml)
-    shutil.copymode(
-        tmp / CONFIG, tmp / WEIGHTS
-    )  # safetensors writes 0600; the rest the umask's mode
+    # safetensors writes 0600; the checkpoint's other files have the umask's mode
+    shutil.copymode(tmp / CONFIG, tmp / WEIGHTS)
     files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
     sums = {name: sha256(tmp / name) for name in files}
     state = {**snapshot.state, "files": files, "sha256": sums}
