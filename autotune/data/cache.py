@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 from autotune.data.augment import short_edge_for
@@ -94,6 +95,9 @@ def _make_in_fresh_process(path: Path, spec: MakeSpec) -> None:
     one line), and this process, stopped by Ctrl-C or SIGTERM, stops it with SIGTERM, which it
     leaves through ``make_dataset``'s removal of its half-made folder."""
     ctx = multiprocessing.get_context("spawn")
+    # a spawn starts the resource tracker first if it is not running, and that start unblocks
+    # SIGINT on its way out: started here, the mask below holds until the child's exec
+    resource_tracker.ensure_running()
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_make_in_child, args=(path, spec, send), name="autotune-dataset")
     with _sigint_blocked():  # the blocked mask is inherited through fork and exec

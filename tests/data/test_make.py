@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import av
 import numpy as np
@@ -292,3 +293,38 @@ def test_a_dataset_that_cannot_be_written_is_named_not_its_temporary_folder(
         f"autotune: error: {target}: cannot write the dataset (No space left on device)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+CTRL_C_AT_ONCE = """
+import os, signal, sys, threading, time
+import psutil
+from autotune.data import MakeSpec
+from autotune.data.cache import cached_dataset
+
+def interrupt_the_maker():
+    me = psutil.Process()
+    while True:
+        for child in me.children():
+            try:
+                if "spawn" + "_main" in " ".join(child.cmdline()):  # not this script's own text
+                    os.kill(child.pid, signal.SIGINT)
+                    return
+            except psutil.NoSuchProcess:
+                pass
+
+threading.Thread(target=interrupt_the_maker, daemon=True).start()
+print(cached_dataset(MakeSpec(episodes=1, views=1, size=64, frames=8)))
+"""
+
+
+def test_a_ctrl_c_in_the_first_moments_of_the_dataset_maker_is_not_its_end(tmp_path):
+    """SIGINT sent to the process making the cached dataset the moment it exists, in its interpreter's
+    start-up: it makes the dataset and prints no traceback (the parent, which the terminal's Ctrl-C
+    reaches too, decides whether it stops). In a process that had started no other, the spawn of
+    the multiprocessing resource tracker unblocked SIGINT before the maker was started: it died of
+    the signal, or printed a KeyboardInterrupt traceback from ``spawn_main``."""
+    env = {**os.environ, "AUTOTUNE_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", CTRL_C_AT_ONCE], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert (Path(done.stdout.strip()) / "meta" / "info.json").is_file()
