@@ -8,11 +8,12 @@ configuration and the best are run again in the order stock, best, stock, best (
 within noise of the best after each best: the faster of the two is kept), ``rounds`` rounds or up
 to ``MAX_ROUNDS`` while the rounds of one configuration differ by more than ``WIDE`` (or a run's
 own steps varied by ``noise.WIDE_SPREAD`` more than its configuration's do by nature; a loader-bound
-run's vary with its loader's bursts, whatever the host). Where some rounds are clean (no run's steps varied that much), only
-those count. The
-confirmed samples/s of each is the median of its rounds, the confirmed speed-up the median over
-rounds of its samples/s over stock's in the same round;
-that is the speed-up ``autotune run`` prints and writes (``best.yaml``'s ``provenance``:
+run's vary with its loader's bursts, whatever the host); such a further round runs stock, the
+candidate ahead so far and only a candidate whose own rounds are that wide. Where some rounds are
+clean (no run's steps varied that much), only those count. The confirmed samples/s of each is the
+median of its rounds, the confirmed speed-up the median over rounds of its samples/s over stock's
+in the same round (which of two candidates is kept is decided over the rounds both ran); that is
+the speed-up ``autotune run`` prints and writes (``best.yaml``'s ``provenance``:
 ``confirmation``). A candidate whose run fails is dropped; where no candidate is faster than stock
 when measured again, ``best.yaml`` is the stock configuration.
 """
@@ -232,6 +233,8 @@ def confirm(
             order = [t for t in order if t is stock or not _failed(runs, t.number)]
             if _failed(runs, stock.number) or r >= rounds and not _wide(runs, order):
                 break
+            if r >= rounds:
+                order = still_open(runs, order)
             continue
         break
     return _summary(stock, found, runs, study_speedup, note)
@@ -276,6 +279,31 @@ def _progress(run: Run, stock: bool) -> str:
         else f"failed ({run.error})"
     )
     return f"confirming, round {run.round}: {'stock' if stock else 'trial'} #{run.trial} {what}"
+
+
+def still_open(runs: list[Run], order: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Who runs in a round beyond the asked ones: stock, the candidate ahead so far (its ratio to
+    stock is the figure being settled) and any other whose own rounds differ by more than ``WIDE``.
+    A steady runner-up measured again says nothing new, and a run of a compiled configuration costs
+    minutes where a loader-bound stock costs seconds."""
+    stock, found = order[0], order[1:]
+    if len(found) < 2:
+        return order
+    leader = _leader(runs, stock.number, found)
+    return [
+        stock,
+        *(t for t in found if t is leader or _range(_rates(runs, t.number)) > WIDE),
+    ]
+
+
+def _leader(runs: list[Run], stock: int, found: list[FrozenTrial]) -> FrozenTrial:
+    """The candidate with the highest ratio to stock over the rounds every one of them ran (a
+    candidate left out of later rounds is not compared on rounds it did not run)."""
+    both = set.intersection(*({r.round for r in runs if r.trial == t.number} for t in found))
+    return max(
+        found,
+        key=lambda t: _ratio(runs, t.number, stock, both) or _ratio(runs, t.number, stock) or 0.0,
+    )
 
 
 def _rates(runs: list[Run], number: int) -> list[float]:
@@ -351,12 +379,14 @@ def clean_rounds(runs: list[Run], natural: dict[int, float] | None = None) -> se
     return out
 
 
-def _ratio(runs: list[Run], trial: int, stock: int) -> float | None:
-    """The median over rounds of the trial's samples/s over stock's in the same round."""
+def _ratio(runs: list[Run], trial: int, stock: int, rounds: set[int] | None = None) -> float | None:
+    """The median over rounds (``rounds`` only, where given) of the trial's samples/s over stock's in
+    the same round."""
     rate = {(r.round, r.trial): r.samples_per_s for r in runs if r.samples_per_s is not None}
+    seen = {r.round for r in runs}
     ratios = [
         rate[(n, trial)] / rate[(n, stock)]
-        for n in {r.round for r in runs}
+        for n in (seen if rounds is None else seen & rounds)
         if (n, trial) in rate and (n, stock) in rate and rate[(n, stock)] > 0
     ]
     return statistics.median(ratios) if ratios else None
@@ -428,7 +458,7 @@ def _summary(
         t.number: _ratio(runs, t.number, stock.number) or medians[str(t.number)] / stock_rate
         for t in alive
     }
-    winner = max(alive, key=lambda t: ratios[t.number])
+    winner = _leader(runs, stock.number, alive) if len(alive) > 1 else alive[0]
     rate = medians[str(winner.number)]
     base.stock_samples_per_s = stock_rate
     if ratios[winner.number] <= 1.0:

@@ -11,7 +11,15 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune.search.confirm import Run, _summary, _wide, candidates, clean_rounds, natural_spread
+from autotune.search.confirm import (
+    Run,
+    _summary,
+    _wide,
+    candidates,
+    clean_rounds,
+    natural_spread,
+    still_open,
+)
 from autotune.search.converge import convergence, plateau, plateau_left_s
 from autotune.search.directions import PRECISION_RANK, raises_precision, search_choices
 from autotune.search.guide import Guide
@@ -382,6 +390,43 @@ def test_confirmation_keeps_the_faster_of_best_and_runner_up_and_falls_back_to_s
     assert c.speedup == pytest.approx(18.14 / 17.47) and "round(s) 4 kept" in c.note
     c = _summary(stock, [best], [Run(1, 0, None, error="crash: x")], 2.0, "")
     assert not c.confirmed and "stock configuration failed" in c.note
+
+
+def test_a_round_called_for_by_stock_alone_runs_stock_and_the_candidate_ahead():
+    """The N1.7 default run's confirmation on one H200: stock (loader-bound) at 68.13 and 81.90 in
+    rounds 1 and 2 (19 % apart: a third round), the best #3 at 281.43 and 281.70, the runner-up #2
+    at 280.08 and 278.88. Round 3 runs stock and #3 only; a runner-up whose own rounds are wide runs
+    too; which candidate is kept is decided over the rounds both ran."""
+    dists = {"x": CategoricalDistribution(["a", "b", "c"])}
+    study = optuna.create_study(direction="maximize")
+    stock = add(study, {"x": "a"}, 70.29, dists, stock=True)
+    runner = add(study, {"x": "b"}, 280.05, dists)
+    best = add(study, {"x": "c"}, 281.58, dists)
+    assert [t.number for t in candidates(study)] == [2, 1]
+
+    def runs(*rates):
+        return [
+            Run(round=r, trial=n, samples_per_s=v, loader_bound=n == 0)
+            for r, per in enumerate(rates, 1)
+            for n, v in per.items()
+        ]
+
+    two = runs({0: 68.13, 2: 281.43, 1: 280.08}, {0: 81.90, 2: 281.70, 1: 278.88})
+    assert _wide(two, [stock, best, runner])
+    assert [t.number for t in still_open(two, [stock, best, runner])] == [0, 2]
+    assert [t.number for t in still_open(two, [stock, best])] == [0, 2]
+    shaky = runs({0: 68.13, 2: 281.43, 1: 250.0}, {0: 81.90, 2: 281.70, 1: 290.0})
+    assert [t.number for t in still_open(shaky, [stock, best, runner])] == [0, 2, 1]
+    # the runner-up ahead in the two rounds both ran is kept, though the best's ratio over all four
+    # rounds (stock slow in rounds 3 and 4) is higher
+    four = runs(
+        {0: 70.0, 2: 280.0, 1: 282.0},
+        {0: 70.0, 2: 280.0, 1: 282.0},
+        {0: 60.0, 2: 280.0},
+        {0: 60.0, 2: 280.0},
+    )
+    c = _summary(stock, [best, runner], four, 4.0, "")
+    assert c.trial == 1 and c.speedup == pytest.approx(282.0 / 70.0) and "runner-up" in c.note
 
 
 def test_a_loader_bound_stock_whose_steps_vary_by_nature_needs_no_extra_rounds():
