@@ -164,6 +164,15 @@ def run_cost_s(trial: FrozenTrial) -> float:
     return span_s(trial)
 
 
+def again_s(trial: FrozenTrial, runs: list[Run]) -> float:
+    """What the next confirmation run of the trial's configuration costs: its last one's wall time
+    where it has run already (a compile the study's cache serves only in part, e.g. where
+    AOTAutograd's cache is bypassed, costs far more than :data:`CACHED_COMPILE` says), else
+    :func:`run_cost_s`."""
+    walls = [r.wall_s for r in runs if r.trial == trial.number and r.wall_s is not None]
+    return walls[-1] if walls else run_cost_s(trial)
+
+
 def reserve_s(study: optuna.Study, rounds: int) -> float:
     """Time to keep for confirming the current best: ``rounds`` runs of stock and of the best; none
     where stock has no measurement (out of memory under the budget: nothing to confirm against)."""
@@ -216,7 +225,9 @@ def confirm(
     runs: list[Run] = []
     note = ""
     for r in range(1, MAX_ROUNDS + 1):
-        need = sum(run_cost_s(t) for t in order[:2])  # a round without the best's run says nothing
+        need = sum(
+            again_s(t, runs) for t in order[:2]
+        )  # a round without the best's run says nothing
         if deadline is not None and deadline - time.monotonic() < need:
             note = (
                 f"the time budget ended before the confirmation did (a round of stock and #{order[1].number} takes "
@@ -224,7 +235,7 @@ def confirm(
             )
             break
         for t in order:
-            if deadline is not None and deadline - time.monotonic() < run_cost_s(t):
+            if deadline is not None and deadline - time.monotonic() < again_s(t, runs):
                 note = "the time budget ended before the confirmation did"
                 break
             runs.append(_run(opts, t, r, deadline))

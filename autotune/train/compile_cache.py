@@ -11,7 +11,10 @@ folder a study only reuses what happens to be left in ``/tmp/torchinductor_USER`
 knob changed, the winner confirmed again) loads them instead of compiling them, and a continued
 study finds them in its run folder. Dynamo still traces the model in each process: what the cache
 saves is AOTAutograd's and Inductor's work and Triton's kernel compiles
-(``python -m autotune.benchmarks.compile_cache`` measures how much).
+(``python -m autotune.benchmarks.compile_cache`` measures how much). A graph holding torchao's fp8
+layers is not AOTAutograd-cacheable (its config records are built in the graph and its matmul is
+an ``allow_in_graph`` autograd function; the counters say ``autograd_cache_bypass``): such a
+configuration's runs trace and partition it again, with only Inductor's and Triton's caches.
 """
 
 from __future__ import annotations

@@ -590,3 +590,30 @@ def test_no_confirmation_round_starts_that_cannot_run_the_best_before_the_deadli
         "the time budget ended before the confirmation did (a round of stock and #1 takes ~143 s"
         in c.note
     )
+
+
+def test_a_confirmation_run_costs_what_its_configuration_last_took_to_run_again():
+    """N1.7's fp8 best on one H200: 234 s in its trial, 211 s of it compiling, and ~140 s each time it
+    ran again with the study's compile cache warm (AOTAutograd's cache bypassed for torchao's fp8
+    layers), where a tenth of the compile was the estimate: a later round's deadline check takes the
+    time its run took in the round before."""
+    from dataclasses import replace as with_
+
+    from autotune.search.confirm import again_s, run_cost_s
+    from autotune.train.trial.record import Cost
+
+    dists = {"x": CategoricalDistribution(["a", "b"])}
+    study = optuna.create_study(direction="maximize")
+    record = with_(
+        measured(281.58),
+        cost=Cost(wall_s=234.3, parts={"compile": 211.2, "other": 23.1}),
+    )
+    study.add_trial(
+        create_trial(
+            params={"x": "b"}, distributions=dists, value=281.58, user_attrs=attrs_of(record)
+        )
+    )
+    best = study.trials[0]
+    assert again_s(best, []) == run_cost_s(best) == pytest.approx(234.3 - 0.9 * 211.2)
+    assert again_s(best, [Run(1, best.number, 281.43, wall_s=139.6)]) == 139.6
+    assert again_s(best, [Run(1, best.number, None, wall_s=None)]) == run_cost_s(best)
