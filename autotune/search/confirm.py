@@ -146,19 +146,29 @@ def candidates(study: optuna.Study) -> list[FrozenTrial]:
 CACHED_COMPILE = 0.1
 """Share of a trial's compile time a run of the same configuration still spends, its graphs in the
 study's compile cache (tiny on a CPU: 245 s compiling cold, 24 s warm; BENCHMARKS.md)."""
+CACHED_COMPILE_BYPASSED = 0.55
+"""The same where the trial's AOTAutograd graphs bypassed the cache (``autograd_cache_bypass``:
+torchao's fp8 layers): Dynamo and AOTAutograd run again, only Inductor's and Triton's work is
+served (N1.7's fp8 best on one H200: 211 s in its trial, ~117 s each run again; BENCHMARKS.md)."""
 
 
 def run_cost_s(trial: FrozenTrial) -> float:
     """What one unprofiled run of the trial's configuration costs again: its measured cost without the
-    profile and a second run, its compile mostly served by the study's cache; else its duration."""
+    profile and a second run, its compile served by the study's cache as far as the cache can; else
+    its duration."""
     record = record_of(trial)
     if record is not None and record.cost is not None:
         parts = record.cost.parts
+        cached = (
+            CACHED_COMPILE_BYPASSED
+            if record.cost.compile_cache.get("autograd_cache_bypass")
+            else CACHED_COMPILE
+        )
         again = (
             record.cost.wall_s
             - parts.get("profile", 0.0)
             - parts.get("remeasure", 0.0)
-            - (1.0 - CACHED_COMPILE) * parts.get("compile", 0.0)
+            - (1.0 - cached) * parts.get("compile", 0.0)
         )
         return max(1.0, again)
     return span_s(trial)
@@ -166,9 +176,7 @@ def run_cost_s(trial: FrozenTrial) -> float:
 
 def again_s(trial: FrozenTrial, runs: list[Run]) -> float:
     """What the next confirmation run of the trial's configuration costs: its last one's wall time
-    where it has run already (a compile the study's cache serves only in part, e.g. where
-    AOTAutograd's cache is bypassed, costs far more than :data:`CACHED_COMPILE` says), else
-    :func:`run_cost_s`."""
+    where it has run already, else :func:`run_cost_s`'s estimate."""
     walls = [r.wall_s for r in runs if r.trial == trial.number and r.wall_s is not None]
     return walls[-1] if walls else run_cost_s(trial)
 
