@@ -20,6 +20,7 @@ when measured again, ``best.yaml`` is the stock configuration.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -177,17 +178,51 @@ def previous(out: Path, study: optuna.Study, rounds: int) -> Confirmation | None
     path = out / FILE
     if not path.exists():
         return None
-    try:
-        old = Confirmation.from_dict(json.loads(read_text(path)))
-    except (AutotuneError, OSError, ValueError, TypeError):  # not one this study wrote
-        return None
     stock, found = stock_trial(study), candidates(study)
-    same = (
-        stock is not None
-        and old.stock_trial == stock.number
-        and {str(t.number) for t in found} <= set(old.medians)
-    )
+    if stock is None:
+        return None
+    # a file of another shape (edited, another program's) is not one this study wrote
+    try:
+        data = json.loads(read_text(path))
+        old = Confirmation.from_dict(data) if isinstance(data, dict) else None
+    except (AutotuneError, OSError, ValueError, TypeError):
+        return None
+    if old is None or not _well_formed(old, {stock.number, *(t.number for t in found)}):
+        return None
+    same = old.stock_trial == stock.number and {str(t.number) for t in found} <= set(old.medians)
     return old if same and old.rounds >= rounds and old.confirmed else None
+
+
+def _well_formed(old: Confirmation, numbers: set[int]) -> bool:
+    """Every field of a confirmation read back is of the type this module writes, and its winner is
+    stock or a candidate of the study (``numbers``): its numbers go into best.yaml and the output."""
+
+    def count(x: Any) -> bool:
+        return type(x) is int and x >= 0
+
+    def rate(x: Any) -> bool:
+        return type(x) in (int, float) and math.isfinite(x) and x >= 0
+
+    def table(x: Any, value: Callable[[Any], bool]) -> bool:
+        return isinstance(x, dict) and all(isinstance(k, str) and value(v) for k, v in x.items())
+
+    return (
+        count(old.stock_trial)
+        and old.trial in numbers
+        and count(old.rounds)
+        and all(
+            v is None or rate(v)
+            for v in (old.samples_per_s, old.stock_samples_per_s, old.speedup, old.study_speedup)
+        )
+        and table(old.spread, rate)
+        and table(old.medians, rate)
+        and table(old.measured_rounds, count)
+        and isinstance(old.note, str)
+        and all(
+            count(r.round) and count(r.trial) and (r.samples_per_s is None or rate(r.samples_per_s))
+            for r in old.runs
+        )
+    )
 
 
 def confirm(

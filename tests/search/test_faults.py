@@ -475,6 +475,80 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
     assert "nothing new in study" in capsys.readouterr().out
 
 
+def a_kept_confirmation(**edits) -> dict:
+    """A confirmation of the study of :func:`add_a_best_far_above_stock` (stock #0, the best #2), as a
+    former run writes it to ``confirmation.json``, with ``edits``."""
+    run = {
+        "round": 1,
+        "samples_per_s": 2.0,
+        "step_time_spread": 0.1,
+        "host_busy": 0.0,
+        "wall_s": 3.0,
+        "loader_bound": False,
+        "compile_s": 0.0,
+        "compile_cache": {},
+        "error": None,
+    }
+    kept = {"stock_trial": 0, "trial": 2, "samples_per_s": 4.0, "stock_samples_per_s": 2.0, "speedup": 2.0,
+            "study_speedup": 100.0, "rounds": 2, "spread": {"0": 0.0, "2": 0.0}, "medians": {"0": 2.0, "2": 4.0},
+            "runs": [{**run, "trial": 0}, {**run, "trial": 2, "samples_per_s": 4.0}], "note": "",
+            "measured_rounds": {"0": 1, "2": 1}}  # fmt: skip
+    return {**kept, **edits}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '"confirmed"',
+        json.dumps(a_kept_confirmation(trial=7)),
+        json.dumps(a_kept_confirmation(rounds="2")),
+        json.dumps(a_kept_confirmation(speedup="2.0x")),
+        json.dumps(a_kept_confirmation(medians=5)),
+        json.dumps(a_kept_confirmation(spread={"0": "wide", "2": 0.0})),
+        json.dumps(a_kept_confirmation(speedup=float("nan"))),
+    ],
+    ids=[
+        "list",
+        "string",
+        "trial-not-in-study",
+        "rounds-text",
+        "speedup-text",
+        "medians-number",
+        "spread-text",
+        "speedup-nan",
+    ],  # fmt: skip
+)
+def test_a_damaged_confirmation_is_measured_again_not_kept(finished_study, tmp_path, capsys, text):
+    """``confirmation.json`` is a record of the folder, not an order: one of another shape (a hand's
+    edit, another program's) is not kept, so its numbers never reach best.yaml; the confirmation is
+    measured again and the file written anew, exit 0, no traceback."""
+    out = copy_of(finished_study, tmp_path)
+    add_a_best_far_above_stock(journal_study(out))
+    (out / "confirmation.json").write_text(text)
+    argv = [*RUN, "--trials", "3", "--out", str(out)]
+    argv[argv.index("--confirm-rounds") + 1] = "1"
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "kept from the last run" not in printed and "confirming, round 1: trial #2" in printed
+    confirmation = load_config(out / "best.yaml").provenance["confirmation"]
+    assert confirmation["rounds"] == 1 and [r["trial"] for r in confirmation["runs"]] == [0, 2]
+    assert json.loads((out / "confirmation.json").read_text()) == confirmation
+
+
+def test_a_confirmation_of_the_same_trials_is_kept(finished_study, tmp_path, capsys):
+    """The counterpart: a well-formed confirmation of the same stock and best is kept, not measured again."""
+    out = copy_of(finished_study, tmp_path)
+    add_a_best_far_above_stock(journal_study(out))
+    (out / "confirmation.json").write_text(json.dumps(a_kept_confirmation()))
+    argv = [*RUN, "--trials", "3", "--out", str(out)]
+    argv[argv.index("--confirm-rounds") + 1] = "1"
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "kept from the last run" in printed and "confirming" not in printed
+    assert load_config(out / "best.yaml").provenance["speedup_vs_stock"] == 2.0
+
+
 @pytest.mark.parametrize("trials", ["0", "-1"])
 def test_trials_below_one_is_refused(tmp_path, capsys, trials):
     """Row 13: not the default count, not a "memory budget" error."""
