@@ -9,7 +9,6 @@ interrupted, shows what there is and says what is missing (``Report.notes``).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -26,7 +25,7 @@ from autotune.report.memory import MemoryPrediction
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
 from autotune.search.data_echo import DataEcho
 from autotune.search.finetune import Finetune, finetune
-from autotune.search.stage import STUDY_ATTR
+from autotune.search.stage import STAGES, STUDY_ATTR
 from autotune.search.trials import (
     DUPLICATE,
     PREDICTED_OOM,
@@ -39,6 +38,7 @@ from autotune.search.trials import (
     reason_of,
     stock_trial,
 )
+from autotune.train.trial.record import loads_attr
 
 
 @dataclass
@@ -401,7 +401,8 @@ def _stages(
         kept = study.user_attrs.get(
             STUDY_ATTR
         )  # the guide's record, kept up to date while the study runs
-        raw = json.loads(kept) if isinstance(kept, str) else kept
+        where = f"study {study.study_name!r}: user_attrs.{STUDY_ATTR}"
+        raw = loads_attr(kept, where, STAGES) if isinstance(kept, str) else kept
     if not raw:
         notes.append(
             "no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "

@@ -24,7 +24,9 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.config import load_config
 from autotune.search.journal import SafeJournalFile, open_journal
-from autotune.search.trials import reason_of, record_of
+from autotune.search.settings import KEY as SETTINGS
+from autotune.search.stage import STUDY_ATTR as STAGES
+from autotune.search.trials import RECORD, reason_of, record_of
 from tests import tmpfs
 from tests.search.crashy import MIRROR_PASSWORD
 from tests.trialprocs import guard_of, trial_processes
@@ -406,6 +408,50 @@ def test_a_line_longer_than_any_entry_is_one_line_and_read_no_further(
         f"a newline; the {lines} lines before it are intact: move the file aside, or keep them with "
         f"`head -n {lines}`"
     ]
+
+
+def set_last_attr(journal: Path, key: str, value: object) -> None:
+    """Give the last entry of ``journal`` that sets the user attribute ``key`` the value ``value``
+    (an edit by hand, or bits that rotted inside a string: the line stays JSON)."""
+    lines = journal.read_text().splitlines(keepends=True)
+    at = max(i for i, line in enumerate(lines) if key in json.loads(line).get("user_attr", {}))
+    entry = json.loads(lines[at])
+    entry["user_attr"][key] = value
+    lines[at] = json.dumps(entry) + "\n"
+    journal.write_text("".join(lines))
+
+
+@pytest.mark.parametrize(
+    "key, where, allowed, report",
+    [
+        (RECORD, "trial #1: user_attrs.record", "the JSON object of a trial record", True),
+        (SETTINGS, f"study {NAME!r}: user_attrs.measuring_settings", "the JSON object of", False),
+        (STAGES, f"study {NAME!r}: user_attrs.autotune.diagnosis", "the JSON list of the", True),
+    ],
+)
+def test_a_journal_value_that_is_not_json_is_one_line(
+    finished_study, tmp_path, capsys, key, where, allowed, report
+):
+    """A value autotune keeps as JSON text in the study (a trial's record, the measuring settings, the
+    guided search's stages) that does not parse: run (and the report, which reads the record and the
+    stages) says so in one line naming the trial or study, the key and the value; every entry of the
+    journal stays as it was."""
+    out = copy_of(finished_study, tmp_path)
+    journal = out / "study.journal"
+    set_last_attr(journal, key, '[{"stage": 1, ')
+    (
+        out / "diagnosis.json"
+    ).unlink()  # the report reads the stages from the study, as of a running one
+    damaged = journal.read_bytes()
+    run = [*RUN, "--trials", "3", "--out", str(out)]
+    for argv in [run, ["report", str(out)]] if report else [run]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            f"autotune: error: {where}: '[{{\"stage\": 1, ' is not JSON (Expecting "
+        ), (argv, err)
+        assert f"allowed: {allowed}" in err[0], err
+    assert journal.read_bytes().startswith(damaged)
 
 
 def test_a_report_changes_nothing_in_the_run_folder(finished_study, tmp_path):
