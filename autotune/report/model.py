@@ -396,8 +396,9 @@ def _stages(
     study: optuna.Study, diagnosis: dict[str, Any], run_dir: Path, notes: list[str]
 ) -> list[Stage]:
     """The diagnosis chain: diagnosis.json, else the stages the running study keeps in its attributes."""
-    raw = diagnosis.get("stages")
+    raw, source = diagnosis.get("stages"), "diagnosis.json"
     if raw is None:
+        source = f"the study's {STUDY_ATTR}"
         kept = study.user_attrs.get(
             STUDY_ATTR
         )  # the guide's record, kept up to date while the study runs
@@ -408,6 +409,9 @@ def _stages(
             "no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "
             "guided by profiles, or has not got past the stock trial yet"
         )
+        return []
+    if not isinstance(raw, list):
+        notes.append(f"{source}: stages is {str(raw)[:60]}, not a list of stages; left out")
         return []
     return [Stage.from_dict(s, run_dir, notes) for s in raw if isinstance(s, dict)]
 

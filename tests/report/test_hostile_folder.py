@@ -91,6 +91,16 @@ def _set(run: Path, name: str, edit) -> None:
             lambda d: d["stages"][0].update(groups=[5]),
             "diagnosis.json: stage: groups is [5], not list[str] | None; left out",
         ),
+        (
+            "diagnosis.json",
+            lambda d: d.update(stages=5),
+            "diagnosis.json: stages is 5, not a list of stages; left out",
+        ),
+        (
+            "diagnosis.json",
+            lambda d: d.update(stages={"stage": 1}),
+            "diagnosis.json: stages is {'stage': 1}, not a list of stages; left out",
+        ),
     ],
 )
 def test_a_summary_field_of_another_type_is_left_out_with_a_note(run, name, edit, note):
