@@ -373,6 +373,40 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     assert measured.user_attrs["queued_again_from"] == 1
 
 
+def test_a_disk_full_while_a_trial_prints_costs_its_log_only(small_disk, tmp_path):
+    """The run folder's disk full for a moment while the stock trial prints (batch size 12): its log
+    stops where the disk filled, and the trial trains on and is measured. The pump that copies the
+    trial's output into its log closed the pipe at the first write the disk refused, so the trial's next
+    print died of a broken pipe, recorded as the configuration's failure (``error``), and the study
+    stopped on it."""
+    out = small_disk / "run"
+    argv = hang_argv(tmp_path, 12)
+    argv[argv.index("--out") + 1] = str(out)
+    (tmp_path / "hang.yaml").write_text(
+        "knobs:\n  batch_size: {type: categorical, choices: [12, 2], group: data}\n"
+    )
+    release = tmp_path / "release"  # beside the small disk: it can be written once that is full
+    tuner = start_tuner(tmp_path, argv, CRASHY_HANG_S="300", CRASHY_RELEASE=str(release))
+    wait_for_trial(tmp_path, 2)
+    log = out / "logs" / "trial-0000.log"
+    assert log.read_bytes() == b""  # nothing printed yet
+    filler = tmpfs.fill(small_disk)
+    release.touch()
+    printed = Path(f"{release}.printed")
+    deadline = time.monotonic() + 120
+    while not printed.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert printed.exists() and tuner.poll() is None
+    time.sleep(1)  # the pump has read what the trial printed, into the full disk
+    filler.unlink()
+    Path(f"{release}.more").touch()
+    output = tuner.communicate(timeout=600)[0]
+    assert tuner.returncode == 0, output
+    assert "Traceback" not in output
+    (stock,) = journal_study(out, HANG).trials
+    assert stock.state == TrialState.COMPLETE, record_of(stock).failure
+
+
 def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_path, capsys):
     """Row 3: garbage after the last entry, or in the middle: run and report name the file and the line."""
     out = copy_of(finished_study, tmp_path)
