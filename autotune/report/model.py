@@ -199,6 +199,7 @@ def report_of(
         provenance,
         diagnosis,
         trials,
+        notes,
     )
     won = next((r for r in rows if r.number == summary.best_trial), None)
     summary.best_numerics = won.numerics if won is not None else None
@@ -337,15 +338,28 @@ def _confirmed(
     provenance: dict[str, Any],
     diagnosis: dict[str, Any],
     trials: list[FrozenTrial],
+    notes: list[str],
 ) -> Summary:
     """The summary with best.yaml's confirmed numbers, where the winner was measured again: a winner
-    other than the study's best (the runner-up, or stock) brings its own MFU and memory."""
+    other than the study's best (the runner-up, or stock) brings its own MFU and memory. A
+    confirmation of another shape (a number turned to text, a winner the study has not) is left out."""
+    from autotune.search.confirm import check_confirmation
+
     converged = diagnosis.get("converged") or {}
     summary.converged = provenance.get("converged") or (
         converged.get("reason") if isinstance(converged, dict) else None
     )
     conf = provenance.get("confirmation")
     summary.study_speedup = summary.speedup
+    if conf is not None:
+        try:
+            check_confirmation(conf, {t.number for t in trials})
+        except ValueError as exc:
+            notes.append(
+                f"best.yaml: its confirmation is not of the shape autotune writes ({exc}); left out: "
+                "the study's own numbers are shown"
+            )
+            conf = None
     if isinstance(conf, dict):
         summary.confirmation = conf
         if provenance.get("confirmed") and conf.get("speedup") is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -514,6 +515,25 @@ def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, c
     assert main([*RUN, "--trials", "2", "--memory-budget", "1GiB", "--out", str(out)]) == 0
     assert "nothing new in study" in capsys.readouterr().out
     assert best.read_bytes() == text and best.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("key", ["speedup_vs_stock", "step_time_ms"])
+def test_a_rerun_with_nothing_to_do_writes_a_damaged_best_yaml_anew(
+    finished_study, tmp_path, capsys, key
+):
+    """best.yaml's provenance with a number turned to text (an edit by hand, a file of another
+    program's): the run with nothing new to measure kept it and ended in a traceback formatting it
+    (the speed-up line, the fine-tuning time); it writes best.yaml anew from the study."""
+    out = copy_of(finished_study, tmp_path)
+    best = out / "best.yaml"
+    text = best.read_text()
+    damaged = re.sub(rf"^  {key}: .*$", f"  {key}: fast", text, flags=re.M)
+    assert damaged != text
+    best.write_text(damaged)
+    assert main([*RUN, "--trials", "2", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "nothing new" not in captured.out and captured.err == ""
+    assert isinstance(load_config(best).provenance[key], float)
 
 
 def add_a_best_far_above_stock(study: optuna.Study) -> None:
