@@ -255,6 +255,32 @@ def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
     assert measured.user_attrs["queued_again_from"] == 0 and measured.user_attrs["stock"]
 
 
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        (os.mkfifo, "a pipe, device or socket"),
+        (lambda path: path.symlink_to(path.parent.parent / "theirs"), "a link"),
+        (os.mkdir, "a folder"),
+    ],
+    ids=["fifo", "link", "folder"],
+)
+def test_a_run_lock_that_is_no_file_is_one_line_naming_it(tmp_path, capsys, make, kind):
+    """A folder handed over whose run.lock is a pipe, a link or a folder: the line said the lock
+    "keeps changing; is another program removing it?", or "cannot write there (Too many levels of
+    symbolic links)"; it now says what is there, and nothing changes."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (tmp_path / "theirs").write_text("their file\n")
+    make(out / "run.lock")
+    assert main([*RUN, "--trials", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: --out {out}: its run.lock is {kind}, not the lock file autotune makes there "
+        "(no autotune process holds it): remove it, or give another --out"
+    ]
+    assert [p.name for p in out.iterdir()] == ["run.lock"]
+    assert (tmp_path / "theirs").read_text() == "their file\n"
+
+
 def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys):
     """Row 2: what a crash or a full disk leaves, here while the tuner wrote the end of the last
     trial. Read with a warning; the run writes on after the last whole entry (the cut bytes kept
