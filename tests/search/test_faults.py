@@ -29,6 +29,7 @@ from autotune.search.settings import KEY as SETTINGS
 from autotune.search.stage import STUDY_ATTR as STAGES
 from autotune.search.trials import RECORD, reason_of, record_of
 from tests import tmpfs
+from tests.clirun import autotune, one_line_error
 from tests.search.crashy import MIRROR_PASSWORD
 from tests.trialprocs import guard_of, trial_processes
 
@@ -451,6 +452,25 @@ def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_pat
                 f"them with `head -n {at}`"
             ], err
         assert journal.read_bytes() == damaged
+
+
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (os.mkfifo, "not a regular file (a device, pipe or socket); expected a file"),
+        (os.mkdir, "is a folder, not a file"),
+    ],
+    ids=["fifo", "folder"],
+)
+def test_a_journal_that_is_no_file_is_one_line(finished_study, tmp_path, make, what):
+    """study.journal a pipe (run blocked reading it, for ever) or a folder ("line 0 is not a journal
+    entry ... the -1 lines before it are intact"): one line naming it, and it stays as it is."""
+    out = copy_of(finished_study, tmp_path)
+    (out / "study.journal").unlink()
+    make(out / "study.journal")
+    proc = autotune(*RUN, "--trials", "3", "--out", out, timeout=120)
+    assert one_line_error(proc) == f"autotune: error: {out / 'study.journal'}: {what}"
+    assert proc.returncode == 2 and (out / "study.journal").exists()
 
 
 def test_a_line_longer_than_any_entry_is_one_line_and_read_no_further(
