@@ -109,6 +109,7 @@ def _open(folder: Path, flag: str) -> int:
         raise ConfigError(
             f"{flag} {folder}: is a file, not a folder; give a folder (it is created if needed)"
         )
+    _check_lock_is_a_file(folder, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         return os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, MODE)
@@ -116,6 +117,28 @@ def _open(folder: Path, flag: str) -> int:
         raise ConfigError(
             f"{flag} {folder}: cannot write there ({exc.strerror}); give a folder you can write"
         ) from None
+
+
+def _check_lock_is_a_file(folder: Path, flag: str) -> None:
+    """A link, folder, pipe or device under the lock's name (in a folder handed over) is no lock of
+    ours: refused naming what it is, never followed or waited on."""
+    try:
+        mode = os.lstat(folder / LOCK).st_mode
+    except OSError:  # nothing there (or no folder yet): the lock is made
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = (
+        "a link"
+        if stat.S_ISLNK(mode)
+        else "a folder"
+        if stat.S_ISDIR(mode)
+        else "a pipe, device or socket"
+    )
+    raise ConfigError(
+        f"{flag} {folder}: its {LOCK} is {kind}, not the lock file autotune makes there (no autotune "
+        f"process holds it): remove it, or give another {flag}"
+    )
 
 
 def _same_file(fd: int, path: Path) -> bool:

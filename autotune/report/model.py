@@ -9,7 +9,6 @@ interrupted, shows what there is and says what is missing (``Report.notes``).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -26,7 +25,7 @@ from autotune.report.memory import MemoryPrediction
 from autotune.report.parts import Parity, Profile, RunInfo, Stage, TrialRow, pareto_front, trial_row
 from autotune.search.data_echo import DataEcho
 from autotune.search.finetune import Finetune, finetune
-from autotune.search.stage import STUDY_ATTR
+from autotune.search.stage import STAGES, STUDY_ATTR
 from autotune.search.trials import (
     DUPLICATE,
     PREDICTED_OOM,
@@ -39,6 +38,7 @@ from autotune.search.trials import (
     reason_of,
     stock_trial,
 )
+from autotune.train.trial.record import loads_attr
 
 
 @dataclass
@@ -199,6 +199,7 @@ def report_of(
         provenance,
         diagnosis,
         trials,
+        notes,
     )
     won = next((r for r in rows if r.number == summary.best_trial), None)
     summary.best_numerics = won.numerics if won is not None else None
@@ -337,15 +338,28 @@ def _confirmed(
     provenance: dict[str, Any],
     diagnosis: dict[str, Any],
     trials: list[FrozenTrial],
+    notes: list[str],
 ) -> Summary:
     """The summary with best.yaml's confirmed numbers, where the winner was measured again: a winner
-    other than the study's best (the runner-up, or stock) brings its own MFU and memory."""
+    other than the study's best (the runner-up, or stock) brings its own MFU and memory. A
+    confirmation of another shape (a number turned to text, a winner the study has not) is left out."""
+    from autotune.search.confirm import check_confirmation
+
     converged = diagnosis.get("converged") or {}
     summary.converged = provenance.get("converged") or (
         converged.get("reason") if isinstance(converged, dict) else None
     )
     conf = provenance.get("confirmation")
     summary.study_speedup = summary.speedup
+    if conf is not None:
+        try:
+            check_confirmation(conf, {t.number for t in trials})
+        except ValueError as exc:
+            notes.append(
+                f"best.yaml: its confirmation is not of the shape autotune writes ({exc}); left out: "
+                "the study's own numbers are shown"
+            )
+            conf = None
     if isinstance(conf, dict):
         summary.confirmation = conf
         if provenance.get("confirmed") and conf.get("speedup") is not None:
@@ -396,17 +410,22 @@ def _stages(
     study: optuna.Study, diagnosis: dict[str, Any], run_dir: Path, notes: list[str]
 ) -> list[Stage]:
     """The diagnosis chain: diagnosis.json, else the stages the running study keeps in its attributes."""
-    raw = diagnosis.get("stages")
+    raw, source = diagnosis.get("stages"), "diagnosis.json"
     if raw is None:
+        source = f"the study's {STUDY_ATTR}"
         kept = study.user_attrs.get(
             STUDY_ATTR
         )  # the guide's record, kept up to date while the study runs
-        raw = json.loads(kept) if isinstance(kept, str) else kept
+        where = f"study {study.study_name!r}: user_attrs.{STUDY_ATTR}"
+        raw = loads_attr(kept, where, STAGES) if isinstance(kept, str) else kept
     if not raw:
         notes.append(
             "no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "
             "guided by profiles, or has not got past the stock trial yet"
         )
+        return []
+    if not isinstance(raw, list):
+        notes.append(f"{source}: stages is {str(raw)[:60]}, not a list of stages; left out")
         return []
     return [Stage.from_dict(s, run_dir, notes) for s in raw if isinstance(s, dict)]
 

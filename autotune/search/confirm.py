@@ -21,6 +21,7 @@ when measured again, ``best.yaml`` is the stock configuration.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -195,17 +196,79 @@ def previous(out: Path, study: optuna.Study, rounds: int) -> Confirmation | None
     path = out / FILE
     if not path.exists():
         return None
-    try:
-        old = Confirmation.from_dict(json.loads(read_text(path)))
-    except (AutotuneError, OSError, ValueError, TypeError):  # not one this study wrote
-        return None
     stock, found = stock_trial(study), candidates(study)
-    same = (
-        stock is not None
-        and old.stock_trial == stock.number
-        and {str(t.number) for t in found} <= set(old.medians)
-    )
+    if stock is None:
+        return None
+    # a file of another shape (edited, another program's) is not one this study wrote
+    try:
+        data = json.loads(read_text(path))
+        check_confirmation(data, {stock.number, *(t.number for t in found)})
+        old = Confirmation.from_dict(data)
+    # TypeError: a field missing, or one this module does not write
+    except (AutotuneError, OSError, ValueError, TypeError):
+        return None
+    same = old.stock_trial == stock.number and {str(t.number) for t in found} <= set(old.medians)
     return old if same and old.rounds >= rounds and old.confirmed else None
+
+
+def _count(x: Any) -> bool:
+    return type(x) is int and x >= 0
+
+
+def _rate(x: Any) -> bool:
+    return x is None or (type(x) in (int, float) and math.isfinite(x) and x >= 0)
+
+
+def _table(value: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda x: (
+        isinstance(x, dict) and all(isinstance(k, str) and value(v) for k, v in x.items())
+    )
+
+
+def _runs(x: Any) -> bool:
+    return isinstance(x, list) and all(
+        isinstance(r, dict)
+        and _count(r.get("round"))
+        and _count(r.get("trial"))
+        and _rate(r.get("samples_per_s"))
+        for r in x
+    )
+
+
+_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "stock_trial": _count,
+    "rounds": _count,
+    "samples_per_s": _rate,
+    "stock_samples_per_s": _rate,
+    "speedup": _rate,
+    "study_speedup": _rate,
+    "spread": _table(_rate),
+    "medians": _table(_rate),
+    "measured_rounds": _table(_count),
+    "note": lambda x: isinstance(x, str),
+    "runs": _runs,
+}
+"""What each field of a confirmation read back must be: the types this module writes (its numbers go
+into best.yaml, the output and the report's page)."""
+
+
+def check_confirmation(data: Any, numbers: set[int]) -> None:
+    """Raise ValueError naming the first field of ``data`` (a confirmation read back from
+    confirmation.json, or best.yaml's provenance) that is not of the type this module writes
+    (``speedup 'fast'``), or a winner (``trial``) not among ``numbers``. Fields it lacks are left to
+    the reader (an older version wrote fewer)."""
+    if not isinstance(data, dict):
+        raise ValueError(_shown(data))
+    for key, ok in _FIELDS.items():
+        if key in data and not ok(data[key]):
+            raise ValueError(f"{key} {_shown(data[key])}")
+    if type(data.get("trial")) is not int or data["trial"] not in numbers:
+        raise ValueError(f"trial {_shown(data.get('trial'))}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:60]}..."
 
 
 def confirm(

@@ -7,6 +7,7 @@ resume and metrics. ``run`` prints its command last and the report shows the sam
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ def finetune(best: Path, provenance: dict[str, Any] | None = None) -> Finetune:
     )
     hint = "add --init-from DIR to start from released weights, --dataset DIR to train on a LeRobot dataset"
     step_ms = (provenance or {}).get("step_time_ms")
-    if step_ms:
+    # a number, not text a hand put there
+    if type(step_ms) in (int, float) and math.isfinite(step_ms) and step_ms > 0:
         hint = f"{MAX_STEPS} steps: ~{_duration(MAX_STEPS * step_ms / 1e3)} at the study's {step_ms / 1e3:.2f} s a step; {hint}"
     return Finetune(command, hint)
 

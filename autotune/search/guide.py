@@ -52,7 +52,7 @@ from autotune.search import fit
 from autotune.search.candidates import fitted_by_ladder, fixed_params, local, stock_beside, untried
 from autotune.search.knobs import SearchSpace
 from autotune.search.next_stage import new_stage
-from autotune.search.stage import FREE, STUDY_ATTR, Stage, over, update_best
+from autotune.search.stage import FREE, STUDY_ATTR, Stage, over, stages_of, update_best
 from autotune.search.trials import parity_pending, stock_trial
 from autotune.search.vet import changes_numerics
 
@@ -83,8 +83,7 @@ class Guide:
     # ------------------------------------------------------------------ state in the study
 
     def load(self, study: optuna.Study) -> None:
-        raw = study.user_attrs.get(STUDY_ATTR)
-        self.stages = [Stage(**s) for s in json.loads(raw)] if raw else []
+        self.stages = stages_of(study)
         for stage in self.stages:  # studies of before the stage kinds
             if stage.groups == [FREE]:
                 stage.kind = "free"

@@ -29,6 +29,7 @@ from typing import Any
 import optuna
 from optuna.storages.journal import BaseJournalBackend
 
+from autotune.boundedread import check_regular
 from autotune.errors import AutotuneError
 
 ENTRY_BYTES = 64 << 20
@@ -83,6 +84,7 @@ class SafeJournalFile(BaseJournalBackend):
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         number, offset = self._cursor if self._cursor[0] <= log_number_from else (0, 0)
         try:
+            check_regular(self.path, JournalError)  # a pipe would block the reader for ever
             f = open(self.path, "rb")  # noqa: SIM115 (closed below; a missing file has no entries)
         except FileNotFoundError:
             return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from autotune.config import SCHEMA_VERSION, load_config, save_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, ConfigError, TrialError
 from autotune.redact import StorageURL
-from autotune.search.confirm import Confirmation
+from autotune.search.confirm import Confirmation, check_confirmation
 from autotune.search.converge import Convergence
 from autotune.search.noise import flags
 from autotune.search.options import StudyOptions
@@ -286,6 +287,8 @@ def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
         prov = load_config(path).provenance
     except AutotuneError:  # unreadable: write it anew
         return False
+    if _damaged(prov, study):  # what the run prints from it would fail: write it anew
+        return False
     # a confirmation may have kept another trial (the runner-up, or stock) than the study's best
     found = prov.get("study_best_trial", prov.get("trial"))
     unconfirmed = (
@@ -298,6 +301,28 @@ def best_is_current(opts: StudyOptions, study: optuna.Study) -> bool:
         best.number,
         len(study.trials),
     ) and not unconfirmed
+
+
+NUMBERS = ("samples_per_s", "stock_samples_per_s", "speedup_vs_stock", "step_time_ms")
+"""best.yaml's provenance numbers that a run prints at its end."""
+
+
+def _damaged(prov: dict[str, Any], study: optuna.Study) -> bool:
+    """A provenance whose numbers are not numbers (an edit by hand), or whose confirmation is not of
+    the shape :mod:`autotune.search.confirm` writes."""
+    if any(
+        prov.get(k) is not None
+        and (type(prov[k]) not in (int, float) or not math.isfinite(prov[k]))
+        for k in NUMBERS
+    ):
+        return True
+    if prov.get("confirmation") is None:
+        return False
+    try:
+        check_confirmation(prov["confirmation"], {t.number for t in study.trials})
+    except ValueError:
+        return True
+    return False
 
 
 def write_trials(opts: StudyOptions, study: optuna.Study) -> Path:

@@ -9,6 +9,7 @@ studies in ``study.journal``); the same command again is the same study, and con
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import optuna
@@ -17,6 +18,7 @@ from autotune.errors import ConfigError
 from autotune.redact import StorageURL, redact
 from autotune.search.options import StudyOptions
 from autotune.search.storage import JOURNAL
+from autotune.train.compile_cache import FOLDER as CACHE_FOLDER
 
 RUN_INFO = "run.json"
 WRITTEN = (
@@ -40,6 +42,7 @@ def check_same_study(opts: StudyOptions) -> None:
     held = _held_studies(opts.out, journal=opts.storage is None)
     if not held:
         _check_no_foreign_files(opts.out)
+    _check_no_linked_folders(opts.out)
     others = sorted(name for name in held if name != opts.study_name)
     if others:
         raise ConfigError(
@@ -70,6 +73,23 @@ def _check_no_foreign_files(out: Path) -> None:
             f"--out {out}: holds {', '.join(found)} of no autotune study (no {RUN_INFO} names one, no "
             f"{JOURNAL} holds one), which a run would overwrite: give another --out (a new or empty folder)"
         )
+
+
+LINKED = ("logs", "profiles", CACHE_FOLDER)
+"""The folders a run writes its trials' files into (a log made anew under its name, a trace, the
+compile cache): through a link they would land in, and replace files of, another folder."""
+
+
+def _check_no_linked_folders(out: Path) -> None:
+    """A folder handed over is data: a link among its folders never directs where a run writes."""
+    for name in LINKED:
+        path = out / name
+        if path.is_symlink():
+            raise ConfigError(
+                f"--out {out}: its {name} is a link (to {os.readlink(path)}), and a run writes its trials' "
+                f"files into that folder, replacing files of the same names there: make {path} a folder of "
+                "its own, or give another --out"
+            )
 
 
 def _holds(path: Path) -> bool:

@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial
 from autotune.config import to_dict
 from autotune.errors import ConfigError
 from autotune.search.trials import WORKER
+from autotune.train.trial.record import loads_attr
 
 KEY = "measuring_settings"
 """The study's user attribute holding :func:`settings` of the run that created it (JSON)."""
@@ -82,7 +83,9 @@ def check_unchanged(study: optuna.Study, opts, running: Sequence[FrozenTrial] = 
     else:  # a worker that started first measures its stock trial under them now
         worker = running[0].user_attrs.get(WORKER, "another worker")
         how = f"is being measured (trial #{running[0].number} on {worker})"
-    old, new = _flat(json.loads(stored)), _flat(json.loads(json.dumps(settings(opts))))
+    where = f"study {study.study_name!r}: user_attrs.{KEY}"
+    kept = loads_attr(stored, where, "the JSON object of the settings a study was measured with")
+    old, new = _flat(kept), _flat(json.loads(json.dumps(settings(opts))))
     if MACHINE in old and old[MACHINE] != new.get(MACHINE):
         raise ConfigError(
             f"{opts.out}: study {study.study_name!r} {how} on {old[MACHINE]!r}, this machine is "

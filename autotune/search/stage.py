@@ -9,14 +9,17 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.errors import ConfigError
 from autotune.search.noise import beats, margin
 from autotune.search.trials import eligible, measurement_of
+from autotune.train.trial.record import loads_attr
 
 STAGE_PATIENCE = 1
 """A search stage ends after this many trials in a row that gained nothing beyond noise over its incumbent."""
 
 STUDY_ATTR = "autotune.diagnosis"
 FREE = "all"
+STAGES = "the JSON list of the stages of the guided search, as autotune writes it"
 
 
 @dataclass
@@ -55,6 +58,20 @@ class Stage:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def stages_of(study: optuna.Study) -> list[Stage]:
+    """The stages the study keeps (:data:`STUDY_ATTR`); one that is not a list of stages is a
+    ConfigError naming the study and the key."""
+    raw = study.user_attrs.get(STUDY_ATTR)
+    if not raw:
+        return []
+    where = f"study {study.study_name!r}: user_attrs.{STUDY_ATTR}"
+    kept = loads_attr(raw, where, STAGES)
+    try:
+        return [Stage(**s) for s in kept]
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}; allowed: {STAGES}") from None
 
 
 def over(

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autotune.report import build_report, write_report
 from tests.config.test_bad_files import LAUGHS
@@ -91,6 +92,16 @@ def _set(run: Path, name: str, edit) -> None:
             lambda d: d["stages"][0].update(groups=[5]),
             "diagnosis.json: stage: groups is [5], not list[str] | None; left out",
         ),
+        (
+            "diagnosis.json",
+            lambda d: d.update(stages=5),
+            "diagnosis.json: stages is 5, not a list of stages; left out",
+        ),
+        (
+            "diagnosis.json",
+            lambda d: d.update(stages={"stage": 1}),
+            "diagnosis.json: stages is {'stage': 1}, not a list of stages; left out",
+        ),
     ],
 )
 def test_a_summary_field_of_another_type_is_left_out_with_a_note(run, name, edit, note):
@@ -129,6 +140,51 @@ def test_a_profile_summary_of_another_shape_costs_its_part_only(run, edit, note)
     _set(run, SUMMARY, lambda d: edit(d["classification"]))
     report = build_report(run)
     assert note in report.notes
+    write_report(run)
+    assert (run / "report.html").is_file()
+
+
+def _set_provenance(run: Path, edit) -> None:
+    data = yaml.safe_load((run / "best.yaml").read_text())
+    edit(data["provenance"])
+    (run / "best.yaml").write_text(yaml.safe_dump(data))
+
+
+CONFIRMATION_LEFT_OUT = (
+    "best.yaml: its confirmation is not of the shape autotune writes ({what}); left out: the study's "
+    "own numbers are shown"
+)
+
+
+@pytest.mark.parametrize(
+    "edit, what",
+    [
+        (lambda p: p["confirmation"].update(speedup="fast"), "speedup 'fast'"),
+        (lambda p: p["confirmation"].update(samples_per_s=[1]), "samples_per_s [1]"),
+        (lambda p: p["confirmation"].update(rounds="2"), "rounds '2'"),
+        (lambda p: p["confirmation"].update(spread=5), "spread 5"),
+        (lambda p: p["confirmation"].update(trial=99), "trial 99"),
+        (lambda p: p.update(confirmation="yes"), "'yes'"),
+    ],
+)
+def test_a_confirmation_of_another_shape_is_left_out_with_a_note(run, edit, what):
+    """best.yaml's confirmation with a number turned to text (or a winner the study has not): the page
+    formatted it and the report ended in a traceback."""
+    _set_provenance(run, edit)
+    report = build_report(run)
+    assert CONFIRMATION_LEFT_OUT.format(what=what) in report.notes, report.notes
+    assert (
+        report.summary.confirmation is None
+        and report.summary.speedup == report.summary.study_speedup
+    )
+    write_report(run)
+    assert (run / "report.html").is_file()
+
+
+def test_a_step_time_of_another_type_leaves_the_fine_tuning_time_out(run):
+    _set_provenance(run, lambda p: p.update(step_time_ms="fast"))
+    report = build_report(run)
+    assert "at the study's" not in report.finetune.hint
     write_report(run)
     assert (run / "report.html").is_file()
 

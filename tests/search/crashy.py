@@ -7,7 +7,9 @@ steps, where a loaded host makes steps long) for every batch (clearly slower: pr
 raises naming the process's temporary folder, batch size 10 prints ``$HF_TOKEN``, then 3 MiB of
 output, and raises quoting it (a workload that shows a secret of its environment and floods its
 log), batch size 11 raises naming a file whose name is
-not UTF-8 (a lone surrogate in its message); any other batch size trains like gr00t_n16. The hangs
+not UTF-8 (a lone surrogate in its message), batch size 12 waits for ``$CRASHY_RELEASE``, then prints
+200 lines, makes ``$CRASHY_RELEASE.printed`` and waits for ``$CRASHY_RELEASE.more`` (a workload that prints as it goes, while its log's
+disk is full); any other batch size trains like gr00t_n16. The hangs
 last ``$CRASHY_HANG_S`` seconds (default an hour), or until the file ``$CRASHY_RELEASE`` exists,
 after which the batch size trains like any other: the same queued trial hangs in one run and
 completes in the next, and a test ends a hang as soon as it has done what the hang waits for.
@@ -25,16 +27,18 @@ import torch
 from autotune.workloads.gr00t_n16.workload import Gr00tN16
 
 CRASH, HANG, SLOW, HANG_IN_WORKERS, HOG, TEMPDIR, TOKEN, UNDECODED = 3, 5, 4, 6, 7, 9, 10, 11
+CHATTY = 12
 
 
 def hang_s() -> float:
     return float(os.environ.get("CRASHY_HANG_S", "3600"))
 
 
-def hang() -> None:
-    """Wait ``$CRASHY_HANG_S`` seconds, or until the file ``$CRASHY_RELEASE`` exists."""
+def hang(suffix: str = "") -> None:
+    """Wait ``$CRASHY_HANG_S`` seconds, or until the file ``$CRASHY_RELEASE`` (+ ``suffix``) exists."""
     end = time.monotonic() + hang_s()
     release = os.environ.get("CRASHY_RELEASE")
+    release = release + suffix if release else None
     while (left := end - time.monotonic()) > 0:
         if release and os.path.exists(release):
             return
@@ -66,6 +70,14 @@ class Workload(Gr00tN16):
         if batch_size == UNDECODED:
             name = os.fsdecode(b"episode-caf\xe9.parquet")
             raise RuntimeError(f"crashy: cannot read {name}")
+        if batch_size == CHATTY:
+            hang()
+            try:
+                for i in range(200):
+                    print(f"crashy: chatting, line {i:03d}", flush=True)
+            finally:  # printed, or failed to
+                open(f"{os.environ['CRASHY_RELEASE']}.printed", "w").close()
+                hang(".more")
         if batch_size == HANG_IN_WORKERS and hang_s() > 0:
             next(iter(torch.utils.data.DataLoader(_Hang(), batch_size=1, num_workers=2)))
         if batch_size == HOG:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,8 +25,11 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.config import load_config
 from autotune.search.journal import SafeJournalFile, open_journal
-from autotune.search.trials import reason_of, record_of
+from autotune.search.settings import KEY as SETTINGS
+from autotune.search.stage import STUDY_ATTR as STAGES
+from autotune.search.trials import RECORD, reason_of, record_of
 from tests import tmpfs
+from tests.clirun import autotune, one_line_error
 from tests.search.crashy import MIRROR_PASSWORD
 from tests.trialprocs import guard_of, trial_processes
 
@@ -252,6 +256,32 @@ def test_a_tuner_reaps_what_a_killed_tuner_and_its_guard_left(tmp_path):
     assert measured.user_attrs["queued_again_from"] == 0 and measured.user_attrs["stock"]
 
 
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        (os.mkfifo, "a pipe, device or socket"),
+        (lambda path: path.symlink_to(path.parent.parent / "theirs"), "a link"),
+        (os.mkdir, "a folder"),
+    ],
+    ids=["fifo", "link", "folder"],
+)
+def test_a_run_lock_that_is_no_file_is_one_line_naming_it(tmp_path, capsys, make, kind):
+    """A folder handed over whose run.lock is a pipe, a link or a folder: the line said the lock
+    "keeps changing; is another program removing it?", or "cannot write there (Too many levels of
+    symbolic links)"; it now says what is there, and nothing changes."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (tmp_path / "theirs").write_text("their file\n")
+    make(out / "run.lock")
+    assert main([*RUN, "--trials", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: --out {out}: its run.lock is {kind}, not the lock file autotune makes there "
+        "(no autotune process holds it): remove it, or give another --out"
+    ]
+    assert [p.name for p in out.iterdir()] == ["run.lock"]
+    assert (tmp_path / "theirs").read_text() == "their file\n"
+
+
 def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys):
     """Row 2: what a crash or a full disk leaves, here while the tuner wrote the end of the last
     trial. Read with a warning; the run writes on after the last whole entry (the cut bytes kept
@@ -371,6 +401,40 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     assert measured.user_attrs["queued_again_from"] == 1
 
 
+def test_a_disk_full_while_a_trial_prints_costs_its_log_only(small_disk, tmp_path):
+    """The run folder's disk full for a moment while the stock trial prints (batch size 12): its log
+    stops where the disk filled, and the trial trains on and is measured. The pump that copies the
+    trial's output into its log closed the pipe at the first write the disk refused, so the trial's next
+    print died of a broken pipe, recorded as the configuration's failure (``error``), and the study
+    stopped on it."""
+    out = small_disk / "run"
+    argv = hang_argv(tmp_path, 12)
+    argv[argv.index("--out") + 1] = str(out)
+    (tmp_path / "hang.yaml").write_text(
+        "knobs:\n  batch_size: {type: categorical, choices: [12, 2], group: data}\n"
+    )
+    release = tmp_path / "release"  # beside the small disk: it can be written once that is full
+    tuner = start_tuner(tmp_path, argv, CRASHY_HANG_S="300", CRASHY_RELEASE=str(release))
+    wait_for_trial(tmp_path, 2)
+    log = out / "logs" / "trial-0000.log"
+    assert log.read_bytes() == b""  # nothing printed yet
+    filler = tmpfs.fill(small_disk)
+    release.touch()
+    printed = Path(f"{release}.printed")
+    deadline = time.monotonic() + 120
+    while not printed.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert printed.exists() and tuner.poll() is None
+    time.sleep(1)  # the pump has read what the trial printed, into the full disk
+    filler.unlink()
+    Path(f"{release}.more").touch()
+    output = tuner.communicate(timeout=600)[0]
+    assert tuner.returncode == 0, output
+    assert "Traceback" not in output
+    (stock,) = journal_study(out, HANG).trials
+    assert stock.state == TrialState.COMPLETE, record_of(stock).failure
+
+
 def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_path, capsys):
     """Row 3: garbage after the last entry, or in the middle: run and report name the file and the line."""
     out = copy_of(finished_study, tmp_path)
@@ -390,6 +454,25 @@ def test_a_corrupt_journal_is_one_line_and_left_as_it_is(finished_study, tmp_pat
         assert journal.read_bytes() == damaged
 
 
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (os.mkfifo, "not a regular file (a device, pipe or socket); expected a file"),
+        (os.mkdir, "is a folder, not a file"),
+    ],
+    ids=["fifo", "folder"],
+)
+def test_a_journal_that_is_no_file_is_one_line(finished_study, tmp_path, make, what):
+    """study.journal a pipe (run blocked reading it, for ever) or a folder ("line 0 is not a journal
+    entry ... the -1 lines before it are intact"): one line naming it, and it stays as it is."""
+    out = copy_of(finished_study, tmp_path)
+    (out / "study.journal").unlink()
+    make(out / "study.journal")
+    proc = autotune(*RUN, "--trials", "3", "--out", out, timeout=120)
+    assert one_line_error(proc) == f"autotune: error: {out / 'study.journal'}: {what}"
+    assert proc.returncode == 2 and (out / "study.journal").exists()
+
+
 def test_a_line_longer_than_any_entry_is_one_line_and_read_no_further(
     finished_study, tmp_path, capsys
 ):
@@ -406,6 +489,50 @@ def test_a_line_longer_than_any_entry_is_one_line_and_read_no_further(
         f"a newline; the {lines} lines before it are intact: move the file aside, or keep them with "
         f"`head -n {lines}`"
     ]
+
+
+def set_last_attr(journal: Path, key: str, value: object) -> None:
+    """Give the last entry of ``journal`` that sets the user attribute ``key`` the value ``value``
+    (an edit by hand, or bits that rotted inside a string: the line stays JSON)."""
+    lines = journal.read_text().splitlines(keepends=True)
+    at = max(i for i, line in enumerate(lines) if key in json.loads(line).get("user_attr", {}))
+    entry = json.loads(lines[at])
+    entry["user_attr"][key] = value
+    lines[at] = json.dumps(entry) + "\n"
+    journal.write_text("".join(lines))
+
+
+@pytest.mark.parametrize(
+    "key, where, allowed, report",
+    [
+        (RECORD, "trial #1: user_attrs.record", "the JSON object of a trial record", True),
+        (SETTINGS, f"study {NAME!r}: user_attrs.measuring_settings", "the JSON object of", False),
+        (STAGES, f"study {NAME!r}: user_attrs.autotune.diagnosis", "the JSON list of the", True),
+    ],
+)
+def test_a_journal_value_that_is_not_json_is_one_line(
+    finished_study, tmp_path, capsys, key, where, allowed, report
+):
+    """A value autotune keeps as JSON text in the study (a trial's record, the measuring settings, the
+    guided search's stages) that does not parse: run (and the report, which reads the record and the
+    stages) says so in one line naming the trial or study, the key and the value; every entry of the
+    journal stays as it was."""
+    out = copy_of(finished_study, tmp_path)
+    journal = out / "study.journal"
+    set_last_attr(journal, key, '[{"stage": 1, ')
+    (
+        out / "diagnosis.json"
+    ).unlink()  # the report reads the stages from the study, as of a running one
+    damaged = journal.read_bytes()
+    run = [*RUN, "--trials", "3", "--out", str(out)]
+    for argv in [run, ["report", str(out)]] if report else [run]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            f"autotune: error: {where}: '[{{\"stage\": 1, ' is not JSON (Expecting "
+        ), (argv, err)
+        assert f"allowed: {allowed}" in err[0], err
+    assert journal.read_bytes().startswith(damaged)
 
 
 def test_a_report_changes_nothing_in_the_run_folder(finished_study, tmp_path):
@@ -434,6 +561,25 @@ def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, c
     assert main([*RUN, "--trials", "2", "--memory-budget", "1GiB", "--out", str(out)]) == 0
     assert "nothing new in study" in capsys.readouterr().out
     assert best.read_bytes() == text and best.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("key", ["speedup_vs_stock", "step_time_ms"])
+def test_a_rerun_with_nothing_to_do_writes_a_damaged_best_yaml_anew(
+    finished_study, tmp_path, capsys, key
+):
+    """best.yaml's provenance with a number turned to text (an edit by hand, a file of another
+    program's): the run with nothing new to measure kept it and ended in a traceback formatting it
+    (the speed-up line, the fine-tuning time); it writes best.yaml anew from the study."""
+    out = copy_of(finished_study, tmp_path)
+    best = out / "best.yaml"
+    text = best.read_text()
+    damaged = re.sub(rf"^  {key}: .*$", f"  {key}: fast", text, flags=re.M)
+    assert damaged != text
+    best.write_text(damaged)
+    assert main([*RUN, "--trials", "2", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "nothing new" not in captured.out and captured.err == ""
+    assert isinstance(load_config(best).provenance[key], float)
 
 
 def add_a_best_far_above_stock(study: optuna.Study) -> None:
@@ -473,6 +619,80 @@ def test_a_rerun_confirms_a_best_yaml_left_unconfirmed(finished_study, tmp_path,
     assert load_config(out / "best.yaml").provenance["confirmation"]["rounds"] == 1
     assert main([*again, "--trials", "3", "--out", str(out)]) == 0
     assert "nothing new in study" in capsys.readouterr().out
+
+
+def a_kept_confirmation(**edits) -> dict:
+    """A confirmation of the study of :func:`add_a_best_far_above_stock` (stock #0, the best #2), as a
+    former run writes it to ``confirmation.json``, with ``edits``."""
+    run = {
+        "round": 1,
+        "samples_per_s": 2.0,
+        "step_time_spread": 0.1,
+        "host_busy": 0.0,
+        "wall_s": 3.0,
+        "loader_bound": False,
+        "compile_s": 0.0,
+        "compile_cache": {},
+        "error": None,
+    }
+    kept = {"stock_trial": 0, "trial": 2, "samples_per_s": 4.0, "stock_samples_per_s": 2.0, "speedup": 2.0,
+            "study_speedup": 100.0, "rounds": 2, "spread": {"0": 0.0, "2": 0.0}, "medians": {"0": 2.0, "2": 4.0},
+            "runs": [{**run, "trial": 0}, {**run, "trial": 2, "samples_per_s": 4.0}], "note": "",
+            "measured_rounds": {"0": 1, "2": 1}}  # fmt: skip
+    return {**kept, **edits}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '"confirmed"',
+        json.dumps(a_kept_confirmation(trial=7)),
+        json.dumps(a_kept_confirmation(rounds="2")),
+        json.dumps(a_kept_confirmation(speedup="2.0x")),
+        json.dumps(a_kept_confirmation(medians=5)),
+        json.dumps(a_kept_confirmation(spread={"0": "wide", "2": 0.0})),
+        json.dumps(a_kept_confirmation(speedup=float("nan"))),
+    ],
+    ids=[
+        "list",
+        "string",
+        "trial-not-in-study",
+        "rounds-text",
+        "speedup-text",
+        "medians-number",
+        "spread-text",
+        "speedup-nan",
+    ],  # fmt: skip
+)
+def test_a_damaged_confirmation_is_measured_again_not_kept(finished_study, tmp_path, capsys, text):
+    """``confirmation.json`` is a record of the folder, not an order: one of another shape (a hand's
+    edit, another program's) is not kept, so its numbers never reach best.yaml; the confirmation is
+    measured again and the file written anew, exit 0, no traceback."""
+    out = copy_of(finished_study, tmp_path)
+    add_a_best_far_above_stock(journal_study(out))
+    (out / "confirmation.json").write_text(text)
+    argv = [*RUN, "--trials", "3", "--out", str(out)]
+    argv[argv.index("--confirm-rounds") + 1] = "1"
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "kept from the last run" not in printed and "confirming, round 1: trial #2" in printed
+    confirmation = load_config(out / "best.yaml").provenance["confirmation"]
+    assert confirmation["rounds"] == 1 and [r["trial"] for r in confirmation["runs"]] == [0, 2]
+    assert json.loads((out / "confirmation.json").read_text()) == confirmation
+
+
+def test_a_confirmation_of_the_same_trials_is_kept(finished_study, tmp_path, capsys):
+    """The counterpart: a well-formed confirmation of the same stock and best is kept, not measured again."""
+    out = copy_of(finished_study, tmp_path)
+    add_a_best_far_above_stock(journal_study(out))
+    (out / "confirmation.json").write_text(json.dumps(a_kept_confirmation()))
+    argv = [*RUN, "--trials", "3", "--out", str(out)]
+    argv[argv.index("--confirm-rounds") + 1] = "1"
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "kept from the last run" in printed and "confirming" not in printed
+    assert load_config(out / "best.yaml").provenance["speedup_vs_stock"] == 2.0
 
 
 @pytest.mark.parametrize("trials", ["0", "-1"])

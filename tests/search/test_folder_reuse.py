@@ -107,3 +107,28 @@ def test_a_run_json_that_is_no_object_is_one_line_and_left_as_it_is(tmp_path, ca
         "names the study the folder holds: give another --out, or restore the file"
     ]
     assert files_of(out) == before
+
+
+@pytest.mark.parametrize("name", ["logs", "profiles", "compile_cache"])
+def test_a_folder_of_the_run_that_is_a_link_is_refused(tmp_path, capsys, name):
+    """A study's folder handed over whose logs (profiles, compile cache) is a link to another folder:
+    the run would write its trials' files there, replacing ones of the same names (a log is made
+    anew: the file under its name is removed first), so it is refused in one line naming the link,
+    and nothing there or in the folder changes."""
+    out = tmp_path / "run"
+    out.mkdir()
+    optuna.create_study(
+        study_name="gr00t_n16-tiny-quick", storage=open_journal(out / "study.journal")
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "trial-0000.log").write_text("someone's own file\n")
+    (out / name).symlink_to(elsewhere)
+    before, theirs = files_of(out), files_of(elsewhere)
+    assert main([*RUN, "--trials", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: --out {out}: its {name} is a link (to {elsewhere}), and a run writes its "
+        f"trials' files into that folder, replacing files of the same names there: make {out / name} a "
+        "folder of its own, or give another --out"
+    ]
+    assert files_of(out) == before and files_of(elsewhere) == theirs

@@ -112,3 +112,41 @@ def test_a_forked_worker_uses_the_trials_tmpdir(monkeypatch, tmp_path):
         tiny(CRASHY, batch_size=9), steps=1, warmup=0, timeout=300
     )  # fails naming its tempdir
     assert not record.ok and f"tempdir={other}" in record.failure.error, record.failure
+
+
+@pytest.mark.parametrize("end", ["exit", "kill"])
+def test_the_zygotes_folder_goes_with_it_when_its_tuner_ends(tmp_path, end):
+    """The zygote's socket folder in $TMPDIR is removed when its tuner ends, by exiting as every run
+    does or by ``kill -9``: each run left an ``autotune-zygote-*`` folder behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = (
+        "import sys\n"
+        "from autotune.train.trial.launch import launch\n"
+        "from tests.train.test_zygote import tiny\n"
+        "record = launch(tiny(), steps=1, warmup=0, timeout=300)\n"
+        "print('ran' if record.ok else record.failure, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tuner = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": root},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert tuner.stdout.readline() == "ran\n"
+        (zygote,) = [
+            p
+            for p in psutil.Process(tuner.pid).children()
+            if "autotune.train.trial.zygote" in " ".join(p.cmdline())
+        ]
+        assert [p.name for p in tmp.glob("autotune-zygote-*")] != []  # while the tuner runs
+    finally:
+        tuner.kill() if end == "kill" else tuner.stdin.close()
+        tuner.wait(60)
+    psutil.wait_procs([zygote], timeout=10)
+    assert not zygote.is_running()
+    assert [p.name for p in tmp.iterdir()] == []

@@ -10,7 +10,9 @@ The trial writes into a pipe; a thread copies it line by line into the file. Eac
 :func:`autotune.redact.hide_secrets` hides (a token the workload prints, a URL's password), since
 the log is a file autotune writes. The file keeps the first ``HEAD`` bytes as they come and the
 last ``TAIL`` (a failure's report is at the end); what lies between is left out with a line that
-says how much, so a workload that floods its output cannot fill the disk.
+says how much, so a workload that floods its output cannot fill the disk. A write the disk refuses
+(full) ends the log there, and the pipe is drained to its end all the same: a trial whose pipe
+closed would die at its next print, a failure that is not its configuration's.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class LogPump:
     """The pipe a trial writes its output into, and the thread that copies it into ``path``."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self._file: BinaryIO = _fresh(Path(path))  # closed by the copying thread
+        self._file: BinaryIO | None = _fresh(Path(path))  # closed by the copying thread
         self._secrets = environment_secrets()  # the trial's environment is this process's
         read_end, write_end = os.pipe()
         self.writer = os.fdopen(write_end, "wb", buffering=0)
@@ -67,8 +69,7 @@ class LogPump:
             while line := self._reader.readline(LINE):
                 line = _scrubbed(line, self._secrets)
                 if head + len(line) <= HEAD and not tail:
-                    self._file.write(line)
-                    self._file.flush()
+                    self._write(line)
                     head += len(line)
                     continue
                 tail.append(line)
@@ -77,14 +78,28 @@ class LogPump:
                     tail_bytes -= len(tail[0])
                     dropped += len(tail.popleft())
             if dropped:
-                self._file.write(f"[... {dropped} bytes of output left out ...]\n".encode())
-            self._file.writelines(tail)
-        except OSError:  # a full disk: the log is not the trial's result
-            pass
+                self._write(f"[... {dropped} bytes of output left out ...]\n".encode())
+            self._write(b"".join(tail))
         finally:
             self._reader.close()
+            self._close_file()
+
+    def _write(self, data: bytes) -> None:
+        """Into the log, until a write fails (a full disk): the log ends there, and the pipe is still
+        drained to its end, since a trial whose pipe closed would die of it at its next print."""
+        if self._file is None:
+            return
+        try:
+            self._file.write(data)
+            self._file.flush()
+        except OSError:  # the log is not the trial's result
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
             with contextlib.suppress(OSError):  # the last flush, on a full disk
                 self._file.close()
+            self._file = None
 
 
 def _fresh(path: Path) -> BinaryIO:

@@ -294,4 +294,18 @@ class TrialRecord:
 
     @classmethod
     def from_json(cls, text: str, where: str = "record") -> TrialRecord:
-        return cls.from_dict(json.loads(text), where)
+        return cls.from_dict(
+            loads_attr(text, where, "the JSON object of a trial record, as autotune writes it"),
+            where,
+        )
+
+
+def loads_attr(text: Any, where: str, allowed: str) -> Any:
+    """The value of the JSON text ``text`` that autotune keeps in a study's attribute ``where``; text
+    that does not parse (an edit by hand, bits rotted inside the journal's line) raises ConfigError
+    naming ``where``, the value and what is ``allowed``."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        shown = repr(text if len(str(text)) <= 60 else f"{str(text)[:60]}...")
+        raise ConfigError(f"{where}: {shown} is not JSON ({exc}); allowed: {allowed}") from None

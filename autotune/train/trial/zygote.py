@@ -76,11 +76,20 @@ def main(argv: list[str]) -> int:
     )  # a handler, so that SIGCHLD writes to the wake-up pipe
     sys.stdout.write("ready\n")
     sys.stdout.flush()
-    _serve(listener, lifeline, wake_r)
+    _serve(listener, lifeline, wake_r, path)
     return 0
 
 
-def _serve(listener: socket.socket, lifeline: int, wake: int) -> None:
+def _leave(path: str) -> None:
+    """End this process: its socket and the folder the tuner made for it go first (the tuner may be
+    gone, killed, and can no longer remove them); each trial's guard sees the tuner go and cleans up."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+    os._exit(0)
+
+
+def _serve(listener: socket.socket, lifeline: int, wake: int, path: str) -> None:
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, "accept")
     sel.register(lifeline, selectors.EVENT_READ, "lifeline")
@@ -89,7 +98,7 @@ def _serve(listener: socket.socket, lifeline: int, wake: int) -> None:
     while True:
         for key, _ in sel.select():
             if key.data == "lifeline" and not os.read(lifeline, 1):
-                os._exit(0)  # the tuner is gone; each trial's guard sees it too and cleans up
+                _leave(path)  # the tuner is gone, or done with this zygote
             elif key.data == "accept":
                 conn, _ = listener.accept()
                 pid = _start(

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -184,9 +185,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for name in os.listdir(self._dir):
-            os.unlink(os.path.join(self._dir, name))
-        os.rmdir(self._dir)
+        shutil.rmtree(self._dir, ignore_errors=True)  # a zygote that ended removed it itself
 
 
 _lock = threading.Lock()
