@@ -64,12 +64,13 @@ class DataConfig:
         None,
         group="data",
         low=1,
+        high=64,  # a run warms up through workers x this many batches before it measures
         integer=True,
         nullable=True,
         search=Search("categorical", choices=(None, 2, 4), when=_WORKERS, remedy=4),
         hf=Carried("dataloader_prefetch_factor", to=_if_workers),
     )
-    """Batches each worker loads ahead (``null``: torch's default, 2 with workers)."""
+    """Batches each worker loads ahead (``null``: torch's default, 2 with workers; at most 64)."""
     pin_memory: bool = knob(
         True,
         group="data",
