@@ -84,6 +84,9 @@ def test_a_memory_budget_on_run_is_one_line(tmp_path, capsys):
         # warm-up steps, a run that never measured
         ("data:\n  prefetch_factor: 1000000\n",
          "data.prefetch_factor: 1000000 is out of range; allowed: null or an integer in [1, 64]"),
+        # eager steps before a graph's capture, each a step of the run's warm-up
+        ("graphs:\n  warmup_steps: 1000000000\n",
+         "graphs.warmup_steps: 1000000000 is out of range; allowed: an integer in [1, 1000]"),
     ],
 )  # fmt: skip
 def test_a_config_number_out_of_range_names_the_key(tmp_path, capsys, text, line):
