@@ -36,9 +36,17 @@ class DataConfig:
     )
     """Dataset folder; null makes (once) and uses a dataset in the cache folder."""
     episodes: int | None = knob(
-        None, group=None, low=1, integer=True, nullable=True, omit_none=True, hf=_OWN_DATA
+        None,
+        group=None,
+        low=1,
+        high=1_000_000,  # what ``autotune data make`` makes (autotune.data.make.MAX_EPISODES)
+        integer=True,
+        nullable=True,
+        omit_none=True,
+        hf=_OWN_DATA,
     )
-    """LeRobot sources: episodes of the dataset made when ``dataset`` is null (null: 8)."""
+    """LeRobot sources: episodes of the dataset made when ``dataset`` is null (null: 8; at most
+    1000000)."""
     video_backend: str | None = knob(
         None,
         group=None,

@@ -87,6 +87,9 @@ def test_a_memory_budget_on_run_is_one_line(tmp_path, capsys):
         # eager steps before a graph's capture, each a step of the run's warm-up
         ("graphs:\n  warmup_steps: 1000000000\n",
          "graphs.warmup_steps: 1000000000 is out of range; allowed: an integer in [1, 1000]"),
+        # the dataset made for a configuration without one: it named data make's --episodes
+        ("data:\n  episodes: 2000000\n",
+         "data.episodes: 2000000 is out of range; allowed: null or an integer in [1, 1000000]"),
     ],
 )  # fmt: skip
 def test_a_config_number_out_of_range_names_the_key(tmp_path, capsys, text, line):
@@ -172,3 +175,12 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(
         _error(capsys, argv) == f"autotune: error: {name}: '' is not a path; give a file or folder"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_most_episodes_a_configuration_asks_for_is_what_data_make_makes():
+    from autotune.config.knob import walk
+    from autotune.config.training import TrainConfig
+    from autotune.data.make import MAX_EPISODES
+
+    spec = next(d.spec for d in walk(TrainConfig) if d.key == "data.episodes")
+    assert spec.high == MAX_EPISODES
