@@ -104,6 +104,26 @@ def test_exporting_a_state_without_its_step_or_config_is_one_line(
     assert not (tmp_path / "export").exists()
 
 
+def test_exporting_a_state_whose_configuration_is_refused_names_the_state_and_the_key(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """The configuration a state records is read as strictly as a file, and its error says where
+    it is: 'batch_size: 0 is out of range' alone named neither the file nor its config section."""
+    src, _ = reference
+    folder = Path(shutil.copytree(src / "checkpoint-2", tmp_path / "checkpoint-2"))
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    state["config"]["batch_size"] = 0
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    assert main(["export", str(folder), "--out", str(tmp_path / "export")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"autotune: error: {folder / checkpoint.STATE}: config.batch_size: 0 is out of range; "
+        "allowed: an integer >= 1"
+    )
+    assert not (tmp_path / "export").exists()
+
+
 def test_exporting_a_checkpoint_whose_weight_has_another_shape_is_one_line(
     reference,  # noqa: F811
     tmp_path,
