@@ -25,7 +25,7 @@ The jobs' folders (``plain/``, ``saved/``: checkpoints, ``metrics.jsonl``, ``ten
 into ``--jobs-dir`` (default ``--out``): on a GPU machine whose ``$OUT`` comes back, give
 ``--out $OUT/lj --jobs-dir /tmp/lj`` so that the summary comes back and the checkpoints (19 GB each
 for ``full``) stay on the machine's disk. ``plain`` and ``saved`` start from empty folders (a
-folder of an earlier invocation is removed first). ``--phases plain`` or ``--phases saved,resumed``
+folder of an earlier invocation is removed first; one that no job wrote is refused, never removed). ``--phases plain`` or ``--phases saved,resumed``
 runs a part (the summary uses what ``OUT/runs.json`` holds); ``OUT/summary.json`` and each phase's
 ``OUT/metrics-<phase>.jsonl`` are written after every phase, so a call cut short keeps what it
 measured, and a markdown table is printed at the end.
@@ -83,6 +83,20 @@ def _command(args: argparse.Namespace, phase: str) -> list[str]:
     if phase == "saved":
         cmd += ["--stop-at", str(args.resume_at)]
     return cmd
+
+
+def _not_removable(args: argparse.Namespace, phases: list[str]) -> str | None:
+    """Why a phase that starts afresh cannot remove its folder (one of the user's is there), or None."""
+    from autotune.train.job.folder import removable_as_a_jobs
+
+    for phase in ("plain", "saved"):
+        folder = _job_dir(args, phase)
+        if phase in phases and not removable_as_a_jobs(folder):
+            return (
+                f"--jobs-dir {args.jobs_dir}: {folder} holds files of no autotune job, which a fresh "
+                "run would delete; give another --jobs-dir (a new or empty folder)"
+            )
+    return None
 
 
 def run_phase(args: argparse.Namespace, phase: str) -> dict[str, Any]:
@@ -287,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.resume_at < args.steps:
         ap.error(f"--resume-at {args.resume_at} must lie inside 1..{args.steps - 1}")
     args.jobs_dir = args.jobs_dir or args.out
+    if not args.merge and (error := _not_removable(args, phases)):
+        print(f"long_job: error: {error}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     args.jobs_dir.mkdir(parents=True, exist_ok=True)
     cfg = load_config(args.config) if args.config else stock_config(preset=args.preset)

@@ -129,3 +129,21 @@ def test_one_invocation_runs_the_three_phases_and_writes_the_summary(tmp_path, c
     assert main(argv) == 0
     again = json.loads((out / "summary.json").read_text())
     assert again["phases"]["saved"]["start_step"] == 1 and again["resume"]["identical"]
+
+
+@pytest.mark.parametrize("phase", ["plain", "saved"])
+def test_a_folder_of_no_job_under_the_phases_names_is_never_removed(tmp_path, capsys, phase):
+    """Each invocation starts its jobs in fresh folders by removing plain/ and saved/ under
+    --jobs-dir: a folder of the user's there (--jobs-dir ~ and ~/saved) was deleted unasked."""
+    mine = tmp_path / phase / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("kept")
+    argv = ["--preset", "tiny", "--synthetic", "--steps", "6", "--save-steps", "2"]
+    argv += ["--resume-at", "4", "--out", str(tmp_path / "out"), "--jobs-dir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"long_job: error: --jobs-dir {tmp_path}: {tmp_path / phase} holds files of no autotune "
+        "job, which a fresh run would delete; give another --jobs-dir (a new or empty folder)"
+    ]
+    assert mine.read_text() == "kept"

@@ -37,6 +37,14 @@ def check_job_folder(out: Path) -> None:
     )
 
 
+def removable_as_a_jobs(folder: Path) -> bool:
+    """``folder`` may be removed to start a job afresh: nothing is there, an empty folder, or a
+    folder a job wrote (never a folder of the user's that happens to bear the name)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return False
+    return not folder.exists() or not any(folder.iterdir()) or _a_jobs(folder)
+
+
 def _holds(path: Path) -> bool:
     """``path`` is a file, or a folder with something in it (an empty one loses nothing)."""
     if path.is_dir() and not path.is_symlink():
