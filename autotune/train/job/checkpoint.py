@@ -203,7 +203,9 @@ def read_state(folder: Path) -> dict[str, Any]:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A step or a data position: an integer that fits in 64 bits (a loader skips to it with
+    ``itertools.islice``, which takes no more), at least zero."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _check_fields(folder: Path, state: dict[str, Any]) -> None:
@@ -213,13 +215,13 @@ def _check_fields(folder: Path, state: dict[str, Any]) -> None:
     step = state.get("step")
     if not _count(step):
         raise CorruptCheckpoint(
-            f"{where}: step: {short_repr(step)} is not a step (an integer >= 0)"
+            f"{where}: step: {short_repr(step)} is not a step (an integer >= 0 of 64 bits)"
         )
     data = state.get("data")
     draw = data.get("next_draw") if isinstance(data, dict) else None
     if not _count(draw):
         raise CorruptCheckpoint(
-            f"{where}: data.next_draw: {short_repr(draw)} is not a data position (an integer >= 0)"
+            f"{where}: data.next_draw: {short_repr(draw)} is not a data position (an integer >= 0 of 64 bits)"
         )
     for name in state["files"]:  # each is hashed: never a file outside the folder
         if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
