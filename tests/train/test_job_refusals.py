@@ -178,6 +178,27 @@ def test_a_batch_larger_than_the_hosts_memory_is_refused_before_anything_is_buil
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["verify"], ["profile", "--out", "prof"]])
+def test_verify_and_profile_refuse_a_batch_larger_than_the_hosts_memory_as_train_does(
+    tmp_path, command
+):
+    """They started their training processes with it, which failed with 'the stock configuration
+    failed: MemoryError: the host's memory ran out' (or the OOM killer) after the host's memory was
+    taken, and profile left its --out folder behind."""
+    argv = ["--preset", "tiny", "--batch-size", "100000000", "--steps", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", *command, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        preexec_fn=_capped,
+    )
+    line = one_line_error(done)
+    assert line.startswith("autotune: error: batch_size: 100000000: its samples alone take "), line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_exporting_a_checkpoint_that_names_code_runs_it_only_when_the_command_names_it(
     reference,  # noqa: F811
     tmp_path,
