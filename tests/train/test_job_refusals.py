@@ -151,6 +151,28 @@ def test_exporting_a_checkpoint_whose_weight_has_another_shape_is_one_line(
     assert not (tmp_path / "export").exists()
 
 
+@pytest.mark.parametrize("command", ["export", "train"])
+def test_writing_into_a_jobs_checkpoint_is_one_line(reference, tmp_path, capsys, command):  # noqa: F811
+    """An export --out or a job's --output-dir inside a checkpoint-N of a job went there, and went
+    with it when that job's --save-total-limit deleted the checkpoint (or a resume replaced it)."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    inside = out / "checkpoint-2" / "hf"
+    if command == "export":
+        argv = ["export", str(out / "checkpoint-4"), "--out", str(inside)]
+    else:
+        argv = ["train", *[a for a in STEPS if a != "--json"], "--output-dir", str(inside)]
+    assert main(argv) == 2
+    flag = "--out" if command == "export" else "--output-dir"
+    assert capsys.readouterr().err.strip() == (
+        f"autotune: error: {flag} {inside}: inside the checkpoint {out / 'checkpoint-2'} of a job, "
+        "which the job deletes when it rotates or rewrites its checkpoints; give a folder outside it"
+    )
+    assert sorted(p.name for p in (out / "checkpoint-2").iterdir()) == sorted(
+        p.name for p in (src / "checkpoint-2").iterdir()
+    )
+
+
 def _capped() -> None:
     """The test's process may map 6 GiB: a batch that is not refused fails here, not the host."""
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))

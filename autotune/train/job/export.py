@@ -147,6 +147,7 @@ def export_checkpoint(
             f"--out {out}: a checkpoint's name in a job's folder, where the job would take the "
             "export for a corrupt checkpoint and delete it; give another --out"
         )
+    checkpoint.check_outside(out, "--out")
     model, name = build_trained_model(folder, workload)
     return write_checkpoint(
         upstream_tensors(model, name),
