@@ -25,6 +25,9 @@ def _error(capsys, argv: list[str]) -> str:
         (["train", "--batch-size", "-4"], "--batch-size: -4 is out of range; allowed: an integer >= 1"),
         (["train", "--max-steps", "x"], "--max-steps: 'x' is not an integer; allowed: an integer >= 1"),
         (["train", "--warmup", "-1"], "--warmup: -1 is out of range; allowed: an integer >= 0"),
+        # a job's schedule spans --max-steps: its checkpoints recorded a total_steps that export refused
+        (["train", "--max-steps", str(10**23)],
+         f"--max-steps: {10**23} is out of range; allowed: an integer from 1 to {2**63 - 1}"),
         (["verify", "--steps", "0"], "--steps: 0 is out of range; allowed: an integer >= 1"),
         (["run", "--seed", "-1"], "--seed: -1 is out of range; allowed: an integer from 0 to 4294967295"),
         (["run", "--seed", str(2**32)], f"--seed: {2**32} is out of range; allowed: an integer from 0 to 4294967295"),
