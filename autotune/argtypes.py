@@ -18,8 +18,14 @@ SEED_MAX = 2**32 - 1
 0..2**32-1, and the trainer derives per-rank torch seeds from it that must fit in 64 bits."""
 
 
+INT64_MAX = 2**63 - 1
+"""The largest count a flag takes: what torch, numpy and a configuration file (``_strict``) hold."""
+
+
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an integer in ``[low, high]`` (no upper bound when ``high`` is None)."""
+    """An argparse type: an integer in ``[low, high]`` (up to :data:`INT64_MAX` when ``high`` is
+    None: ``--max-steps 10**23`` became a job's ``optimizer.total_steps``, which its own checkpoints'
+    export refused)."""
     allowed = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
 
     def parse(text: str) -> int:
@@ -31,6 +37,10 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
             ) from None
         if value < low or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: {allowed}")
+        if value > INT64_MAX:
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range; allowed: an integer from {low} to {INT64_MAX}"
+            )
         return value
 
     parse.__name__ = "integer"  # argparse names the type in its messages

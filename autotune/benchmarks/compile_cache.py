@@ -20,10 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from autotune.benchmarks._output import json_target, write_json
+from autotune.errors import AutotuneError
 from autotune.train.compile_cache import cache_env
 
 
@@ -31,7 +34,7 @@ def config(preset: str, changes: str, batch_size: int | None):
     from autotune.config.stock import stock_config
     from autotune.search.references import reference_config
 
-    cfg = reference_config(stock_config("gr00t_n16", preset), changes)
+    cfg = reference_config(stock_config("gr00t_n16", preset), changes, flag="--set")
     cfg.data.source = "synthetic"
     cfg.batch_size = batch_size or (2 if preset == "tiny" else cfg.batch_size)
     return cfg
@@ -97,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is killed")
     ap.add_argument("--json", default=None, help="write the runs and the summary to this file")
     args = ap.parse_args(argv)
-    cfg = config(args.preset, args.set, args.batch_size)
+    try:
+        json_path = json_target(args.json)
+        cfg = config(args.preset, args.set, args.batch_size)
+    except AutotuneError as exc:
+        print(f"compile_cache: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     runs = []
     with tempfile.TemporaryDirectory(prefix="autotune-cache-bench-") as tmp:
         for r in range(args.rounds):
@@ -132,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['warm_wall_s']:.1f} s ({s['warm_compile_s']:.1f} s); the cache saved {s['saved_wall_s']:.1f} s a run "
             f"({s['saved_compile_s']:.1f} s of compiling)"
         )
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    write_json(json_path, json.dumps(result, indent=1))
     return 0 if s["saved_wall_s"] is not None else 1
 
 

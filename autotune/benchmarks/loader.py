@@ -34,13 +34,14 @@ from pathlib import Path
 
 import torch
 
+from autotune.benchmarks._output import json_target, write_json
 from autotune.config import DataConfig
 from autotune.data import LeRobotDataset
 from autotune.data.cache import cached_dataset, spec_for
 from autotune.data.make import FORMATS
 from autotune.data.sampler import ShardedInfiniteSampler
 from autotune.data.video import open_reader
-from autotune.errors import DataError
+from autotune.errors import AutotuneError, DataError
 from autotune.workloads.gr00t_n16.data import Gr00tDataset, build_loader, read_spec
 from autotune.workloads.gr00t_n16.presets import get_preset
 
@@ -259,13 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the result here")
     args = p.parse_args(argv)
     args.argv = argv
-    if args.dataset and len(args.format) > 1:
-        raise DataError(
-            "--dataset measures one folder; --format compares the cached datasets: pass one or the other"
-        )
-    result = run(args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    try:
+        json_path = json_target(args.json)
+        if args.dataset and len(args.format) > 1:
+            raise DataError(
+                "--dataset measures one folder; --format compares the cached datasets: pass one or the other"
+            )
+        result = run(args)
+        write_json(json_path, json.dumps(result, indent=2) + "\n")
+    except AutotuneError as exc:
+        print(f"loader: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     print(render(result))
     return 0
 

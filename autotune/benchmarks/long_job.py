@@ -25,7 +25,7 @@ The jobs' folders (``plain/``, ``saved/``: checkpoints, ``metrics.jsonl``, ``ten
 into ``--jobs-dir`` (default ``--out``): on a GPU machine whose ``$OUT`` comes back, give
 ``--out $OUT/lj --jobs-dir /tmp/lj`` so that the summary comes back and the checkpoints (19 GB each
 for ``full``) stay on the machine's disk. ``plain`` and ``saved`` start from empty folders (a
-folder of an earlier invocation is removed first). ``--phases plain`` or ``--phases saved,resumed``
+folder of an earlier invocation is removed first; one that no job wrote is refused, never removed). ``--phases plain`` or ``--phases saved,resumed``
 runs a part (the summary uses what ``OUT/runs.json`` holds); ``OUT/summary.json`` and each phase's
 ``OUT/metrics-<phase>.jsonl`` are written after every phase, so a call cut short keeps what it
 measured, and a markdown table is printed at the end.
@@ -44,8 +44,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from autotune.argtypes import POSITIVE
+from autotune.boundedread import read_json
 from autotune.config import load_config
 from autotune.config.stock import stock_config
+from autotune.errors import AutotuneError, ConfigError
 from autotune.train.window.verify import compare, tolerance_for
 
 PHASES = ("plain", "saved", "resumed")
@@ -83,6 +86,20 @@ def _command(args: argparse.Namespace, phase: str) -> list[str]:
     if phase == "saved":
         cmd += ["--stop-at", str(args.resume_at)]
     return cmd
+
+
+def _not_removable(args: argparse.Namespace, phases: list[str]) -> str | None:
+    """Why a phase that starts afresh cannot remove its folder (one of the user's is there), or None."""
+    from autotune.train.job.folder import removable_as_a_jobs
+
+    for phase in ("plain", "saved"):
+        folder = _job_dir(args, phase)
+        if phase in phases and not removable_as_a_jobs(folder):
+            return (
+                f"--jobs-dir {args.jobs_dir}: {folder} holds files of no autotune job, which a fresh "
+                "run would delete; give another --jobs-dir (a new or empty folder)"
+            )
+    return None
 
 
 def run_phase(args: argparse.Namespace, phase: str) -> dict[str, Any]:
@@ -259,11 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config")
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--synthetic", action="store_true")
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--save-steps", type=int, default=500)
-    ap.add_argument("--save-total-limit", type=int, default=1)
-    ap.add_argument("--resume-at", type=int, default=1000)
-    ap.add_argument("--log-steps", type=int, default=50)
+    ap.add_argument("--steps", type=POSITIVE, default=2000)
+    ap.add_argument("--save-steps", type=POSITIVE, default=500)
+    ap.add_argument("--save-total-limit", type=POSITIVE, default=1)
+    ap.add_argument("--resume-at", type=POSITIVE, default=1000)
+    ap.add_argument("--log-steps", type=POSITIVE, default=50)
     ap.add_argument("--phases", default=",".join(PHASES))
     ap.add_argument(
         "--out", type=Path, required=True, help="runs.json, summary.json, metrics-<phase>.jsonl"
@@ -280,6 +297,27 @@ def main(argv: list[str] | None = None) -> int:
         "plain from one device call and saved,resumed from another",
     )
     args = ap.parse_args(argv)
+    try:
+        return _main(ap, args, argv)
+    except AutotuneError as exc:
+        print(f"long_job: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _read_runs(path: Path) -> dict[str, Any]:
+    """A runs.json of an earlier invocation (``--merge``), or one line saying why it is not one."""
+    try:
+        runs = read_json(path, error=ConfigError)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, ValueError):  # a folder, no permission, not UTF-8, not JSON
+        runs = None
+    if not isinstance(runs, dict):
+        raise ConfigError(f"{path}: not a runs.json (a JSON mapping of phase -> run)")
+    return runs
+
+
+def _main(ap: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None) -> int:
     phases = args.phases.split(",")
     unknown = sorted(set(phases) - set(PHASES))
     if unknown:
@@ -287,14 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.resume_at < args.steps:
         ap.error(f"--resume-at {args.resume_at} must lie inside 1..{args.steps - 1}")
     args.jobs_dir = args.jobs_dir or args.out
+    if not args.merge and (error := _not_removable(args, phases)):
+        print(f"long_job: error: {error}", file=sys.stderr)
+        return 2
+    cfg = load_config(args.config) if args.config else stock_config(preset=args.preset)
+    merged = [_read_runs(path) for path in args.merge or []]
     args.out.mkdir(parents=True, exist_ok=True)
     args.jobs_dir.mkdir(parents=True, exist_ok=True)
-    cfg = load_config(args.config) if args.config else stock_config(preset=args.preset)
     runs_path = args.out / "runs.json"
     if args.merge:
         runs = {}
-        for path in args.merge:
-            runs.update(json.loads(path.read_text()))
+        for earlier in merged:
+            runs.update(earlier)
         phases = []
     else:  # every phase asked for: a new measurement; a part: added to what the earlier invocation measured
         runs = (

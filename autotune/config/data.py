@@ -36,9 +36,17 @@ class DataConfig:
     )
     """Dataset folder; null makes (once) and uses a dataset in the cache folder."""
     episodes: int | None = knob(
-        None, group=None, low=1, integer=True, nullable=True, omit_none=True, hf=_OWN_DATA
+        None,
+        group=None,
+        low=1,
+        high=1_000_000,  # what ``autotune data make`` makes (autotune.data.make.MAX_EPISODES)
+        integer=True,
+        nullable=True,
+        omit_none=True,
+        hf=_OWN_DATA,
     )
-    """LeRobot sources: episodes of the dataset made when ``dataset`` is null (null: 8)."""
+    """LeRobot sources: episodes of the dataset made when ``dataset`` is null (null: 8; at most
+    1000000)."""
     video_backend: str | None = knob(
         None,
         group=None,
@@ -64,12 +72,13 @@ class DataConfig:
         None,
         group="data",
         low=1,
+        high=64,  # a run warms up through workers x this many batches before it measures
         integer=True,
         nullable=True,
         search=Search("categorical", choices=(None, 2, 4), when=_WORKERS, remedy=4),
         hf=Carried("dataloader_prefetch_factor", to=_if_workers),
     )
-    """Batches each worker loads ahead (``null``: torch's default, 2 with workers)."""
+    """Batches each worker loads ahead (``null``: torch's default, 2 with workers; at most 64)."""
     pin_memory: bool = knob(
         True,
         group="data",

@@ -184,6 +184,7 @@ class GraphConfig:
         3,
         group="graphs",
         low=1,
+        high=1000,  # a measuring run warms up through all of them before it measures
         integer=True,
         hf=NotCarried("the Trainer does not capture CUDA graphs"),
     )

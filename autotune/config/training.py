@@ -10,6 +10,7 @@ search range and Hugging Face mapping in one place. Checks that need the machine
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -214,7 +215,8 @@ class TrainConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     provenance: dict[str, Any] | None = None
     """Where this configuration came from (written by ``autotune run``: measured samples/s,
-    speed-up, loss parity, environment). Informational: training ignores it."""
+    speed-up, loss parity, environment). Informational: training reads only ``samples_per_s`` and
+    ``world_size``, the speed the job's throughput watch expects (:func:`_check_provenance`)."""
 
     def __post_init__(self) -> None:
         check(
@@ -225,6 +227,7 @@ class TrainConfig:
             "is not supported",
         )
         validate(self)
+        _check_provenance(self.provenance or {})
         micro_batch_size(self.batch_size, self.memory.accumulation_steps)
         self.model.bind(self.workload)
 
@@ -232,6 +235,27 @@ class TrainConfig:
         """The environment variables the knobs set in a training process started with ``current``
         (read when CUDA starts, so they cannot change inside a process)."""
         return {**self.kernels.environment(), **self.memory.environment(current)}
+
+
+def _check_provenance(provenance: dict[str, Any]) -> None:
+    """The provenance's fields a training job reads (``autotune.train.job.watch``): a hand-edited
+    ``samples_per_s: fast`` failed the job with a traceback after its model was built."""
+    speed, world = provenance.get("samples_per_s"), provenance.get("world_size")
+    number = isinstance(speed, (int, float)) and not isinstance(speed, bool)
+    check(
+        speed is None or (number and math.isfinite(speed) and speed >= 0),
+        "provenance.samples_per_s",
+        speed,
+        "null or a finite number >= 0",
+        "has the wrong type",
+    )
+    check(
+        world is None or (isinstance(world, int) and not isinstance(world, bool) and world >= 1),
+        "provenance.world_size",
+        world,
+        "null or an integer >= 1",
+        "has the wrong type",
+    )
 
 
 NOT_KNOBS = ("schema_version", "workload", "preset", "provenance")

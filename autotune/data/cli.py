@@ -79,7 +79,7 @@ def _make_parser(sub) -> None:
         "--embodiment-id",
         type=NON_NEGATIVE,
         default=None,
-        help="projector slot (default: the embodiment's)",
+        help="projector slot, 0 to 31 (default: the embodiment's)",
     )
     make.add_argument("--format", choices=list(FORMATS), default="v2.1",
                       help="codebase version: v2.1 (a file per episode) or v3.0 (many episodes per file)")  # fmt: skip

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 VIEW_NAMES = ("front", "wrist", "left", "right", "top", "back")
+PROJECTOR_SLOTS = 32
+"""Embodiment ids a made dataset may carry: the projector slots of GR00T N1.6 and N1.7 (their
+presets' ``num_embodiments``), which refuse a dataset of another id when they train."""
 
 
 @dataclass(frozen=True)

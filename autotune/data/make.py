@@ -23,6 +23,7 @@ import numpy as np
 
 from autotune.data.content import (
     EMBODIMENTS,
+    PROJECTOR_SLOTS,
     VIEW_NAMES,
     Embodiment,
     FrameRenderer,
@@ -81,6 +82,11 @@ class MakeSpec:
             raise bad(f"--fps {self.fps}", "1 to 240")
         if self.embodiment not in EMBODIMENTS:
             raise bad(f"--embodiment {self.embodiment!r}", str(list(EMBODIMENTS)))
+        if self.embodiment_id is not None and not 0 <= self.embodiment_id < PROJECTOR_SLOTS:
+            raise bad(
+                f"--embodiment-id {self.embodiment_id}",
+                f"0 to {PROJECTOR_SLOTS - 1} (a projector slot of GR00T N1.6 and N1.7)",
+            )
         if self.format not in FORMATS:
             raise bad(f"--format {self.format!r}", str(list(FORMATS)))
         if self.codec not in CODECS:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def reference_config(base, text: str):
-    """``base`` with ``key=value`` pairs applied (values in YAML: ``[all]``, ``true``, ``8``)."""
+def reference_config(base, text: str, flag: str = "--reference"):
+    """``base`` with ``key=value`` pairs applied (values in YAML: ``[all]``, ``true``, ``8``); the
+    errors name ``flag``, the option ``text`` came from."""
     import yaml
 
     from autotune.errors import ConfigError
@@ -15,25 +16,23 @@ def reference_config(base, text: str):
     for pair in text.split(","):
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(
-                f"--reference: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])"
-            )
+            raise ConfigError(f"{flag}: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])")
         try:
             values[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or type(exc).__name__
             raise ConfigError(
-                f"--reference: {pair!r}: the value is not YAML ({problem}); e.g. compile.regions=[all]"
+                f"{flag}: {pair!r}: the value is not YAML ({problem}); e.g. compile.regions=[all]"
             ) from None
     for key in values:
         try:
             check_key(key)
         except ConfigError as exc:
-            raise ConfigError(f"--reference: {key!r}: {exc}") from None
+            raise ConfigError(f"{flag}: {key!r}: {exc}") from None
     try:
         return apply_values(base, values)
     except ConfigError as exc:
-        raise ConfigError(f"--reference {text!r}: {exc}") from None
+        raise ConfigError(f"{flag} {text!r}: {exc}") from None
 
 
 def check_references(opts) -> None:

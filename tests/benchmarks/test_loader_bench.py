@@ -32,3 +32,18 @@ def test_formats_compared_on_the_same_episodes(tmp_path, monkeypatch, capsys):
     assert (v2["per_sample"]["video_files"], v3["per_sample"]["video_files"]) == (4, 2)
     assert all(row["samples_per_s"]["overall"] > 0 for row in r["loader"])
     assert "v3.0" in capsys.readouterr().out
+
+
+def test_a_bad_input_is_one_line_before_any_measurement(tmp_path, capsys):
+    """A --dataset that is not one, and a --json that cannot be written (found only after the
+    measurement, its results lost), were tracebacks."""
+    (tmp_path / "a").write_text("a file")
+    assert main(["--dataset", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"loader: error: {tmp_path / 'none'}: not a dataset folder (missing); give the folder lerobot wrote"
+    ]
+    assert main(["--json", str(tmp_path / "a" / "x.json")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"loader: error: --json {tmp_path / 'a'}: is a file, not a folder; give a folder (it is created "
+        "if needed)"
+    ]

@@ -129,3 +129,55 @@ def test_one_invocation_runs_the_three_phases_and_writes_the_summary(tmp_path, c
     assert main(argv) == 0
     again = json.loads((out / "summary.json").read_text())
     assert again["phases"]["saved"]["start_step"] == 1 and again["resume"]["identical"]
+
+
+@pytest.mark.parametrize("phase", ["plain", "saved"])
+def test_a_folder_of_no_job_under_the_phases_names_is_never_removed(tmp_path, capsys, phase):
+    """Each invocation starts its jobs in fresh folders by removing plain/ and saved/ under
+    --jobs-dir: a folder of the user's there (--jobs-dir ~ and ~/saved) was deleted unasked."""
+    mine = tmp_path / phase / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("kept")
+    argv = ["--preset", "tiny", "--synthetic", "--steps", "6", "--save-steps", "2"]
+    argv += ["--resume-at", "4", "--out", str(tmp_path / "out"), "--jobs-dir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"long_job: error: --jobs-dir {tmp_path}: {tmp_path / phase} holds files of no autotune "
+        "job, which a fresh run would delete; give another --jobs-dir (a new or empty folder)"
+    ]
+    assert mine.read_text() == "kept"
+
+
+@pytest.mark.parametrize(
+    "flag, text, problem",
+    [
+        ("--merge", None, "no such file"),
+        ("--merge", "{not json", "not a runs.json (a JSON mapping of phase -> run)"),
+        ("--merge", "[1, 2]", "not a runs.json (a JSON mapping of phase -> run)"),
+        ("--merge", "\xff", "not a runs.json (a JSON mapping of phase -> run)"),
+        ("--config", None, "no such file"),
+        ("--config", "batch_size: 0\n", "batch_size: 0 is out of range; allowed: an integer >= 1"),
+    ],
+)
+def test_a_file_it_cannot_read_is_one_line_and_makes_no_folder(
+    tmp_path, capsys, flag, text, problem
+):
+    """--merge of a missing or broken runs.json, and a --config refused, were tracebacks."""
+    path = tmp_path / "given"
+    if text is not None:
+        path.write_bytes(text.encode("latin-1"))
+    argv = ["--out", str(tmp_path / "out"), flag, str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"long_job: error: {path}: {problem}"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_count_below_one_names_its_flag(tmp_path, capsys):
+    """--steps -1 was refused as '--resume-at 1000 must lie inside 1..-2'."""
+    with pytest.raises(SystemExit) as exc:
+        main(["--out", str(tmp_path / "out"), "--steps", "-1"])
+    assert exc.value.code == 2
+    assert "--steps: -1 is out of range; allowed: an integer >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

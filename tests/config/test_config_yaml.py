@@ -71,6 +71,19 @@ def test_partial_file_takes_defaults(tmp_path):
             r"in one of freeze and unfreeze",
         ),
         ("schema_version: 7\n", r"schema_version: 7 is not supported; allowed: 1"),
+        # what the training job's throughput watch reads of the provenance: a traceback mid-job
+        (
+            "provenance:\n  samples_per_s: fast\n",
+            r"provenance\.samples_per_s: 'fast' has the wrong type; allowed: null or a finite number >= 0",
+        ),
+        (
+            "provenance:\n  samples_per_s: .nan\n",
+            r"provenance\.samples_per_s: nan has the wrong type; allowed: null or a finite number >= 0",
+        ),
+        (
+            "provenance:\n  samples_per_s: 10\n  world_size: 0.5\n",
+            r"provenance\.world_size: 0\.5 has the wrong type; allowed: null or an integer >= 1",
+        ),
         ("ddp: 5\n", r"ddp: 5 has the wrong type; allowed: a mapping"),
         ("- a\n- b\n", r"the configuration: \['a', 'b'\] has the wrong type; allowed: a mapping"),
         ("ddp: [unclosed\n", r"cfg\.yaml: not valid YAML at line \d+"),

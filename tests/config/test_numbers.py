@@ -25,6 +25,9 @@ def _error(capsys, argv: list[str]) -> str:
         (["train", "--batch-size", "-4"], "--batch-size: -4 is out of range; allowed: an integer >= 1"),
         (["train", "--max-steps", "x"], "--max-steps: 'x' is not an integer; allowed: an integer >= 1"),
         (["train", "--warmup", "-1"], "--warmup: -1 is out of range; allowed: an integer >= 0"),
+        # a job's schedule spans --max-steps: its checkpoints recorded a total_steps that export refused
+        (["train", "--max-steps", str(10**23)],
+         f"--max-steps: {10**23} is out of range; allowed: an integer from 1 to {2**63 - 1}"),
         (["verify", "--steps", "0"], "--steps: 0 is out of range; allowed: an integer >= 1"),
         (["run", "--seed", "-1"], "--seed: -1 is out of range; allowed: an integer from 0 to 4294967295"),
         (["run", "--seed", str(2**32)], f"--seed: {2**32} is out of range; allowed: an integer from 0 to 4294967295"),
@@ -80,6 +83,16 @@ def test_a_memory_budget_on_run_is_one_line(tmp_path, capsys):
         ("seed: 99999999999999999999\n", "seed: 99999999999999999999 is out of range; allowed: a 64-bit integer"),
         ("seed: -1\n", "seed: -1 is out of range; allowed: an integer in [0, 4294967295]"),
         ("seed: 4294967296\n", "seed: 4294967296 is out of range; allowed: an integer in [0, 4294967295]"),
+        # the loader's buffer is drained before a window is measured: 2 workers x 1000000 were 2000001
+        # warm-up steps, a run that never measured
+        ("data:\n  prefetch_factor: 1000000\n",
+         "data.prefetch_factor: 1000000 is out of range; allowed: null or an integer in [1, 64]"),
+        # eager steps before a graph's capture, each a step of the run's warm-up
+        ("graphs:\n  warmup_steps: 1000000000\n",
+         "graphs.warmup_steps: 1000000000 is out of range; allowed: an integer in [1, 1000]"),
+        # the dataset made for a configuration without one: it named data make's --episodes
+        ("data:\n  episodes: 2000000\n",
+         "data.episodes: 2000000 is out of range; allowed: null or an integer in [1, 1000000]"),
     ],
 )  # fmt: skip
 def test_a_config_number_out_of_range_names_the_key(tmp_path, capsys, text, line):
@@ -165,3 +178,12 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(
         _error(capsys, argv) == f"autotune: error: {name}: '' is not a path; give a file or folder"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_most_episodes_a_configuration_asks_for_is_what_data_make_makes():
+    from autotune.config.knob import walk
+    from autotune.config.training import TrainConfig
+    from autotune.data.make import MAX_EPISODES
+
+    spec = next(d.spec for d in walk(TrainConfig) if d.key == "data.episodes")
+    assert spec.high == MAX_EPISODES

@@ -117,6 +117,26 @@ def test_refuses_bad_arguments_and_existing_folders(tiny_dataset):
         make_dataset(tiny_dataset, MakeSpec(episodes=1, size=32, frames=10))
 
 
+def test_an_embodiment_id_past_the_projector_slots_is_refused_before_the_folder(tmp_path, capsys):
+    """--embodiment-id 999999999999 made a dataset that data check called OK and that every GR00T
+    preset refused when it trained ('embodiment id 999999999999 is not in [0, 32)')."""
+    out = tmp_path / "d"
+    assert main(["data", "make", str(out), "--episodes", "1", "--embodiment-id", "32"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autotune: error: data make: --embodiment-id 32 is not allowed; allowed: 0 to 31 (a "
+        "projector slot of GR00T N1.6 and N1.7)"
+    )
+    assert not out.exists()
+
+
+def test_the_slots_data_make_allows_are_the_models():
+    from autotune.data.content import PROJECTOR_SLOTS
+    from autotune.workloads.gr00t_n16.presets import PRESETS as N16
+    from autotune.workloads.gr00t_n17.presets import PRESETS as N17
+
+    assert {p.num_embodiments for p in [*N16.values(), *N17.values()]} == {PROJECTOR_SLOTS}
+
+
 def test_encoding_av1_leaves_the_callers_scheduling_as_it_was(tmp_path):
     """SVT-AV1 run as root moves the thread that starts it to SCHED_FIFO 99 (CI runs as root: a busy
     process started after it held both cores for minutes); each call into the encoder puts it back."""

@@ -233,6 +233,32 @@ def test_mixing_the_measuring_run_and_the_job_is_refused(capsys):
     assert "--max-steps needs --output-dir" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint HOST:PORT (the rendezvous every node joins); "
+         "without it each node would train alone into the same --output-dir"),
+        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "node0:29500"],
+         "--node-rank: 2 is out of range; allowed: 0 to 1 (one less than --nnodes 2)"),
+        (["--node-rank", "1"], "--node-rank: 1 is out of range; allowed: 0 to 0 (one less than --nnodes 1)"),
+        (["--nnodes", "2", "--rdzv-endpoint", "node0"],
+         "--rdzv-endpoint: 'node0' is not HOST:PORT; allowed: e.g. node0:29500 (a port from 1 to 65535)"),
+        (["--nnodes", "2", "--rdzv-endpoint", "node0:99999"],
+         "--rdzv-endpoint: 'node0:99999' is not HOST:PORT; allowed: e.g. node0:29500 (a port from 1 to 65535)"),
+        (["--nnodes", "2", "--rdzv-endpoint", "node0:29500", "--rdzv-backend", "etcd2"],
+         "--rdzv-backend: 'etcd2' is not one of ['static', 'c10d']"),
+    ],
+)  # fmt: skip
+def test_nodes_that_cannot_meet_are_one_line_before_the_output_dir(tmp_path, capsys, flags, line):
+    """A job on several nodes whose options torchrun would reject with a traceback, or (without an
+    endpoint, or with a node rank past the nodes) run alone on each node into the shared folder."""
+    out = tmp_path / "job"
+    argv = ["train", "--synthetic", "--preset", "tiny", "--max-steps", "2", "--output-dir", out]
+    assert main([*map(str, argv), *flags]) == 2
+    assert capsys.readouterr().err.strip() == f"autotune: error: {line}"
+    assert not out.exists()
+
+
 def test_a_master_weight_job_resumes_step_for_step_and_checkpoints_fp32_weights(tmp_path, capsys):
     """optimizer.impl: master: the checkpoint holds the fp32 masters (the files of any other impl), and a
     job stopped at a checkpoint continues exactly as the uninterrupted one."""

@@ -66,6 +66,8 @@ def _edit(state: dict, key: str) -> None:
         del state["data"]
     elif key == "data.next_draw":
         state["data"]["next_draw"] = -5
+    elif key == "data.next_draw past 64 bits":  # a traceback from islice, or a skip without end
+        state["data"]["next_draw"] = 10**30
     elif key == "init_from":
         state["init_from"] = "somewhere"
     elif key == "sha256":
@@ -78,7 +80,18 @@ def _edit(state: dict, key: str) -> None:
         state["step"] = 4
 
 
-@pytest.mark.parametrize("key", ["data", "data.next_draw", "init_from", "sha256", "files", "step"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "data",
+        "data.next_draw",
+        "data.next_draw past 64 bits",
+        "init_from",
+        "sha256",
+        "files",
+        "step",
+    ],
+)
 def test_a_state_edited_by_hand_is_skipped_and_the_checkpoint_before_resumed(
     reference,  # noqa: F811
     tmp_path,
@@ -93,7 +106,7 @@ def test_a_state_edited_by_hand_is_skipped_and_the_checkpoint_before_resumed(
     path.write_text(json.dumps(state))
     code, res, err = train(capsys, out)
     warnings = [line for line in err.splitlines() if "warning" in line]
-    named = "data.next_draw" if key == "data" else key
+    named = "data.next_draw" if key.startswith("data") else key
     assert len(warnings) == 1 and f"{path}: {named}: " in warnings[0], err
     assert code == 0 and res["start_step"] == 5 and res["losses"] == ref["losses"][4:]
 

@@ -104,6 +104,26 @@ def test_exporting_a_state_without_its_step_or_config_is_one_line(
     assert not (tmp_path / "export").exists()
 
 
+def test_exporting_a_state_whose_configuration_is_refused_names_the_state_and_the_key(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """The configuration a state records is read as strictly as a file, and its error says where
+    it is: 'batch_size: 0 is out of range' alone named neither the file nor its config section."""
+    src, _ = reference
+    folder = Path(shutil.copytree(src / "checkpoint-2", tmp_path / "checkpoint-2"))
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    state["config"]["batch_size"] = 0
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    assert main(["export", str(folder), "--out", str(tmp_path / "export")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"autotune: error: {folder / checkpoint.STATE}: config.batch_size: 0 is out of range; "
+        "allowed: an integer >= 1"
+    )
+    assert not (tmp_path / "export").exists()
+
+
 def test_exporting_a_checkpoint_whose_weight_has_another_shape_is_one_line(
     reference,  # noqa: F811
     tmp_path,
@@ -131,6 +151,28 @@ def test_exporting_a_checkpoint_whose_weight_has_another_shape_is_one_line(
     assert not (tmp_path / "export").exists()
 
 
+@pytest.mark.parametrize("command", ["export", "train"])
+def test_writing_into_a_jobs_checkpoint_is_one_line(reference, tmp_path, capsys, command):  # noqa: F811
+    """An export --out or a job's --output-dir inside a checkpoint-N of a job went there, and went
+    with it when that job's --save-total-limit deleted the checkpoint (or a resume replaced it)."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    inside = out / "checkpoint-2" / "hf"
+    if command == "export":
+        argv = ["export", str(out / "checkpoint-4"), "--out", str(inside)]
+    else:
+        argv = ["train", *[a for a in STEPS if a != "--json"], "--output-dir", str(inside)]
+    assert main(argv) == 2
+    flag = "--out" if command == "export" else "--output-dir"
+    assert capsys.readouterr().err.strip() == (
+        f"autotune: error: {flag} {inside}: inside the checkpoint {out / 'checkpoint-2'} of a job, "
+        "which the job deletes when it rotates or rewrites its checkpoints; give a folder outside it"
+    )
+    assert sorted(p.name for p in (out / "checkpoint-2").iterdir()) == sorted(
+        p.name for p in (src / "checkpoint-2").iterdir()
+    )
+
+
 def _capped() -> None:
     """The test's process may map 6 GiB: a batch that is not refused fails here, not the host."""
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
@@ -155,6 +197,27 @@ def test_a_batch_larger_than_the_hosts_memory_is_refused_before_anything_is_buil
         r"\(fewer: its steps need memory too\)",
         line,
     ), line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["verify"], ["profile", "--out", "prof"]])
+def test_verify_and_profile_refuse_a_batch_larger_than_the_hosts_memory_as_train_does(
+    tmp_path, command
+):
+    """They started their training processes with it, which failed with 'the stock configuration
+    failed: MemoryError: the host's memory ran out' (or the OOM killer) after the host's memory was
+    taken, and profile left its --out folder behind."""
+    argv = ["--preset", "tiny", "--batch-size", "100000000", "--steps", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", *command, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        preexec_fn=_capped,
+    )
+    line = one_line_error(done)
+    assert line.startswith("autotune: error: batch_size: 100000000: its samples alone take "), line
     assert list(tmp_path.iterdir()) == []
 
 

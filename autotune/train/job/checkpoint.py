@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from autotune.errors import AutotuneError, first_line, free_space, short_repr
+from autotune.errors import AutotuneError, ConfigError, first_line, free_space, short_repr
 
 PREFIX = "checkpoint-"
 WEIGHTS, OPTIMIZER, SCHEDULER, RNG = (
@@ -113,6 +113,25 @@ def checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
         (step, p) for p in output_dir.iterdir() if p.is_dir() and (step := step_of(p)) is not None
     ]
     return sorted(found)
+
+
+def enclosing(path: Path) -> Path | None:
+    """The checkpoint folder of a job that ``path`` is (or is inside), if any: what is written
+    there goes when the job rotates or rewrites its checkpoints."""
+    for folder in [path, *path.parents]:
+        if step_of(folder) is not None and (folder / STATE).is_file():
+            return folder
+    return None
+
+
+def check_outside(path: Path, flag: str) -> None:
+    """ConfigError naming ``flag`` when ``path`` is inside a job's checkpoint (:func:`enclosing`)."""
+    folder = enclosing(Path(os.path.abspath(path)))
+    if folder is not None:
+        raise ConfigError(
+            f"{flag} {path}: inside the checkpoint {folder} of a job, which the job deletes when it "
+            "rotates or rewrites its checkpoints; give a folder outside it"
+        )
 
 
 def _fsync(path: Path) -> None:
@@ -203,7 +222,9 @@ def read_state(folder: Path) -> dict[str, Any]:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A step or a data position: an integer that fits in 64 bits (a loader skips to it with
+    ``itertools.islice``, which takes no more), at least zero."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _check_fields(folder: Path, state: dict[str, Any]) -> None:
@@ -213,13 +234,13 @@ def _check_fields(folder: Path, state: dict[str, Any]) -> None:
     step = state.get("step")
     if not _count(step):
         raise CorruptCheckpoint(
-            f"{where}: step: {short_repr(step)} is not a step (an integer >= 0)"
+            f"{where}: step: {short_repr(step)} is not a step (an integer >= 0 of 64 bits)"
         )
     data = state.get("data")
     draw = data.get("next_draw") if isinstance(data, dict) else None
     if not _count(draw):
         raise CorruptCheckpoint(
-            f"{where}: data.next_draw: {short_repr(draw)} is not a data position (an integer >= 0)"
+            f"{where}: data.next_draw: {short_repr(draw)} is not a data position (an integer >= 0 of 64 bits)"
         )
     for name in state["files"]:  # each is hashed: never a file outside the folder
         if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):

@@ -106,6 +106,36 @@ def check_mode(args: argparse.Namespace) -> None:
         )
     if args.output_dir is None:
         raise ConfigError("--max-steps needs --output-dir (where checkpoints and metrics go)")
+    _check_nodes(args)
+
+
+RDZV_BACKENDS = ("static", "c10d")
+
+
+def _check_nodes(args: argparse.Namespace) -> None:
+    """Options of several nodes that can meet: torchrun refuses the others with a traceback, or
+    (no endpoint, a node rank past the nodes) each node trains alone into the shared folder."""
+    if args.nnodes > 1 and args.rdzv_endpoint is None:
+        raise ConfigError(
+            f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (the rendezvous every node "
+            "joins); without it each node would train alone into the same --output-dir"
+        )
+    if args.node_rank >= args.nnodes:
+        raise ConfigError(
+            f"--node-rank: {args.node_rank} is out of range; allowed: 0 to {args.nnodes - 1} "
+            f"(one less than --nnodes {args.nnodes})"
+        )
+    if args.rdzv_endpoint is not None:
+        host, _, port = args.rdzv_endpoint.rpartition(":")
+        if not (host and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigError(
+                f"--rdzv-endpoint: {args.rdzv_endpoint!r} is not HOST:PORT; allowed: e.g. "
+                "node0:29500 (a port from 1 to 65535)"
+            )
+    if args.rdzv_backend not in RDZV_BACKENDS:
+        raise ConfigError(
+            f"--rdzv-backend: {args.rdzv_backend!r} is not one of {list(RDZV_BACKENDS)}"
+        )
 
 
 def run(args: argparse.Namespace, cfg: TrainConfig) -> int:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from autotune.config import config_from_dict
+from autotune.config import TrainConfig
+from autotune.config._strict import from_dict
 from autotune.errors import ConfigError, short_repr
 from autotune.train import knobs, precision
 from autotune.train.job import checkpoint
@@ -64,7 +65,10 @@ def build_trained_model(
         raise ConfigError(
             f"{folder / checkpoint.STATE}: config: no configuration in it; not a checkpoint of `autotune train`"
         )
-    cfg = config_from_dict(state["config"])
+    try:
+        cfg = from_dict(TrainConfig, state["config"], "config")
+    except ConfigError as exc:
+        raise ConfigError(f"{folder / checkpoint.STATE}: {exc}") from None
     cfg.workload = _workload_to_run(folder, cfg.workload, workload_spec)
     workload = get_workload(cfg.workload)
     torch.manual_seed(
@@ -143,6 +147,7 @@ def export_checkpoint(
             f"--out {out}: a checkpoint's name in a job's folder, where the job would take the "
             "export for a corrupt checkpoint and delete it; give another --out"
         )
+    checkpoint.check_outside(out, "--out")
     model, name = build_trained_model(folder, workload)
     return write_checkpoint(
         upstream_tensors(model, name),

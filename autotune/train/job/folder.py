@@ -7,7 +7,8 @@ Trainer's output folder (its ``checkpoint-500/``, ``runs/``) or beside another t
 ``metrics.jsonl``, it would delete or rewrite them. The folder is a job's when one of its
 checkpoints has a job's ``trainer_state.json`` (a mapping with ``step`` and ``files``), or when its
 ``metrics.jsonl`` is empty or starts with a job's line (``time``, ``step``, and ``loss`` or
-``event``); a job killed before its first log line leaves an empty one.
+``event``); a job killed before its first log line leaves an empty one. A folder inside another
+job's ``checkpoint-<step>`` is refused too: that job deletes it with the checkpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from autotune.boundedread import METADATA_BYTES, check_regular, read_bytes
 from autotune.errors import AutotuneError, ConfigError
-from autotune.train.job.checkpoint import STATE, checkpoints
+from autotune.train.job.checkpoint import STATE, check_outside, checkpoints
 
 METRICS = "metrics.jsonl"
 WRITTEN = (METRICS, "tensorboard", "profiles")
@@ -25,7 +26,9 @@ WRITTEN = (METRICS, "tensorboard", "profiles")
 
 
 def check_job_folder(out: Path) -> None:
-    """Raise :class:`ConfigError` when ``out`` holds files under a job's names that no job wrote."""
+    """Raise :class:`ConfigError` when ``out`` holds files under a job's names that no job wrote, or
+    lies inside another job's checkpoint."""
+    check_outside(out, "--output-dir")
     found = [p.name for _, p in checkpoints(out)] + [n for n in WRITTEN if _holds(out / n)]
     if not found or _a_jobs(out):
         return
@@ -35,6 +38,14 @@ def check_job_folder(out: Path) -> None:
         f"{METRICS} is a job's), which the job would delete or overwrite: give another "
         "--output-dir (a new or empty folder)"
     )
+
+
+def removable_as_a_jobs(folder: Path) -> bool:
+    """``folder`` may be removed to start a job afresh: nothing is there, an empty folder, or a
+    folder a job wrote (never a folder of the user's that happens to bear the name)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return False
+    return not folder.exists() or not any(folder.iterdir()) or _a_jobs(folder)
 
 
 def _holds(path: Path) -> bool:
