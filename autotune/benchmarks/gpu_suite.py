@@ -66,6 +66,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.benchmarks._output import json_target
 from autotune.benchmarks.suite_configs import (
     CONFIGS,
     Entry,
@@ -76,6 +77,7 @@ from autotune.benchmarks.suite_configs import (
     resolve,
 )
 from autotune.benchmarks.suite_table import markdown, rows
+from autotune.config.io import output_folder
 from autotune.errors import AutotuneError
 from autotune.train.memcap import BUDGET_ENV, GPU_HELP, budget_of
 from autotune.train.trial.launch import launch
@@ -365,7 +367,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     args.budget = budget_of(args.memory_budget, args.gpu)
     if args.json is None and args.out is not None:
+        output_folder(
+            args.out, "--out"
+        )  # before any row: a file there is one line, not a traceback
         args.json = args.out / f"suite-{args.nproc}.json"
+    elif args.json is not None:
+        json_target(str(args.json))
     return args
 
 

@@ -296,3 +296,17 @@ def test_a_bad_memory_budget_is_one_line_naming_the_flag():
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("gpu_suite: error: --memory-budget: 'lots' is not a size"), line
+
+
+@pytest.mark.parametrize("flag", ["--out", "--json"])
+def test_an_output_that_cannot_be_written_is_one_line_before_any_row(tmp_path, flag):
+    """--out naming a file was a FileExistsError traceback from the folder's mkdir."""
+    (tmp_path / "a").write_text("a file")
+    given = tmp_path / "a" if flag == "--out" else tmp_path / "a" / "suite.json"
+    proc = _suite(flag, str(given), "--configs", "stock", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (
+        f"gpu_suite: error: {flag} {tmp_path / 'a'}: is a file, not a folder; give a folder (it is "
+        "created if needed)"
+    )

@@ -5,6 +5,7 @@ end and an export of a state without its step are one line each, and nothing is 
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
 import shutil
@@ -171,6 +172,39 @@ def test_writing_into_a_jobs_checkpoint_is_one_line(reference, tmp_path, capsys,
     assert sorted(p.name for p in (out / "checkpoint-2").iterdir()) == sorted(
         p.name for p in (src / "checkpoint-2").iterdir()
     )
+
+
+def test_a_metrics_log_that_is_a_pipe_is_one_line_not_a_hang(reference, tmp_path):  # noqa: F811
+    """A job folder handed over with a FIFO (or a link to /dev/zero) as metrics.jsonl: the resume
+    read it to its end, which never came (SIGTERM only asked the job to save at its next step)."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    (out / "metrics.jsonl").unlink()
+    os.mkfifo(out / "metrics.jsonl")
+    argv = [a for a in STEPS if a != "--json"]
+    argv[argv.index("--max-steps") + 1] = "8"
+    done = autotune("train", *argv, "--output-dir", out, timeout=120)
+    assert one_line_error(done) == (
+        f"autotune: error: --output-dir {out}: {out / 'metrics.jsonl'} is a device, pipe or socket, "
+        "not a job's log; remove it or give another --output-dir"
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in src.iterdir())
+
+
+def test_a_metrics_log_linked_to_nothing_is_not_created_through_the_link(reference, tmp_path):  # noqa: F811
+    """A dangling link as metrics.jsonl: the job's append created the file it named, outside the
+    folder; the job's log is now a file of the folder."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    (out / "metrics.jsonl").unlink()
+    outside = tmp_path / "outside.txt"
+    (out / "metrics.jsonl").symlink_to(outside)
+    argv = [a for a in STEPS if a != "--json"]
+    argv[argv.index("--max-steps") + 1] = "7"
+    done = autotune("train", *argv, "--output-dir", out, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not outside.exists()
+    assert not (out / "metrics.jsonl").is_symlink() and (out / "metrics.jsonl").stat().st_size
 
 
 def _capped() -> None:

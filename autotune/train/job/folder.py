@@ -29,6 +29,7 @@ def check_job_folder(out: Path) -> None:
     """Raise :class:`ConfigError` when ``out`` holds files under a job's names that no job wrote, or
     lies inside another job's checkpoint."""
     check_outside(out, "--output-dir")
+    _check_log(out, out / METRICS)
     found = [p.name for _, p in checkpoints(out)] + [n for n in WRITTEN if _holds(out / n)]
     if not found or _a_jobs(out):
         return
@@ -38,6 +39,27 @@ def check_job_folder(out: Path) -> None:
         f"{METRICS} is a job's), which the job would delete or overwrite: give another "
         "--output-dir (a new or empty folder)"
     )
+
+
+def _check_log(out: Path, log: Path) -> None:
+    """The job reads its log to its end and appends to it: a FIFO or a device there (or at the end
+    of a link there) would never end, and SIGTERM only asks a job to save at its next step."""
+    try:
+        check_regular(log)
+    except (FileNotFoundError, NotADirectoryError):  # none yet, or a dangling link (replaced)
+        return
+    except AutotuneError:
+        if log.is_dir():
+            raise ConfigError(
+                f"--output-dir {out}: {log} is a folder, not a job's log; remove it or give another "
+                "--output-dir"
+            ) from None
+        raise ConfigError(
+            f"--output-dir {out}: {log} is a device, pipe or socket, not a job's log; remove it or "
+            "give another --output-dir"
+        ) from None
+    except OSError:  # a link loop, no permission: the job's own read names it
+        return
 
 
 def removable_as_a_jobs(folder: Path) -> bool:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.boundedread import TABLE_BYTES, read_bytes
 from autotune.errors import AutotuneError, free_space
 
 TOLERANCE = 0.10
@@ -87,9 +88,9 @@ class MetricsLog:
 
         self.jsonl = output_dir / "metrics.jsonl"
         self.tb_dir = output_dir / "tensorboard"
-        if (
-            self.jsonl.exists()
-        ):  # a job killed before its first checkpoint starts again from nothing
+        # a job killed before its first checkpoint starts again from nothing; a link there (one
+        # leading nowhere too) is replaced by the job's own file, never written through
+        if self.jsonl.exists() or self.jsonl.is_symlink():
             self._truncate(start_step)
         self._hook = threading.excepthook
         threading.excepthook = _quiet_tensorboard(self._hook)
@@ -97,12 +98,17 @@ class MetricsLog:
         self._file = open(self.jsonl, "a", buffering=1)  # noqa: SIM115  closed by close()
 
     def _truncate(self, start_step: int) -> None:
+        text = ""
+        if self.jsonl.exists():
+            raw = read_bytes(self.jsonl, TABLE_BYTES)  # a regular file of a bounded size
+            text = raw.decode("utf-8", errors="replace")
         kept = [
             line
-            for line in self.jsonl.read_text().splitlines()
+            for line in text.splitlines()
             if (step := _step_of(line)) is not None and step <= start_step
         ]
         tmp = self.jsonl.with_suffix(".jsonl.tmp")
+        tmp.unlink(missing_ok=True)  # never written through a link left there
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.jsonl)
 
