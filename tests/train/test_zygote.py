@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -115,11 +117,18 @@ def test_a_forked_worker_uses_the_trials_tmpdir(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("end", ["exit", "kill"])
-def test_the_zygotes_folder_goes_with_it_when_its_tuner_ends(tmp_path, end):
+def test_the_zygotes_folder_goes_with_it_when_its_tuner_ends(end):
     """The zygote's socket folder in $TMPDIR is removed when its tuner ends, by exiting as every run
     does or by ``kill -9``: each run left an ``autotune-zygote-*`` folder behind."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # a short $TMPDIR: under a long one (pytest's, with xdist) the socket's folder goes to /tmp
+    tmp = Path(tempfile.mkdtemp(prefix="zt-", dir="/tmp"))
+    try:
+        _zygote_folder_goes(tmp, end)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _zygote_folder_goes(tmp: Path, end: str) -> None:
     code = (
         "import sys\n"
         "from autotune.train.trial.launch import launch\n"
