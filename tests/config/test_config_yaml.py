@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune.cli import main
@@ -134,3 +136,13 @@ def test_accumulation_not_dividing_a_huge_batch_is_refused_at_once(tmp_path):
         "memory.accumulation_steps: 3 does not divide batch_size 9223372036854775807; allowed: a "
         "divisor of batch_size 9223372036854775807: [1, 7, 49, 73, 127, 337, 511, 889, ...]"
     )
+
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "reports" / "examples").glob("*/best.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
+def test_every_shipped_example_configuration_loads(path):
+    """A reader trains a shipped example's best.yaml as it is (`train --config`): the HF causal LM's
+    held GR00T's model knobs, which that workload no longer declares, and was refused."""
+    assert EXAMPLES and load_config(path).workload
