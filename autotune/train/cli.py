@@ -227,10 +227,10 @@ def check_nproc(cfg: TrainConfig, nproc: int) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from autotune.train.batch_fit import check_batch_fits
-
     cfg = resolve_config(args)
     check_nproc(cfg, args.nproc)
+    from autotune.train.batch_fit import check_batch_fits  # torch: after the file is checked
+
     check_batch_fits(cfg, args.nproc)  # stock is trained at the same batch
     from autotune.train.window.verify import undecided_text, verify
 
@@ -264,10 +264,11 @@ def run_profile(args: argparse.Namespace) -> int:
 
     from autotune.config.io import output_folder
     from autotune.errors import ConfigError
-    from autotune.train.batch_fit import check_batch_fits
 
     cfg = resolve_config(args)
     check_nproc(cfg, args.nproc)
+    from autotune.train.batch_fit import check_batch_fits  # torch: after the file is checked
+
     check_batch_fits(cfg, args.nproc)
     from autotune.train.trial.launch import launch
 
