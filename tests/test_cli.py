@@ -181,3 +181,35 @@ def test_a_command_that_trains_nothing_is_not_given_training_advice_for_its_memo
         "autotune: error: out of memory; this machine's memory ran out (rerun with --debug for the "
         "traceback)\n"
     )
+
+
+def test_a_measuring_run_stopped_by_sigterm_to_its_group_is_one_line(tmp_path):
+    """A scheduler's (or `timeout`'s) SIGTERM reaches the loader's workers too: the loader's SIGCHLD
+    handler raised "DataLoader worker is killed by signal: Terminated" over the command's own line,
+    a traceback from wherever the main process was."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNE_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "train", "--preset", "tiny", "--steps", "100000",
+         "--warmup", "1"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    me = psutil.Process(proc.pid)
+
+    def workers() -> int:  # forked, they show its command line (the dataset's maker is spawned)
+        return sum(c.cmdline() == me.cmdline() for c in me.children())
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and workers() < 2:
+        time.sleep(0.2)
+    assert workers() >= 2, "no loader workers"
+    time.sleep(2)  # training
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and err.splitlines() == ["autotune: stopped by SIGTERM"], err

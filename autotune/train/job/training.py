@@ -137,10 +137,14 @@ def shield_workers(loader) -> None:
 def _kill_workers_left() -> None:
     # the loader's SIGCHLD handler would raise "worker is killed by signal" for the first one
     # killed, in this loop or in a later exit handler: at exit a worker's end is no error
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, _ignore)  # a handler, not SIG_DFL: one pending still finds it
     for child in multiprocessing.active_children():
         if child.daemon:  # a loader worker: the job is over, it has nothing to finish
             child.kill()
+
+
+def _ignore(signum, frame) -> None:
+    return None
 
 
 def _data_named(data: dict[str, Any], first_source: str) -> str:
