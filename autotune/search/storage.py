@@ -19,6 +19,8 @@ a URL that names its driver (``postgresql+psycopg2://``) is used as given.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -137,6 +139,34 @@ def _rdb_storage(
                 )
     finally:
         engine.dispose()
+
+
+@contextmanager
+def claiming(study: optuna.Study) -> Iterator[None]:
+    """Held while a worker counts the study's trials and asks for the next one, so that two workers
+    of a study on PostgreSQL do not both take its last trial (each counting the trials before the
+    other's was made). A per-study advisory lock; no lock elsewhere (a journal has one tuner), nor
+    while the server is unreachable (the trial count is then as good as the next worker's view)."""
+    backend = getattr(study._storage, "_backend", study._storage)
+    engine = getattr(backend, "engine", None)
+    if engine is None or engine.dialect.name != "postgresql":
+        yield
+        return
+    digest = hashlib.sha256(f"autotune-trials:{study.study_name}".encode()).digest()
+    key = {"key": int.from_bytes(digest[:8], "big", signed=True)}
+    try:
+        conn = engine.connect()
+        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), key)
+    except sqlalchemy.exc.SQLAlchemyError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), key)
+        with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):
+            conn.close()
 
 
 @contextmanager

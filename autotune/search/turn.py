@@ -26,7 +26,7 @@ from autotune.search.recovery import (
     requeue,
 )
 from autotune.search.stage import Stage
-from autotune.search.storage import heartbeat
+from autotune.search.storage import claiming, heartbeat
 from autotune.search.trials import (
     GROUP,
     QUEUED_AGAIN,
@@ -54,9 +54,10 @@ def ask(
     with warnings.catch_warnings():  # experimental since 2.4
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.sampler = base_sampler if fixed is None else PartialFixedSampler(fixed, base_sampler)
-    if counted(study) >= opts.trials:
-        return None
-    trial = study.ask()
+    with claiming(study):  # another worker may be taking the last trial now
+        if counted(study) >= opts.trials:
+            return None
+        trial = study.ask()
     if stage is not None and not trial.user_attrs.get(STOCK):
         trial.set_user_attr(STAGE, stage.stage)
         trial.set_user_attr(GROUP, "+".join(stage.groups))

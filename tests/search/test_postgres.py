@@ -221,6 +221,33 @@ def test_workers_opening_a_fresh_database_together(pg_url, tmp_path):
     assert all(s.get_all_studies() == [] for s in storages)
 
 
+def test_workers_take_the_last_trial_of_a_study_one_at_a_time(pg_url, tmp_path):
+    """Two workers each counted 3 of a study's 4 trials and each asked for the 4th ("trial 5/4"): the
+    count and the ask are one worker's at a time (``claiming``), per study."""
+    from autotune.search.storage import claiming
+
+    studies = [
+        optuna.create_study(
+            study_name=name, storage=open_storage(pg_url, tmp_path), load_if_exists=True
+        )
+        for name in ("s", "s", "other")
+    ]
+    entered = threading.Event()
+
+    def second() -> None:
+        with claiming(studies[1]):
+            entered.set()
+
+    with claiming(studies[0]):
+        with claiming(studies[2]):  # another study's claim is not held up
+            pass
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        assert not entered.wait(1.0)  # the same study's waits
+    assert entered.wait(30)
+    waiting.join()
+
+
 KILLED_WORKER = textwrap.dedent("""
     import sys, time, optuna
     from pathlib import Path
