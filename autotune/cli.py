@@ -20,6 +20,7 @@ import sys
 import threading
 
 from autotune.argtypes import OneLineParser
+from autotune.childsignals import children_may_end
 from autotune.errors import AutotuneError, is_out_of_memory
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,18 +68,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _children_may_end() -> None:
-    """The command is stopped: its data loader's workers end with it (the same signal reached them),
-    and the loader's SIGCHLD handler would print their end as an error ("DataLoader worker is killed
-    by signal") from wherever the exit happens to be."""
-    if hasattr(signal, "SIGCHLD"):  # a handler, not SIG_DFL: one already pending still finds it
-        signal.signal(signal.SIGCHLD, _ignore)
-
-
-def _ignore(signum, frame) -> None:
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command_in(argv))
@@ -104,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(one_line(str(exc)))
         return exc.exit_code
     except KeyboardInterrupt:
-        _children_may_end()
+        children_may_end()
         print("autotune: interrupted", file=sys.stderr)
         return 130
     except Terminated as stop:  # a scheduler's or a user's kill: its log says why the command ended
@@ -178,7 +167,7 @@ def _exit_on_sigterm():
         return None
 
     def terminate(signum, frame):
-        _children_may_end()  # a scheduler's SIGTERM reaches the loader's workers too
+        children_may_end()  # a scheduler's SIGTERM reaches the loader's workers too
         raise Terminated(128 + signum)
 
     return signal.signal(signal.SIGTERM, terminate)

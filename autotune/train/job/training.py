@@ -30,6 +30,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from autotune.childsignals import children_may_end
 from autotune.config import TrainConfig, to_dict
 from autotune.config.io import dump_config
 from autotune.errors import ConfigError, TrialError
@@ -135,16 +136,10 @@ def shield_workers(loader) -> None:
 
 
 def _kill_workers_left() -> None:
-    # the loader's SIGCHLD handler would raise "worker is killed by signal" for the first one
-    # killed, in this loop or in a later exit handler: at exit a worker's end is no error
-    signal.signal(signal.SIGCHLD, _ignore)  # a handler, not SIG_DFL: one pending still finds it
+    children_may_end()  # at exit a worker's end is no error
     for child in multiprocessing.active_children():
         if child.daemon:  # a loader worker: the job is over, it has nothing to finish
             child.kill()
-
-
-def _ignore(signum, frame) -> None:
-    return None
 
 
 def _data_named(data: dict[str, Any], first_source: str) -> str:
