@@ -11,10 +11,13 @@ folder a study only reuses what happens to be left in ``/tmp/torchinductor_USER`
 knob changed, the winner confirmed again) loads them instead of compiling them, and a continued
 study finds them in its run folder. Dynamo still traces the model in each process: what the cache
 saves is AOTAutograd's and Inductor's work and Triton's kernel compiles
-(``python -m autotune.benchmarks.compile_cache`` measures how much). A graph holding torchao's fp8
-layers is not AOTAutograd-cacheable (its config records are built in the graph and its matmul is
-an ``allow_in_graph`` autograd function; the counters say ``autograd_cache_bypass``): such a
-configuration's runs trace and partition it again, with only Inductor's and Triton's caches.
+(``python -m autotune.benchmarks.compile_cache`` measures how much). AOTAutograd's cache takes only
+graphs whose every call it knows to be safe: :func:`cache_autocast_graphs` adds autocast's enter and
+exit (torch 2.13 refuses them, so every graph with a precision region), and the frozen fp8 layers run
+plain tensor operations (:mod:`autotune.train.fp8_static`). A graph that still holds torchao's fp8
+training layers (a trained region in fp8: its config records are built in the graph and its matmul
+is an ``allow_in_graph`` autograd function; the counters say ``autograd_cache_bypass``) is traced and
+partitioned again by each run, with only Inductor's and Triton's caches.
 """
 
 from __future__ import annotations
@@ -41,6 +44,29 @@ def cache_env(folder: str | os.PathLike, keep_user: bool = True) -> dict[str, st
         "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
     }
     return {k: v for k, v in env.items() if not (keep_user and k in os.environ)}
+
+
+AUTOCAST_CALLS = (
+    "torch.amp.autocast_mode._enter_autocast",
+    "torch.amp.autocast_mode._exit_autocast",
+)
+"""The calls by which Dynamo records an autocast region in a graph."""
+
+
+def cache_autocast_graphs() -> None:
+    """Let AOTAutograd cache a graph that enters an autocast region (every region of a precision map
+    is one). torch 2.13's cache check refuses any call not on its list, and autocast's enter and exit
+    are private functions, so such a graph is traced and partitioned again by every process
+    (pytorch/pytorch#191106). What they do is fixed by their arguments (device, dtype, enabled,
+    weight cache), constants of the graph that its cache key hashes: a graph compiled under one
+    autocast setting is never served for another. Call before compiling; the names go into the
+    Inductor configuration, which the keys hash too."""
+    import torch._inductor.config as inductor
+
+    marked = getattr(inductor, "unsafe_marked_cacheable_functions", None)
+    if isinstance(marked, dict):
+        for name in AUTOCAST_CALLS:
+            marked.setdefault(name, "autocast")
 
 
 def cache_counters() -> dict[str, int]:

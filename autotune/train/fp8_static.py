@@ -6,7 +6,9 @@ is the same every step, so its cast is the same every step: :func:`freeze_fp8_we
 once, with torchao's own cast and the layer's own configuration (tensorwise scales, e4m3), and the
 layer's forward hands the fp8 weight to torchao's matmul, which takes an argument already in fp8
 as it is. Only the activations are scaled per step. The numerics are those of the training path:
-the same fp8 weight, the same GEMM.
+the same fp8 weight, the same GEMM. A call that needs no gradient for its input (a frozen prefix's)
+runs torchao's forward as plain tensor operations, which AOTAutograd's cache takes (torchao's own
+path makes a compiled graph uncacheable: see :mod:`autotune.train.compile_cache`).
 
 The fp8 copy is kept beside the layer's weight (which stays a parameter: saved, exported and
 loaded as before) and not saved; :func:`refresh_fp8_weights` writes it again, in place (a graph
@@ -17,15 +19,18 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torchao.float8.config import ScalingGranularity, ScalingType
 from torchao.float8.float8_linear import Float8Linear, matmul_with_hp_or_float8_args
 from torchao.float8.float8_scaling_utils import get_maybe_axiswise_dim, hp_tensor_to_float8_dynamic
 from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
+from torchao.float8.float8_utils import EPS, _round_scale_down_to_power_of_2
 
 
 class FrozenFloat8Linear(Float8Linear):
     """A :class:`Float8Linear` whose frozen weight is cast to fp8 once (``fp8_weight_t``)."""
 
     fp8_weight_t: Float8TrainingTensor
+    _plain: bool = False
 
     @torch.no_grad()
     def cast_weight(self) -> Float8TrainingTensor:
@@ -50,15 +55,63 @@ class FrozenFloat8Linear(Float8Linear):
         self.fp8_weight_t._scale.copy_(new._scale)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        # as Float8Linear.forward, with the weight already in fp8
         if torch.is_autocast_enabled():
             input = input.to(torch.get_autocast_dtype("cuda"))
-        out = matmul_with_hp_or_float8_args.apply(
-            input, self.fp8_weight_t, self.linear_mm_config, self.config
-        )
+        if self._plain and not (input.requires_grad and torch.is_grad_enabled()):
+            out = self._plain_forward(input)
+        else:
+            # as Float8Linear.forward, with the weight already in fp8: the input's gradient flows
+            # through torchao's matmul
+            out = matmul_with_hp_or_float8_args.apply(
+                input, self.fp8_weight_t, self.linear_mm_config, self.config
+            )
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out
+
+    def _plain_forward(self, input: torch.Tensor) -> torch.Tensor:
+        """torchao's forward GEMM (input cast with a tensorwise dynamic scale, ``_scaled_mm`` with
+        the inverse scales) in plain tensor operations. torchao's own path builds its config
+        records and a tensor subclass in the traced graph and calls an ``allow_in_graph``
+        function, which AOTAutograd's cache refuses: a compiled graph of these layers is then
+        traced and partitioned again by every process. This one is cached like any other graph;
+        it serves the calls that need no input gradient (a frozen prefix's)."""
+        amax = torch.max(torch.abs(input)).to(torch.float64)
+        scale = (self._fp8_max / torch.clamp(amax, min=EPS)).to(torch.float32)
+        if self._pow2_scales:
+            scale = _round_scale_down_to_power_of_2(scale)
+        scaled = input.to(torch.float32) * scale
+        a = scaled.clamp(min=-self._fp8_max, max=self._fp8_max).to(self._fp8_dtype)
+        a = a.reshape(-1, a.shape[-1])
+        out = torch._scaled_mm(
+            a,
+            self.fp8_weight_t._data,
+            scale_a=scale.reciprocal(),
+            scale_b=self.fp8_weight_t._scale.reciprocal(),
+            out_dtype=input.dtype,
+            use_fast_accum=self._fast_accum,
+        )
+        return out.reshape(*input.shape[:-1], out.shape[-1])
+
+    def take_plain_path(self) -> None:
+        """Read, once, what the plain forward needs of the layer's configuration, and use it where
+        the configuration is the one it implements (tensorwise dynamic scales, real fp8 GEMMs, no
+        padding); any other keeps torchao's path for every call."""
+        c = self.config
+        cast = c.cast_config_input
+        mm = self.linear_mm_config.output
+        self._plain = (
+            cast.scaling_type is ScalingType.DYNAMIC
+            and cast.scaling_granularity is ScalingGranularity.TENSORWISE
+            and c.cast_config_weight.scaling_granularity is ScalingGranularity.TENSORWISE
+            and not mm.emulate
+            and not mm.pad_inner_dim
+            and self.fp8_weight_t._data.stride(0) == 1  # column-major, as _scaled_mm takes it
+        )
+        self._fp8_dtype = cast.target_dtype
+        self._fp8_max = float(torch.finfo(cast.target_dtype).max)
+        self._pow2_scales = bool(c.round_scales_to_power_of_2)
+        self._fast_accum = bool(mm.use_fast_accum)
 
 
 def _frozen(layer: nn.Module) -> bool:
@@ -75,6 +128,7 @@ def freeze_fp8_weights(modules: list[nn.Module]) -> int:
             if type(layer) is Float8Linear and _frozen(layer):
                 layer.__class__ = FrozenFloat8Linear
                 layer.fp8_weight_t = layer.cast_weight()
+                layer.take_plain_path()
                 count += 1
     return count
 

@@ -11,6 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from autotune.config import CompileConfig, TrainConfig
 from autotune.errors import IncompatibleConfigError
+from autotune.train.compile_cache import cache_autocast_graphs
 
 
 def _training(regions: dict[str, list[nn.Module]]) -> list[str]:
@@ -91,6 +92,8 @@ def apply_compile(model: nn.Module, blocks: dict[str, list[nn.Module]], cfg: Com
     """``all``: the whole model, as a user would try first. A named region is compiled block by block
     (``Workload.blocks``; regional compilation: blocks that share their code are compiled once for all
     instead of tracing the unrolled stack)."""
+    if cfg.regions:
+        cache_autocast_graphs()
     kwargs = compile_kwargs(cfg)
     if "all" in cfg.regions:
         model.compile(**kwargs)

@@ -106,3 +106,82 @@ def test_steps_read_the_fp8_copy_and_never_cast_the_weight_again():
         w8._data.zero_()
     zeroed, _ = _loss_and_grads(model)
     assert not torch.equal(zeroed, refreshed)
+
+
+def _stack(plain: bool = True, trains_after: bool = False) -> torch.nn.Module:
+    """Two frozen fp8 layers in a bf16 autocast region (as a precision region wraps them), then,
+    with ``trains_after``, a trained linear layer (a graph with a backward)."""
+    torch.manual_seed(0)
+    frozen = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)
+    ).to(torch.bfloat16)
+    frozen.requires_grad_(False)
+    apply_precision(
+        {"f": [frozen]}, PrecisionConfig(default="fp8"), torch.device("cpu"), graphs=False
+    )
+    for layer in frozen.modules():
+        if isinstance(layer, FrozenFloat8Linear):
+            layer._plain = layer._plain and plain
+    if not trains_after:
+        return frozen
+    head = torch.nn.Linear(64, 8).to(torch.bfloat16)
+    return torch.nn.Sequential(frozen, head)
+
+
+def _input(requires_grad: bool = False) -> torch.Tensor:
+    x = torch.randn(4, 40, 64, generator=torch.Generator().manual_seed(2)) * 3
+    return x.to(torch.bfloat16).requires_grad_(requires_grad)
+
+
+def test_the_plain_forward_is_torchaos_forward_bit_for_bit_eager_and_compiled():
+    plain, torchao_path = _stack(), _stack(plain=False)
+    assert all(m._plain for m in plain.modules() if isinstance(m, FrozenFloat8Linear))
+    x = _input()
+    assert torch.equal(plain(x), torchao_path(x))
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(plain)(x), torch.compile(torchao_path)(x))
+
+
+def test_a_frozen_layer_whose_input_needs_a_gradient_gives_torchaos_gradient():
+    layer = _stack()
+    ref = _stack(plain=False)
+    x, x_ref = _input(requires_grad=True), _input(requires_grad=True)
+    layer(x).float().square().sum().backward()
+    ref(x_ref).float().square().sum().backward()
+    assert x.grad is not None and torch.equal(x.grad, x_ref.grad)
+
+
+def _aot_counts(model: torch.nn.Module, cache: str, monkeypatch) -> dict:
+    """AOTAutograd's cache counters for one compile of ``model``'s forward and backward, in a fresh
+    Dynamo state, with ``cache`` as the cache folder."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
+    torch._dynamo.reset()
+    counters.clear()
+    torch.compile(model)(_input()).float().sum().backward()
+    return dict(counters["aot_autograd"])
+
+
+def test_a_compiled_graph_of_frozen_fp8_layers_is_cached_and_loaded_by_aot_autograd(
+    tmp_path, monkeypatch
+):
+    """A second process (here: a fresh Dynamo state) loads the graph AOTAutograd saved instead of
+    tracing and partitioning it again; torchao's own path is refused by the cache."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    from autotune.train.compile_cache import cache_autocast_graphs
+
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", True)
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", True)
+    monkeypatch.setattr(torch._inductor.config, "unsafe_marked_cacheable_functions", {})
+    cache_autocast_graphs()
+    first = _aot_counts(_stack(trains_after=True), str(tmp_path / "a"), monkeypatch)
+    assert first.get("autograd_cache_saved", 0) >= 1 and not first.get("autograd_cache_bypass"), (
+        first
+    )
+    again = _aot_counts(_stack(trains_after=True), str(tmp_path / "a"), monkeypatch)
+    assert again.get("autograd_cache_hit", 0) >= 1 and not again.get("autograd_cache_miss"), again
+    refused = _aot_counts(_stack(plain=False, trains_after=True), str(tmp_path / "b"), monkeypatch)
+    assert refused.get("autograd_cache_bypass", 0) >= 1, refused

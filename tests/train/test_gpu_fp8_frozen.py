@@ -150,3 +150,35 @@ def test_a_reduce_overhead_compile_of_the_prefix_reads_the_fp8_copy_refreshed_in
         again = prefix(batch).clone()
     # the replay follows the refreshed weights: nearer the new eager prefix than the old one
     assert _rel(again, changed) < _rel(again, eager), (_rel(again, changed), _rel(again, eager))
+
+
+def _cache_counts(monkeypatch, folder) -> dict:
+    """AOTAutograd's cache counters for one compiled step of a new tiny N1.7 (backbone in fp8, the
+    frozen prefix under no_grad as the session runs it), in a fresh Dynamo state."""
+    from torch._dynamo.utils import counters
+
+    from autotune.train.compile_cache import cache_env
+
+    for key, value in cache_env(folder, keep_user=False).items():
+        monkeypatch.setenv(key, value)
+    torch._dynamo.reset()
+    counters.clear()
+    model, batch = _model(), _batch()
+    prefix = torch.compile(model.frozen_prefix)
+    with torch.no_grad():
+        prefix(batch)
+    model.compile()
+    _loss_and_grads(model, batch)
+    return dict(counters["aot_autograd"])
+
+
+def test_compiled_frozen_fp8_graphs_are_loaded_from_aot_autograds_cache(tmp_path, monkeypatch):
+    from autotune.train.compile_cache import cache_autocast_graphs
+
+    monkeypatch.setattr(torch._inductor.config, "unsafe_marked_cacheable_functions", {})
+    cache_autocast_graphs()
+    first = _cache_counts(monkeypatch, tmp_path)
+    assert not first.get("autograd_cache_bypass") and first.get("autograd_cache_saved"), first
+    again = _cache_counts(monkeypatch, tmp_path)
+    assert again.get("autograd_cache_hit") and not again.get("autograd_cache_miss"), again
+    assert not again.get("autograd_cache_bypass"), again

@@ -396,3 +396,38 @@ def test_compile_cache_counts_are_recorded_before_the_measured_steps(tmp_path, m
     measure = next(e["t"] for e in log if e.get("part") == "measure" and e["ev"] == "begin")
     before = [e["counters"] for e in log if e["ev"] == "counters" and e["t"] < measure]
     assert before and sum(before[-1].values()) > 0, log
+
+
+def test_a_second_run_loads_its_compiled_autocast_region_from_aot_autograds_cache(
+    tmp_path, monkeypatch
+):
+    """Every region of a precision map runs in an autocast context inside its compiled graph; the
+    run after the first loads that graph's forward and backward from AOTAutograd's cache (torch 2.13
+    refuses a graph with autocast's calls unless they are marked: each run traced it again)."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    from autotune.train.compile_cache import cache_env
+    from autotune.train.window import cost
+    from autotune.train.window.runner import run_training
+
+    monkeypatch.setattr(torch._inductor.config, "unsafe_marked_cacheable_functions", {})
+    for key, value in cache_env(tmp_path / "cache", keep_user=False).items():
+        monkeypatch.setenv(key, value)
+    counts = []
+    for run in range(2):
+        torch._dynamo.reset()
+        events = tmp_path / f"costs-{run}.jsonl"
+        cost.install(events)
+        try:
+            run_training(tiny(compile__regions=["vlln"]), steps=2, warmup=1)
+        finally:
+            cost.install(None)
+        counts.append(
+            [e["counters"] for e in cost.read_events(events) if e["ev"] == "counters"][-1]
+        )
+    first, total = counts  # the process's counts: the second run's are the difference
+    again = {k: total.get(k, 0) - first.get(k, 0) for k in total}
+    assert first.get("autograd_cache_miss", 0) > 0 and not first.get("autograd_cache_bypass"), first
+    assert again.get("autograd_cache_hit", 0) > 0, again
+    assert not again.get("autograd_cache_bypass") and not again.get("autograd_cache_miss"), again
