@@ -92,8 +92,10 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
             best = write_best(
                 opts, study, write_parity(opts, study, confirmation), confirmation, converged
             )
-    except (KeyboardInterrupt, SystemExit):  # SIGINT, SIGTERM: the confirmation did not end
-        ended = False  # run.json keeps no finished_at, so the report says "interrupted"
+    except (
+        BaseException
+    ):  # SIGINT, SIGTERM, best.yaml that cannot be written: the study did not end
+        ended = False  # run.json keeps no finished_at, so the report says "running or interrupted"
         raise
     finally:  # a study without a winner still gets its report, which says why
         write_run_info(opts, finished=ended)

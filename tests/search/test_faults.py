@@ -905,3 +905,19 @@ def test_a_dataset_cache_that_cannot_be_written_is_one_line_naming_its_variable(
         "directory); set AUTOTUNE_CACHE to a folder you can write"
     ]
     assert afile.read_text() == "mine\n" and not (tmp_path / "run").exists()
+
+
+def test_a_run_that_fails_while_finishing_is_not_marked_finished(finished_study, tmp_path, capsys):
+    """best.yaml cannot be written (a folder stands at its name): the run ends with one line, and
+    run.json keeps no ``finished_at`` (it said "finished" over a study whose best.yaml was never
+    written), so the report says the study did not end."""
+    out = copy_of(finished_study, tmp_path)
+    study = journal_study(out)
+    add_a_best_far_above_stock(study)
+    (out / "best.yaml").unlink()
+    (out / "best.yaml").mkdir()
+    assert main([*RUN, "--trials", "3", "--out", str(out)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "best.yaml" in err[0], err
+    assert json.loads((out / "run.json").read_text())["finished_at"] is None
+    assert "running or interrupted" in (out / "report.html").read_text()
