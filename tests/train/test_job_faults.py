@@ -340,3 +340,17 @@ def test_a_resume_from_a_configuration_whose_data_source_is_null_reads_the_same_
     code, res, err = train(capsys, out, "--config", str(cfg), "--stop-at", "5")
     assert code == 0 and "warning" not in err, err
     assert res["losses"] == ref["losses"][4:5]
+
+
+def test_a_warning_hides_a_secret_it_would_name(reference, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """A job's warnings name the paths the user gave; a secret among them (a folder named after a
+    token) is hidden on stderr and in the job's result, as errors hide it."""
+    src, _ = reference
+    secret = "tok-8f3a9c2e71"
+    monkeypatch.setenv("ROBOT_HUB_TOKEN", secret)
+    out = Path(shutil.copytree(src, tmp_path / secret / "job"))
+    shutil.rmtree(out / "checkpoint-6")
+    code, res, err = train(capsys, out, "--batch-size", "4", "--stop-at", "5")
+    warnings = [line for line in err.splitlines() if line.startswith("autotune: warning:")]
+    assert code == 0 and len(warnings) == 1, err
+    assert "***" in warnings[0] and secret not in err and secret not in json.dumps(res["warnings"])

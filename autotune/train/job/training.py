@@ -34,6 +34,7 @@ from autotune.childsignals import children_may_end
 from autotune.config import TrainConfig, to_dict
 from autotune.config.io import dump_config
 from autotune.errors import ConfigError, TrialError
+from autotune.redact import hide_secrets
 from autotune.train import distributed
 from autotune.train.job import checkpoint, state
 from autotune.train.job.control import Control
@@ -180,6 +181,7 @@ class Job:
 
     # -- setup --------------------------------------------------------------------------------------
     def warn(self, line: str) -> None:
+        line = hide_secrets(line)  # it names paths the user gave: printed and kept in the result
         self.warnings.append(line)
         if self.rank == 0:
             print(f"autotune: warning: {line}", file=sys.stderr, flush=True)
@@ -347,7 +349,10 @@ class Job:
         loaded = self._resume_point()
         if loaded is not None and self.rank == 0:  # first, before what the resume may warn of
             print(
-                f"autotune: resuming from {loaded.path} (step {loaded.step} of {self.opts.max_steps} done)",
+                hide_secrets(
+                    f"autotune: resuming from {loaded.path} "
+                    f"(step {loaded.step} of {self.opts.max_steps} done)"
+                ),
                 file=sys.stderr,
                 flush=True,
             )
