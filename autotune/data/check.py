@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from autotune.data.content import PROJECTOR_SLOTS
 from autotune.data.episode import read_episode
 from autotune.data.files import parquet_file, read_rows, require_columns, require_file
-from autotune.data.layout import TOKENIZER
+from autotune.data.layout import INFO, TOKENIZER
 from autotune.data.meta import DatasetMeta, load_meta
 from autotune.data.text import WordVocabulary
 from autotune.data.video import describe
@@ -57,6 +58,7 @@ class DatasetSummary:
 
 def check_dataset(root: str | Path) -> DatasetSummary:
     meta = load_meta(root)
+    _check_embodiment(meta)
     vocab = WordVocabulary.for_dataset(meta.root / TOKENIZER, meta.tasks.values()).vocab
     by_file: dict[Path, list] = defaultdict(list)
     for ep in meta.episodes:
@@ -74,6 +76,16 @@ def check_dataset(root: str | Path) -> DatasetSummary:
         }
         codecs[key] = ", ".join(sorted(found))
     return _summary(meta, len(vocab), codecs, len(by_file))
+
+
+def _check_embodiment(meta: DatasetMeta) -> None:
+    """info.json's embodiment id names a projector slot: training refuses any other."""
+    emb = meta.embodiment_id
+    if emb is not None and not 0 <= emb < PROJECTOR_SLOTS:
+        raise DataError(
+            f"{meta.root / INFO}: embodiment.id {emb} is not a projector slot of GR00T N1.6 or "
+            f"N1.7; allowed: 0 to {PROJECTOR_SLOTS - 1}"
+        )
 
 
 def check_data_file(meta: DatasetMeta, path: Path, episodes: list) -> None:

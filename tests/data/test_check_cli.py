@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
@@ -188,3 +189,16 @@ def test_check_refuses_timestamps_that_are_nan_or_not_numbers(
     _set_column(path, "timestamp", values(pq.read_metadata(path).num_rows), kind)
     assert main(["data", "check", str(broken_copy)]) == 2
     assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
+
+
+def test_check_refuses_an_embodiment_id_training_refuses(broken_copy, capsys):
+    """info.json's embodiment id past GR00T's 32 projector slots: check said OK, training refused it."""
+    info = broken_copy / "meta/info.json"
+    data = json.loads(info.read_text())
+    data["embodiment"] = {"tag": "new_embodiment", "id": 40}
+    info.write_text(json.dumps(data))
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {info}: embodiment.id 40 is not a projector slot of GR00T N1.6 or N1.7; "
+        "allowed: 0 to 31\n"
+    )
