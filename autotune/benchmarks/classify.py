@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from autotune.argtypes import POSITIVE, number
+
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)"
 NORM = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)"
@@ -360,10 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         "trace", type=Path, help="a trace file (.json, .json.gz) or a folder of one rank's trace"
     )
     p.add_argument(
-        "--synthetic-mb", type=float, help="write a synthetic GPU trace of this size first"
+        "--synthetic-mb",
+        type=number(0, above=True, high=100_000, unit="MB"),
+        help="write a synthetic GPU trace of this size first",
     )
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--hta-repeats", type=int, default=1)
+    p.add_argument("--repeats", type=POSITIVE, default=3)
+    p.add_argument("--hta-repeats", type=POSITIVE, default=1)
     p.add_argument("--json", type=Path, help="also write the report to this file")
     p.add_argument("--child", choices=["ours", "hta"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -56,3 +56,25 @@ def test_both_tools_on_a_real_cpu_trace_folder(tmp_path):
     assert got["ours"]["out"] in BUCKETS and got["ours"]["seconds"] > 0  # the dominant bucket
     assert "error" not in got["hta"], got["hta"]
     assert got["speedup"] == pytest.approx(got["hta"]["seconds"] / got["ours"]["seconds"])
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--synthetic-mb", "-5"),
+        ("--synthetic-mb", "nan"),
+        ("--repeats", "0"),
+        ("--hta-repeats", "0"),
+    ],
+)
+def test_a_size_or_count_out_of_range_is_refused_before_anything_is_written(
+    tmp_path, capsys, flag, value
+):
+    """``--synthetic-mb -5`` wrote an empty trace and measured it; no repeats gave a traceback."""
+    trace = tmp_path / "t.json.gz"
+    argv = [str(trace), "--synthetic-mb", "1", flag, value]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and not trace.exists()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {flag}: " in err and "out of range" in err, err
