@@ -149,8 +149,9 @@ CACHED_COMPILE = 0.1
 study's compile cache (tiny on a CPU: 245 s compiling cold, 24 s warm; BENCHMARKS.md)."""
 CACHED_COMPILE_BYPASSED = 0.55
 """The same where the trial's AOTAutograd graphs bypassed the cache (``autograd_cache_bypass``:
-torchao's fp8 layers): Dynamo and AOTAutograd run again, only Inductor's and Triton's work is
-served (N1.7's fp8 best on one H200: 211 s in its trial, ~117 s each run again; BENCHMARKS.md)."""
+torchao's fp8 training layers, in a region that trains): Dynamo and AOTAutograd run again, only
+Inductor's and Triton's work is served (N1.7's fp8 best on one H200, when its frozen layers still
+bypassed too: 211 s in its trial, ~117 s each run again; BENCHMARKS.md)."""
 
 
 def run_cost_s(trial: FrozenTrial) -> float:
