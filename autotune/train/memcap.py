@@ -84,8 +84,11 @@ def parse_bytes(text: str, flag: str = "--memory-budget") -> int:
             f"unit, e.g. 80GiB or 64GB (units: {sorted(k for k in UNITS if k)})"
         )
     value = float(m.group(1)) * UNITS[unit]
-    if not 0 < value < MAX_BYTES:  # 1e400GiB reads as inf: no integer, no budget
-        raise ConfigError(f"{flag}: {text!r} is out of range; allowed: a size > 0 and below 1 EiB")
+    # 1e400GiB reads as inf: no integer, no budget; under one byte (0.0001KiB) is a budget of 0
+    if not 1 <= value < MAX_BYTES:
+        raise ConfigError(
+            f"{flag}: {text!r} is out of range; allowed: a size of at least 1 byte and below 1 EiB"
+        )
     return int(value)
 
 

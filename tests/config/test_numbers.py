@@ -59,10 +59,12 @@ def test_a_missing_flag_is_one_line_too(capsys):
     )
 
 
-@pytest.mark.parametrize("text", ["1e400GiB", "1e30TiB", "0GiB"])
+# under one byte truncated to a budget of 0, which every trial then refused as its config error
+@pytest.mark.parametrize("text", ["1e400GiB", "1e30TiB", "0GiB", "0.0001KiB", "0.5"])
 def test_a_memory_budget_out_of_range_is_refused(text):
     with pytest.raises(
-        ConfigError, match=rf"--memory-budget: '{text}' is out of range; allowed: a size > 0"
+        ConfigError,
+        match=rf"--memory-budget: '{text}' is out of range; allowed: a size of at least 1 byte",
     ):
         parse_bytes(text)
 
@@ -70,6 +72,12 @@ def test_a_memory_budget_out_of_range_is_refused(text):
 def test_a_memory_budget_on_run_is_one_line(tmp_path, capsys):
     err = _error(capsys, ["run", "--memory-budget", "1e400GiB", "--out", str(tmp_path / "run")])
     assert err.startswith("autotune: error: --memory-budget: '1e400GiB' is out of range")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_memory_budget_under_one_byte_on_run_is_one_line(tmp_path, capsys):
+    err = _error(capsys, ["run", "--memory-budget", "0.0001KiB", "--out", str(tmp_path / "run")])
+    assert err.startswith("autotune: error: --memory-budget: '0.0001KiB' is out of range")
     assert not (tmp_path / "run").exists()
 
 
