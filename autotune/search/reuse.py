@@ -39,6 +39,8 @@ def check_same_study(opts: StudyOptions) -> None:
     """Raise :class:`ConfigError` when ``opts.out`` holds a study other than ``opts.study_name``
     (another workload, preset, space or base; or the same name kept in another storage), or files
     under a run's names that no study of autotune's wrote."""
+    if opts.storage is None:
+        _check_journal_not_linked(opts.out)
     held = _held_studies(opts.out, journal=opts.storage is None)
     if not held:
         _check_no_foreign_files(opts.out)
@@ -90,6 +92,17 @@ def _check_no_linked_folders(out: Path) -> None:
                 f"files into that folder, replacing files of the same names there: make {path} a folder of "
                 "its own, or give another --out"
             )
+
+
+def _check_journal_not_linked(out: Path) -> None:
+    """A run appends every trial to ``study.journal``: through a link it would write into a file
+    elsewhere (another run's journal, or one it creates where the link points)."""
+    path = out / JOURNAL
+    if path.is_symlink():
+        raise ConfigError(
+            f"--out {out}: its {JOURNAL} is a link (to {os.readlink(path)}), and a run appends its trials "
+            f"to that file: copy the journal into {out} in place of the link, or give another --out"
+        )
 
 
 def _holds(path: Path) -> bool:

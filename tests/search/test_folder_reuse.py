@@ -132,3 +132,24 @@ def test_a_folder_of_the_run_that_is_a_link_is_refused(tmp_path, capsys, name):
         "folder of its own, or give another --out"
     ]
     assert files_of(out) == before and files_of(elsewhere) == theirs
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_journal_that_is_a_link_is_refused(tmp_path, capsys, dangling):
+    """A folder handed over whose study.journal links to a file elsewhere (another run's journal, or
+    a name where none is yet): the run would append its trials there, so it is refused in one line
+    naming the link, and the file it points to is neither changed nor made."""
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    target = elsewhere / "study.journal"
+    if not dangling:
+        optuna.create_study(study_name="gr00t_n16-tiny-quick", storage=open_journal(target))
+    (out / "study.journal").symlink_to(target)
+    before, theirs = files_of(out), files_of(elsewhere)
+    assert main([*RUN, "--trials", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: --out {out}: its study.journal is a link (to {target}), and a run appends "
+        f"its trials to that file: copy the journal into {out} in place of the link, or give another --out"
+    ]
+    assert files_of(out) == before and files_of(elsewhere) == theirs
