@@ -93,6 +93,9 @@ class MakeSpec:
             raise bad(f"--codec {self.codec!r}", str(list(CODECS)))
         if self.file_mb is not None and not self.file_mb > 0:
             raise bad(f"--file-mb {self.file_mb}", "a size in MB > 0")
+        # v2.1 writes a file per episode: a size at which to start the next file means nothing there
+        if self.file_mb is not None and self.format != "v3.0":
+            raise bad(f"--file-mb with --format {self.format}", "--file-mb with --format v3.0 only")
 
     @property
     def body(self) -> Embodiment:

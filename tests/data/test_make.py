@@ -225,6 +225,16 @@ def test_sizes_past_any_dataset_are_refused_before_anything_is_drawn(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_file_size_for_a_format_of_a_file_per_episode_is_refused(tmp_path, capsys):
+    """v2.1 writes a file per episode: --file-mb was dropped without a word, the files not split."""
+    assert main(["data", "make", str(tmp_path / "ds"), "--episodes", "1", "--file-mb", "5"]) == 2
+    assert capsys.readouterr().err == (
+        "autotune: error: data make: --file-mb with --format v2.1 is not allowed; allowed: "
+        "--file-mb with --format v3.0 only\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_dataset_larger_than_its_disk_is_refused_after_its_first_episode(tmp_path, capsys):
     with small_disk(tmp_path / "disk", "2m") as disk:
         make = [
