@@ -4,12 +4,17 @@ its frames of one mp4 per view (v2: files of its own; v3.0: ranges of files shar
 from __future__ import annotations
 
 import os
+import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.data.files import get
 from autotune.errors import DataError
+
+PATH_MAX = 4096
+"""The longest path Linux opens: a template padded past it names no file."""
+_NUMBER = re.compile(r"\d+")
 
 INFO, STATS, MODALITY, TOKENIZER = (
     "meta/info.json",
@@ -53,9 +58,16 @@ def path_template(info: dict, key: str, placeholders: tuple[str, ...], path: Pat
     """info.json's ``key`` (``data_path``, ``video_path``), whose placeholders must be known."""
     template = get(info, key, path, str)
     try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        fields = [(name, spec) for _, name, spec, _ in string.Formatter().parse(template)]
     except ValueError as exc:
         raise DataError(f"{path}: {key} {template!r} is not a path template ({exc})") from None
+    names = {name for name, _ in fields if name is not None}
+    # {episode_index:0999999999d} formats to a gigabyte for every episode: refused before formatting
+    if any(_too_wide(spec or "") for _, spec in fields):
+        raise DataError(
+            f"{path}: {key} {template!r} pads a placeholder past {PATH_MAX} characters; allowed: "
+            f"a width of at most {PATH_MAX} (the longest path a file may have)"
+        )
     unknown = sorted(names - set(placeholders))
     if unknown:
         raise DataError(
@@ -66,6 +78,11 @@ def path_template(info: dict, key: str, placeholders: tuple[str, ...], path: Pat
     except (ValueError, IndexError, KeyError) as exc:
         raise DataError(f"{path}: {key} {template!r} is not a path template ({exc})") from None
     return template
+
+
+def _too_wide(spec: str) -> bool:
+    """A format spec holds a number (width or precision) greater than ``PATH_MAX``."""
+    return any(len(n.lstrip("0")) > 4 or int(n) > PATH_MAX for n in _NUMBER.findall(spec))
 
 
 def inside(root: Path, relative: str, key: str, info_path: Path) -> Path:

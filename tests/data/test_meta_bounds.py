@@ -86,6 +86,20 @@ def test_a_bad_format_spec_in_data_path_is_refused(broken_copy, capsys):
     )
 
 
+@pytest.mark.parametrize("width", ["0999999999", "4097", "1" * 5000])
+def test_a_data_path_padded_past_any_path_is_refused(broken_copy, capsys, width):
+    """{episode_index:0999999999d} made a gigabyte string per episode (the check ran for minutes, its
+    error line was the padded path); a width past the longest path names no file."""
+    template = f"data/chunk-{{episode_chunk:{width}d}}/episode_{{episode_index:06d}}.parquet"
+    _edit_info(broken_copy, data_path=template)
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / INFO}: data_path {template!r} pads a placeholder past 4096 characters; "
+        "allowed: a width of at most 4096 (the longest path a file may have)",
+    )
+
+
 @pytest.mark.parametrize("name", [INFO, EPISODES])
 def test_a_metadata_file_linked_to_dev_zero_fails_fast(broken_copy, capsys, name):
     (broken_copy / name).unlink()
