@@ -164,10 +164,12 @@ def redact_argv(argv: list[str]) -> list[str]:
 class StorageURL:
     """A database URL that shows itself only redacted; :meth:`secret` is for the driver alone."""
 
-    __slots__ = ("_url",)
+    __slots__ = ("_url", "source")
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, source: str = "--storage") -> None:
         self._url = url.strip()
+        self.source = source
+        """Where the user gave it (``--storage``, ``$AUTOTUNE_STORAGE``): what an error names."""
 
     @classmethod
     def of(cls, url: str | StorageURL | None) -> StorageURL | None:
@@ -193,7 +195,7 @@ class StorageURL:
         return hash(self._url)
 
     def __reduce__(self):  # pickling (a process pool) keeps the URL usable in the other process
-        return (StorageURL, (self._url,))
+        return (StorageURL, (self._url, self.source))
 
 
 def _secret(key: str) -> bool:

@@ -132,8 +132,9 @@ def test_a_study_that_cannot_open_its_database_writes_and_prints_no_secret(tmp_p
         timeout=300,
     )
     line = one_line_error(done)
+    source = "$AUTOTUNE_STORAGE" if given == "env" else "--storage"  # what the user gave
     assert line.startswith(
-        "autotune: error: --storage postgresql://tuner:***@127.0.0.1:1/x: cannot open the database:"
+        f"autotune: error: {source} postgresql://tuner:***@127.0.0.1:1/x: cannot open the database:"
     ), line
     for part in ("2024", "Spring", secret):
         assert part not in done.stdout + done.stderr

@@ -115,12 +115,12 @@ def _storage(
         check_regular(journal, ReportError)  # a pipe would block the reader for ever
     elif is_redacted(url.secret()):  # run.json's URL, copied with its secrets hidden
         raise ReportError(
-            f"{run_dir}: --storage {url} has its password hidden (***); give the URL with the password "
+            f"{run_dir}: {url.source} {url} has its password hidden (***); give the URL with the password "
             f"(autotune report RUN_DIR --storage URL, or $AUTOTUNE_STORAGE)"
         )
     elif (missing := _missing_sqlite_file(url.secret())) is not None:
         raise ReportError(
-            f"--storage {url}: no database file {missing}; give the file the study is kept in "
+            f"{url.source} {url}: no database file {missing}; give the file the study is kept in "
             "(a report creates no database)"
         )
     return open_storage(url, run_dir)

@@ -80,7 +80,7 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
                 # a server that answers but refuses (read-only after a failover, a role without
                 # rights): no retry helps, and Optuna's message blames the data
                 raise ConfigError(
-                    f"--storage {shown}: the database refused the study's request ({reason(exc)}); "
+                    f"{shown}: the database refused the study's request ({reason(exc)}); "
                     "the study is kept there as it was before it: once the database takes its "
                     "requests again, run the same command to continue it"
                 ) from None
@@ -90,7 +90,7 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
             first = now if first is None else first
             if now - first >= outage_s:
                 raise ConfigError(
-                    f"--storage {shown}: the database did not answer for {outage_s:.0f} s ({reason(exc)}); "
+                    f"{shown}: the database did not answer for {outage_s:.0f} s ({reason(exc)}); "
                     "the study is kept there: run the same command again to continue it"
                 ) from None
             time.sleep(min(wait, MAX_WAIT_S, max(0.0, first + outage_s - now)))
@@ -133,7 +133,8 @@ def retrying(
     outage_s: float | None = None,
 ) -> optuna.storages.RDBStorage:
     """``storage`` with its methods retried through an outage of up to ``outage_s`` seconds
-    (default :data:`OUTAGE_S`; see the module docstring); ``shown`` is the redacted URL,
+    (default :data:`OUTAGE_S`; see the module docstring); ``shown`` names the storage (its flag
+    or variable and the redacted URL),
     ``reason(exc)`` the driver's message without secrets."""
     outage_s = OUTAGE_S if outage_s is None else outage_s
     for name in dir(type(storage)):  # Optuna's cache calls some private ones (``_get_trials``)

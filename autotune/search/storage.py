@@ -69,9 +69,10 @@ def open_storage(
     if url is None:
         run_dir.mkdir(parents=True, exist_ok=True)
         return open_journal(run_dir / JOURNAL)
+    source = url.source if isinstance(url, StorageURL) else "--storage"
     url = url.secret() if isinstance(url, StorageURL) else url
-    given = _parse(url)
-    shown = redact(url)
+    given = _parse(url, source)
+    shown = f"{source} {redact(url)}"
     parsed = (
         given.set(drivername="postgresql+psycopg")
         if given.drivername in ("postgresql", "postgres")
@@ -81,18 +82,18 @@ def open_storage(
         storage = _rdb_storage(parsed, heartbeat_interval, grace_period)
     except sqlalchemy.exc.NoSuchModuleError:
         raise ConfigError(
-            f"--storage {shown}: {parsed.drivername!r} is not a database SQLAlchemy knows "
+            f"{shown}: {parsed.drivername!r} is not a database SQLAlchemy knows "
             f"(e.g. postgresql://<user>:<password>@<host>:5432/<db>)"
         ) from None
     except ImportError as exc:
         missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
         raise ConfigError(
-            f"--storage {shown}: the database driver {missing!r} is not installed "
+            f"{shown}: the database driver {missing!r} is not installed "
             f"(for PostgreSQL: pip install 'autotune[postgres]')"
         ) from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise ConfigError(
-            f"--storage {shown}: cannot open the database: {_reason(exc, url)}"
+            f"{shown}: cannot open the database: {_reason(exc, url)}"
         ) from None
     return retrying(storage, shown, lambda exc: _reason(_database_error(exc), url))
 
@@ -179,12 +180,12 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
         yield
 
 
-def _parse(url: str) -> URL:
+def _parse(url: str, source: str) -> URL:
     try:
         return make_url(url.strip())
     except (sqlalchemy.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(
-            f"--storage {redact(url)!r} is not a database URL "
+            f"{source} {redact(url)!r} is not a database URL "
             f"(e.g. postgresql://<user>:<password>@<host>:5432/<db>)"
         ) from None
 

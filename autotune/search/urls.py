@@ -29,5 +29,8 @@ STORAGE_ENV = "AUTOTUNE_STORAGE"
 
 def storage_url(given: str | None) -> StorageURL | None:
     """``--storage`` as given, else ``$AUTOTUNE_STORAGE`` (None: the run folder's journal)."""
-    url = given or os.environ.get(STORAGE_ENV) or None
-    return StorageURL(url) if url else None
+    if given:
+        return StorageURL(given)
+    url = os.environ.get(STORAGE_ENV)
+    # an error about it names the variable: the user gave no --storage
+    return StorageURL(url, f"${STORAGE_ENV}") if url else None

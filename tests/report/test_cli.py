@@ -97,8 +97,9 @@ def test_a_sqlite_url_to_no_file_is_refused_not_created(tmp_path, capsys, monkey
     if how == "env":
         monkeypatch.setenv("AUTOTUNE_STORAGE", url)
     assert main(["report", str(run), *(["--storage", url] if how == "flag" else [])]) == 2
+    source = "$AUTOTUNE_STORAGE" if how == "env" else "--storage"  # what the user gave
     assert capsys.readouterr().err == (
-        f"autotune: error: --storage {url}: no database file {typo}; give the file the study is "
+        f"autotune: error: {source} {url}: no database file {typo}; give the file the study is "
         "kept in (a report creates no database)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not any(run.iterdir())

@@ -169,6 +169,28 @@ def test_a_port_that_is_not_a_number_is_one_line(tmp_path, url, capsys):
     assert "hunter2" not in printed.out + printed.err
 
 
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("postgresql://u:hunter2@127.0.0.1:notaport/x", " is not a database URL"),
+        ("postgresql://u:hunter2@127.0.0.1:1/x", ": cannot open the database: "),
+    ],
+)
+def test_a_bad_url_in_the_environment_names_the_variable(tmp_path, monkeypatch, capsys, url, why):
+    """The URL came from $AUTOTUNE_STORAGE and no --storage was given: the error named --storage,
+    which sent the user looking for a flag they never passed."""
+    from autotune.cli import main
+
+    monkeypatch.setenv("AUTOTUNE_STORAGE", url)
+    argv = ["run", "--space", "quick", "--synthetic", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    printed = capsys.readouterr()
+    lines = printed.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: $AUTOTUNE_STORAGE "), lines
+    assert why in lines[0] and "--storage" not in lines[0]
+    assert "hunter2" not in printed.out + printed.err
+
+
 def test_unreachable_server_is_one_line_without_the_password(tmp_path):
     with pytest.raises(ConfigError) as err:
         open_storage("postgresql://nobody:hunter2@127.0.0.1:1/x", tmp_path)
