@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import sys
@@ -139,14 +140,30 @@ class SafeJournalFile(BaseJournalBackend):
         if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
             return size
         boundary = _last_line_end(fd, size)
-        cut = self.path.with_name(f"{self.path.name}.cut-{boundary}")
-        cut.write_bytes(os.pread(fd, size - boundary, boundary))
+        cut = self._keep_aside(os.pread(fd, size - boundary, boundary), boundary)
         os.ftruncate(fd, boundary)
         _warn(
             f"{self.path}: its last entry was cut off ({size - boundary} bytes without a newline); moved to {cut} "
             "before writing on"
         )
         return boundary
+
+    def _keep_aside(self, data: bytes, boundary: int) -> Path:
+        """``data`` in a new file ``study.journal.cut-BOUNDARY`` (``.1``, ``.2``, ... when that name
+        is taken): never through a link, never over a file already there (an earlier cut's bytes,
+        or one of a handed-over folder's)."""
+        for n in itertools.count():
+            cut = self.path.with_name(f"{self.path.name}.cut-{boundary}" + (f".{n}" if n else ""))
+            try:  # O_EXCL fails on any name there, a link (dangling or not) included
+                fd = os.open(cut, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                continue
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+            return cut
+        raise AssertionError("unreachable")
 
     def _parse(self, line: bytes, number: int) -> dict[str, Any]:
         try:

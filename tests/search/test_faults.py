@@ -316,6 +316,25 @@ def test_a_cut_journal_loses_only_its_cut_entry(finished_study, tmp_path, capsys
     )
 
 
+def test_a_cut_journal_keeps_its_cut_bytes_beside_any_file_of_that_name(tmp_path):
+    """A handed-over folder whose journal ends cut, with study.journal.cut-OFFSET already there (a
+    link to a file elsewhere, or an earlier cut's bytes): the cut bytes were written through the
+    link over that file. They now go to a name of their own, and the file there is left as it was."""
+    journal = tmp_path / "study.journal"
+    optuna.create_study(study_name="s", storage=open_journal(journal))
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "worker_id"')
+    theirs = tmp_path / "theirs"
+    theirs.write_text("their file\n")
+    (tmp_path / f"study.journal.cut-{len(whole)}").symlink_to(theirs)
+    (tmp_path / f"study.journal.cut-{len(whole)}.1").write_bytes(b"an earlier cut")
+    optuna.create_study(study_name="t", storage=open_journal(journal))
+    assert theirs.read_text() == "their file\n"
+    assert (tmp_path / f"study.journal.cut-{len(whole)}.1").read_bytes() == b"an earlier cut"
+    assert (tmp_path / f"study.journal.cut-{len(whole)}.2").read_bytes() == b'{"op_code": 5, "worker_id"'
+    assert sorted(optuna.get_all_study_names(open_journal(journal))) == ["s", "t"]
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 32 MiB tmpfs of the test's own, to fill."""
