@@ -56,6 +56,17 @@ def test_a_nan_objective_in_the_journal_is_not_learnt_from(run):
     assert (run / "report.html").is_file()
 
 
+STOCK_CONSTRAINT = '"constraint":-0.7656215073051895'  # trial #0's memory constraint
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1]", "null", "NaN"])
+def test_a_constraint_that_is_not_a_number_reads_as_over_budget(run, value):
+    """A constraint of another type was a traceback (float() of it) instead of a page."""
+    _edit_journal(run, STOCK_CONSTRAINT, f'"constraint":{value}')
+    write_report(run)
+    assert build_report(run).trial(0).outcome == "over budget"
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
