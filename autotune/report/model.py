@@ -435,7 +435,8 @@ def _profile_of(
 ) -> Profile | None:
     """The profile of ``trial``: the folder ``path`` names, its ``profile_dir``, or profiles/trial-NNNN."""
     wanted = [path, trial.user_attrs.get(PROFILE_DIR) if trial is not None else None]
-    for want in filter(None, wanted):
+    # a folder's path is text: another type (a study or diagnosis.json edited) names no folder
+    for want in (w for w in wanted if isinstance(w, str) and w):
         found = next(
             (
                 p

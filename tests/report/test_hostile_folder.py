@@ -67,6 +67,21 @@ def test_a_constraint_that_is_not_a_number_reads_as_over_budget(run, value):
     assert build_report(run).trial(0).outcome == "over budget"
 
 
+@pytest.mark.parametrize("value", ["5", '["a"]', "{}"])
+def test_a_profile_dir_that_is_not_a_path_falls_back_to_the_trials_folder(run, value):
+    """A profile_dir of another type was a traceback (Path() of it) instead of a page."""
+    _edit_journal(run, '"profile_dir":"profiles/trial-0000"', f'"profile_dir":{value}')
+    write_report(run)
+    assert build_report(run).stock_profile.path == "profiles/trial-0000"
+
+
+@pytest.mark.parametrize("value", ["5", '["a"]', "{}"])
+def test_a_final_profile_that_is_not_a_path_falls_back_to_the_trials_folder(run, value):
+    _set(run, "diagnosis.json", lambda d: d.update(final_profile=json.loads(value)))
+    write_report(run)
+    assert build_report(run).best_profile.path == "profiles/trial-0001"
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
