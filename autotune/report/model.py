@@ -325,8 +325,10 @@ def _summary(
         parity=parity,
         stock_spread=stock_m.step_time.spread if stock_m else None,
         best_spread=best_m.step_time.spread if best_m else None,
-        references={
-            t.user_attrs[REFERENCE]: t.value / stock_speed if feasible(t) and stock_speed else None
+        references={  # a name as text: one of another type (a study edited) is no dict key
+            str(t.user_attrs[REFERENCE]): t.value / stock_speed
+            if feasible(t) and stock_speed
+            else None
             for t in trials
             if t.user_attrs.get(REFERENCE)
         },

@@ -82,6 +82,23 @@ def test_a_final_profile_that_is_not_a_path_falls_back_to_the_trials_folder(run,
     assert build_report(run).best_profile.path == "profiles/trial-0001"
 
 
+def _set_trial_attr(run: Path, trial: int, key: str, value) -> None:
+    """Set a user attribute of ``trial`` right after it was created (a finished trial takes none)."""
+    lines = (run / JOURNAL).read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if '"op_code":4,' in line][trial]
+    op = {"op_code": 8, "worker_id": "w", "trial_id": trial, "user_attr": {key: value}}
+    lines.insert(at + 1, json.dumps(op) + "\n")
+    (run / JOURNAL).write_text("".join(lines))
+
+
+@pytest.mark.parametrize("value", [["a", 1], {"a": 1}])
+def test_a_reference_name_of_another_type_is_shown_as_text(run, value):
+    """A list or mapping as a trial's reference name was a traceback (an unhashable dict key)."""
+    _set_trial_attr(run, 2, "reference", value)
+    write_report(run)
+    assert build_report(run).summary.references == {str(value): None}
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
