@@ -99,6 +99,24 @@ def test_a_reference_name_of_another_type_is_shown_as_text(run, value):
     assert build_report(run).summary.references == {str(value): None}
 
 
+def test_a_secret_the_folder_quotes_is_hidden_on_the_page(run, monkeypatch):
+    """A trial error or best.yaml written by another version (or edited) quoted a URL's password
+    or an environment secret, and the page showed it as written."""
+    monkeypatch.setenv("HF_TOKEN", "hf_<the&token>")
+    _edit_journal(
+        run,
+        "pruned after 5 measured steps",
+        "no postgresql://u:hunter22x@db.example/optuna (token hf_<the&token>)",
+    )
+    with open(run / "best.yaml", "a") as f:
+        f.write("# stored in postgresql://u:other-pw9@db.example/optuna\n")
+    write_report(run)
+    page = (run / "report.html").read_text()
+    assert "no postgresql://u:***@db.example/optuna (token ***)" in page
+    assert "postgresql://u:***@db.example/optuna" in page.split("# stored in ")[1]
+    assert "hunter22x" not in page and "other-pw9" not in page and "the&amp;token" not in page
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
