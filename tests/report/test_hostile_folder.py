@@ -117,6 +117,24 @@ def test_a_secret_the_folder_quotes_is_hidden_on_the_page(run, monkeypatch):
     assert "hunter22x" not in page and "other-pw9" not in page and "the&amp;token" not in page
 
 
+STOCK_SPEED = '\\"samples_per_s\\":66.30351760425944'  # in trial #0's record (JSON in JSON)
+
+
+@pytest.mark.parametrize("value", ["null", "NaN", '\\"fast\\"'])
+def test_a_trial_record_that_cannot_be_read_costs_that_trial_only(run, value):
+    """One trial's record of another shape was the whole report's error: no page for the study."""
+    _edit_journal(run, STOCK_SPEED, STOCK_SPEED.split(":")[0] + ":" + value)
+    write_report(run)
+    report = build_report(run)
+    assert any(
+        n.startswith("trial #0: user_attrs.record.measurement.samples_per_s: ")
+        and n.endswith("; trial #0's measurement is left out")
+        for n in report.notes
+    ), report.notes
+    assert report.trial(0).samples_per_s is None
+    assert report.trial(1).samples_per_s is not None and len(report.trials) == 6
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
