@@ -423,7 +423,11 @@ def _stages(
             STUDY_ATTR
         )  # the guide's record, kept up to date while the study runs
         where = f"study {study.study_name!r}: user_attrs.{STUDY_ATTR}"
-        raw = loads_attr(kept, where, STAGES) if isinstance(kept, str) else kept
+        try:
+            raw = loads_attr(kept, where, STAGES) if isinstance(kept, str) else kept
+        except ConfigError as exc:  # a spoilt record of the stages costs the chain, not the page
+            notes.append(f"{exc}; the diagnosis stages are left out")
+            return []
     if not raw:
         notes.append(
             "no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "

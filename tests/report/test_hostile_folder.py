@@ -135,6 +135,22 @@ def test_a_trial_record_that_cannot_be_read_costs_that_trial_only(run, value):
     assert report.trial(1).samples_per_s is not None and len(report.trials) == 6
 
 
+def test_a_study_record_of_the_stages_that_is_not_json_costs_the_stages_only(run):
+    """Without diagnosis.json the stages come from the study's attribute; one not JSON was the
+    whole report's error."""
+    (run / "diagnosis.json").unlink()
+    stages = '"user_attr":{"autotune.diagnosis":"['
+    _edit_journal(run, stages, stages.replace('"[', '"{{['))
+    write_report(run)
+    report = build_report(run)
+    assert report.stages == []
+    assert any(
+        n.startswith(f"study {report.study_name!r}: user_attrs.autotune.diagnosis: ")
+        and n.endswith("; the diagnosis stages are left out")
+        for n in report.notes
+    ), report.notes
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
