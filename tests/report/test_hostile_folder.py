@@ -151,6 +151,14 @@ def test_a_study_record_of_the_stages_that_is_not_json_costs_the_stages_only(run
     ), report.notes
 
 
+@pytest.mark.timeout(120)
+def test_a_parameter_name_of_100000_letters_is_written_in_reasonable_time(run):
+    """Hiding the page's secrets backtracked over such a word for minutes."""
+    _edit_journal(run, "data.num_workers", "x" * 100_000)
+    write_report(run)
+    assert "x" * 100_000 in (run / "report.html").read_text()
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
