@@ -8,6 +8,7 @@ interrupted, shows what there is and says what is missing (``Report.notes``).
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import math
 import warnings
@@ -30,9 +31,11 @@ from autotune.search.trials import (
     DUPLICATE,
     PREDICTED_OOM,
     PROFILE_DIR,
+    RECORD,
     REFERENCE,
     best_trial,
     busy_s,
+    record_of,
     feasible,
     measurement_of,
     reason_of,
@@ -165,6 +168,7 @@ def load_report(
     )
     if run.storage:  # an older run.json may hold a secret in clear; the page never shows one
         run = replace(run, storage=redact(_text(run.storage)))
+    study = readable_study(study, notes)
     return report_of(study, run_dir, run, best_yaml, provenance, notes), study
 
 
@@ -325,8 +329,10 @@ def _summary(
         parity=parity,
         stock_spread=stock_m.step_time.spread if stock_m else None,
         best_spread=best_m.step_time.spread if best_m else None,
-        references={
-            t.user_attrs[REFERENCE]: t.value / stock_speed if feasible(t) and stock_speed else None
+        references={  # a name as text: one of another type (a study edited) is no dict key
+            str(t.user_attrs[REFERENCE]): t.value / stock_speed
+            if feasible(t) and stock_speed
+            else None
             for t in trials
             if t.user_attrs.get(REFERENCE)
         },
@@ -417,7 +423,11 @@ def _stages(
             STUDY_ATTR
         )  # the guide's record, kept up to date while the study runs
         where = f"study {study.study_name!r}: user_attrs.{STUDY_ATTR}"
-        raw = loads_attr(kept, where, STAGES) if isinstance(kept, str) else kept
+        try:
+            raw = loads_attr(kept, where, STAGES) if isinstance(kept, str) else kept
+        except ConfigError as exc:  # a spoilt record of the stages costs the chain, not the page
+            notes.append(f"{exc}; the diagnosis stages are left out")
+            return []
     if not raw:
         notes.append(
             "no diagnosis stages (diagnosis.json, or the study's record of them): the search was not "
@@ -435,7 +445,8 @@ def _profile_of(
 ) -> Profile | None:
     """The profile of ``trial``: the folder ``path`` names, its ``profile_dir``, or profiles/trial-NNNN."""
     wanted = [path, trial.user_attrs.get(PROFILE_DIR) if trial is not None else None]
-    for want in filter(None, wanted):
+    # a folder's path is text: another type (a study or diagnosis.json edited) names no folder
+    for want in (w for w in wanted if isinstance(w, str) and w):
         found = next(
             (
                 p
@@ -451,23 +462,57 @@ def _profile_of(
     )
 
 
-def measured_study(study: optuna.Study) -> optuna.Study:
-    """An in-memory copy of ``study`` with the completed trials that measured a speed only: a trial
-    out of memory or not run (predicted not to fit) completes with 0 samples/s and a constraint that
-    marks it infeasible, a value no knob's effect on speed should be learnt from."""
+def readable_study(study: optuna.Study, notes: list[str]) -> optuna.Study:
+    """``study``, or where a trial's record cannot be read (an edit by hand, another version's
+    shape), an in-memory copy in which that trial has no record (noted): one spoilt trial costs
+    its own measurement, not the whole report."""
+    trials = study.get_trials(deepcopy=False)
+    spoilt = {}
+    for t in trials:
+        try:
+            record_of(t)
+        except ConfigError as exc:
+            spoilt[t.number] = exc
+    if not spoilt:
+        return study
+    for number, exc in spoilt.items():
+        notes.append(f"{exc}; trial #{number}'s measurement is left out")
+    kept = _memory_study(study.directions, study.study_name)
+    for key, value in study.user_attrs.items():
+        kept.set_user_attr(key, value)
+    kept.add_trials(_without_record(t) if t.number in spoilt else t for t in trials)
+    return kept
+
+
+def _without_record(trial: FrozenTrial) -> FrozenTrial:
+    trial = copy.deepcopy(trial)
+    trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k != RECORD}
+    return trial
+
+
+def _memory_study(
+    directions: list[optuna.study.StudyDirection], name: str | None = None
+) -> optuna.Study:
     verbosity = optuna.logging.get_verbosity()
     # Optuna's "a new study created in memory" is not news to the reader
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        copy = optuna.create_study(directions=study.directions)
+        return optuna.create_study(study_name=name, directions=directions)
     finally:
         optuna.logging.set_verbosity(verbosity)
-    copy.add_trials(
+
+
+def measured_study(study: optuna.Study) -> optuna.Study:
+    """An in-memory copy of ``study`` with the completed trials that measured a speed only: a trial
+    out of memory or not run (predicted not to fit) completes with 0 samples/s and a constraint that
+    marks it infeasible, a value no knob's effect on speed should be learnt from."""
+    measured = _memory_study(study.directions)
+    measured.add_trials(
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if measurement_of(t) is not None and math.isfinite(t.value)  # Optuna refuses a NaN
     )
-    return copy
+    return measured
 
 
 def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | None:

@@ -9,7 +9,9 @@ files are relative to the page, so the run folder can be moved or copied as a wh
 
 from __future__ import annotations
 
+import html
 import os
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,13 @@ import optuna
 from autotune.config.io import write_output
 from autotune.errors import ReportError
 from autotune.profiling.result import BUCKETS
-from autotune.redact import StorageURL
+from autotune.redact import REDACTED, StorageURL, environment_secrets, hide_secrets
 from autotune.report import folder
 from autotune.report.model import Report, load_report
 
 REPORT = "report.html"
+_WORDS = re.compile(r"(\s+)")
+_PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]*")
 
 
 def environment() -> jinja2.Environment:
@@ -50,7 +54,7 @@ def render_html(report: Report, study: optuna.Study, link_base: str = ".") -> st
         return quote(path)
 
     template = environment().get_template("report.html.j2")
-    return template.render(
+    page = template.render(
         r=report,
         s=report.summary,
         figures=figures(report, study),
@@ -58,6 +62,34 @@ def render_html(report: Report, study: optuna.Study, link_base: str = ".") -> st
         buckets=BUCKETS,
         run_info=asdict(report.run),
     )
+    return without_secrets(page)
+
+
+def without_secrets(page: str) -> str:
+    """``page`` with every URL's password and the values of this environment's secret variables
+    hidden: a run folder is data someone handed over, written by another version or edited, and
+    its trial errors, stages or best.yaml may quote a secret the page must not. The inline figures
+    are left as they are (a secret's letters inside base64 are no secret, and replacing them would
+    break the image)."""
+    secrets = environment_secrets()
+    # the page holds a secret with <, > or & HTML-escaped
+    secrets = sorted({*secrets, *map(html.escape, secrets)}, key=len, reverse=True)
+    parts, last = [], 0
+    for image in _PNG.finditer(page):
+        parts += [_hidden(page[last : image.start()], secrets), image.group()]
+        last = image.end()
+    return "".join(parts) + _hidden(page[last:], secrets)
+
+
+def _hidden(text: str, secrets: list[str]) -> str:
+    """``text`` through :func:`hide_secrets`, a word at a time and only the words that can hold a
+    URL's password (``scheme:/...@``): its pattern backtracks for ever over one long word (a
+    parameter name of 100,000 letters took minutes); ``secrets`` are replaced in one pass."""
+    words = _WORDS.split(text)
+    text = "".join(hide_secrets(w, []) if "@" in w and ":/" in w else w for w in words)
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def write_report(

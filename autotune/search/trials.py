@@ -21,6 +21,7 @@ none) and ``RECHECK_OF`` (a trial queued again to compare one measured before a 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import replace
 from typing import Any
@@ -159,8 +160,15 @@ def reason_of(trial: FrozenTrial) -> str | None:
 
 
 def constraint_of(trial: FrozenTrial) -> list[float]:
-    """The trial's constraint values: feasible when every value is <= 0."""
-    return [float(trial.user_attrs.get(CONSTRAINT, 0.0))]
+    """The trial's constraint values: feasible when every value is <= 0.
+
+    A value that is not a number (a study edited, or written by another tool), or NaN, reads as
+    infinitely over: nothing shows that the trial fit, and a traceback would cost the whole report.
+    """
+    value = trial.user_attrs.get(CONSTRAINT, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return [math.inf]
+    return [float(value)]
 
 
 def span_s(trial: FrozenTrial) -> float:

@@ -56,6 +56,109 @@ def test_a_nan_objective_in_the_journal_is_not_learnt_from(run):
     assert (run / "report.html").is_file()
 
 
+STOCK_CONSTRAINT = '"constraint":-0.7656215073051895'  # trial #0's memory constraint
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1]", "null", "NaN"])
+def test_a_constraint_that_is_not_a_number_reads_as_over_budget(run, value):
+    """A constraint of another type was a traceback (float() of it) instead of a page."""
+    _edit_journal(run, STOCK_CONSTRAINT, f'"constraint":{value}')
+    write_report(run)
+    assert build_report(run).trial(0).outcome == "over budget"
+
+
+@pytest.mark.parametrize("value", ["5", '["a"]', "{}"])
+def test_a_profile_dir_that_is_not_a_path_falls_back_to_the_trials_folder(run, value):
+    """A profile_dir of another type was a traceback (Path() of it) instead of a page."""
+    _edit_journal(run, '"profile_dir":"profiles/trial-0000"', f'"profile_dir":{value}')
+    write_report(run)
+    assert build_report(run).stock_profile.path == "profiles/trial-0000"
+
+
+@pytest.mark.parametrize("value", ["5", '["a"]', "{}"])
+def test_a_final_profile_that_is_not_a_path_falls_back_to_the_trials_folder(run, value):
+    _set(run, "diagnosis.json", lambda d: d.update(final_profile=json.loads(value)))
+    write_report(run)
+    assert build_report(run).best_profile.path == "profiles/trial-0001"
+
+
+def _set_trial_attr(run: Path, trial: int, key: str, value) -> None:
+    """Set a user attribute of ``trial`` right after it was created (a finished trial takes none)."""
+    lines = (run / JOURNAL).read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if '"op_code":4,' in line][trial]
+    op = {"op_code": 8, "worker_id": "w", "trial_id": trial, "user_attr": {key: value}}
+    lines.insert(at + 1, json.dumps(op) + "\n")
+    (run / JOURNAL).write_text("".join(lines))
+
+
+@pytest.mark.parametrize("value", [["a", 1], {"a": 1}])
+def test_a_reference_name_of_another_type_is_shown_as_text(run, value):
+    """A list or mapping as a trial's reference name was a traceback (an unhashable dict key)."""
+    _set_trial_attr(run, 2, "reference", value)
+    write_report(run)
+    assert build_report(run).summary.references == {str(value): None}
+
+
+def test_a_secret_the_folder_quotes_is_hidden_on_the_page(run, monkeypatch):
+    """A trial error or best.yaml written by another version (or edited) quoted a URL's password
+    or an environment secret, and the page showed it as written."""
+    monkeypatch.setenv("HF_TOKEN", "hf_<the&token>")
+    _edit_journal(
+        run,
+        "pruned after 5 measured steps",
+        "no postgresql://u:hunter22x@db.example/optuna (token hf_<the&token>)",
+    )
+    with open(run / "best.yaml", "a") as f:
+        f.write("# stored in postgresql://u:other-pw9@db.example/optuna\n")
+    write_report(run)
+    page = (run / "report.html").read_text()
+    assert "no postgresql://u:***@db.example/optuna (token ***)" in page
+    assert "postgresql://u:***@db.example/optuna" in page.split("# stored in ")[1]
+    assert "hunter22x" not in page and "other-pw9" not in page and "the&amp;token" not in page
+
+
+STOCK_SPEED = '\\"samples_per_s\\":66.30351760425944'  # in trial #0's record (JSON in JSON)
+
+
+@pytest.mark.parametrize("value", ["null", "NaN", '\\"fast\\"'])
+def test_a_trial_record_that_cannot_be_read_costs_that_trial_only(run, value):
+    """One trial's record of another shape was the whole report's error: no page for the study."""
+    _edit_journal(run, STOCK_SPEED, STOCK_SPEED.split(":")[0] + ":" + value)
+    write_report(run)
+    report = build_report(run)
+    assert any(
+        n.startswith("trial #0: user_attrs.record.measurement.samples_per_s: ")
+        and n.endswith("; trial #0's measurement is left out")
+        for n in report.notes
+    ), report.notes
+    assert report.trial(0).samples_per_s is None
+    assert report.trial(1).samples_per_s is not None and len(report.trials) == 6
+
+
+def test_a_study_record_of_the_stages_that_is_not_json_costs_the_stages_only(run):
+    """Without diagnosis.json the stages come from the study's attribute; one not JSON was the
+    whole report's error."""
+    (run / "diagnosis.json").unlink()
+    stages = '"user_attr":{"autotune.diagnosis":"['
+    _edit_journal(run, stages, stages.replace('"[', '"{{['))
+    write_report(run)
+    report = build_report(run)
+    assert report.stages == []
+    assert any(
+        n.startswith(f"study {report.study_name!r}: user_attrs.autotune.diagnosis: ")
+        and n.endswith("; the diagnosis stages are left out")
+        for n in report.notes
+    ), report.notes
+
+
+@pytest.mark.timeout(120)
+def test_a_parameter_name_of_100000_letters_is_written_in_reasonable_time(run):
+    """Hiding the page's secrets backtracked over such a word for minutes."""
+    _edit_journal(run, "data.num_workers", "x" * 100_000)
+    write_report(run)
+    assert "x" * 100_000 in (run / "report.html").read_text()
+
+
 def test_a_parameter_name_that_reads_as_mathtext_is_drawn_as_written(run):
     _edit_journal(run, "data.num_workers", "a$\\\\frac{$b")
     write_report(run)
