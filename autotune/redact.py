@@ -34,7 +34,7 @@ _SECRET_VARIABLE = re.compile(
     r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE
 )
 """Names of environment variables that hold a secret: HF_TOKEN, WANDB_API_KEY, PGPASSWORD, ..."""
-_USERINFO = re.compile(r"([a-zA-Z][\w+.-]*:/{1,2}[^\s/@:]*:)(\S+)(@)")
+_USERINFO = re.compile(r"([a-zA-Z][\w+.-]{0,31}:/{1,2}[^\s/@:]*:)(\S+)(@)")
 """``scheme://user:`` then the password, up to the token's last ``@`` (a password may hold one)."""
 _PLACEHOLDER = re.compile(r"<\w+>")
 SHORTEST_SECRET = 6

@@ -195,3 +195,13 @@ def test_an_error_line_repeats_no_password_the_user_typed(argv, shown, monkeypat
     err = capsys.readouterr().err
     assert err.startswith("autotune: error: ") and shown in err and err.count("\n") == 1
     assert not any(s in err for s in ("hunter2secret", "XUtnFEMI", "pw1234567", "hf_aB3dE5gH7jK9"))
+
+
+@pytest.mark.timeout(60)
+def test_a_long_word_that_ends_in_a_url_is_read_once():
+    """A hostile word of 200,000 letters before a URL (a parameter name, a trial's output): the URL
+    pattern tried every letter as the start of a scheme and scanned the whole run of letters from
+    each; schemes are short, so a start is given up within 32 letters."""
+    word = "x" * 200_000 + "@postgresql://u:s3cretpw@h/db"
+    hidden = hide_secrets(word, [])
+    assert "s3cretpw" not in hidden and hidden.endswith("@postgresql://u:***@h/db")

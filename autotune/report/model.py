@@ -35,10 +35,10 @@ from autotune.search.trials import (
     REFERENCE,
     best_trial,
     busy_s,
-    record_of,
     feasible,
     measurement_of,
     reason_of,
+    record_of,
     stock_trial,
 )
 from autotune.train.trial.record import loads_attr

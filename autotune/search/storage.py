@@ -92,9 +92,7 @@ def open_storage(
             f"(for PostgreSQL: pip install 'autotune[postgres]')"
         ) from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
-        raise ConfigError(
-            f"{shown}: cannot open the database: {_reason(exc, url)}"
-        ) from None
+        raise ConfigError(f"{shown}: cannot open the database: {_reason(exc, url)}") from None
     return retrying(storage, shown, lambda exc: _reason(_database_error(exc), url))
 
 

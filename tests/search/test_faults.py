@@ -331,7 +331,9 @@ def test_a_cut_journal_keeps_its_cut_bytes_beside_any_file_of_that_name(tmp_path
     optuna.create_study(study_name="t", storage=open_journal(journal))
     assert theirs.read_text() == "their file\n"
     assert (tmp_path / f"study.journal.cut-{len(whole)}.1").read_bytes() == b"an earlier cut"
-    assert (tmp_path / f"study.journal.cut-{len(whole)}.2").read_bytes() == b'{"op_code": 5, "worker_id"'
+    assert (
+        tmp_path / f"study.journal.cut-{len(whole)}.2"
+    ).read_bytes() == b'{"op_code": 5, "worker_id"'
     assert sorted(optuna.get_all_study_names(open_journal(journal))) == ["s", "t"]
 
 
