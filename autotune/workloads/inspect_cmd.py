@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
             )
         return 0
     workload = get_workload(args.workload)
-    preset = args.preset or workload.default_preset
+    # an empty --preset (an unset variable) is a name to check, not the default
+    preset = workload.default_preset if args.preset is None else args.preset
     workload.check_preset(preset)
     info = (
         workload.describe(preset) if hasattr(workload, "describe") else _generic(workload, preset)

@@ -217,3 +217,14 @@ def test_image_tokens_are_scattered_in_view_order(tiny):
     for b in range(2):
         slots = (ids[b] == IMG_CONTEXT_ID).nonzero().flatten()
         assert torch.equal(h[b, slots, 0], image_embeds[b, :, 0])
+
+
+def test_inspect_of_an_empty_preset_names_it(capsys):
+    """``inspect --preset "$UNSET"`` described the default preset as if it had been asked for."""
+    from autotune.cli import main
+
+    assert main(["inspect", "--preset", ""]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autotune: error: preset '' of workload 'gr00t_n16' is unknown; known presets: "
+        "['full', 'medium', 'tiny']"
+    )
