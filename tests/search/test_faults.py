@@ -6,6 +6,7 @@ two loader workers) for ``$CRASHY_HANG_S`` seconds or until ``$CRASHY_RELEASE`` 
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -535,9 +536,9 @@ def test_a_journal_value_that_is_not_json_is_one_line(
     finished_study, tmp_path, capsys, key, where, allowed, report
 ):
     """A value autotune keeps as JSON text in the study (a trial's record, the measuring settings, the
-    guided search's stages) that does not parse: run (and the report, which reads the record and the
-    stages) says so in one line naming the trial or study, the key and the value; every entry of the
-    journal stays as it was."""
+    guided search's stages) that does not parse: run says so in one line naming the trial or study,
+    the key and the value; the report, which reads the record and the stages, is made without what
+    it cannot read and says so on the page; every entry of the journal stays as it was."""
     out = copy_of(finished_study, tmp_path)
     journal = out / "study.journal"
     set_last_attr(journal, key, '[{"stage": 1, ')
@@ -546,13 +547,17 @@ def test_a_journal_value_that_is_not_json_is_one_line(
     ).unlink()  # the report reads the stages from the study, as of a running one
     damaged = journal.read_bytes()
     run = [*RUN, "--trials", "3", "--out", str(out)]
-    for argv in [run, ["report", str(out)]] if report else [run]:
-        assert main(argv) == 2, argv
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(
-            f"autotune: error: {where}: '[{{\"stage\": 1, ' is not JSON (Expecting "
-        ), (argv, err)
-        assert f"allowed: {allowed}" in err[0], err
+    assert main(run) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"autotune: error: {where}: '[{{\"stage\": 1, ' is not JSON (Expecting "
+    ), err
+    assert f"allowed: {allowed}" in err[0], err
+    if report:
+        assert main(["report", str(out)]) == 0
+        page = html.unescape((out / "report.html").read_text())
+        assert f"{where}: '[{{\"stage\": 1, ' is not JSON" in page
+        assert " left out" in page
     assert journal.read_bytes().startswith(damaged)
 
 
