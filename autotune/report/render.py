@@ -23,12 +23,11 @@ import optuna
 from autotune.config.io import write_output
 from autotune.errors import ReportError
 from autotune.profiling.result import BUCKETS
-from autotune.redact import REDACTED, StorageURL, environment_secrets, hide_secrets
+from autotune.redact import StorageURL, environment_secrets, hide_secrets
 from autotune.report import folder
 from autotune.report.model import Report, load_report
 
 REPORT = "report.html"
-_WORDS = re.compile(r"(\s+)")
 _PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]*")
 
 
@@ -76,20 +75,9 @@ def without_secrets(page: str) -> str:
     secrets = sorted({*secrets, *map(html.escape, secrets)}, key=len, reverse=True)
     parts, last = [], 0
     for image in _PNG.finditer(page):
-        parts += [_hidden(page[last : image.start()], secrets), image.group()]
+        parts += [hide_secrets(page[last : image.start()], secrets), image.group()]
         last = image.end()
-    return "".join(parts) + _hidden(page[last:], secrets)
-
-
-def _hidden(text: str, secrets: list[str]) -> str:
-    """``text`` through :func:`hide_secrets`, a word at a time and only the words that can hold a
-    URL's password (``scheme:/...@``): its pattern backtracks for ever over one long word (a
-    parameter name of 100,000 letters took minutes); ``secrets`` are replaced in one pass."""
-    words = _WORDS.split(text)
-    text = "".join(hide_secrets(w, []) if "@" in w and ":/" in w else w for w in words)
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    return text
+    return "".join(parts) + hide_secrets(page[last:], secrets)
 
 
 def write_report(
