@@ -787,6 +787,7 @@ def test_n17s_compute_bound_best_lowers_one_region_at_a_time_frozen_text_layers_
                 "skip_dead_work": True,
                 "attended_kv_only": True,
                 "frozen_prefix_no_grad": True,
+                "gelu_epilogue": True,
             },
         }
     )

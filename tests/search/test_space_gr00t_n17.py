@@ -67,6 +67,6 @@ def test_a_space_naming_a_model_knob_n17_does_not_declare_is_refused(tmp_path):
         SearchSpaceError,
         match=r"n16_knob.yaml: knobs.model.bias_in_activation: not a model knob of workload "
         r"'gr00t_n17'; its model knobs: \['attended_kv_only', 'category_matmul', "
-        r"'freeze', 'frozen_prefix_no_grad', 'skip_dead_work', 'unfreeze'\]",
+        r"'freeze', 'frozen_prefix_no_grad', 'gelu_epilogue', 'skip_dead_work', 'unfreeze'\]",
     ):
         default_space(str(path), base, CPU)

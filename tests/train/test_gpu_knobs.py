@@ -9,6 +9,7 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
+from autotune.workloads.gr00t_common.layers import gelu_tanh_in_epilogue  # noqa: E402
 from autotune.workloads.gr00t_common.projectors import CategorySpecificLinear  # noqa: E402
 
 
@@ -267,49 +268,95 @@ def test_attended_keys_and_values_train_as_the_masked_ones_in_a_captured_step(co
     assert got == pytest.approx(want, rel=1e-2)
 
 
-def test_the_vision_mlp_with_its_gelu_in_the_epilogue_computes_the_tanh_gelu():
+def _vision_mlps(dim: int, mlp: int, heads: int):
+    """Each replica's vision block and its fc1: N1.6's SigLIP layer, N1.7's Qwen3-VL block."""
+    from autotune.workloads.gr00t_n16.vision import SiglipLayer
+    from autotune.workloads.gr00t_n17.vision import VisionBlock
+
+    n16 = SiglipLayer(dim, mlp, heads)
+    n17 = VisionBlock(dim, mlp, heads)
+    return {"gr00t_n16": (n16, n16.fc1), "gr00t_n17": (n17, n17.linear_fc1)}
+
+
+@pytest.mark.parametrize("workload", ["gr00t_n16", "gr00t_n17"])
+def test_the_vision_mlp_with_its_gelu_in_the_epilogue_computes_the_tanh_gelu(workload):
     """model.gelu_epilogue on CUDA: fc1's bias and tanh-approximated GELU in cuBLASLt's epilogue, in
     fp32 (no TF32) to 1e-5 of the model's own formula (the erf GELU is ~1e-3 away), and under bf16
     autocast to bf16 rounding of it."""
     import torch.nn.functional as F
 
-    from autotune.workloads.gr00t_n16.vision import SiglipLayer
-
     torch.manual_seed(0)
-    layer = SiglipLayer(64, 256, 4).cuda().requires_grad_(False)
+    _, fc1 = _vision_mlps(64, 256, 4)[workload]
+    fc1 = fc1.cuda().requires_grad_(False)
     h = torch.randn(8, 50, 64, device="cuda")
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        got = layer._fc1_gelu_in_epilogue(h)
-        want = F.gelu(layer.fc1(h), approximate="tanh")
+        got = gelu_tanh_in_epilogue(fc1, h)
+        want = F.gelu(fc1(h), approximate="tanh")
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-        assert (F.gelu(layer.fc1(h)) - want).abs().max() > 1e-4  # the test tells tanh from erf
+        assert (F.gelu(fc1(h)) - want).abs().max() > 1e-4  # the test tells tanh from erf
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        got = layer._fc1_gelu_in_epilogue(h)
-        want = F.gelu(layer.fc1(h), approximate="tanh")
+        got = gelu_tanh_in_epilogue(fc1, h)
+        want = F.gelu(fc1(h), approximate="tanh")
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("workload", ["gr00t_n16", "gr00t_n17"])
+def test_a_frozen_vision_block_on_cuda_takes_the_epilogue_and_computes_as_without(
+    workload, monkeypatch
+):
+    """The knob reaches the block's forward: a frozen block on CUDA calls the epilogue (counted) and
+    its output stays the block's own to bf16 rounding; a block whose fc1 trains does not call it."""
+    import importlib
+
+    vision = importlib.import_module(f"autotune.workloads.{workload}.vision")
+    calls = []
+
+    def counted(fc1, h):
+        calls.append(h.shape)
+        return gelu_tanh_in_epilogue(fc1, h)
+
+    monkeypatch.setattr(vision, "gelu_tanh_in_epilogue", counted)
+    torch.manual_seed(0)
+    block, fc1 = _vision_mlps(64, 256, 4)[workload]
+    block = block.cuda().requires_grad_(False)
+    x = torch.randn(8, 16, 64, device="cuda")
+    args = (x,) if workload == "gr00t_n16" else (x, *_rope(16, 16))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        want = block(*args)
+        block.gelu_epilogue = True
+        got = block(*args)
+        assert len(calls) == 1
+        fc1.requires_grad_(True)
+        block(*args)
+    assert len(calls) == 1
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def _rope(patches: int, head_dim: int):
+    from autotune.workloads.gr00t_n17.vision import vision_rope
+
+    cos, sin = vision_rope((4, patches // 4), head_dim, device="cuda")
+    return cos, sin
+
+
+@pytest.mark.parametrize("workload", ["gr00t_n16", "gr00t_n17"])
 @pytest.mark.parametrize("compile_all", [False, True], ids=["eager", "compiled"])
-def test_a_captured_step_with_the_gelu_in_the_epilogue_trains_as_without(compile_all):
+def test_a_captured_step_with_the_gelu_in_the_epilogue_trains_as_without(compile_all, workload):
     """Both runs are measured against the vision tower in fp32: the epilogue rounds fc1's output to bf16
     once where eager rounds the GEMM, the bias sum and the GELU apart, so the two bf16 runs can differ by
-    more than rounding once; the epilogue must stay as close to the fp32 tower as the model's own path."""
+    more than rounding once; the epilogue must stay as close to the fp32 tower as the model's own path.
+    N1.6's runs add fc1's bias in the GELU (``bias_in_activation``), as its best does."""
     over = {"compile": {"regions": ["all"]}} if compile_all else {}
-    base = {"optimizer": {"impl": "fused"}, **over}
-    fp32, _ = _session(
-        {
-            **base,
-            "model": {"bias_in_activation": True},
-            "precision": {"regions": {"vision": "fp32"}},
-        }
-    )
-    want, _ = _session({**base, "model": {"bias_in_activation": True}})
-    got, _ = _session({**base, "model": {"bias_in_activation": True, "gelu_epilogue": True}})
+    base = {"workload": workload, "optimizer": {"impl": "fused"}, **over}
+    model = {"bias_in_activation": True} if workload == "gr00t_n16" else {}
+    fp32, _ = _session({**base, "model": model, "precision": {"regions": {"vision": "fp32"}}})
+    want, _ = _session({**base, "model": model})
+    got, _ = _session({**base, "model": {**model, "gelu_epilogue": True}})
 
     def off(run):
         return max(abs(a - b) / abs(b) for a, b in zip(run, fp32))

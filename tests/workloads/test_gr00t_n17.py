@@ -211,7 +211,12 @@ def test_presets_keep_the_structure(name):
 
 @pytest.mark.parametrize(
     "knobs",
-    [{"skip_dead_work": True}, {"category_matmul": "grouped"}, {"attended_kv_only": True}],
+    [
+        {"skip_dead_work": True},
+        {"category_matmul": "grouped"},
+        {"attended_kv_only": True},
+        {"gelu_epilogue": True},  # cuBLASLt's: a CPU step computes as before (GPU: test_gpu_knobs)
+    ],
 )
 def test_each_model_knob_keeps_the_loss_and_every_gradient(knobs):
     """N1.7's declared model knobs (the ones every GR00T replica has) change how, never what."""
@@ -235,3 +240,14 @@ def test_each_model_knob_keeps_the_loss_and_every_gradient(knobs):
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     for name in ref:
         torch.testing.assert_close(grads[name], ref[name], rtol=1e-4, atol=1e-6)
+
+
+def test_the_gelu_epilogue_knob_reaches_every_vision_block():
+    from autotune.config import ModelConfig
+    from autotune.workloads.gr00t_common.knobs import Gr00tHeadKnobs
+
+    w = get_workload("gr00t_n17")
+    model = w.build_model("tiny", "cpu")
+    assert not any(block.gelu_epilogue for block in model.vision.blocks)
+    w.apply_model_options(model, ModelConfig(options=Gr00tHeadKnobs(gelu_epilogue=True)))
+    assert all(block.gelu_epilogue for block in model.vision.blocks)

@@ -19,6 +19,7 @@ from autotune.config import ModelConfig, config_from_dict
 from autotune.errors import ConfigError
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_common.dit import block_kind
+from autotune.workloads.gr00t_common.layers import epilogue_takes, needs_gradient
 from autotune.workloads.gr00t_common.projectors import (
     CategorySpecificLinear,
     grouped_supported,
@@ -89,11 +90,12 @@ def test_gelu_epilogue_leaves_a_cpu_step_and_a_trained_tower_as_they_were():
     layer = model.vision.blocks[0]
     assert layer.gelu_epilogue
     h = torch.randn(2, 3, layer.fc1.in_features)
-    assert not layer._fc1_needs_grad(h)  # frozen: the epilogue may run (on CUDA)
+    assert not needs_gradient(layer.fc1, h)  # frozen: the epilogue may run (on CUDA)
+    assert not epilogue_takes(layer.fc1, h)  # but not on a CPU
     layer.fc1.requires_grad_(True)
-    assert layer._fc1_needs_grad(h)
+    assert needs_gradient(layer.fc1, h)
     with torch.no_grad():
-        assert not layer._fc1_needs_grad(h)
+        assert not needs_gradient(layer.fc1, h)
 
 
 def _texts_of_length(batch: dict, lengths: list[int]) -> dict:

@@ -1,5 +1,5 @@
-"""The model knobs every GR00T replica declares: how its action head and LM head compute, never
-what (each exact or to float rounding).
+"""The model knobs every GR00T replica declares: how its vision tower's MLP, its action head and
+its LM head compute, never what (each exact or to float rounding).
 
 Declared once here, as the fields of :class:`Gr00tHeadKnobs`; a configuration's ``model`` mapping
 reads them beside ``freeze`` and ``unfreeze`` (:mod:`autotune.config.workload_knobs`). Applied by
@@ -53,6 +53,12 @@ class Gr00tHeadKnobs:
     (its text layers the text tokens, its image layers the image tokens; upstream projects every
     VL token for both and masks). Masked keys get no attention weight, so the loss and the
     gradients are the same sums over fewer zero terms (to float rounding)."""
+
+    gelu_epilogue: bool = knob(False, group="model", search=Search("bool", remedy=True), hf=OWN)
+    """The frozen vision tower's MLP runs fc1's bias and GELU in the GEMM's epilogue (cuBLASLt) on
+    CUDA, where nothing needs fc1's gradient (both replicas' towers use the tanh GELU, which is the
+    epilogue's). The GELU of the fp32 sum, rounded to bf16 once instead of twice, and no pass of
+    its own over fc1's output."""
 
     def __post_init__(self) -> None:
         validate(self)

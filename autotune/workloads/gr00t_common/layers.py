@@ -19,6 +19,33 @@ def prefix_grad_mode(no_grad: bool) -> contextlib.AbstractContextManager:
     return torch.no_grad() if no_grad else contextlib.nullcontext()
 
 
+def needs_gradient(layer: nn.Module, h: torch.Tensor) -> bool:
+    """Whether autograd records ``layer(h)``: gradients on and its input or a parameter needs one."""
+    return torch.is_grad_enabled() and (
+        h.requires_grad or any(p.requires_grad for p in layer.parameters())
+    )
+
+
+def epilogue_takes(fc1: nn.Module, h: torch.Tensor) -> bool:
+    """Whether ``gelu_tanh(fc1(h))`` can run as one cuBLASLt GEMM with its bias and GELU in the
+    epilogue (knob ``model.gelu_epilogue``): ``fc1`` a plain ``nn.Linear`` (a layer converted to fp8
+    keeps its own forward, which adds the bias after its GEMM), on CUDA (the epilogue is cuBLASLt's),
+    and nothing needs ``fc1``'s gradient (a frozen tower's: the epilogue keeps no pre-activation
+    for a GELU backward)."""
+    return type(fc1) is nn.Linear and h.is_cuda and not needs_gradient(fc1, h)
+
+
+def gelu_tanh_in_epilogue(fc1: nn.Linear, h: torch.Tensor) -> torch.Tensor:
+    """gelu_tanh(fc1(h)) as one cuBLASLt GEMM (``torch._addmm_activation``, which Inductor calls as
+    it is), in the dtype autocast would give ``fc1``. The epilogue's GELU is the tanh approximation
+    on CUDA, as the towers' MLPs use; it is applied to the fp32 sum before the bf16 rounding, one
+    rounding less than a GEMM and a GELU of its own, and no pass of its own over the output."""
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else h.dtype
+    w, b = fc1.weight.to(dtype), fc1.bias.to(dtype)
+    out = torch._addmm_activation(b, h.to(dtype).reshape(-1, h.shape[-1]), w.t(), use_gelu=True)
+    return out.reshape(*h.shape[:-1], w.shape[0])
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()

@@ -1,5 +1,5 @@
 """GR00T N1.6's model knobs: the shared ones (:class:`Gr00tHeadKnobs`) and those of its SigLIP2
-vision tower and frozen attention layers, each exact or to float rounding.
+vision tower's MLP bias and frozen attention layers, each exact or to float rounding.
 
 Declared once here; applied by the model's ``configure`` (through
 :meth:`autotune.workloads.gr00t_common.workload.Gr00tWorkload.apply_model_options`).
@@ -23,10 +23,6 @@ class Gr00tModelKnobs(Gr00tHeadKnobs):
     """The vision tower's MLP adds its fc1 bias in the GELU's kernel instead of the GEMM's (whose
     compiled form otherwise starts from a copy of the bias broadcast over its output). The same
     sums, rounded once less."""
-    gelu_epilogue: bool = knob(False, group="model", search=Search("bool", remedy=True), hf=OWN)
-    """The frozen vision tower's fc1 runs its bias and GELU in the GEMM's epilogue (cuBLASLt) on
-    CUDA, where nothing needs fc1's gradient. The GELU of the fp32 sum, rounded to bf16 once
-    instead of twice."""
     fused_frozen_qkv: bool = knob(False, group="model", search=Search("bool"), hf=OWN)
     """The frozen attention layers (vision tower, frozen LLM layers) run their query, key and value
     projections as one GEMM over a copy of the three weights side by side, made once the weights

@@ -6,7 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.workloads.gr00t_common.layers import BlockStack, FusedProjections
+from autotune.workloads.gr00t_common.layers import (
+    BlockStack,
+    FusedProjections,
+    epilogue_takes,
+    gelu_tanh_in_epilogue,
+)
 from autotune.workloads.gr00t_n16.presets import Gr00tPreset
 
 
@@ -34,9 +39,8 @@ class SiglipLayer(nn.Module):
     ``fc1``'s bias is added in the GELU's kernel instead of the GEMM's. Compiled, the GEMM with a
     bias and a GELU after it starts from a copy of the bias over its whole output (a 10,368 x 4,304
     bf16 copy per layer for ``full``); without the bias the GEMM writes its output directly.
-    ``gelu_epilogue`` (knob ``model.gelu_epilogue``): on CUDA, where nothing needs ``fc1``'s gradient
-    (a frozen tower), its bias and GELU run in the GEMM's epilogue (cuBLASLt, through
-    ``torch._addmm_activation``, which Inductor calls as it is): no pass of their own over its output."""
+    ``gelu_epilogue`` (knob ``model.gelu_epilogue``): where :func:`epilogue_takes` (a frozen tower on
+    CUDA), its bias and GELU run in the GEMM's epilogue: no pass of their own over its output."""
 
     def __init__(self, dim: int, mlp: int, heads: int) -> None:
         super().__init__()
@@ -53,27 +57,13 @@ class SiglipLayer(nn.Module):
         # a layer converted by precision (torchao's fp8 linear) keeps its own forward, which adds the
         # bias after its GEMM already
         plain = type(self.fc1) is nn.Linear
-        if self.gelu_epilogue and plain and h.is_cuda and not self._fc1_needs_grad(h):
-            h = self._fc1_gelu_in_epilogue(h)
+        if self.gelu_epilogue and epilogue_takes(self.fc1, h):
+            h = gelu_tanh_in_epilogue(self.fc1, h)
         elif self.bias_in_activation and plain:
             h = F.gelu(F.linear(h, self.fc1.weight) + self.fc1.bias.to(h.dtype), approximate="tanh")
         else:
             h = F.gelu(self.fc1(h), approximate="tanh")
         return x + self.fc2(h)
-
-    def _fc1_needs_grad(self, h: torch.Tensor) -> bool:
-        return torch.is_grad_enabled() and (
-            h.requires_grad or any(p.requires_grad for p in self.fc1.parameters())
-        )
-
-    def _fc1_gelu_in_epilogue(self, h: torch.Tensor) -> torch.Tensor:
-        """gelu_tanh(fc1(h)) as one cuBLASLt GEMM, in the dtype autocast would give ``fc1`` (the
-        epilogue's GELU is the tanh approximation on CUDA, as the model's; it is applied to the fp32
-        sum before the bf16 rounding, one rounding less)."""
-        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else h.dtype
-        w, b = self.fc1.weight.to(dtype), self.fc1.bias.to(dtype)
-        out = torch._addmm_activation(b, h.to(dtype).reshape(-1, h.shape[-1]), w.t(), use_gelu=True)
-        return out.reshape(*h.shape[:-1], w.shape[0])
 
 
 class VisionTower(BlockStack):

@@ -50,14 +50,19 @@ class Gr00tN17Model(FlowMatchingHead):
         self.frozen_prefix_no_grad = False
 
     def configure(self, *, skip_dead_work: bool = False, category_matmul: str = "gather",
-                  attended_kv_only: bool = False, frozen_prefix_no_grad: bool = False) -> None:  # fmt: skip
+                  attended_kv_only: bool = False, frozen_prefix_no_grad: bool = False,
+                  gelu_epilogue: bool = False) -> None:  # fmt: skip
         """``skip_dead_work``: no LM-head logits and no action decoder on the state token, outputs the
         loss never reads. ``category_matmul``: how the projectors apply each sample's embodiment
         weights (:class:`CategorySpecificLinear`). ``attended_kv_only``: the DiT's cross-attention
         layers get only the VL tokens they attend to (``FlowMatchingHead.cross_contexts``).
         ``frozen_prefix_no_grad``: :meth:`frozen_prefix` with gradients off (the workload refuses it
-        where a prefix region trains). None changes the loss or a gradient beyond rounding."""
+        where a prefix region trains). ``gelu_epilogue``: the vision MLPs' ``linear_fc1`` bias and GELU
+        in its GEMM's epilogue on CUDA (:class:`VisionBlock`). None changes the loss or a gradient
+        beyond rounding."""
         self.skip_dead_work = skip_dead_work
+        for block in self.vision.blocks:
+            block.gelu_epilogue = gelu_epilogue
         self.frozen_prefix_no_grad = frozen_prefix_no_grad
         self.attended_kv_only = attended_kv_only
         self.llm_frozen.compute_logits = not skip_dead_work

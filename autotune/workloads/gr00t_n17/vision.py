@@ -18,7 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.workloads.gr00t_common.layers import BlockStack
+from autotune.workloads.gr00t_common.layers import (
+    BlockStack,
+    epilogue_takes,
+    gelu_tanh_in_epilogue,
+)
 from autotune.workloads.gr00t_common.qwen3 import apply_rope
 from autotune.workloads.gr00t_n17.presets import Gr00tN17Preset
 
@@ -67,15 +71,25 @@ class VisionAttention(nn.Module):
 
 
 class VisionBlock(nn.Module):
+    """Pre-LN attention and GELU-tanh MLP. ``gelu_epilogue`` (knob ``model.gelu_epilogue``): where
+    :func:`epilogue_takes` (a frozen tower on CUDA), ``linear_fc1``'s bias and GELU run in its GEMM's
+    epilogue: no pass of their own over its output."""
+
     def __init__(self, dim: int, mlp: int, heads: int) -> None:
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
         self.attn = VisionAttention(dim, heads)
         self.linear_fc1, self.linear_fc2 = nn.Linear(dim, mlp), nn.Linear(mlp, dim)
+        self.gelu_epilogue = False
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), cos, sin)
-        return x + self.linear_fc2(F.gelu(self.linear_fc1(self.norm2(x)), approximate="tanh"))
+        h = self.norm2(x)
+        if self.gelu_epilogue and epilogue_takes(self.linear_fc1, h):
+            h = gelu_tanh_in_epilogue(self.linear_fc1, h)
+        else:
+            h = F.gelu(self.linear_fc1(h), approximate="tanh")
+        return x + self.linear_fc2(h)
 
 
 class PatchMerger(nn.Module):
