@@ -191,6 +191,71 @@ def test_the_master_kernels_update_as_the_torch_path_does(capture):
             assert torch.equal(w, m.to(torch.bfloat16))  # written as the master rounded to nearest
 
 
+def _idle_run(capture: bool, skip: bool, steps: int = 5) -> list[torch.Tensor]:
+    """MasterAdamW over a slot weight [32, 384, 512] whose slot 7 alone has gradients (slot 20 one
+    element from step 3), a bf16 weight with a master and a tensor that never has a gradient; the
+    values, masters and moments after ``steps`` steps. ``skip=False``: no block is taken for idle."""
+    from unittest import mock
+
+    from autotune.train.optim import master as M
+    from autotune.train.optim.master import MasterAdamW, bf16_with_masters
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    params = [
+        torch.nn.Parameter(torch.randn(s, device="cuda", generator=gen))
+        for s in [(32, 384, 512), (1 << 20,), (5000,)]
+    ]
+    masters = bf16_with_masters(params[1:2])
+    grads = []
+    for i in range(steps):
+        slots = torch.zeros(32, 384, 512, device="cuda")
+        slots[7] = torch.randn(384, 512, device="cuda", generator=gen) * (50 if i % 2 else 0.01)
+        if i >= 3:
+            slots[20, 5, 5] = 0.5
+        lin = torch.randn(1 << 20, device="cuda", generator=gen).to(torch.bfloat16)
+        grads.append([slots, lin, torch.zeros(5000, device="cuda")])
+
+    def none_idle(m, v, block):
+        return torch.zeros(sum(-(-t.numel() // block) for t in m), dtype=torch.int8, device="cuda")
+
+    patch = mock.patch.object(M, "_zero_blocks", none_idle) if not skip else mock.patch.dict({})
+    with patch:
+        opt = MasterAdamW([{"params": params, "weight_decay": 0.1}], lr=1e-2,
+                          betas=(0.9, 0.999), eps=1e-8, masters=masters)  # fmt: skip
+        static = [g.clone() for g in grads[0]]
+        for p, g in zip(params, static):
+            p.grad = g
+        opt.step(max_norm=1.0)
+        if capture:
+            opt.prepare()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                opt.step(max_norm=1.0)
+        for step in grads[1:]:
+            for dst, src in zip(static, step):
+                dst.copy_(src)
+            graph.replay() if capture else opt.step(max_norm=1.0)
+    torch.cuda.synchronize()
+    out = []
+    for p in params:
+        master = opt.master(p)
+        st = opt.state[p]
+        out += [p.detach().clone(), (master if master is not None else p).clone()]
+        out += [st["exp_avg"].clone(), st["exp_avg_sq"].clone()]
+    return out
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_idle_blocks_take_the_decay_alone_and_update_to_the_bit_as_the_full_update(capture):
+    """The master kernels skip the gradient and moments of blocks with neither (slots no sample
+    used): the same values, masters and moments to the bit as every block's full update, eager and
+    in a captured step."""
+    got = _idle_run(capture, skip=True)
+    want = _idle_run(capture, skip=False)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
 def _session(over: dict, steps: int = 8) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Losses and gradient norms of ``steps`` captured steps of ``tiny`` (4 samples) with ``over``,
     and the trainable weights after them (any update still held applied)."""

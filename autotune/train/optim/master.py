@@ -13,7 +13,9 @@ in fp32 as before, by the same pass.
 
 On CUDA the update is a Triton kernel over tables of every tensor
 (:mod:`autotune.train.optim.master_kernels`): one launch per kind of tensor, however many tensors; so
-is the gradient norm (partial sums of squares in fp32) once the tables exist. Elsewhere, and for a
+is the gradient norm (partial sums of squares in fp32) once the tables exist. A block of a table
+whose gradient and moments are all zeros (an embodiment slot no sample has used) takes the decay
+alone, the same numbers as its full update (see the kernels' module). Elsewhere, and for a
 gradient the kernels cannot take, the same arithmetic runs as torch ops (the norm: torch's
 multi-tensor norm, each tensor's in fp32). Nothing syncs the host, so the step can be captured in a CUDA
 graph; the tables hold the gradients' addresses, so a captured update needs
@@ -60,10 +62,27 @@ class Table:
     tensor that the column's offsets count from."""
     off: dict[str, torch.Tensor]
     """Per column: each tensor's start, in elements from the column's base."""
+    nonzero: torch.Tensor
+    """Per block (int8): 1 where this step's gradient has an element other than zero (the norm pass
+    writes it; 1 for every block where the norm was taken another way)."""
+    zero_state: torch.Tensor
+    """Per block (int8): 1 while both moments are all zeros (the update clears it)."""
 
 
 def _aligned(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.data_ptr() % 16 == 0
+
+
+def _zero_blocks(m: list[torch.Tensor], v: list[torch.Tensor], block: int) -> torch.Tensor:
+    """Per block of the tables' layout (each tensor's elements in runs of ``block``, its last run
+    short): 1 (int8) where both moments are zeros throughout."""
+    flags = []
+    for a, b in zip(m, v):
+        zero = ((a == 0) & (b == 0)).flatten()
+        pad = -zero.numel() % block
+        zero = torch.cat([zero, zero.new_ones(pad)]) if pad else zero
+        flags.append(zero.view(-1, block).all(dim=1))
+    return torch.cat(flags).to(torch.int8)
 
 
 class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
@@ -149,6 +168,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
                 continue
             for key in ("step", "exp_avg", "exp_avg_sq"):
                 kept[p][key].copy_(torch.as_tensor(saved[key]))
+        self._refresh_zero_state()
 
     # -- tables ---------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -258,16 +278,32 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         def dev(t: torch.Tensor) -> torch.Tensor:
             return t.to(self.device)
 
+        blocks = int(nblocks.sum())
         return Table(
             has_weight=has_master,
-            blocks=int(nblocks.sum()),
+            blocks=blocks,
             blk_tensor=dev(blk_tensor),
             blk_start=dev(blk_start),
             numel=dev(numel),
             index=dev(torch.tensor(idx, dtype=torch.int64)),
             base=base,
             off={k: dev(v) for k, v in off.items()},
+            nonzero=torch.ones(blocks, dtype=torch.int8, device=self.device),
+            zero_state=_zero_blocks(columns["m"], columns["v"], BLOCK),
         )
+
+    def _refresh_zero_state(self) -> None:
+        """Mark again, in place, which blocks' moments are all zeros (after the moments were loaded:
+        a captured update reads the flags where they are)."""
+        if not self._tables:
+            return  # no tables: no kernels (and, on a CPU build, no Triton to import them from)
+        from autotune.train.optim.master_kernels import BLOCK
+
+        for table in self._tables:
+            idx = table.index.tolist()
+            m = [self.state[self._params[i]]["exp_avg"] for i in idx]
+            v = [self.state[self._params[i]]["exp_avg_sq"] for i in idx]
+            table.zero_state.copy_(_zero_blocks(m, v, BLOCK))
 
     # -- the step -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -325,6 +361,8 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
             from autotune.train.optim import master_kernels as kernels
 
             return torch.sqrt(torch.stack([kernels.sumsq(t) for t in tables]).sum())
+        for table in self._tables or []:
+            table.nonzero.fill_(1)  # no block known to be without a gradient: none skipped
         # one call per gradient dtype: torch's multi-tensor path takes lists of one dtype, and a mixed
         # list falls back to a kernel per tensor
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}

@@ -13,6 +13,14 @@ loads and stores; so does the block's bound: a block that ends inside its tensor
 only a tensor's last block is masked (a mask against a bound read from memory is one the compiler
 cannot prove constant over 16 bytes, so every masked access is a scalar one).
 
+A block whose gradient is all zeros this step and whose moments are all zeros (an embodiment slot,
+an embedding row no sample has used yet) takes the decay alone: AdamW's update of such an element is
+``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only its
+value (and weight) instead of its gradient and both moments too. The norm pass, which reads every
+gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments
+are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped (its
+update is 0 / 0 there).
+
 Imported only where a CUDA device runs the optimizer: CPU builds of torch come without Triton.
 """
 
@@ -85,6 +93,21 @@ def _adamw_block(
 
 
 @triton.jit
+def _decay_block(p_ptr, w_ptr, mask, decay, HAS_W: tl.constexpr, MASKED: tl.constexpr):
+    """The update of a block with no gradient and no moments: its value times the decay."""
+    if MASKED:
+        p = tl.load(p_ptr, mask=mask) * decay
+        tl.store(p_ptr, p, mask=mask)
+        if HAS_W:
+            tl.store(w_ptr, p.to(tl.bfloat16), mask=mask)
+    else:
+        p = tl.load(p_ptr) * decay
+        tl.store(p_ptr, p)
+        if HAS_W:
+            tl.store(w_ptr, p.to(tl.bfloat16))
+
+
+@triton.jit
 def _adamw_kernel(
     blk_tensor,
     blk_start,
@@ -100,12 +123,15 @@ def _adamw_kernel(
     w_off,
     numel_tab,
     index_tab,
+    nonzero_tab,
+    zero_state_tab,
     coefs,
     clip,
     n_all,
     beta1,
     beta2,
     eps,
+    skip_idle,
     G_ALIGN: tl.constexpr,
     HAS_W: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -125,7 +151,16 @@ def _adamw_kernel(
     m_ptr = m_base + _index(m_off, t, offs, 4, BLOCK)
     v_ptr = v_base + _index(v_off, t, offs, 4, BLOCK)
     w_ptr = w_base + _index(w_off, t, offs, 8, BLOCK)
-    if start + BLOCK <= n:
+    has_grad = tl.load(nonzero_tab + pid) != 0
+    idle = (tl.load(zero_state_tab + pid) != 0) & (has_grad == 0) & (skip_idle != 0)
+    if has_grad:
+        tl.store(zero_state_tab + pid, 0)
+    if idle:
+        if start + BLOCK <= n:
+            _decay_block(p_ptr, w_ptr, None, decay, HAS_W, False)
+        else:
+            _decay_block(p_ptr, w_ptr, offs < n, decay, HAS_W, True)
+    elif start + BLOCK <= n:
         _adamw_block(
             g_ptr,
             p_ptr,
@@ -176,12 +211,14 @@ def _sumsq_kernel(
     g_off,
     numel_tab,
     out,
+    nonzero_tab,
     n_blocks,
     G_ALIGN: tl.constexpr,
     BLOCK: tl.constexpr,
     NORM_BLOCKS: tl.constexpr,
 ):
-    """``out[program]``: the sum of the squares (fp32) of the gradient elements of its blocks."""
+    """``out[program]``: the sum of the squares (fp32) of the gradient elements of its blocks;
+    ``nonzero_tab[block]``: 1 where the block's gradient has an element other than zero (NaN too)."""
     pid = tl.program_id(0)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for j in range(NORM_BLOCKS):
@@ -197,6 +234,7 @@ def _sumsq_kernel(
             else:
                 g = tl.load(g_ptr, mask=offs < n, other=0.0).to(tl.float32)
             acc += g * g
+            tl.store(nonzero_tab + b, tl.max((g != 0.0).to(tl.int8), axis=0))
     tl.store(out + pid, tl.sum(acc, axis=0))
 
 
@@ -211,6 +249,7 @@ def sumsq(table) -> torch.Tensor:
         table.off["g"],
         table.numel,
         out,
+        table.nonzero,
         table.blocks,
         G_ALIGN=_align(table.base["g"]),
         BLOCK=BLOCK,
@@ -229,7 +268,9 @@ def adamw(
     table, coefs: torch.Tensor, clip: torch.Tensor, beta1: float, beta2: float, eps: float
 ) -> None:
     """The clipped AdamW update of every tensor of ``table``; ``coefs`` is [3, n]: step size, the
-    square root of the second bias correction and the decay factor of each optimizer tensor."""
+    square root of the second bias correction and the decay factor of each optimizer tensor. Blocks
+    that :func:`sumsq` found without a gradient and whose moments are still zeros take the decay
+    alone (the same numbers; see the module)."""
     b, o = table.base, table.off
     _adamw_kernel[(table.blocks,)](
         table.blk_tensor,
@@ -246,12 +287,15 @@ def adamw(
         o["w"],
         table.numel,
         table.index,
+        table.nonzero,
+        table.zero_state,
         coefs,
         clip,
         coefs.shape[1],
         beta1,
         beta2,
         eps,
+        int(eps > 0),
         G_ALIGN=_align(b["g"]),
         HAS_W=table.has_weight,
         BLOCK=BLOCK,
