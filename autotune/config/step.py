@@ -11,6 +11,7 @@ from autotune.config._strict import check
 from autotune.config.knob import Carried, Needs, NotCarried, Search, knob, validate
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+FP8_SCALINGS = ("tensorwise", "rowwise")
 DTYPES = ("fp32", "bf16", "fp16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 ATTENTION = ("auto", "flash", "efficient", "cudnn", "math")
@@ -138,13 +139,27 @@ class PrecisionConfig:
         hf=NotCarried("load the model in bf16 (torch_dtype) instead: the Trainer keeps its dtype"),
     )
     """Storage dtype of trainable weights (fp32 master weights upstream)."""
+    fp8_frozen_scaling: str = knob(
+        "tensorwise",
+        group="precision",
+        choices=FP8_SCALINGS,
+        numerics=("rowwise",),
+        search=Search("categorical", choices=FP8_SCALINGS, needs="fp8"),
+        hf=NotCarried("the Trainer has no fp8 training of its own (see accelerate's fp8 recipes)"),
+    )
+    """How the frozen layers of ``fp8`` regions scale their GEMMs: ``tensorwise`` (one scale per
+    activation tensor and per weight, torchao's recipe) or ``rowwise`` (a scale per activation row
+    and per output channel of the weight: each row's amax and cast in one pass, where tensorwise
+    reduces over the whole activation first; ``autotune.train.fp8_static``). Trained fp8 layers keep
+    torchao's tensorwise recipe."""
 
     def __post_init__(self) -> None:
         spec = type(self).__dataclass_fields__["regions"].metadata["knob"]
         for region, prec in self.regions.items():
             spec.check(f"regions.{region}", prec)
-        for name in ("default", "tf32", "frozen_dtype", "trainable_dtype"):
-            type(self).__dataclass_fields__[name].metadata["knob"].check(name, getattr(self, name))
+        for name, field_ in type(self).__dataclass_fields__.items():
+            if name != "regions":  # checked per region above
+                field_.metadata["knob"].check(name, getattr(self, name))
 
     def of(self, region: str) -> str:
         return self.regions.get(region, self.default)

@@ -181,9 +181,20 @@ def untried(
         for t in study.get_trials(deepcopy=False)
         if t.state != TrialState.WAITING and all(t.params.get(k, v) == v for k, v in others.items())
     ]
-    untried = [params for params, _ in combos if params not in tried]
+    untried = [params for params, _ in combos if not _measured(params, tried, current)]
     # one knob changed from the incumbent before two (a local search), the space's order within
     return sorted(untried, key=lambda p: sum(incumbent.params.get(k) != v for k, v in p.items()))
+
+
+def _measured(params: dict[str, Any], tried: list[dict[str, Any]], current: dict[str, Any]) -> bool:
+    """Whether a trial measured ``params``: the same values, and beyond them only knobs the
+    incumbent does not have (a knob that ``params`` brings into existence, which the trial held at
+    the value it was given then: a local move from an incumbent without it does not set it)."""
+    return any(
+        all(t.get(k) == v for k, v in params.items())
+        and all(k in params or k not in current for k in t)
+        for t in tried
+    )
 
 
 def local(stage: Stage) -> bool:

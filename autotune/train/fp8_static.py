@@ -10,6 +10,14 @@ the same fp8 weight, the same GEMM. A call that needs no gradient for its input 
 runs torchao's forward as plain tensor operations, which AOTAutograd's cache takes (torchao's own
 path makes a compiled graph uncacheable: see :mod:`autotune.train.compile_cache`).
 
+``rowwise`` (knob ``precision.fp8_frozen_scaling``) scales by rows instead: each activation row by
+its own amax, each output channel of the weight by its own (cast once), and ``_scaled_mm`` scales
+the product's rows and columns back. A row's amax and its cast are one pass over the row (the
+tensorwise amax is a reduction over the whole activation before any element can be cast), and an
+outlier token or channel costs only its own row's precision. Not the tensorwise numbers: the
+parity check decides. A rowwise layer's call whose input needs a gradient runs in bf16 with the
+layer's weight (no fp8 backward is kept for a frozen layer).
+
 The fp8 copy is kept beside the layer's weight (which stays a parameter: saved, exported and
 loaded as before) and not saved; :func:`refresh_fp8_weights` writes it again, in place (a graph
 already captured or compiled reads its address), after weights are loaded into a built model.
@@ -27,10 +35,14 @@ from torchao.float8.float8_utils import EPS, _round_scale_down_to_power_of_2
 
 
 class FrozenFloat8Linear(Float8Linear):
-    """A :class:`Float8Linear` whose frozen weight is cast to fp8 once (``fp8_weight_t``)."""
+    """A :class:`Float8Linear` whose frozen weight is cast to fp8 once (``fp8_weight_t``, or
+    ``rowwise_weight_t`` with its inverse scales ``rowwise_inv_scale`` where it scales by rows)."""
 
-    fp8_weight_t: Float8TrainingTensor
+    fp8_weight_t: Float8TrainingTensor | None
+    rowwise_weight_t: torch.Tensor
+    rowwise_inv_scale: torch.Tensor
     _plain: bool = False
+    _rowwise: bool = False
 
     @torch.no_grad()
     def cast_weight(self) -> Float8TrainingTensor:
@@ -48,8 +60,22 @@ class FrozenFloat8Linear(Float8Linear):
         )
 
     @torch.no_grad()
+    def cast_weight_rowwise(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The transposed weight in fp8 with a scale per output channel (a power of 2, so the cast
+        only moves exponents), column-major as ``_scaled_mm`` takes it; and the inverse scales [1, N]."""
+        w = self.weight.to(torch.float32)
+        scale = _pow2_scale(torch.amax(torch.abs(w), dim=1, keepdim=True), self._fp8_max)
+        data = (w * scale).clamp(-self._fp8_max, self._fp8_max).to(self._fp8_dtype)
+        return data.t(), scale.reciprocal().reshape(1, -1).contiguous()
+
+    @torch.no_grad()
     def refresh(self) -> None:
         """Cast the weight again into the same fp8 memory (its values may have been loaded since)."""
+        if self._rowwise:
+            data, inv = self.cast_weight_rowwise()
+            self.rowwise_weight_t.copy_(data)
+            self.rowwise_inv_scale.copy_(inv)
+            return
         new = self.cast_weight()
         self.fp8_weight_t._data.copy_(new._data)
         self.fp8_weight_t._scale.copy_(new._scale)
@@ -57,7 +83,14 @@ class FrozenFloat8Linear(Float8Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if torch.is_autocast_enabled():
             input = input.to(torch.get_autocast_dtype("cuda"))
-        if self._plain and not (input.requires_grad and torch.is_grad_enabled()):
+        needs_grad = input.requires_grad and torch.is_grad_enabled()
+        if self._rowwise:
+            out = (
+                nn.functional.linear(input, self.weight.to(input.dtype))
+                if needs_grad
+                else self._rowwise_forward(input)
+            )
+        elif self._plain and not needs_grad:
             out = self._plain_forward(input)
         else:
             # as Float8Linear.forward, with the weight already in fp8: the input's gradient flows
@@ -93,6 +126,29 @@ class FrozenFloat8Linear(Float8Linear):
         )
         return out.reshape(*input.shape[:-1], out.shape[-1])
 
+    def _rowwise_forward(self, input: torch.Tensor) -> torch.Tensor:
+        """The GEMM with a scale per activation row (each row's amax and cast, one pass over it) and
+        per output channel of the weight."""
+        x = input.reshape(-1, input.shape[-1])
+        scale = _pow2_scale(torch.amax(torch.abs(x), dim=1, keepdim=True), self._fp8_max)
+        a = (x.to(torch.float32) * scale).clamp(-self._fp8_max, self._fp8_max).to(self._fp8_dtype)
+        out = torch._scaled_mm(
+            a,
+            self.rowwise_weight_t,
+            scale_a=scale.reciprocal(),
+            scale_b=self.rowwise_inv_scale,
+            out_dtype=input.dtype,
+            use_fast_accum=self._fast_accum,
+        )
+        return out.reshape(*input.shape[:-1], out.shape[-1])
+
+    def take_rowwise(self) -> None:
+        """Scale by rows (after :meth:`take_plain_path` read the configuration): the rowwise fp8
+        weight is cast now and the tensorwise one dropped (nothing calls it any more)."""
+        self.rowwise_weight_t, self.rowwise_inv_scale = self.cast_weight_rowwise()
+        self.fp8_weight_t = None
+        self._rowwise = True
+
     def take_plain_path(self) -> None:
         """Read, once, what the plain forward needs of the layer's configuration, and use it where
         the configuration is the one it implements (tensorwise dynamic scales, real fp8 GEMMs, no
@@ -114,14 +170,21 @@ class FrozenFloat8Linear(Float8Linear):
         self._fast_accum = bool(mm.use_fast_accum)
 
 
+def _pow2_scale(amax: torch.Tensor, fp8_max: float) -> torch.Tensor:
+    """fp8's largest value over ``amax`` (fp32; tiny amaxes held at torchao's EPS), rounded down to a
+    power of 2, as torchao's rowwise recipe takes its scales."""
+    scale = (fp8_max / torch.clamp(amax.to(torch.float64), min=EPS)).to(torch.float32)
+    return _round_scale_down_to_power_of_2(scale)
+
+
 def _frozen(layer: nn.Module) -> bool:
     return not any(p.requires_grad for p in layer.parameters())
 
 
-def freeze_fp8_weights(modules: list[nn.Module]) -> int:
+def freeze_fp8_weights(modules: list[nn.Module], rowwise: bool = False) -> int:
     """Give every fp8-converted layer of ``modules`` whose parameters are all frozen its fp8 weight,
-    cast now; the number of layers given one. A layer that trains keeps the per-step cast (its
-    weight changes with every update)."""
+    cast now (by rows where ``rowwise`` and the layer runs real fp8 GEMMs); the number of layers given
+    one. A layer that trains keeps the per-step cast (its weight changes with every update)."""
     count = 0
     for module in modules:
         for layer in module.modules():
@@ -129,6 +192,8 @@ def freeze_fp8_weights(modules: list[nn.Module]) -> int:
                 layer.__class__ = FrozenFloat8Linear
                 layer.fp8_weight_t = layer.cast_weight()
                 layer.take_plain_path()
+                if rowwise and not layer.linear_mm_config.output.emulate:
+                    layer.take_rowwise()
                 count += 1
     return count
 

@@ -116,7 +116,7 @@ def apply_precision(
         if prec == "fp8":
             if name in cfg.regions:
                 _check_fp8_takes(name, modules)
-            _convert_fp8(modules)
+            _convert_fp8(modules, rowwise=cfg.fp8_frozen_scaling == "rowwise")
         for module in modules:
             # Autocast's weight cache must be off under graph capture (cached casts would be
             # captured once and then go stale as the optimizer updates the weights).
@@ -143,14 +143,15 @@ def _check_fp8_takes(name: str, modules: list[nn.Module]) -> None:
         )
 
 
-def _convert_fp8(modules: list[nn.Module]) -> None:
+def _convert_fp8(modules: list[nn.Module], rowwise: bool = False) -> None:
     """Convert the eligible linear layers of ``modules`` to fp8 (after their parameters have their
-    dtype and trainability: a frozen layer's weight is cast to fp8 here, once)."""
+    dtype and trainability: a frozen layer's weight is cast to fp8 here, once, by rows where
+    ``rowwise``: ``precision.fp8_frozen_scaling``)."""
     from autotune.train.fp8_static import freeze_fp8_weights
 
     for module in modules:
         convert_fp8_layers(module)
-    freeze_fp8_weights(modules)
+    freeze_fp8_weights(modules, rowwise=rowwise)
 
 
 def convert_fp8_layers(module: nn.Module) -> None:

@@ -807,8 +807,20 @@ def test_n17s_compute_bound_best_lowers_one_region_at_a_time_frozen_text_layers_
     assert (stage.kind, stage.groups) == ("search", ["precision"])
     changed = {k: v for k, v in fixed.items() if best.params.get(k) != v}
     assert changed == {"precision.regions.llm_frozen": "fp8"}
-    # it pays (beyond the records' ±10 % spread): the stage goes on, one region a trial
+    # it pays (beyond the records' ±10 % spread): the stage goes on, one move a trial from the new
+    # best; next, the text layers' activations scaled by rows (the knob exists once they are in fp8)
     stage.trials.append(tell(fixed, 300.0).number)
+    assert (
+        guide.next_trial(study, best)[0] != fixed
+    )  # from the old best, the same move is not repeated
+    best = study.trials[-1]
+    fixed, stage = guide.next_trial(study, best)
+    assert stage.groups == ["precision"]
+    assert {k: v for k, v in fixed.items() if best.params.get(k) != v} == {
+        "precision.fp8_frozen_scaling": "rowwise"
+    }
+    stage.trials.append(tell(fixed, 330.0).number)
+    best = study.trials[-1]
     fixed, stage = guide.next_trial(study, best)
     assert stage.groups == ["precision"]
     assert {k: v for k, v in fixed.items() if best.params.get(k) != v} == {

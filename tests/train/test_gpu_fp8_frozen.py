@@ -26,12 +26,13 @@ FP8 = {"vision": "fp8", "connector": "fp8", "llm_frozen": "fp8", "dit": "fp8"}
 CUDA = torch.device("cuda")
 
 
-def _model(static: bool = True, fp8: dict[str, str] = FP8):
-    """Tiny N1.7 on the GPU, its backbone and DiT in fp8; ``static=False``: torchao's per-step cast."""
+def _model(static: bool = True, fp8: dict[str, str] = FP8, scaling: str = "tensorwise"):
+    """Tiny N1.7 on the GPU, its backbone and DiT in fp8; ``static=False``: torchao's per-step cast;
+    ``scaling``: how the frozen layers scale (``precision.fp8_frozen_scaling``)."""
     torch.manual_seed(0)
     model = W.build_model("tiny", CUDA)
     regions = model.region_map()
-    cfg = PrecisionConfig(regions=fp8)
+    cfg = PrecisionConfig(regions=fp8, fp8_frozen_scaling=scaling)
     if static:
         precision.apply_precision(regions, cfg, CUDA, graphs=True)
         return model
@@ -183,3 +184,35 @@ def test_compiled_frozen_fp8_graphs_are_loaded_from_aot_autograds_cache(tmp_path
     again = _cache_counts(monkeypatch, tmp_path)
     assert again.get("autograd_cache_hit") and not again.get("autograd_cache_miss"), again
     assert not again.get("autograd_cache_bypass"), again
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_rowwise_frozen_layers_give_the_tensorwise_prefix_to_fp8_rounding(compiled):
+    """``precision.fp8_frozen_scaling: rowwise`` on the GPU's ``_scaled_mm`` (row and column scales):
+    the frozen prefix within fp8's rounding of the tensorwise one's, eager and compiled, and a
+    captured replay reads the rowwise copy refreshed in place."""
+    batch = _batch()
+    tensorwise, rowwise = _model(), _model(scaling="rowwise")
+    assert all(m._rowwise for m in rowwise.modules() if isinstance(m, FrozenFloat8Linear))
+    want = _prefix(tensorwise, batch)
+    prefix = torch.compile(rowwise.frozen_prefix) if compiled else rowwise.frozen_prefix
+    with torch.no_grad():
+        got = prefix(batch)
+    assert _rel(got, want) < 0.1, _rel(got, want)
+    assert _rel(got, _prefix(_model(fp8={}), batch)) < 0.1  # and near bf16's
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            _prefix(rowwise, batch)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        out = _prefix(rowwise, batch)
+    with torch.no_grad():
+        for layer in rowwise.modules():
+            if isinstance(layer, FrozenFloat8Linear):
+                layer.weight.mul_(0.5)
+    precision.refresh_frozen_fp8(rowwise)
+    graph.replay()
+    torch.testing.assert_close(out, _prefix(rowwise, batch))
