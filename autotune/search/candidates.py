@@ -135,7 +135,11 @@ def stock_beside(
 
 
 def untried(
-    space: SearchSpace, study: optuna.Study, stage: Stage, incumbent: FrozenTrial
+    space: SearchSpace,
+    study: optuna.Study,
+    stage: Stage,
+    incumbent: FrozenTrial,
+    stock: TrainConfig | None = None,
 ) -> list[dict[str, Any]] | None:
     """The combinations of a search stage's knobs not yet measured with every other knob at the
     incumbent's values, in the space's order; None where the group is not small and discrete
@@ -181,18 +185,39 @@ def untried(
         for t in study.get_trials(deepcopy=False)
         if t.state != TrialState.WAITING and all(t.params.get(k, v) == v for k, v in others.items())
     ]
-    untried = [params for params, _ in combos if not _measured(params, tried, current)]
+    brought = _brought_values(mine, current, stock)
+    untried = [params for params, _ in combos if not _measured(params, tried, brought)]
     # one knob changed from the incumbent before two (a local search), the space's order within
     return sorted(untried, key=lambda p: sum(incumbent.params.get(k) != v for k, v in p.items()))
 
 
-def _measured(params: dict[str, Any], tried: list[dict[str, Any]], current: dict[str, Any]) -> bool:
+def _brought_values(
+    mine: list[Knob], current: dict[str, Any], stock: TrainConfig | None
+) -> dict[str, Any]:
+    """The group's knobs the incumbent does not have, each at the Optuna value a trial that brings
+    it into existence runs it with: stock's (see :func:`stock_values_for`); None where no stock
+    configuration is given (any value then)."""
+    out: dict[str, Any] = {}
+    for knob in mine:
+        if knob.key not in current:
+            value = get_value(stock, knob.key) if stock is not None else None
+            out[knob.key] = (
+                knob.encode(value) if stock is not None and knob.contains(value) else None
+            )
+    return out
+
+
+def _measured(params: dict[str, Any], tried: list[dict[str, Any]], brought: dict[str, Any]) -> bool:
     """Whether a trial measured ``params``: the same values, and beyond them only knobs the
-    incumbent does not have (a knob that ``params`` brings into existence, which the trial held at
-    the value it was given then: a local move from an incumbent without it does not set it)."""
+    incumbent does not have, at the value a move that brings them into existence gives them (a
+    local move from an incumbent without such a knob does not set it)."""
+
+    def extra_ok(key: str, value: Any) -> bool:
+        return key in brought and brought[key] in (None, value)
+
     return any(
         all(t.get(k) == v for k, v in params.items())
-        and all(k in params or k not in current for k in t)
+        and all(k in params or extra_ok(k, v) for k, v in t.items())
         for t in tried
     )
 

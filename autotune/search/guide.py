@@ -114,7 +114,9 @@ class Guide:
             return self._memory_trial(study)
         fitted = fitted_by_ladder(self.space, self.stock, self.stages, incumbent)
         stage = self.stages[-1] if self.stages else None
-        left = untried(self.space, study, stage, incumbent) if stage is not None else None
+        left = (
+            untried(self.space, study, stage, incumbent, self.stock) if stage is not None else None
+        )
         if stage is None or over(study, stage, incumbent, left, self._length(stage)):
             self._close(study)
             stage = new_stage(
@@ -122,7 +124,7 @@ class Guide:
             )
             self.stages.append(stage)
             self.save(study)
-            left = untried(self.space, study, stage, incumbent)
+            left = untried(self.space, study, stage, incumbent, self.stock)
         if stage.kind == "free":
             return None, stage
         fixed = fixed_params(self.space, self.stock, stage, incumbent, fitted)
@@ -132,6 +134,8 @@ class Guide:
             # group's moves (one region's precision lowered) are taken in the space's order however
             # many: the sampler would draw from every choice, raised precisions and several at once
             fixed.update(left[0])
+            if local(stage):  # one move a trial: a knob the move brings into existence at stock's
+                fixed.update(stock_beside(self.space, self.stock, fixed))
         return fixed, stage
 
     def _memory_trial(self, study: optuna.Study) -> tuple[dict[str, Any] | None, Stage | None]:

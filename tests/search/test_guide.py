@@ -802,17 +802,21 @@ def test_n17s_compute_bound_best_lowers_one_region_at_a_time_frozen_text_layers_
         return study.trials[-1]
 
     best = tell(space.stock_params(best_cfg), 268.0)
-    guide = Guide(space, stage_trials=4)
+    # with the stock configuration, as a run has it: a knob a move brings into existence (the fp8
+    # scaling) takes stock's value, not the sampler's
+    guide = Guide(space, stage_trials=4, stock=config_from_dict({"workload": "gr00t_n17"}))
     fixed, stage = guide.next_trial(study, best)
     assert (stage.kind, stage.groups) == ("search", ["precision"])
     changed = {k: v for k, v in fixed.items() if best.params.get(k) != v}
-    assert changed == {"precision.regions.llm_frozen": "fp8"}
+    assert changed == {  # the scaling it brings into existence at stock's: one move a trial
+        "precision.regions.llm_frozen": "fp8",
+        "precision.fp8_frozen_scaling": "tensorwise",
+    }
     # it pays (beyond the records' ±10 % spread): the stage goes on, one move a trial from the new
     # best; next, the text layers' activations scaled by rows (the knob exists once they are in fp8)
     stage.trials.append(tell(fixed, 300.0).number)
-    assert (
-        guide.next_trial(study, best)[0] != fixed
-    )  # from the old best, the same move is not repeated
+    again, _ = guide.next_trial(study, best)
+    assert again != fixed  # from the old best, the same move is not repeated
     best = study.trials[-1]
     fixed, stage = guide.next_trial(study, best)
     assert stage.groups == ["precision"]
@@ -860,3 +864,19 @@ def test_old_traces_are_deleted_only_in_the_folders_trials_made(tmp_path):
         "run/profiles/trial-notes/n.json",
         "theirs/notes.json",
     ]
+
+
+def test_a_move_counts_as_measured_only_by_a_trial_that_ran_it():
+    """A local move from an incumbent without a conditional knob (the fp8 scaling before any region
+    is in fp8) does not set it: a trial counts as having measured the move if it held that knob at
+    the value the move would run it with (stock's), not at another."""
+    from autotune.search.candidates import _measured
+
+    move = {"precision.regions.llm_frozen": "fp8"}
+    brought = {"precision.fp8_frozen_scaling": "tensorwise"}
+    ran = {**move, "precision.fp8_frozen_scaling": "tensorwise"}
+    other = {**move, "precision.fp8_frozen_scaling": "rowwise"}
+    assert _measured(move, [ran], brought)
+    assert not _measured(move, [other], brought)
+    assert _measured(move, [other], {"precision.fp8_frozen_scaling": None})  # no stock: any value
+    assert not _measured(move, [{**move, "precision.regions.vision": "fp8"}], brought)
