@@ -101,9 +101,9 @@ def test_the_static_weight_gives_the_per_step_casts_prefix_loss_and_gradients(
     )
 
 
-def test_a_captured_prefix_reads_the_fp8_copy_refreshed_in_place():
-    model, batch = _model(), _batch()
-    eager = _prefix(model, batch)
+def _captured_prefix(model, batch) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """The frozen prefix captured in a CUDA graph (after two warm-up runs on a side stream) and its
+    output tensor, which each replay writes."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -113,6 +113,13 @@ def test_a_captured_prefix_reads_the_fp8_copy_refreshed_in_place():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = _prefix(model, batch)
+    return graph, out
+
+
+def test_a_captured_prefix_reads_the_fp8_copy_refreshed_in_place():
+    model, batch = _model(), _batch()
+    eager = _prefix(model, batch)
+    graph, out = _captured_prefix(model, batch)
     graph.replay()
     torch.testing.assert_close(out, eager)
     with torch.no_grad():
@@ -200,15 +207,7 @@ def test_rowwise_frozen_layers_give_the_tensorwise_prefix_to_fp8_rounding(compil
         got = prefix(batch)
     assert _rel(got, want) < 0.1, _rel(got, want)
     assert _rel(got, _prefix(_model(fp8={}), batch)) < 0.1  # and near bf16's
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            _prefix(rowwise, batch)
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.cuda.graph(graph):
-        out = _prefix(rowwise, batch)
+    graph, out = _captured_prefix(rowwise, batch)
     with torch.no_grad():
         for layer in rowwise.modules():
             if isinstance(layer, FrozenFloat8Linear):
