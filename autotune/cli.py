@@ -17,11 +17,12 @@ import importlib
 import re
 import signal
 import sys
-import threading
 
+from autotune import sigterm
 from autotune.argtypes import OneLineParser
 from autotune.childsignals import children_may_end
 from autotune.errors import AutotuneError, is_out_of_memory
+from autotune.sigterm import Terminated
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module whose register() adds it, the one line --help lists), in the listing's order
@@ -70,6 +71,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # first: a stop while the command's modules import is one line too
+    previous = sigterm.exit_on_sigterm()
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = sigterm.stop_again(unraisable)
+    try:
+        return _command(argv)
+    # a scheduler's or a user's kill (so that finally blocks run): its log says why the command ended
+    except Terminated as stop:
+        print(STOPPED, file=sys.stderr)
+        return stop.code
+    except BaseException:
+        if not sigterm.received():
+            raise
+        # an error met while the stop waited (autotune.sigterm), from what the signal did to the
+        # process group meanwhile (a loader's worker gone): the stop is why the command ended
+        print(STOPPED, file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        sys.unraisablehook = unraisable
+        sigterm.restore(previous)
+
+
+def _command(argv: list[str]) -> int:
+    """Parse ``argv`` and run its command; the exit code, a known error printed on one line."""
     parser = build_parser(_command_in(argv))
     try:
         args = parser.parse_args(argv)
@@ -84,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     from autotune import quiet
 
     quiet.install()
-    previous = _exit_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except AutotuneError as exc:
@@ -96,9 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         children_may_end()
         print("autotune: interrupted", file=sys.stderr)
         return 130
-    except Terminated as stop:  # a scheduler's or a user's kill: its log says why the command ended
-        print("autotune: stopped by SIGTERM", file=sys.stderr)
-        return stop.code
     except (MemoryError, RuntimeError) as exc:
         # torch.OutOfMemoryError (a RuntimeError): the device, or the --memory-budget cap, is full
         if args.debug or not is_out_of_memory(exc):
@@ -112,14 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         _error(f"{where}{exc.strerror or exc} (rerun with --debug for the traceback)")
         return 1
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _error(line: str) -> None:
     """The one line of a failed command; a password the user typed into a path or URL it names,
-    and the environment's secrets, are not repeated."""
+    and the environment's secrets, are not repeated. After a SIGTERM the failure is the stop's
+    doing (it came while the stop waited: see :mod:`autotune.sigterm`): the stop is raised."""
+    if sigterm.received():
+        raise Terminated(128 + signal.SIGTERM)
     from autotune.redact import hide_secrets
 
     print(f"autotune: error: {hide_secrets(line)}", file=sys.stderr)
@@ -135,6 +156,9 @@ def out_of_memory_line(exc: BaseException) -> str:
         "--memory-budget (rerun with --debug for the traceback)"
     )
 
+
+STOPPED = "autotune: stopped by SIGTERM"
+"""The one line of a command stopped by SIGTERM."""
 
 TRAINING = frozenset({"run", "train", "verify", "profile"})
 """Commands whose memory goes to training steps: the knobs of a step are the advice for them."""
@@ -154,20 +178,3 @@ def one_line(message: str) -> str:
     line breaks, and a user error is one line."""
     flat = re.sub(r"\s*\n\s*", " ", message.strip())
     return re.sub(r" ([)\]}])", r"\1", flat)
-
-
-class Terminated(SystemExit):
-    """SIGTERM, raised in the main thread (its code ``128 + SIGTERM``, the shell's for the signal)."""
-
-
-def _exit_on_sigterm():
-    """Turn SIGTERM into :class:`Terminated`, so that ``finally`` blocks run: a killed ``run`` stops its
-    trial's process group and removes its temporary folder. Returns the previous handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def terminate(signum, frame):
-        children_may_end()  # a scheduler's SIGTERM reaches the loader's workers too
-        raise Terminated(128 + signum)
-
-    return signal.signal(signal.SIGTERM, terminate)

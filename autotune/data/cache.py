@@ -11,15 +11,18 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from multiprocessing import resource_tracker
 from pathlib import Path
 
+from autotune.childsignals import stops_held
 from autotune.data.augment import short_edge_for
 from autotune.data.make import MakeSpec, make_dataset
 from autotune.data.meta import INFO
 from autotune.data.spec import ReadSpec
 from autotune.errors import DataError
+from autotune.sigterm import exit_on_sigterm, stop_again
 
 DATASET_SEED = 0
 """The content of the cached dataset does not follow the training seed: every trial shares it."""
@@ -95,30 +98,43 @@ def _make_in_fresh_process(path: Path, spec: MakeSpec) -> None:
     one line), and this process, stopped by Ctrl-C or SIGTERM, stops it with SIGTERM, which it
     leaves through ``make_dataset``'s removal of its half-made folder."""
     ctx = multiprocessing.get_context("spawn")
-    # a spawn starts the resource tracker first if it is not running, and that start unblocks
-    # SIGINT on its way out: started here, the mask below holds until the child's exec
-    resource_tracker.ensure_running()
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_make_in_child, args=(path, spec, send), name="autotune-dataset")
-    with _sigint_blocked():  # the blocked mask is inherited through fork and exec
-        child.start()
-    send.close()
     try:
+        _start(child)
+        send.close()
         error = receive.recv()
     except EOFError:  # it died without a word: killed (the OOM killer), or its interpreter failed
         error = None if (path / INFO).is_file() else _died(path, child)
     except BaseException:
-        child.terminate()
+        if child.pid is not None:
+            child.terminate()
         raise
     finally:
-        child.join()
+        if child.pid is not None:
+            child.join()
+        send.close()
         receive.close()
     if error is not None:
         raise error
 
 
+def _start(child) -> None:
+    """Start the child with SIGTERM and SIGINT held (:func:`stops_held`): a stop raised in the
+    middle of the start would leave it running, out of reach of the ``except`` that stops it."""
+    with stops_held():
+        # a spawn starts the resource tracker first if it is not running, and that start
+        # unblocks SIGINT on its way out: started here, the mask below holds until the child's exec
+        resource_tracker.ensure_running()
+        with _sigint_blocked():  # the blocked mask is inherited through fork and exec
+            child.start()
+
+
 def _make_in_child(path: Path, spec: MakeSpec, send) -> None:
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # SIGTERM raises Terminated (a SystemExit: the child ends with 143 and no word), where it can
+    # propagate: not in an import or a __del__ (autotune.sigterm)
+    exit_on_sigterm()
+    sys.unraisablehook = stop_again(sys.unraisablehook)
     try:
         make_dataset(path, spec)
     except Exception as exc:  # noqa: BLE001  raised again in the parent
@@ -128,10 +144,6 @@ def _make_in_child(path: Path, spec: MakeSpec, send) -> None:
             send.send(DataError(f"{type(exc).__name__}: {exc}"))
     else:
         send.send(None)
-
-
-def _exit_on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _died(path: Path, child) -> DataError:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from autotune.childsignals import quiet_while_stopping, stops_held
 from autotune.config import DataConfig
 from autotune.data.cache import cached_dataset, spec_for
 from autotune.data.sampler import ShardedInfiniteSampler
@@ -56,8 +57,18 @@ class HostLoader(DataLoader):
     CLI prints errors on one line, so only the original message (which names the file) is kept.
     The workers are stopped before the error propagates: left to the garbage collector (the
     error's traceback keeps the iterator in a reference cycle), their queues are finalised first
-    and each worker then waits out torch's 5 s join timeout.
+    and each worker then waits out torch's 5 s join timeout. A stop signal waits until the
+    workers are started.
     """
+
+    def _get_iterator(self):
+        """torch's iterator, its workers started with SIGTERM and SIGINT held (a stop inside its
+        ``__init__`` leaves half an iterator, whose ``__del__`` fails: :func:`stops_held`), and
+        its workers' ends quiet while a stop begins (:func:`quiet_while_stopping`)."""
+        with stops_held():
+            it = super()._get_iterator()
+            quiet_while_stopping()
+            return it
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         it = super().__iter__()
