@@ -6,6 +6,7 @@ installed, as on a CPU build of torch); ``tests/train/test_gpu_knobs.py`` runs t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from unittest import mock
@@ -167,3 +168,49 @@ def test_loaded_moments_clear_the_idle_flags(built):
     _train(resumed, params2, grads[2:])
     for a, b in zip(_state(resumed, params2), want):
         assert torch.equal(a, b)
+
+
+def _sm90_resources(has_weight: bool) -> dict[str, int]:
+    """The update compiled for an H100/H200 (sm90) as ``adamw`` launches it, on this CPU: the
+    registers and stack a thread takes, as the cubin says."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from autotune.train.optim import master_kernels as K
+
+    ptr = {"g_base": "*bf16" if has_weight else "*fp32", "p_base": "*fp32", "m_base": "*fp32",
+           "v_base": "*fp32", "w_base": "*bf16", "nonzero_tab": "*i8", "zero_state_tab": "*i8",
+           "blk_tensor": "*i32", "coefs": "*fp32", "clip": "*fp32"}  # fmt: skip
+    scalars = {"n_all": "i32", "beta1": "fp32", "beta2": "fp32", "eps": "fp32", "skip_idle": "i32"}
+    consts = {"G_ALIGN": 8 if has_weight else 4, "HAS_W": has_weight, "BLOCK": K.BLOCK}
+    names = list(K._adamw_kernel.arg_names)
+    sig = {n: ptr.get(n, scalars.get(n, "constexpr" if n in consts else "*i64")) for n in names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n][0] == "*"}
+    src = ASTSource(fn=K._adamw_kernel, signature=sig, constexprs=consts, attrs=aligned)
+    kernel = triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options=K.update_options(has_weight)
+    )
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with open(
+        os.path.join(os.environ.get("TMPDIR", "/tmp"), f"adamw-{os.getpid()}.cubin"), "wb"
+    ) as f:
+        f.write(kernel.asm["cubin"])
+    try:
+        out = subprocess.run(
+            [tool, "--dump-resource-usage", f.name], capture_output=True, text=True
+        )
+    finally:
+        os.unlink(f.name)
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK):(\d+)", out.stdout)}
+
+
+@pytest.mark.parametrize("has_weight", [True, False], ids=["bf16-table", "fp32-table"])
+def test_the_update_keeps_the_registers_of_the_plain_update_without_spilling(has_weight):
+    """Four programs of the bf16 table's update fit an SM (112 registers a thread, as without idle
+    blocks), and nothing spills to the stack under that cap."""
+    if INTERPRETED:
+        pytest.skip("compiles for a GPU: the outer process's test")
+    used = _sm90_resources(has_weight)
+    assert used["STACK"] == 0, used
+    assert used["REG"] <= (112 if has_weight else 64), used

@@ -16,7 +16,8 @@ cannot prove constant over 16 bytes, so every masked access is a scalar one).
 A block whose gradient is all zeros this step and whose moments are all zeros (an embodiment slot,
 an embedding row no sample has used yet) takes the decay alone: AdamW's update of such an element is
 ``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only its
-value (and weight) instead of its gradient and both moments too. The norm pass, which reads every
+value (and weight) instead of its gradient and both moments too: its loads and stores of those are
+masked off, the same instructions as the full update's (see :data:`MAX_REGISTERS`). The norm pass, which reads every
 gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments
 are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped (its
 update is 0 / 0 there).
@@ -35,6 +36,13 @@ BLOCK = 1024
 of the block sizes and warp counts measured on an H200 (BENCHMARKS.md, "the optimizer's pass")."""
 WARPS = 4
 
+MAX_REGISTERS = {True: 112, False: 64}
+"""Registers a thread of the update may use, by whether its table writes a bf16 weight: what the
+update without idle blocks takes (Triton 3.6 for sm90: 113 and 64). Left to itself the compiler
+takes more for the masked loads (145 and 72), and above 112 an SM holds 3 programs of the bf16
+table's update instead of 4, a quarter less memory in flight for a kernel that only streams
+memory; under these caps it fits the same code without spilling."""
+
 
 @triton.jit
 def _index(off_tab, t, offs, ALIGN: tl.constexpr, BLOCK: tl.constexpr):
@@ -52,6 +60,7 @@ def _adamw_block(
     v_ptr,
     w_ptr,
     mask,
+    busy,
     c,
     step_size,
     bc2_sqrt,
@@ -62,16 +71,21 @@ def _adamw_block(
     HAS_W: tl.constexpr,
     MASKED: tl.constexpr,
 ):
+    """``busy`` masks the gradient and moments: an idle block's loads of them read nothing (zeros
+    stand in, which they are) and its moments are not written back, so the same instructions give
+    its decay. One path for both keeps the kernel's registers those of the plain update: a branch
+    into a second copy of the block's loads and stores holds both copies' addresses live."""
     if MASKED:
-        g = tl.load(g_ptr, mask=mask, other=0.0).to(tl.float32)
+        mb = mask & busy
+        g = tl.load(g_ptr, mask=mb, other=0.0).to(tl.float32)
         p = tl.load(p_ptr, mask=mask)
-        m = tl.load(m_ptr, mask=mask)
-        v = tl.load(v_ptr, mask=mask)
+        m = tl.load(m_ptr, mask=mb, other=0.0)
+        v = tl.load(v_ptr, mask=mb, other=0.0)
     else:
-        g = tl.load(g_ptr).to(tl.float32)
+        g = tl.load(g_ptr, mask=busy, other=0.0).to(tl.float32)
         p = tl.load(p_ptr)
-        m = tl.load(m_ptr)
-        v = tl.load(v_ptr)
+        m = tl.load(m_ptr, mask=busy, other=0.0)
+        v = tl.load(v_ptr, mask=busy, other=0.0)
     g = g * c
     p = p * decay
     m = m + (1.0 - beta1) * (g - m)
@@ -80,29 +94,14 @@ def _adamw_block(
     p = p - step_size * tl.div_rn(m, denom)
     if MASKED:
         tl.store(p_ptr, p, mask=mask)
-        tl.store(m_ptr, m, mask=mask)
-        tl.store(v_ptr, v, mask=mask)
+        tl.store(m_ptr, m, mask=mb)
+        tl.store(v_ptr, v, mask=mb)
         if HAS_W:
             tl.store(w_ptr, p.to(tl.bfloat16), mask=mask)
     else:
         tl.store(p_ptr, p)
-        tl.store(m_ptr, m)
-        tl.store(v_ptr, v)
-        if HAS_W:
-            tl.store(w_ptr, p.to(tl.bfloat16))
-
-
-@triton.jit
-def _decay_block(p_ptr, w_ptr, mask, decay, HAS_W: tl.constexpr, MASKED: tl.constexpr):
-    """The update of a block with no gradient and no moments: its value times the decay."""
-    if MASKED:
-        p = tl.load(p_ptr, mask=mask) * decay
-        tl.store(p_ptr, p, mask=mask)
-        if HAS_W:
-            tl.store(w_ptr, p.to(tl.bfloat16), mask=mask)
-    else:
-        p = tl.load(p_ptr) * decay
-        tl.store(p_ptr, p)
+        tl.store(m_ptr, m, mask=busy)
+        tl.store(v_ptr, v, mask=busy)
         if HAS_W:
             tl.store(w_ptr, p.to(tl.bfloat16))
 
@@ -155,12 +154,8 @@ def _adamw_kernel(
     idle = (tl.load(zero_state_tab + pid) != 0) & (has_grad == 0) & (skip_idle != 0)
     if has_grad:
         tl.store(zero_state_tab + pid, 0)
-    if idle:
-        if start + BLOCK <= n:
-            _decay_block(p_ptr, w_ptr, None, decay, HAS_W, False)
-        else:
-            _decay_block(p_ptr, w_ptr, offs < n, decay, HAS_W, True)
-    elif start + BLOCK <= n:
+    busy = tl.zeros((BLOCK,), tl.int32) == idle.to(tl.int32)
+    if start + BLOCK <= n:
         _adamw_block(
             g_ptr,
             p_ptr,
@@ -168,6 +163,7 @@ def _adamw_kernel(
             v_ptr,
             w_ptr,
             None,
+            busy,
             c,
             step_size,
             bc2_sqrt,
@@ -186,6 +182,7 @@ def _adamw_kernel(
             v_ptr,
             w_ptr,
             offs < n,
+            busy,
             c,
             step_size,
             bc2_sqrt,
@@ -259,6 +256,11 @@ def sumsq(table) -> torch.Tensor:
     return out.sum()
 
 
+def update_options(has_weight: bool) -> dict[str, int]:
+    """Triton's launch options of the update of a table with (or without) a bf16 weight."""
+    return {"num_warps": WARPS, "maxnreg": MAX_REGISTERS[bool(has_weight)]}
+
+
 def _align(t: torch.Tensor) -> int:
     """Elements in 16 bytes of ``t``'s dtype: every offset of that column is a multiple of it."""
     return 16 // t.element_size()
@@ -299,5 +301,5 @@ def adamw(
         G_ALIGN=_align(b["g"]),
         HAS_W=table.has_weight,
         BLOCK=BLOCK,
-        num_warps=WARPS,
+        **update_options(table.has_weight),
     )
