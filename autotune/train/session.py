@@ -167,6 +167,7 @@ class Session:
                 capturable=capturable,
                 masters=self.masters,
                 offload=self.cfg.optimizer.offload,
+                exp_avg_dtype=self.cfg.optimizer.exp_avg_dtype,
             )
             return opt, torch.optim.lr_scheduler.LambdaLR(
                 opt, lambda step: 1.0

@@ -765,7 +765,8 @@ def test_a_knob_that_comes_to_exist_beside_a_remedy_takes_its_stock_value(tmp_pa
 def test_n17s_compute_bound_best_lowers_one_region_at_a_time_frozen_text_layers_first():
     """N1.7's default-run best (every remedy, 94 % compute_serial): the model knobs it holds are its
     remedies, and the overlap is not searched in N1.7's space, so the compute bucket's first stage is
-    precision, whose five lowering moves (fp8 in one region each) outnumber a stage's four trials and
+    the optimizer's single move (a bf16 first moment), then precision (whether or not that gained),
+    whose five lowering moves (fp8 in one region each) outnumber a stage's four trials and
     are still taken one at a time in the space's order, never drawn by the sampler from every choice
     (raised precisions, several regions at once)."""
     from autotune.config import config_from_dict
@@ -805,6 +806,13 @@ def test_n17s_compute_bound_best_lowers_one_region_at_a_time_frozen_text_layers_
     # with the stock configuration, as a run has it: a knob a move brings into existence (the fp8
     # scaling) takes stock's value, not the sampler's
     guide = Guide(space, stage_trials=4, stock=config_from_dict({"workload": "gr00t_n17"}))
+    # first the optimizer's one move (its bf16 first moment: no recompile), a stage of its own
+    fixed, stage = guide.next_trial(study, best)
+    assert (stage.kind, stage.groups) == ("search", ["optimizer"])
+    assert {k: v for k, v in fixed.items() if best.params.get(k) != v} == {
+        "optimizer.exp_avg_dtype": "bf16"
+    }
+    stage.trials.append(tell(fixed, 268.5).number)  # gains nothing beyond noise: best stays
     fixed, stage = guide.next_trial(study, best)
     assert (stage.kind, stage.groups) == ("search", ["precision"])
     changed = {k: v for k, v in fixed.items() if best.params.get(k) != v}

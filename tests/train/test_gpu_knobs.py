@@ -191,10 +191,13 @@ def test_the_master_kernels_update_as_the_torch_path_does(capture):
             assert torch.equal(w, m.to(torch.bfloat16))  # written as the master rounded to nearest
 
 
-def _idle_run(capture: bool, skip: bool, steps: int = 5) -> list[torch.Tensor]:
+def _idle_run(
+    capture: bool, skip: bool, steps: int = 5, exp_avg: str = "fp32", kernels: bool = True
+) -> list[torch.Tensor]:
     """MasterAdamW over a slot weight [32, 384, 512] whose slot 7 alone has gradients (slot 20 one
     element from step 3), a bf16 weight with a master and a tensor that never has a gradient; the
-    values, masters and moments after ``steps`` steps. ``skip=False``: no block is taken for idle."""
+    values, masters and moments after ``steps`` steps. ``skip=False``: no block is taken for idle;
+    ``kernels=False``: the torch path."""
     from unittest import mock
 
     from autotune.train.optim import master as M
@@ -220,8 +223,9 @@ def _idle_run(capture: bool, skip: bool, steps: int = 5) -> list[torch.Tensor]:
 
     patch = mock.patch.object(M, "_zero_blocks", none_idle) if not skip else mock.patch.dict({})
     with patch:
-        opt = MasterAdamW([{"params": params, "weight_decay": 0.1}], lr=1e-2,
-                          betas=(0.9, 0.999), eps=1e-8, masters=masters)  # fmt: skip
+        opt = MasterAdamW([{"params": params, "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.999),
+                          eps=1e-8, masters=masters, exp_avg_dtype=exp_avg)  # fmt: skip
+        opt.use_kernels = kernels
         static = [g.clone() for g in grads[0]]
         for p, g in zip(params, static):
             p.grad = g
@@ -245,15 +249,37 @@ def _idle_run(capture: bool, skip: bool, steps: int = 5) -> list[torch.Tensor]:
     return out
 
 
+@pytest.mark.parametrize("exp_avg", ["fp32", "bf16"])
 @pytest.mark.parametrize("capture", [False, True])
-def test_idle_blocks_take_the_decay_alone_and_update_to_the_bit_as_the_full_update(capture):
+def test_idle_blocks_take_the_decay_alone_and_update_to_the_bit_as_the_full_update(
+    capture, exp_avg
+):
     """The master kernels skip the gradient and moments of blocks with neither (slots no sample
     used): the same values, masters and moments to the bit as every block's full update, eager and
-    in a captured step."""
-    got = _idle_run(capture, skip=True)
-    want = _idle_run(capture, skip=False)
+    in a captured step, with either first moment."""
+    got = _idle_run(capture, skip=True, exp_avg=exp_avg)
+    want = _idle_run(capture, skip=False, exp_avg=exp_avg)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+def test_a_bf16_first_moment_in_the_kernels_is_the_torch_paths():
+    """``exp_avg_dtype: bf16``: after one step the kernels' bf16 moment and weight are the torch
+    path's to the bit (both round to nearest; Triton's interpreter on a CPU truncates, so only a GPU
+    shows this), the fp32 tensors to float rounding; later steps agree to a rounding's share."""
+    got = _idle_run(False, skip=True, steps=1, exp_avg="bf16")
+    want = _idle_run(False, skip=True, steps=1, exp_avg="bf16", kernels=False)
+    assert any(t.dtype == torch.bfloat16 for t in got[4:8])
+    for a, b in zip(got, want):
+        if a.dtype == torch.bfloat16:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    got = _idle_run(False, skip=True, exp_avg="bf16")
+    want = _idle_run(False, skip=True, exp_avg="bf16", kernels=False)
+    for a, b in zip(got, want):
+        scale = float(b.float().abs().max())
+        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=1e-2 * scale + 1e-12)
 
 
 def _session(over: dict, steps: int = 8) -> tuple[list[float], dict[str, torch.Tensor]]:

@@ -11,6 +11,7 @@ from torch import nn
 
 from autotune.config import OptimizerConfig, PrecisionConfig, config_from_dict
 from autotune.config.compat import Machine, check_machine
+from autotune.config.knob import numerics_of
 from autotune.errors import ConfigError, IncompatibleConfigError
 from autotune.train import precision
 from autotune.train.job import state
@@ -38,11 +39,11 @@ class Net(nn.Module):
 
 
 def _train(
-    impl: str, steps: int = 6
+    impl: str, steps: int = 6, exp_avg: str = "fp32"
 ) -> tuple[list[float], list[float], dict[str, torch.Tensor], torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = Net()
-    cfg = OptimizerConfig(impl=impl, lr=1e-2, total_steps=10)
+    cfg = OptimizerConfig(impl=impl, lr=1e-2, total_steps=10, exp_avg_dtype=exp_avg)
     masters = {}
     if impl == "master":
         masters = bf16_with_masters(
@@ -126,6 +127,48 @@ def test_the_state_dict_round_trips_in_fp32():
         for key in ("step", "exp_avg", "exp_avg_sq"):
             assert s[key].dtype == torch.float32 and torch.equal(s[key], saved[i][key]), key
     assert isinstance(fresh.param_groups[0]["lr"], torch.Tensor)
+
+
+def test_a_bf16_first_moment_is_the_fp32_one_rounded_and_kept_only_for_the_weights_with_masters():
+    """``exp_avg_dtype: bf16``: the update runs in fp32 and stores the first moment rounded to
+    nearest. Its first step is the fp32 moment's to the bit (the moment starts at zero and the
+    update reads it before rounding); the losses then stay those of the fp32 moment to a rounding."""
+    _, _, want, ref = _train("master", steps=1)
+    _, _, got, opt = _train("master", steps=1, exp_avg="bf16")
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+    params = [
+        (p, q)
+        for g, h in zip(opt.param_groups, ref.param_groups)
+        for p, q in zip(g["params"], h["params"])
+    ]
+    for p, q in params:
+        m, want_m = opt.state[p]["exp_avg"], ref.state[q]["exp_avg"]
+        if opt.master(p) is not None:
+            assert m.dtype == torch.bfloat16 and torch.equal(m, want_m.to(torch.bfloat16))
+        else:  # the norm, the embedding: fp32 as before
+            assert m.dtype == torch.float32 and torch.equal(m, want_m)
+        assert opt.state[p]["exp_avg_sq"].dtype == torch.float32
+    want_losses, _, _, _ = _train("master")
+    losses, _, _, opt = _train("master", exp_avg="bf16")
+    assert losses == pytest.approx(want_losses, rel=1e-2) and losses != want_losses
+    saved = opt.state_dict()
+    _, _, _, fresh = _train("master", steps=1, exp_avg="bf16")
+    fresh.load_state_dict(saved)  # a resume keeps the bf16 moment as it was saved
+    for i, s in fresh.state_dict()["state"].items():
+        assert s["exp_avg"].dtype == saved["state"][i]["exp_avg"].dtype
+        assert torch.equal(s["exp_avg"], saved["state"][i]["exp_avg"])
+
+
+def test_a_bf16_first_moment_is_masters_and_changes_numerics():
+    assert OptimizerConfig(impl="master", exp_avg_dtype="bf16").state_bytes_per_param() == 10.0
+    assert OptimizerConfig(impl="master").state_bytes_per_param() == 12.0
+    with pytest.raises(ConfigError, match="exp_avg_dtype"):
+        OptimizerConfig(impl="fused", exp_avg_dtype="bf16")
+    with pytest.raises(ConfigError, match="exp_avg_dtype"):
+        OptimizerConfig(impl="master", exp_avg_dtype="fp16")
+    cfg = config_from_dict({"optimizer": {"impl": "master", "exp_avg_dtype": "bf16"}})
+    assert numerics_of(type(cfg), cfg) == {"optimizer.exp_avg_dtype": "bf16"}
 
 
 def test_a_session_trains_the_replica_as_the_foreach_optimizer_does():

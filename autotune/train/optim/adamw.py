@@ -44,7 +44,12 @@ def build_optimizer(
         return CompiledAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.impl == "master":
         return MasterAdamW(
-            param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, masters=masters or {}
+            param_groups,
+            lr=cfg.lr,
+            betas=tuple(cfg.betas),
+            eps=cfg.eps,
+            masters=masters or {},
+            exp_avg_dtype=cfg.exp_avg_dtype,
         )
     kwargs = dict(betas=tuple(cfg.betas), eps=cfg.eps)
     if cfg.impl == "fused":
@@ -86,6 +91,7 @@ def rebuild_optimizer(
     capturable: bool,
     masters: dict[int, torch.Tensor] | None = None,
     offload: bool = False,
+    exp_avg_dtype: str = "fp32",
 ) -> torch.optim.Optimizer:
     """``optimizer`` (a fresh one, of a class with torch's ``fused``/``foreach`` options: Adam, AdamW,
     SGD, ...) made again over its own groups and hyper-parameters, with ``impl``'s kernels
@@ -114,6 +120,7 @@ def rebuild_optimizer(
             betas=tuple(defaults["betas"]),
             eps=defaults["eps"],
             masters=masters or {},
+            exp_avg_dtype=exp_avg_dtype,
         )
     if "foreach" not in defaults:
         raise ConfigError(

@@ -36,6 +36,10 @@ from torch import nn
 from autotune.errors import ConfigError
 from autotune.train.optim.clip import ClipsInStep, run_closure
 
+_EXP_AVG_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""``optimizer.exp_avg_dtype``: the first moment's storage for the weights with masters (the
+update computes in fp32)."""
+
 
 def bf16_with_masters(params: list[nn.Parameter]) -> dict[int, torch.Tensor]:
     """Store each of ``params`` in bf16 (rounded to nearest, as autocast casts); returns their fp32
@@ -101,6 +105,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         betas: tuple[float, float],
         eps: float,
         masters: dict[int, torch.Tensor],
+        exp_avg_dtype: str = "fp32",
     ) -> None:
         device = param_groups[0]["params"][0].device
         super().__init__(param_groups, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=0.0))
@@ -128,7 +133,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
             value = self._masters.get(i, p)
             self.state[p] = {
                 "step": self._steps[i],
-                "exp_avg": torch.zeros_like(value, dtype=torch.float32),
+                "exp_avg": torch.zeros_like(value, dtype=self._exp_avg_dtype(i, exp_avg_dtype)),
                 "exp_avg_sq": torch.zeros_like(value, dtype=torch.float32),
             }
         self._clip = torch.ones((), dtype=torch.float32, device=device)
@@ -139,6 +144,11 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
         self._tables: list[Table] | None = []
         self._mask: tuple[list[int], torch.Tensor] | None = None
         self.last_norm: torch.Tensor | None = None
+
+    def _exp_avg_dtype(self, i: int, setting: str) -> torch.dtype:
+        """A bf16 first moment for the weights with masters (the ones the update writes in bf16);
+        the other tensors (norms, biases, fp32 layers) keep theirs in fp32."""
+        return _EXP_AVG_DTYPES[setting] if i in self._masters else torch.float32
 
     def _device_lrs(self) -> None:
         """Each group's learning rate as a device tensor: the schedule fills it, a captured step reads it."""
@@ -156,7 +166,7 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
 
     # -- state ----------------------------------------------------------------------------------
     def load_state_dict(self, state_dict: dict) -> None:
-        """Torch's, except that the moments stay fp32 (torch casts them to the parameter's dtype,
+        """Torch's, except that the moments keep their dtypes (torch casts them to the parameter's,
         bf16 here) and are copied into the tensors the tables and any captured step point at."""
         kept = {p: self.state[p] for p in self._params}
         super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
@@ -405,9 +415,12 @@ class MasterAdamW(ClipsInStep, torch.optim.Optimizer):
             st, value = self.state[p], self._masters.get(i, p)
             g = p.grad.float() * clip
             value.mul_(coefs[2, i])
-            st["exp_avg"].lerp_(g, 1 - beta1)
+            m = st["exp_avg"].float()  # a bf16 first moment: updated in fp32, stored rounded
+            m.lerp_(g, 1 - beta1)
             st["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
             denom = (st["exp_avg_sq"].sqrt() / coefs[1, i]).add_(eps)
-            value.sub_(coefs[0, i] * (st["exp_avg"] / denom))
+            value.sub_(coefs[0, i] * (m / denom))
+            if m is not st["exp_avg"]:
+                st["exp_avg"].copy_(m)
             if i in self._masters:
                 p.copy_(value)

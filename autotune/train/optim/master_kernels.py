@@ -22,6 +22,9 @@ gradient anyway, marks each block's gradient as zero or not; each table keeps wh
 are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped (its
 update is 0 / 0 there).
 
+The first moment of the weights with masters may be stored in bf16 (``optimizer.exp_avg_dtype``):
+loaded into fp32, updated there and rounded to nearest as it is stored.
+
 Imported only where a CUDA device runs the optimizer: CPU builds of torch come without Triton.
 """
 
@@ -36,12 +39,14 @@ BLOCK = 1024
 of the block sizes and warp counts measured on an H200 (BENCHMARKS.md, "the optimizer's pass")."""
 WARPS = 4
 
-MAX_REGISTERS = {True: 112, False: 64}
-"""Registers a thread of the update may use, by whether its table writes a bf16 weight: what the
-update without idle blocks takes (Triton 3.6 for sm90: 113 and 64). Left to itself the compiler
-takes more for the masked loads (145 and 72), and above 112 an SM holds 3 programs of the bf16
-table's update instead of 4, a quarter less memory in flight for a kernel that only streams
-memory; under these caps it fits the same code without spilling."""
+MAX_REGISTERS = {True: 128, False: 64}
+"""Registers a thread of the update may use, by whether its table writes a bf16 weight: as many as
+let an SM hold as many programs as the update without idle blocks did (Triton 3.6 for sm90: 113
+and 64 registers, 4 and 8 programs of 4 warps). Left to itself the compiler takes more for the
+masked loads and a bf16 first moment (145-153 and 72), and above 128 an SM holds 3 programs of the
+bf16 table's update instead of 4, a quarter less memory in flight for a kernel that only streams
+memory; under these caps it fits the same code without spilling (a bf16 first moment is only ever
+in the bf16 table: the weights with masters)."""
 
 
 @triton.jit
@@ -79,12 +84,12 @@ def _adamw_block(
         mb = mask & busy
         g = tl.load(g_ptr, mask=mb, other=0.0).to(tl.float32)
         p = tl.load(p_ptr, mask=mask)
-        m = tl.load(m_ptr, mask=mb, other=0.0)
+        m = tl.load(m_ptr, mask=mb, other=0.0).to(tl.float32)
         v = tl.load(v_ptr, mask=mb, other=0.0)
     else:
         g = tl.load(g_ptr, mask=busy, other=0.0).to(tl.float32)
         p = tl.load(p_ptr)
-        m = tl.load(m_ptr, mask=busy, other=0.0)
+        m = tl.load(m_ptr, mask=busy, other=0.0).to(tl.float32)
         v = tl.load(v_ptr, mask=busy, other=0.0)
     g = g * c
     p = p * decay
@@ -94,13 +99,13 @@ def _adamw_block(
     p = p - step_size * tl.div_rn(m, denom)
     if MASKED:
         tl.store(p_ptr, p, mask=mask)
-        tl.store(m_ptr, m, mask=mb)
+        tl.store(m_ptr, m.to(m_ptr.dtype.element_ty), mask=mb)
         tl.store(v_ptr, v, mask=mb)
         if HAS_W:
             tl.store(w_ptr, p.to(tl.bfloat16), mask=mask)
     else:
         tl.store(p_ptr, p)
-        tl.store(m_ptr, m, mask=busy)
+        tl.store(m_ptr, m.to(m_ptr.dtype.element_ty), mask=busy)
         tl.store(v_ptr, v, mask=busy)
         if HAS_W:
             tl.store(w_ptr, p.to(tl.bfloat16))
@@ -132,6 +137,7 @@ def _adamw_kernel(
     eps,
     skip_idle,
     G_ALIGN: tl.constexpr,
+    M_ALIGN: tl.constexpr,
     HAS_W: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -147,7 +153,7 @@ def _adamw_kernel(
     offs = start + tl.arange(0, BLOCK)
     g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, BLOCK)
     p_ptr = p_base + _index(p_off, t, offs, 4, BLOCK)
-    m_ptr = m_base + _index(m_off, t, offs, 4, BLOCK)
+    m_ptr = m_base + _index(m_off, t, offs, M_ALIGN, BLOCK)
     v_ptr = v_base + _index(v_off, t, offs, 4, BLOCK)
     w_ptr = w_base + _index(w_off, t, offs, 8, BLOCK)
     has_grad = tl.load(nonzero_tab + pid) != 0
@@ -299,6 +305,7 @@ def adamw(
         eps,
         int(eps > 0),
         G_ALIGN=_align(b["g"]),
+        M_ALIGN=_align(b["m"]),
         HAS_W=table.has_weight,
         BLOCK=BLOCK,
         **update_options(table.has_weight),
