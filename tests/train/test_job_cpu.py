@@ -259,13 +259,17 @@ def test_nodes_that_cannot_meet_are_one_line_before_the_output_dir(tmp_path, cap
     assert not out.exists()
 
 
-def test_a_master_weight_job_resumes_step_for_step_and_checkpoints_fp32_weights(tmp_path, capsys):
+@pytest.mark.parametrize("exp_avg", ["fp32", "bf16"])
+def test_a_master_weight_job_resumes_step_for_step_and_checkpoints_fp32_weights(
+    tmp_path, capsys, exp_avg
+):
     """optimizer.impl: master: the checkpoint holds the fp32 masters (the files of any other impl), and a
-    job stopped at a checkpoint continues exactly as the uninterrupted one."""
+    job stopped at a checkpoint continues exactly as the uninterrupted one (with a bf16 first moment
+    too: it is saved and loaded as it is)."""
     from safetensors import safe_open
 
     cfg = tmp_path / "master.yaml"
-    cfg.write_text("optimizer: {impl: master}\n")
+    cfg.write_text(f"optimizer: {{impl: master, exp_avg_dtype: {exp_avg}}}\n")
     args = ["--config", str(cfg), "--max-steps", "4"]
     code, whole, _ = train(capsys, tmp_path / "whole", *args)
     assert code == 0 and len(whole["losses"]) == 4
