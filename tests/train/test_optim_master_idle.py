@@ -230,7 +230,7 @@ def _sm90_resources(has_weight: bool, exp_avg: str = "fp32") -> dict[str, int]:
         )
     finally:
         os.unlink(f.name)
-    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK):(\d+)", out.stdout)}
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED):(\d+)", out.stdout)}
 
 
 @pytest.mark.parametrize(
@@ -238,11 +238,13 @@ def _sm90_resources(has_weight: bool, exp_avg: str = "fp32") -> dict[str, int]:
     [(True, "fp32"), (True, "bf16"), (False, "fp32")],
     ids=["bf16-table", "bf16-table-bf16-moment", "fp32-table"],
 )
-def test_the_update_keeps_the_occupancy_of_the_plain_update_without_spilling(has_weight, exp_avg):
-    """Four programs of the bf16 table's update fit an SM (at most 128 registers a thread), eight of
-    the fp32 table's (64), as without idle blocks, and nothing spills to the stack under the caps."""
+def test_the_update_fits_seven_programs_an_sm_without_spilling(has_weight, exp_avg):
+    """Seven programs of the bf16 table's update fit an SM (72 registers a thread), eight of the fp32
+    table's (64); nothing spills to the stack under those caps, and no tensor moves between layouts
+    through shared memory (every column loaded and stored in pieces of one size)."""
     if INTERPRETED:
         pytest.skip("compiles for a GPU: the outer process's test")
     used = _sm90_resources(has_weight, exp_avg)
     assert used["STACK"] == 0, used
-    assert used["REG"] <= (128 if has_weight else 64), used
+    assert used["REG"] <= (72 if has_weight else 64), used
+    assert used["SHARED"] == 0, used

@@ -8,8 +8,8 @@ launch drains before the next starts (torch's multi-tensor kernels take at most 
 launch) and small tensors cost a block, not a launch. The gradient norm walks the same tables, a few
 blocks a program, each program writing its partial sum of squares.
 
-Offsets from base pointers, both 16-byte aligned (checked on the host), let the compiler use 16-byte
-loads and stores; so does the block's bound: a block that ends inside its tensor runs unmasked, and
+Offsets from base pointers, both 16-byte aligned (checked on the host), let the compiler use wide
+loads and stores (the update's: :data:`RUN`); so does the block's bound: a block that ends inside its tensor runs unmasked, and
 only a tensor's last block is masked (a mask against a bound read from memory is one the compiler
 cannot prove constant over 16 bytes, so every masked access is a scalar one).
 
@@ -17,7 +17,8 @@ A block whose gradient is all zeros this step and whose moments are all zeros (a
 an embedding row no sample has used yet) takes the decay alone: AdamW's update of such an element is
 ``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only its
 value (and weight) instead of its gradient and both moments too: its loads and stores of those are
-masked off, the same instructions as the full update's (see :data:`MAX_REGISTERS`). The norm pass, which reads every
+masked off, the same instructions as the full update's (no branch: a second copy of the block's
+loads and stores would hold both copies' addresses in registers). The norm pass, which reads every
 gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments
 are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped (its
 update is 0 / 0 there).
@@ -35,26 +36,32 @@ import triton
 import triton.language as tl
 
 BLOCK = 1024
-"""Elements per program: 8 per thread of ``WARPS`` warps, 16 bytes of a bf16 gradient; the fastest
-of the block sizes and warp counts measured on an H200 (BENCHMARKS.md, "the optimizer's pass")."""
+"""Elements per program: 8 per thread of ``WARPS`` warps; the fastest
+of the block sizes and warp counts measured on an H200 (BENCHMARKS.md, "the optimizer's pass"), with
+the update's loads then 16 bytes for every column."""
 WARPS = 4
 
-MAX_REGISTERS = {True: 128, False: 64}
-"""Registers a thread of the update may use, by whether its table writes a bf16 weight: as many as
-let an SM hold as many programs as the update without idle blocks did (Triton 3.6 for sm90: 113
-and 64 registers, 4 and 8 programs of 4 warps). Left to itself the compiler takes more for the
-masked loads and a bf16 first moment (145-153 and 72), and above 128 an SM holds 3 programs of the
-bf16 table's update instead of 4, a quarter less memory in flight for a kernel that only streams
-memory; under these caps it fits the same code without spilling (a bf16 first moment is only ever
-in the bf16 table: the weights with masters)."""
+RUN = tl.constexpr(4)
+"""Elements of a column the update loads or stores at once: 16 bytes of fp32, 8 of bf16. The same
+for every column, so every tensor of the update has one layout (4 elements a thread at a time); with
+a bf16 column's 8 elements (16 bytes) the compiler lays out the update by the bf16 gradient and
+moves each fp32 tensor into another layout through shared memory to store it 16 bytes at once,
+which takes registers (145 a thread against 72, Triton 3.6 for sm90) and shared memory."""
+
+MAX_REGISTERS = {True: 72, False: 64}
+"""Registers a thread of the update may use, by whether its table writes a bf16 weight: 7 and 8
+programs of 4 warps an SM (the update only streams memory: the more programs, the more loads in
+flight). The compiler fits the update under these without spilling (Triton 3.6 and 3.9 for sm90);
+left to itself it may take more (80 with Triton 3.9: 6 programs)."""
 
 
 @triton.jit
-def _index(off_tab, t, offs, ALIGN: tl.constexpr, BLOCK: tl.constexpr):
-    """Element indices of a block from its column's base: runs of ``BLOCK`` that start at a multiple
-    of ``ALIGN`` (16 bytes), as the hints say, so that the loads and stores are 16 bytes wide."""
+def _index(off_tab, t, offs, ALIGN: tl.constexpr, RUN: tl.constexpr):
+    """Element indices of a block from its column's base: they start at a multiple of ``ALIGN``
+    (16 bytes) and run on unbroken in pieces of ``RUN``, as the hints say; the compiler loads and
+    stores a piece at once, at most 16 bytes."""
     start = tl.multiple_of(tl.load(off_tab + t), ALIGN)
-    return tl.max_contiguous(tl.multiple_of(start + offs, ALIGN), BLOCK)
+    return tl.max_contiguous(tl.multiple_of(start + offs, ALIGN), RUN)
 
 
 @triton.jit
@@ -78,8 +85,7 @@ def _adamw_block(
 ):
     """``busy`` masks the gradient and moments: an idle block's loads of them read nothing (zeros
     stand in, which they are) and its moments are not written back, so the same instructions give
-    its decay. One path for both keeps the kernel's registers those of the plain update: a branch
-    into a second copy of the block's loads and stores holds both copies' addresses live."""
+    its decay."""
     if MASKED:
         mb = mask & busy
         g = tl.load(g_ptr, mask=mb, other=0.0).to(tl.float32)
@@ -151,11 +157,11 @@ def _adamw_kernel(
     decay = tl.load(coefs + 2 * n_all + i)
     c = tl.load(clip)
     offs = start + tl.arange(0, BLOCK)
-    g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, BLOCK)
-    p_ptr = p_base + _index(p_off, t, offs, 4, BLOCK)
-    m_ptr = m_base + _index(m_off, t, offs, M_ALIGN, BLOCK)
-    v_ptr = v_base + _index(v_off, t, offs, 4, BLOCK)
-    w_ptr = w_base + _index(w_off, t, offs, 8, BLOCK)
+    g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, RUN)
+    p_ptr = p_base + _index(p_off, t, offs, 4, RUN)
+    m_ptr = m_base + _index(m_off, t, offs, M_ALIGN, RUN)
+    v_ptr = v_base + _index(v_off, t, offs, 4, RUN)
+    w_ptr = w_base + _index(w_off, t, offs, 8, RUN)
     has_grad = tl.load(nonzero_tab + pid) != 0
     idle = (tl.load(zero_state_tab + pid) != 0) & (has_grad == 0) & (skip_idle != 0)
     if has_grad:
@@ -231,6 +237,7 @@ def _sumsq_kernel(
             start = tl.multiple_of(tl.load(blk_start + b), BLOCK)
             n = tl.load(numel_tab + t)
             offs = start + tl.arange(0, BLOCK)
+            # 16 bytes at once: the sum has no other layout to meet
             g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, BLOCK)
             if start + BLOCK <= n:
                 g = tl.load(g_ptr).to(tl.float32)
