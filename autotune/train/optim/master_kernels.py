@@ -9,8 +9,8 @@ launch) and small tensors cost a block, not a launch. The gradient norm walks th
 blocks a program, each program writing its partial sum of squares.
 
 Offsets from base pointers, both 16-byte aligned (checked on the host), let the compiler use wide
-loads and stores (the update's: :data:`RUN`); so does the block's bound: a block that ends inside its tensor runs unmasked, and
-only a tensor's last block is masked (a mask against a bound read from memory is one the compiler
+loads and stores (the update's: :data:`RUN`); so does the block's bound: a block that ends inside
+its tensor runs unmasked, and only a tensor's last block is masked (a mask against a bound read from memory is one the compiler
 cannot prove constant over 16 bytes, so every masked access is a scalar one).
 
 A block whose gradient is all zeros this step and whose moments are all zeros (an embodiment slot,
@@ -36,9 +36,9 @@ import triton
 import triton.language as tl
 
 BLOCK = 1024
-"""Elements per program: 8 per thread of ``WARPS`` warps; the fastest
-of the block sizes and warp counts measured on an H200 (BENCHMARKS.md, "the optimizer's pass"), with
-the update's loads then 16 bytes for every column."""
+"""Elements per program: 8 per thread of ``WARPS`` warps; the fastest of the block sizes and warp
+counts measured on an H200 (BENCHMARKS.md, "the optimizer's pass"), with the update's loads then 16
+bytes for every column."""
 WARPS = 4
 
 RUN = tl.constexpr(4)
