@@ -267,7 +267,8 @@ class OptimizerConfig:
 
         torch's AdamW (``foreach``, ``fused``, ``loop``) and ``compiled`` keep two moments in the
         parameter's dtype; ``master`` two fp32 moments and an fp32 master (its weights are bf16 on
-        the device; a bf16 first moment with ``exp_avg_dtype``); the low-bit ones two moments of 1 or 1/2 byte and an fp32 scale per block.
+        the device; the first moment in bf16 with ``exp_avg_dtype``); the low-bit ones two moments
+        of 1 or 1/2 byte and an fp32 scale per block.
         Parameters under 4096 values (biases, norms) keep full moments in every case; they are a
         rounding error of a large model and not counted.
         """
