@@ -74,3 +74,20 @@ def pytest_xdist_auto_num_workers(config):
     from autotune.config.compat import usable_cpus
 
     return min(6, max(3, usable_cpus() + 1))
+
+
+@pytest.fixture
+def torch_config():
+    """``torch_config(module, name=value, ...)``: a torch config module's values (Inductor's,
+    AOTAutograd's) for one test, set through the module's own ``patch``. pytest's ``monkeypatch``
+    restores an attribute it did not find in the instance ``__dict__`` by deleting it, and deleting
+    an entry of a torch config module hides it for the rest of the process: a later test, or torch
+    itself, reading it then fails with AttributeError."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+
+        def patch(module, **values):
+            stack.enter_context(module.patch(values))
+
+        yield patch

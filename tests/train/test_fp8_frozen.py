@@ -164,7 +164,7 @@ def _aot_counts(model: torch.nn.Module, cache: str, monkeypatch) -> dict:
 
 
 def test_a_compiled_graph_of_frozen_fp8_layers_is_cached_and_loaded_by_aot_autograd(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, torch_config
 ):
     """A second process (here: a fresh Dynamo state) loads the graph AOTAutograd saved instead of
     tracing and partitioning it again; torchao's own path is refused by the cache."""
@@ -173,9 +173,8 @@ def test_a_compiled_graph_of_frozen_fp8_layers_is_cached_and_loaded_by_aot_autog
 
     from autotune.train.compile_cache import cache_autocast_graphs
 
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", True)
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", True)
-    monkeypatch.setattr(torch._inductor.config, "unsafe_marked_cacheable_functions", {})
+    torch_config(torch._functorch.config, enable_autograd_cache=True)
+    torch_config(torch._inductor.config, fx_graph_cache=True, unsafe_marked_cacheable_functions={})
     cache_autocast_graphs()
     first = _aot_counts(_stack(trains_after=True), str(tmp_path / "a"), monkeypatch)
     assert first.get("autograd_cache_saved", 0) >= 1 and not first.get("autograd_cache_bypass"), (

@@ -73,7 +73,7 @@ def _apart(a: dict, b: dict) -> float:
 
 @pytest.mark.parametrize("compiled", [False, True])
 def test_the_static_weight_gives_the_per_step_casts_prefix_loss_and_gradients(
-    compiled, monkeypatch
+    compiled, torch_config
 ):
     batch = _batch()
     ref_model, model = _model(static=False), _model()
@@ -85,7 +85,7 @@ def test_the_static_weight_gives_the_per_step_casts_prefix_loss_and_gradients(
     if compiled:
         # compiled graphs draw Inductor's own random numbers, in an order their graph breaks decide;
         # eager's, drawn as eager draws them, make two compiled models see the same noise
-        monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
+        torch_config(torch._inductor.config, fallback_random=True)
         ref_model.compile()
         model.compile()
         # the per-step cast compiled: Inductor fuses the scaling and rounds otherwise than eager
@@ -181,10 +181,12 @@ def _cache_counts(monkeypatch, folder) -> dict:
     return dict(counters["aot_autograd"])
 
 
-def test_compiled_frozen_fp8_graphs_are_loaded_from_aot_autograds_cache(tmp_path, monkeypatch):
+def test_compiled_frozen_fp8_graphs_are_loaded_from_aot_autograds_cache(
+    tmp_path, monkeypatch, torch_config
+):
     from autotune.train.compile_cache import cache_autocast_graphs
 
-    monkeypatch.setattr(torch._inductor.config, "unsafe_marked_cacheable_functions", {})
+    torch_config(torch._inductor.config, unsafe_marked_cacheable_functions={})
     cache_autocast_graphs()
     first = _cache_counts(monkeypatch, tmp_path)
     assert not first.get("autograd_cache_bypass") and first.get("autograd_cache_saved"), first

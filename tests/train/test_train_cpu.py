@@ -399,7 +399,7 @@ def test_compile_cache_counts_are_recorded_before_the_measured_steps(tmp_path, m
 
 
 def test_a_second_run_loads_its_compiled_autocast_region_from_aot_autograds_cache(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, torch_config
 ):
     """Every region of a precision map runs in an autocast context inside its compiled graph; the
     run after the first loads that graph's forward and backward from AOTAutograd's cache (torch 2.13
@@ -411,7 +411,7 @@ def test_a_second_run_loads_its_compiled_autocast_region_from_aot_autograds_cach
     from autotune.train.window import cost
     from autotune.train.window.runner import run_training
 
-    monkeypatch.setattr(torch._inductor.config, "unsafe_marked_cacheable_functions", {})
+    torch_config(torch._inductor.config, unsafe_marked_cacheable_functions={})
     for key, value in cache_env(tmp_path / "cache", keep_user=False).items():
         monkeypatch.setenv(key, value)
     counts = []
