@@ -13,17 +13,15 @@ The tensors have the shapes, dtypes and parameter groups a session gives the tra
 the embodiment slots of the projectors other than the first have no gradient, as when one embodiment
 trains (the update's idle blocks). One row per first-moment dtype asked (``--exp-avg``): the norm
 (over the tables) and the update, each captured in a CUDA graph after three eager steps and replayed
-``--reps`` times, each replay timed with CUDA events (median, min, max), and the bytes the update
-moves with the rate they give.
+``--reps`` times, the replays timed by CUDA events between them (median, min, max), and the bytes
+the update moves with the rate they give.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
@@ -34,6 +32,7 @@ from autotune.errors import AutotuneError, ConfigError
 from autotune.train import precision
 from autotune.train.optim import adamw as optim
 from autotune.train.optim.master import MasterAdamW, bf16_with_masters
+from autotune.train.window.measure import Stats, StepTimer
 from autotune.workloads import get_workload
 
 SLOTS_PREFIX = "projectors."
@@ -66,39 +65,31 @@ def build(workload: str, preset: str, exp_avg: str, device: torch.device):
 
 
 def timed(fn: Callable[[], object], device: torch.device, reps: int) -> dict[str, float]:
-    """``fn`` ``reps`` times after three warm-up runs: median, min and max milliseconds. On CUDA it is
-    captured in a graph after the warm-up (on a side stream) and the replays are timed."""
-    if device.type != "cuda":
-        for _ in range(3):
+    """``fn`` ``reps`` times after three warm-up runs, each run's time by :class:`StepTimer`: median,
+    min and max milliseconds. On CUDA it is captured in a graph after the warm-up (on a side
+    stream), and the graph is replayed three times more before the timed replays."""
+    run = fn
+    if device.type == "cuda":
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             fn()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return _stats(times)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        fn()
-    times = []
-    for _ in range(reps + 3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return _stats(times[3:])
-
-
-def _stats(times: list[float]) -> dict[str, float]:
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times)}
+        run = graph.replay
+    for _ in range(3):
+        run()
+    timer = StepTimer(device)
+    timer.start()
+    for _ in range(reps):
+        run()
+        timer.lap()
+    seconds, _ = timer.finish()
+    s = Stats.of([t * 1e3 for t in seconds])
+    return {"median_ms": s.median, "min_ms": s.minimum, "max_ms": s.maximum}
 
 
 def update_bytes(opt: MasterAdamW, params: list[torch.nn.Parameter]) -> int:

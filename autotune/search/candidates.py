@@ -195,7 +195,7 @@ def _brought_values(
     mine: list[Knob], current: dict[str, Any], stock: TrainConfig | None
 ) -> dict[str, Any]:
     """The group's knobs the incumbent does not have, each at the Optuna value a trial that brings
-    it into existence runs it with: stock's (see :func:`stock_values_for`); None where no stock
+    it into existence runs it with: stock's (as :func:`stock_beside` gives them); None where no stock
     configuration is given (any value then)."""
     out: dict[str, Any] = {}
     for knob in mine:

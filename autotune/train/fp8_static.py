@@ -63,9 +63,7 @@ class FrozenFloat8Linear(Float8Linear):
     def cast_weight_rowwise(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The transposed weight in fp8 with a scale per output channel (a power of 2, so the cast
         only moves exponents), column-major as ``_scaled_mm`` takes it; and the inverse scales [1, N]."""
-        w = self.weight.to(torch.float32)
-        scale = _pow2_scale(torch.amax(torch.abs(w), dim=1, keepdim=True), self._fp8_max)
-        data = (w * scale).clamp(-self._fp8_max, self._fp8_max).to(self._fp8_dtype)
+        data, scale = self._rows_to_fp8(self.weight)
         return data.t(), scale.reciprocal().reshape(1, -1).contiguous()
 
     @torch.no_grad()
@@ -129,9 +127,7 @@ class FrozenFloat8Linear(Float8Linear):
     def _rowwise_forward(self, input: torch.Tensor) -> torch.Tensor:
         """The GEMM with a scale per activation row (each row's amax and cast, one pass over it) and
         per output channel of the weight."""
-        x = input.reshape(-1, input.shape[-1])
-        scale = _pow2_scale(torch.amax(torch.abs(x), dim=1, keepdim=True), self._fp8_max)
-        a = (x.to(torch.float32) * scale).clamp(-self._fp8_max, self._fp8_max).to(self._fp8_dtype)
+        a, scale = self._rows_to_fp8(input.reshape(-1, input.shape[-1]))
         out = torch._scaled_mm(
             a,
             self.rowwise_weight_t,
@@ -141,6 +137,13 @@ class FrozenFloat8Linear(Float8Linear):
             use_fast_accum=self._fast_accum,
         )
         return out.reshape(*input.shape[:-1], out.shape[-1])
+
+    def _rows_to_fp8(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``t`` [rows, k] in fp8, each row scaled by its own power of 2 (its amax to fp8's largest
+        value); and those scales [rows, 1]."""
+        scale = _pow2_scale(torch.amax(torch.abs(t), dim=1, keepdim=True), self._fp8_max)
+        data = (t.to(torch.float32) * scale).clamp(-self._fp8_max, self._fp8_max)
+        return data.to(self._fp8_dtype), scale
 
     def take_rowwise(self) -> None:
         """Scale by rows (after :meth:`take_plain_path` read the configuration): the rowwise fp8
