@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import stat
+import time
+import types
 
 import pytest
 import torch
@@ -171,10 +173,18 @@ def test_the_likely_cause_names_the_device_the_job_ran_on(device, named):
 
 
 @pytest.mark.parametrize("start", [0, 2])
-def test_a_restarted_job_drops_what_it_logged_past_its_start(tmp_path, start):
+def test_a_restarted_job_drops_what_it_logged_past_its_start(tmp_path, monkeypatch, start):
     """Resumed from checkpoint ``start`` (0: a job killed before its first checkpoint, started again
     from nothing): the steps logged after it leave metrics.jsonl and TensorBoard purges them."""
+    from tensorboard.summary.writer import event_file_writer
+
+    # the first run's event file is named a minute earlier, as a run before a restart is: within one
+    # second of one process TensorBoard orders the two files by a counter compared as text (".10"
+    # before ".9"), and the old run's file, read last, would not be purged
+    earlier = time.time() - 60
+    monkeypatch.setattr(event_file_writer, "time", types.SimpleNamespace(time=lambda: earlier))
     first = MetricsLog(tmp_path, 0)
+    monkeypatch.undo()
     for step in (1, 2, 3):
         first.scalars(step, {"loss": float(step)})
     first.close()
