@@ -118,8 +118,22 @@ def fresh_database(server: str):
     try:
         yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        _drop(admin, name)
+
+
+def _drop(admin: str, name: str, tries: int = 100) -> None:
+    """Drop database ``name``, ending its connections. An autovacuum worker that the server started on
+    it after a test's writes is one the test's role may not end (InsufficientPrivilege, "member of
+    pg_signal_backend"): it finishes in a moment, and the drop is tried again."""
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for attempt in range(tries):
+            try:
+                conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+                return
+            except psycopg.errors.InsufficientPrivilege:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(0.1)
 
 
 @pytest.fixture
