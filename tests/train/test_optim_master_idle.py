@@ -216,9 +216,7 @@ def _sm90_resources(has_weight: bool, exp_avg: str = "fp32") -> dict[str, int]:
     sig = {n: ptr.get(n, scalars.get(n, "constexpr" if n in consts else "*i64")) for n in names}
     aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n][0] == "*"}
     src = ASTSource(fn=K._adamw_kernel, signature=sig, constexprs=consts, attrs=aligned)
-    kernel = triton.compile(
-        src, target=GPUTarget("cuda", 90, 32), options=K.update_options()
-    )
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=K.update_options())
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with open(
         os.path.join(os.environ.get("TMPDIR", "/tmp"), f"adamw-{os.getpid()}.cubin"), "wb"
