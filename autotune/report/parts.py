@@ -215,6 +215,10 @@ class RankBuckets:
     """Fraction of the rank's step time per bucket (autotune.profiling.BUCKETS)."""
 
 
+HOST_BOUND = 0.25
+"""Launch overhead's share of a GPU step from which the report calls its speed the host's."""
+
+
 @dataclass
 class Profile:
     """One profiling folder: its traces and their classification (classification.summary)."""
@@ -241,6 +245,16 @@ class Profile:
         """The profiler's overhead is outside [0, 100 %]: the profiled or the unprofiled steps were
         disturbed (a busy host, a loader catching up), and the figure is a bad measurement."""
         return self.overhead is not None and not 0.0 <= self.overhead <= 1.0
+
+    @property
+    def host_bound(self) -> float | None:
+        """The GPU step's share of launch overhead where it is :data:`HOST_BOUND` or more (else
+        None): the GPU waits on the host to launch its kernels, so the step's speed is the host
+        CPU's (how fast it is, and how shared), not the GPU's."""
+        share = (self.buckets or {}).get("launch_overhead")
+        if self.device != "gpu" or share is None or share < HOST_BOUND:
+            return None
+        return share
 
     def scaled(self, rank: RankBuckets) -> tuple[float, dict[str, float]]:
         """A rank's step (ms) and bucket shares at the measured rate: the profiled split, with the time

@@ -500,3 +500,26 @@ def test_a_lower_bound_holds_where_the_peak_reached_it_or_the_allocator_refused_
         return PredictedPeak(1, 100, measured, (100 - measured) / measured, exact, at_least=True)
 
     assert row(120).held and not row(90).held and row(90, exact=False).held
+
+
+def test_a_launch_bound_stock_says_its_ratio_is_the_hosts(quick_run, tmp_path):
+    """Stock's GPU step mostly waiting on kernel launches: the speed-up card says the ratio is this
+    host's (a CPU's launch overhead, or a small share of it, says nothing)."""
+    from autotune.report.render import write_report
+
+    run = tmp_path / "run"
+    shutil.copytree(quick_run, run)
+    stock = build_report(run).stock_profile
+    summary_file = run / stock.path / "classification.summary"
+    summary = json.loads(summary_file.read_text())
+    assert "host CPU" not in write_report(run).read_text()  # a CPU study's launch overhead
+
+    def page(device: str, share: float) -> str:
+        c = summary["classification"]
+        c.update(device=device, buckets={**c["buckets"], "launch_overhead": share})
+        summary_file.write_text(json.dumps(summary))
+        return write_report(run).read_text()
+
+    assert "stock's step is 36 % launch overhead" in page("gpu", 0.36)
+    assert "host CPU" not in page("gpu", 0.1)
+    assert "host CPU" not in page("cpu", 0.36)
