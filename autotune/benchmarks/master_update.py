@@ -117,9 +117,8 @@ def rows(workload: str, preset: str, dtypes: list[str], device, reps: int) -> di
     out = {}
     for exp_avg in dtypes:
         params, opt = build(workload, preset, exp_avg, device)
-        optim.clip_and_step(
-            opt, params, 1.0
-        )  # the tables, and moments of the blocks with gradients
+        # one eager step: the tables, and moments for the blocks with gradients
+        optim.clip_and_step(opt, params, 1.0)
         opt.prepare()
         norm = timed(lambda opt=opt: opt.prepare_update(1.0), device, reps)
         update = timed(opt.apply_update, device, reps)

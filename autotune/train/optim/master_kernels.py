@@ -10,17 +10,17 @@ blocks a program, each program writing its partial sum of squares.
 
 Offsets from base pointers, both 16-byte aligned (checked on the host), let the compiler use wide
 loads and stores (the update's: :data:`RUN`); so does the block's bound: a block that ends inside
-its tensor runs unmasked, and only a tensor's last block is masked (a mask against a bound read from memory is one the compiler
-cannot prove constant over 16 bytes, so every masked access is a scalar one).
+its tensor runs unmasked, and only a tensor's last block is masked (a mask against a bound read from
+memory is one the compiler cannot prove constant over 16 bytes, so every masked access is a scalar
+one).
 
 A block whose gradient is all zeros this step and whose moments are all zeros (an embodiment slot,
 an embedding row no sample has used yet) takes the decay alone: AdamW's update of such an element is
 ``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only its
 value (and weight) instead of its gradient and both moments too, and skips the full update's
-square root and divisions. The norm pass, which reads every
-gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments
-are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped (its
-update is 0 / 0 there).
+square root and divisions. The norm pass, which reads every gradient anyway, marks each block's
+gradient as zero or not; each table keeps which blocks' moments are still all zeros (cleared as a
+block first has a gradient). With ``eps`` 0 no block is skipped (its update is 0 / 0 there).
 
 The first moment of the weights with masters may be stored in bf16 (``optimizer.exp_avg_dtype``):
 loaded into fp32, updated there and rounded to nearest as it is stored.
@@ -100,10 +100,8 @@ def _adamw_block(
 
 @triton.jit
 def _decay_block(p_ptr, w_ptr, mask, decay, HAS_W: tl.constexpr, MASKED: tl.constexpr):
-    """An idle block's update, whole: its value decayed, which is what the full update gives it
-    (to the bit), without reading its gradient and moments or taking the full update's square root
-    and divisions (for a block that moves 8 bytes an element instead of 28 those would bound the
-    pass by instructions rather than memory)."""
+    """An idle block's update, whole: its value decayed (what the full update gives it, to the bit;
+    see the module)."""
     p = _load(p_ptr, mask, MASKED) * decay
     _store(p_ptr, p, mask, MASKED)
     if HAS_W:
