@@ -216,7 +216,9 @@ def _sm90_resources(has_weight: bool, exp_avg: str = "fp32") -> dict[str, int]:
     sig = {n: ptr.get(n, scalars.get(n, "constexpr" if n in consts else "*i64")) for n in names}
     aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n][0] == "*"}
     src = ASTSource(fn=K._adamw_kernel, signature=sig, constexprs=consts, attrs=aligned)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=K.update_options())
+    kernel = triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options=K.update_options(has_weight)
+    )
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with open(
         os.path.join(os.environ.get("TMPDIR", "/tmp"), f"adamw-{os.getpid()}.cubin"), "wb"
@@ -236,13 +238,13 @@ def _sm90_resources(has_weight: bool, exp_avg: str = "fp32") -> dict[str, int]:
     [(True, "fp32"), (True, "bf16"), (False, "fp32")],
     ids=["bf16-table", "bf16-table-bf16-moment", "fp32-table"],
 )
-def test_the_update_fits_eight_programs_an_sm_without_spilling(has_weight, exp_avg):
-    """Eight programs of either table's update fit an SM (64 registers a thread); nothing spills to
-    the stack under that cap, and no tensor moves between layouts through shared memory (every
-    column loaded and stored in pieces of one size)."""
+def test_the_update_fits_seven_programs_an_sm_without_spilling(has_weight, exp_avg):
+    """Seven programs of the bf16 table's update fit an SM (72 registers a thread), eight of the fp32
+    table's (64); nothing spills to the stack under those caps, and no tensor moves between layouts
+    through shared memory (every column loaded and stored in pieces of one size)."""
     if INTERPRETED:
         pytest.skip("compiles for a GPU: the outer process's test")
     used = _sm90_resources(has_weight, exp_avg)
     assert used["STACK"] == 0, used
-    assert used["REG"] <= 64, used
+    assert used["REG"] <= (72 if has_weight else 64), used
     assert used["SHARED"] == 0, used

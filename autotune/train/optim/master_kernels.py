@@ -16,11 +16,14 @@ one).
 
 A block whose gradient is all zeros this step and whose moments are all zeros (an embodiment slot,
 an embedding row no sample has used yet) takes the decay alone: AdamW's update of such an element is
-``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only its
-value (and weight) instead of its gradient and both moments too, and skips the full update's
-square root and divisions. The norm pass, which reads every gradient anyway, marks each block's
-gradient as zero or not; each table keeps which blocks' moments are still all zeros (cleared as a
-block first has a gradient). With ``eps`` 0 no block is skipped (its update is 0 / 0 there).
+``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only
+its value (and weight) instead of its gradient and both moments too: its loads and stores of those
+are masked off, the same instructions as the full update's, square root and divisions included (one
+path for both kinds of block: the branched forms measured so far cost the busy blocks more than they
+saved the idle ones; BENCHMARKS.md, "the optimizer's pass"). The norm pass, which reads every
+gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments
+are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped
+(its update is 0 / 0 there).
 
 The first moment of the weights with masters may be stored in bf16 (``optimizer.exp_avg_dtype``):
 loaded into fp32, updated there and rounded to nearest as it is stored.
@@ -45,12 +48,13 @@ RUN = tl.constexpr(4)
 for every column, so every tensor of the update has one layout (4 elements a thread at a time); with
 a bf16 column's 8 elements (16 bytes) the compiler lays out the update by the bf16 gradient and
 moves each fp32 tensor into another layout through shared memory to store it 16 bytes at once,
-which takes registers (145 a thread, Triton 3.6 for sm90) and shared memory."""
+which takes registers (145 a thread against 72, Triton 3.6 for sm90) and shared memory."""
 
-MAX_REGISTERS = 64
-"""Registers a thread of the update may use: 8 programs of 4 warps an SM (the update only streams
-memory: the more programs, the more loads in flight). Triton 3.6 and 3.9 compile either table's
-update for sm90 to 64 without a cap; the cap holds a compiler that would take more to 8 programs."""
+MAX_REGISTERS = {True: 72, False: 64}
+"""Registers a thread of the update may use, by whether its table writes a bf16 weight: 7 and 8
+programs of 4 warps an SM (the update only streams memory: the more programs, the more loads in
+flight). The compiler fits the update under these without spilling (Triton 3.6 and 3.9 for sm90);
+left to itself it may take more (80 with Triton 3.9: 6 programs)."""
 
 
 @triton.jit
@@ -70,6 +74,7 @@ def _adamw_block(
     v_ptr,
     w_ptr,
     mask,
+    busy,
     c,
     step_size,
     bc2_sqrt,
@@ -80,48 +85,38 @@ def _adamw_block(
     HAS_W: tl.constexpr,
     MASKED: tl.constexpr,
 ):
-    """The update of a block; a tensor's last block (``MASKED``) stops at its bound."""
-    g = _load(g_ptr, mask, MASKED).to(tl.float32)
-    p = _load(p_ptr, mask, MASKED)
-    m = _load(m_ptr, mask, MASKED).to(tl.float32)
-    v = _load(v_ptr, mask, MASKED)
+    """``busy`` masks the gradient and moments: an idle block's loads of them read nothing (zeros
+    stand in, which they are) and its moments are not written back, so the same instructions give
+    its decay."""
+    if MASKED:
+        mb = mask & busy
+        g = tl.load(g_ptr, mask=mb, other=0.0).to(tl.float32)
+        p = tl.load(p_ptr, mask=mask)
+        m = tl.load(m_ptr, mask=mb, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr, mask=mb, other=0.0)
+    else:
+        g = tl.load(g_ptr, mask=busy, other=0.0).to(tl.float32)
+        p = tl.load(p_ptr)
+        m = tl.load(m_ptr, mask=busy, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr, mask=busy, other=0.0)
     g = g * c
     p = p * decay
     m = m + (1.0 - beta1) * (g - m)
     v = v * beta2 + (1.0 - beta2) * (g * g)
     denom = tl.div_rn(tl.sqrt_rn(v), bc2_sqrt) + eps
     p = p - step_size * tl.div_rn(m, denom)
-    _store(p_ptr, p, mask, MASKED)
-    _store(m_ptr, m.to(m_ptr.dtype.element_ty), mask, MASKED)
-    _store(v_ptr, v, mask, MASKED)
-    if HAS_W:
-        _store(w_ptr, p.to(tl.bfloat16), mask, MASKED)
-
-
-@triton.jit
-def _decay_block(p_ptr, w_ptr, mask, decay, HAS_W: tl.constexpr, MASKED: tl.constexpr):
-    """An idle block's update, whole: its value decayed (what the full update gives it, to the bit;
-    see the module)."""
-    p = _load(p_ptr, mask, MASKED) * decay
-    _store(p_ptr, p, mask, MASKED)
-    if HAS_W:
-        _store(w_ptr, p.to(tl.bfloat16), mask, MASKED)
-
-
-@triton.jit
-def _load(ptr, mask, MASKED: tl.constexpr):
-    """A block's elements of one column; past a tensor's bound (``MASKED``), zeros."""
     if MASKED:
-        return tl.load(ptr, mask=mask, other=0.0)
-    return tl.load(ptr)
-
-
-@triton.jit
-def _store(ptr, x, mask, MASKED: tl.constexpr):
-    if MASKED:
-        tl.store(ptr, x, mask=mask)
+        tl.store(p_ptr, p, mask=mask)
+        tl.store(m_ptr, m.to(m_ptr.dtype.element_ty), mask=mb)
+        tl.store(v_ptr, v, mask=mb)
+        if HAS_W:
+            tl.store(w_ptr, p.to(tl.bfloat16), mask=mask)
     else:
-        tl.store(ptr, x)
+        tl.store(p_ptr, p)
+        tl.store(m_ptr, m.to(m_ptr.dtype.element_ty), mask=busy)
+        tl.store(v_ptr, v, mask=busy)
+        if HAS_W:
+            tl.store(w_ptr, p.to(tl.bfloat16))
 
 
 @triton.jit
@@ -159,41 +154,64 @@ def _adamw_kernel(
     start = tl.multiple_of(tl.load(blk_start + pid), BLOCK)
     n = tl.load(numel_tab + t)
     i = tl.load(index_tab + t)
+    step_size = tl.load(coefs + i)
+    bc2_sqrt = tl.load(coefs + n_all + i)
     decay = tl.load(coefs + 2 * n_all + i)
+    c = tl.load(clip)
     offs = start + tl.arange(0, BLOCK)
+    g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, RUN)
+    p_ptr = p_base + _index(p_off, t, offs, 4, RUN)
+    m_ptr = m_base + _index(m_off, t, offs, M_ALIGN, RUN)
+    v_ptr = v_base + _index(v_off, t, offs, 4, RUN)
+    w_ptr = w_base + _index(w_off, t, offs, 8, RUN)
     has_grad = tl.load(nonzero_tab + pid) != 0
     idle = (tl.load(zero_state_tab + pid) != 0) & (has_grad == 0) & (skip_idle != 0)
     if has_grad:
         tl.store(zero_state_tab + pid, 0)
-    # Four copies of the block's loads and stores, each in a branch of its own: the compiler keeps
-    # only one copy's addresses live at a time, so none costs registers the others need.
-    if idle:
-        p_ptr = p_base + _index(p_off, t, offs, 4, RUN)
-        w_ptr = w_base + _index(w_off, t, offs, 8, RUN)
-        if start + BLOCK <= n:
-            _decay_block(p_ptr, w_ptr, None, decay, HAS_W, False)
-        else:
-            _decay_block(p_ptr, w_ptr, offs < n, decay, HAS_W, True)
+    busy = tl.zeros((BLOCK,), tl.int32) == idle.to(tl.int32)
+    if start + BLOCK <= n:
+        _adamw_block(
+            g_ptr,
+            p_ptr,
+            m_ptr,
+            v_ptr,
+            w_ptr,
+            None,
+            busy,
+            c,
+            step_size,
+            bc2_sqrt,
+            decay,
+            beta1,
+            beta2,
+            eps,
+            HAS_W,
+            False,
+        )
     else:
-        step_size = tl.load(coefs + i)
-        bc2_sqrt = tl.load(coefs + n_all + i)
-        c = tl.load(clip)
-        g_ptr = g_base + _index(g_off, t, offs, G_ALIGN, RUN)
-        p_ptr = p_base + _index(p_off, t, offs, 4, RUN)
-        m_ptr = m_base + _index(m_off, t, offs, M_ALIGN, RUN)
-        v_ptr = v_base + _index(v_off, t, offs, 4, RUN)
-        w_ptr = w_base + _index(w_off, t, offs, 8, RUN)
-        if start + BLOCK <= n:
-            _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, None, c, step_size, bc2_sqrt,
-                         decay, beta1, beta2, eps, HAS_W, False)  # fmt: skip
-        else:
-            _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, offs < n, c, step_size, bc2_sqrt,
-                         decay, beta1, beta2, eps, HAS_W, True)  # fmt: skip
+        _adamw_block(
+            g_ptr,
+            p_ptr,
+            m_ptr,
+            v_ptr,
+            w_ptr,
+            offs < n,
+            busy,
+            c,
+            step_size,
+            bc2_sqrt,
+            decay,
+            beta1,
+            beta2,
+            eps,
+            HAS_W,
+            True,
+        )
 
 
 NORM_BLOCKS = 8
-"""Blocks a program of the norm kernel sums (16 KB of a bf16 gradient): a block alone is 2 KB, too little
-work for a program's table lookups to hide behind."""
+"""Blocks a program of the norm kernel sums (16 KB of a bf16 gradient): a block alone is 2 KB, too
+little work for a program's table lookups to hide behind."""
 
 
 @triton.jit
@@ -211,7 +229,8 @@ def _sumsq_kernel(
     NORM_BLOCKS: tl.constexpr,
 ):
     """``out[program]``: the sum of the squares (fp32) of the gradient elements of its blocks;
-    ``nonzero_tab[block]``: 1 where the block's gradient has an element other than zero (NaN too)."""
+    ``nonzero_tab[block]``: 1 where the block's gradient has an element other than zero (NaN
+    too)."""
     pid = tl.program_id(0)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for j in range(NORM_BLOCKS):
@@ -233,7 +252,8 @@ def _sumsq_kernel(
 
 
 def sumsq(table) -> torch.Tensor:
-    """The sum of the squares of every gradient element of ``table``, in fp32 (a 0-d device tensor)."""
+    """The sum of the squares of every gradient element of ``table``, in fp32 (a 0-d device
+    tensor)."""
     programs = triton.cdiv(table.blocks, NORM_BLOCKS)
     out = torch.empty(programs, dtype=torch.float32, device=table.blk_tensor.device)
     _sumsq_kernel[(programs,)](
@@ -253,9 +273,9 @@ def sumsq(table) -> torch.Tensor:
     return out.sum()
 
 
-def update_options() -> dict[str, int]:
-    """Triton's launch options of the update."""
-    return {"num_warps": WARPS, "maxnreg": MAX_REGISTERS}
+def update_options(has_weight: bool) -> dict[str, int]:
+    """Triton's launch options of the update of a table with (or without) a bf16 weight."""
+    return {"num_warps": WARPS, "maxnreg": MAX_REGISTERS[bool(has_weight)]}
 
 
 def _align(t: torch.Tensor) -> int:
@@ -299,5 +319,5 @@ def adamw(
         M_ALIGN=_align(b["m"]),
         HAS_W=table.has_weight,
         BLOCK=BLOCK,
-        **update_options(),
+        **update_options(table.has_weight),
     )
