@@ -170,43 +170,11 @@ def _adamw_kernel(
         tl.store(zero_state_tab + pid, 0)
     busy = tl.zeros((BLOCK,), tl.int32) == idle.to(tl.int32)
     if start + BLOCK <= n:
-        _adamw_block(
-            g_ptr,
-            p_ptr,
-            m_ptr,
-            v_ptr,
-            w_ptr,
-            None,
-            busy,
-            c,
-            step_size,
-            bc2_sqrt,
-            decay,
-            beta1,
-            beta2,
-            eps,
-            HAS_W,
-            False,
-        )
+        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, None, busy, c, step_size, bc2_sqrt, decay,
+                     beta1, beta2, eps, HAS_W, False)  # fmt: skip
     else:
-        _adamw_block(
-            g_ptr,
-            p_ptr,
-            m_ptr,
-            v_ptr,
-            w_ptr,
-            offs < n,
-            busy,
-            c,
-            step_size,
-            bc2_sqrt,
-            decay,
-            beta1,
-            beta2,
-            eps,
-            HAS_W,
-            True,
-        )
+        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, offs < n, busy, c, step_size, bc2_sqrt,
+                     decay, beta1, beta2, eps, HAS_W, True)  # fmt: skip
 
 
 NORM_BLOCKS = 8
