@@ -20,10 +20,10 @@ an embedding row no sample has used yet) takes the decay alone: AdamW's update o
 its value (and weight) instead of its gradient and both moments too: its loads and stores of those
 are masked off, the same instructions as the full update's, square root and divisions included (one
 path for both kinds of block: the branched forms measured so far cost the busy blocks more than they
-saved the idle ones; BENCHMARKS.md, "the optimizer's pass"). The norm pass, which reads every
-gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments
-are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped
-(its update is 0 / 0 there).
+saved the idle ones; BENCHMARKS.md, "The decay-only branch, measured"). The norm pass, which reads
+every gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks'
+moments are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is
+skipped (its update is 0 / 0 there).
 
 The first moment of the weights with masters may be stored in bf16 (``optimizer.exp_avg_dtype``):
 loaded into fp32, updated there and rounded to nearest as it is stored.
