@@ -89,6 +89,23 @@ def short_repr(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
+def kind_of(value: object) -> str:
+    """What ``value`` is, without any of its content: ``a string of 34 characters``, ``a list of 3
+    items``. For a whole file read where a mapping belongs: a wrong file handed over (a credentials
+    file, a page of text) is then named by its kind and never echoed into a terminal or a log."""
+    if isinstance(value, str):
+        return f"a string of {len(value):,} character{'s' if len(value) != 1 else ''}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value):,} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return f"a {type(value).__name__}"
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """``exc`` says memory ran out: Python's ``MemoryError``, torch's ``OutOfMemoryError`` (the
     device, or the ``--memory-budget`` cap), a CUDA error naming it, or the ``RuntimeError`` of

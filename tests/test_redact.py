@@ -197,6 +197,37 @@ def test_an_error_line_repeats_no_password_the_user_typed(argv, shown, monkeypat
     assert not any(s in err for s in ("hunter2secret", "XUtnFEMI", "pw1234567", "hf_aB3dE5gH7jK9"))
 
 
+@pytest.mark.parametrize(
+    "command, text, kind",
+    [
+        (
+            ["train", "--steps", "1", "--config"],
+            "localhost:5432:*:tuner:pgS3cretWord\n",
+            "a string of 35",
+        ),
+        (["run", "--space"], "API_KEY=pgS3cretWord\n", "a string of 20"),
+        (
+            ["trainer-args", "--config"],
+            "notes\n\nuser tuner\npassword pgS3cretWord\n",
+            "a string of 38",
+        ),
+    ],
+    ids=["pgpass-as-config", "env-file-as-space", "text-as-config"],
+)
+def test_a_wrong_file_handed_over_is_named_by_its_kind_never_echoed(
+    tmp_path, command, text, kind, capsys
+):
+    """A credentials file or a page of text given where a configuration or a space goes: YAML reads
+    it as one string, and the error line says what it is, not what it holds."""
+    path = tmp_path / "given"
+    path.write_text(text)
+    assert main([*command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"autotune: error: {path}: ") and err.count("\n") == 1, err
+    assert kind in err and "has the wrong type; allowed: a mapping" in err, err
+    assert "pgS3cretWord" not in err and "tuner" not in err
+
+
 @pytest.mark.timeout(60)
 def test_a_long_word_that_ends_in_a_url_is_read_once():
     """A hostile word of 200,000 letters before a URL (a parameter name, a trial's output): the URL

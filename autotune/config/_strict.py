@@ -15,7 +15,7 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, kind_of, short_repr
 
 T = TypeVar("T")
 
@@ -33,11 +33,13 @@ class FieldError(ConfigError):
 
     def __init__(self, key: str, value: Any, allowed: str, problem: str = "is not allowed") -> None:
         self.key, self.value, self.allowed, self.problem = key, value, allowed, problem
-        super().__init__(f"{key}: {value!r} {problem}; allowed: {allowed}")
+        super().__init__(f"{key}: {short_repr(value)} {problem}; allowed: {allowed}")
 
     def at(self, prefix: str) -> ConfigError:
         key = f"{prefix}.{self.key}" if prefix else self.key
-        return ConfigError(f"{key}: {self.value!r} {self.problem}; allowed: {self.allowed}")
+        return ConfigError(
+            f"{key}: {short_repr(self.value)} {self.problem}; allowed: {self.allowed}"
+        )
 
 
 def check(cond: bool, key: str, value: Any, allowed: str, problem: str = "is out of range") -> None:
@@ -71,7 +73,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
     if origin is Literal:
         if value not in get_args(tp):
-            raise ConfigError(f"{key}: {value!r} is not one of {list(get_args(tp))}")
+            raise ConfigError(f"{key}: {short_repr(value)} is not one of {list(get_args(tp))}")
         return value
     if origin in (Union, types.UnionType):
         args = get_args(tp)
@@ -87,41 +89,49 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
                 errors.append(exc)
         if len(errors) == 1:
             raise errors[0]
-        raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: {_type_name(tp)}")
+        raise ConfigError(
+            f"{key}: {short_repr(value)} has the wrong type; allowed: {_type_name(tp)}"
+        )
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, key)
     if origin is list or origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a list")
+            raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: a list")
         (item_tp, *_) = get_args(tp) or (Any,)
         items = [_convert(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return items if origin is list else tuple(items)
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a mapping")
+            raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: a mapping")
         k_tp, v_tp = get_args(tp) or (Any, Any)
         return {_convert(k_tp, k, key): _convert(v_tp, v, f"{key}.{k}") for k, v in value.items()}
     if tp is Any:
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: true or false")
+            raise ConfigError(
+                f"{key}: {short_repr(value)} has the wrong type; allowed: true or false"
+            )
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: an integer")
+            raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: an integer")
         if not INT_MIN <= value <= INT_MAX:
-            raise ConfigError(f"{key}: {value!r} is out of range; allowed: a 64-bit integer")
+            raise ConfigError(
+                f"{key}: {short_repr(value)} is out of range; allowed: a 64-bit integer"
+            )
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a number")
+            raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: a number")
         if not math.isfinite(value):
-            raise ConfigError(f"{key}: {value!r} is out of range; allowed: a finite number")
+            raise ConfigError(
+                f"{key}: {short_repr(value)} is out of range; allowed: a finite number"
+            )
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: {value!r} has the wrong type; allowed: a string")
+            raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: a string")
         return value
     raise TypeError(f"unsupported config type {tp!r} at {key}")  # a bug in the schema
 
@@ -132,7 +142,8 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: {data!r} has the wrong type; allowed: a mapping")
+        shown = kind_of(data) if not prefix else short_repr(data)  # a whole file: never echoed
+        raise ConfigError(f"{where}: {shown} has the wrong type; allowed: a mapping")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]

@@ -31,7 +31,7 @@ from autotune.config.step import (
     PrecisionConfig,
 )
 from autotune.config.workload_knobs import knobs_declaring, model_knobs_of
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, short_repr
 
 SCHEMA_VERSION = 1
 
@@ -118,7 +118,7 @@ class ModelConfig:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise ConfigError(f"{key}: {data!r} has the wrong type; allowed: a mapping")
+            raise ConfigError(f"{key}: {short_repr(data)} has the wrong type; allowed: a mapping")
         workload = parent.get("workload", TrainConfig.workload)
         knobs = model_knobs_of(workload) if isinstance(workload, str) else None
         own = {k: v for k, v in data.items() if k in _GENERIC}

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from autotune.boundedread import METADATA_BYTES, TABLE_BYTES, read_text
-from autotune.errors import DataError
+from autotune.errors import DataError, short_repr
 
 
 def one_line(exc: BaseException) -> str:
@@ -119,7 +119,7 @@ def get(obj: Any, key: str, path: Path, kind: type | tuple[type, ...], where: st
     value = obj[key]
     if not isinstance(value, kind) or isinstance(value, bool):
         name = getattr(kind, "__name__", None) or " or ".join(k.__name__ for k in kind)
-        raise DataError(f"{path}: {where}{key!r} is {value!r}, not of type {name}")
+        raise DataError(f"{path}: {where}{key!r} is {short_repr(value)}, not of type {name}")
     return value
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.data.files import get
-from autotune.errors import DataError
+from autotune.errors import DataError, short_repr
 
 STATE, ACTION, TASK_INDEX = "observation.state", "action", "task_index"
 IMAGE_PREFIX = "observation.images."
@@ -166,7 +166,7 @@ def _slices(raw: dict, part: str, features: dict, path: Path) -> tuple[KeySlice,
             )
         if norm not in NORMALIZATIONS:
             raise DataError(
-                f"{path}: {where}normalization {norm!r} is not one of {list(NORMALIZATIONS)}"
+                f"{path}: {where}normalization {short_repr(norm)} is not one of {list(NORMALIZATIONS)}"
             )
         keys.append(KeySlice(name, start, end, norm, source))
     if not keys:
@@ -193,7 +193,7 @@ def _instruction(raw: object, features: dict, path: Path) -> str:
     if not raw:
         return TASK_INDEX
     if not isinstance(raw, dict):
-        raise DataError(f"{path}: 'annotation' is {raw!r}, not an object")
+        raise DataError(f"{path}: 'annotation' is {short_repr(raw)}, not an object")
     name = next((n for n in raw if n.endswith("task_description")), next(iter(raw)))
     column = _original_key(raw[name], f"annotation.{name}", path, f"annotation.{name}.")
     if column not in features:

@@ -28,7 +28,7 @@ import pyarrow as pa
 from autotune.data import stats as st
 from autotune.data.files import present, read_json, read_parquet
 from autotune.data.layout import INFO, STATS, Episode, Index, VideoSpan, inside, path_template
-from autotune.errors import DataError
+from autotune.errors import DataError, short_repr
 
 EPISODES_DIR, TASKS = "meta/episodes", "meta/tasks.parquet"
 EPISODES_GLOB = "chunk-*/file-*.parquet"
@@ -85,7 +85,7 @@ def _episode(
     ints = {c: row[c] for c in _COLUMNS if c != "tasks"}
     if any(not isinstance(v, int) for v in ints.values()):
         bad = next(c for c, v in ints.items() if not isinstance(v, int))
-        raise DataError(f"{where}: {bad} is {ints[bad]!r}, not an integer")
+        raise DataError(f"{where}: {bad} is {short_repr(ints[bad])}, not an integer")
     index, length = row["episode_index"], row["length"]
     if index != n or length < 1 or row["dataset_to_index"] - row["dataset_from_index"] != length:
         raise DataError(
@@ -93,7 +93,7 @@ def _episode(
             f"(got length {length}, rows [{row['dataset_from_index']}, {row['dataset_to_index']}))"
         )
     if not isinstance(row["tasks"], list) or not all(isinstance(t, str) for t in row["tasks"]):
-        raise DataError(f"{where}: tasks is {row['tasks']!r}, not a list of strings")
+        raise DataError(f"{where}: tasks is {short_repr(row['tasks'])}, not a list of strings")
     data_file = inside(
         root,
         data.format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),

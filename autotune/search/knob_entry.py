@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.config import TrainConfig
 from autotune.config.knob import GROUPS as KNOB_GROUPS
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, short_repr
 from autotune.search.declared import declared
 from autotune.search.knobs import Knob, config_key, space_error
 
@@ -76,7 +76,7 @@ def typing_hints(cls: type) -> dict[str, Any]:
 
 def _number(path: Path, where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise space_error(path, where, f"{value!r} has the wrong type; allowed: a number")
+        raise space_error(path, where, f"{short_repr(value)} has the wrong type; allowed: a number")
     return value
 
 
@@ -84,7 +84,9 @@ def parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kno
     where = f"knobs.{key}"
     if not isinstance(spec, dict):
         raise space_error(
-            path, where, f"{spec!r} has the wrong type; allowed: a mapping with 'type' and 'group'"
+            path,
+            where,
+            f"{short_repr(spec)} has the wrong type; allowed: a mapping with 'type' and 'group'",
         )
     unknown = [k for k in spec if k not in KNOB_KEYS]
     if unknown:
@@ -95,14 +97,16 @@ def parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kno
         raise space_error(path, where, str(exc)) from None
     kind = spec.get("type")
     if kind not in TYPES:
-        raise space_error(path, f"{where}.type", f"{kind!r} is not one of {list(TYPES)}")
+        raise space_error(path, f"{where}.type", f"{short_repr(kind)} is not one of {list(TYPES)}")
     group = spec.get("group")
     if group not in GROUPS:
-        raise space_error(path, f"{where}.group", f"{group!r} is not one of {list(GROUPS)}")
+        raise space_error(
+            path, f"{where}.group", f"{short_repr(group)} is not one of {list(GROUPS)}"
+        )
     requires = spec.get("requires")
     if requires is not None and requires not in REQUIREMENTS:
         raise space_error(
-            path, f"{where}.requires", f"{requires!r} is not one of {list(REQUIREMENTS)}"
+            path, f"{where}.requires", f"{short_repr(requires)} is not one of {list(REQUIREMENTS)}"
         )
     kw: dict[str, Any] = {
         "key": key,
@@ -165,7 +169,9 @@ def _parse_range(path: Path, where: str, kind: str, spec: dict) -> dict[str, Any
         for k in ("low", "high", "step"):
             if k in spec and not isinstance(spec[k], int):
                 raise space_error(
-                    path, f"{where}.{k}", f"{spec[k]!r} has the wrong type; allowed: an integer"
+                    path,
+                    f"{where}.{k}",
+                    f"{short_repr(spec[k])} has the wrong type; allowed: an integer",
                 )
     if not low <= high:
         raise space_error(
@@ -174,14 +180,18 @@ def _parse_range(path: Path, where: str, kind: str, spec: dict) -> dict[str, Any
     log = spec.get("log", False)
     if not isinstance(log, bool):
         raise space_error(
-            path, f"{where}.log", f"{log!r} has the wrong type; allowed: true or false"
+            path, f"{where}.log", f"{short_repr(log)} has the wrong type; allowed: true or false"
         )
     step = spec.get("step")
     if step is not None and _number(path, f"{where}.step", step) <= 0:
-        raise space_error(path, f"{where}.step", f"{step!r} is out of range; allowed: a number > 0")
+        raise space_error(
+            path, f"{where}.step", f"{short_repr(step)} is out of range; allowed: a number > 0"
+        )
     if log and low <= 0:
         raise space_error(
-            path, f"{where}.low", f"{low!r} is out of range; allowed: a number > 0 when log is true"
+            path,
+            f"{where}.low",
+            f"{short_repr(low)} is out of range; allowed: a number > 0 when log is true",
         )
     if log and step is not None and kind == "float":
         raise space_error(path, f"{where}.step", "cannot be combined with log: true")
@@ -234,7 +244,7 @@ def _parse_when(
         raise space_error(
             path,
             f"{where}.when",
-            f"{when!r} has the wrong type; allowed: a mapping of knob key to value(s)",
+            f"{short_repr(when)} has the wrong type; allowed: a mapping of knob key to value(s)",
         )
     out = {}
     for other, value in when.items():

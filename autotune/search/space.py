@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig, read_yaml
-from autotune.errors import ConfigError, SearchSpaceError
+from autotune.errors import ConfigError, SearchSpaceError, kind_of
 from autotune.search.declared import GROUP_ALIASES, defaults_for
 from autotune.search.knob_entry import parse_knob
 from autotune.search.knobs import Knob, SearchSpace, apply_values, config_key, space_error
@@ -139,7 +139,7 @@ def check_model_knobs(space: SearchSpace, knobs: type | None, workload: str) -> 
 def parse_space(data: Any, path: Path) -> SearchSpace:
     if not isinstance(data, dict):
         raise SearchSpaceError(
-            f"{path}: {data!r} has the wrong type; allowed: a mapping with 'knobs'"
+            f"{path}: {kind_of(data)} has the wrong type; allowed: a mapping with 'knobs'"
         )
     unknown = [k for k in data if k not in ("name", "description", "knobs")]
     if unknown:
