@@ -182,8 +182,13 @@ def _parse(url: str, source: str) -> URL:
     try:
         return make_url(url.strip())
     except (sqlalchemy.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+        # Without a scheme the redaction cannot tell a password from the rest (a bare password,
+        # a libpq "host=h pw" string), so such a value is named by its size alone.
+        shown = (
+            repr(redact(url)) if "://" in url else f"({len(url.strip())} characters, no scheme://)"
+        )
         raise ConfigError(
-            f"{source} {redact(url)!r} is not a database URL "
+            f"{source} {shown} is not a database URL "
             f"(e.g. postgresql://<user>:<password>@<host>:5432/<db>)"
         ) from None
 

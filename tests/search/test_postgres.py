@@ -144,8 +144,13 @@ def pg_url(pg_server):
 
 
 def test_open_storage_rejects_bad_urls(tmp_path, monkeypatch):
-    with pytest.raises(ConfigError, match=r"^--storage 'nonsense' is not a database URL"):
+    with pytest.raises(
+        ConfigError, match=r"^--storage \(8 characters, no scheme://\) is not a database URL"
+    ):
         open_storage("nonsense", tmp_path)
+    with pytest.raises(ConfigError, match=r"^--storage \(15 characters, no scheme://\)") as bare:
+        open_storage("host=h hunter2x", tmp_path)  # a libpq string: nothing in it is echoed
+    assert "hunter2x" not in str(bare.value)
     with pytest.raises(
         ConfigError, match=r"^--storage foo://a/b: 'foo' is not a database SQLAlchemy knows"
     ):
