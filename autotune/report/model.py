@@ -135,8 +135,10 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def trial(self, number: int) -> TrialRow:
-        return next(t for t in self.trials if t.number == number)
+    def trial(self, number: int) -> TrialRow | None:
+        """Trial ``number`` of the study, or None where the study does not hold it (its journal was
+        cut short while the diagnosis, written beside it, names the trial)."""
+        return next((t for t in self.trials if t.number == number), None)
 
 
 def build_report(

@@ -326,3 +326,16 @@ def test_a_journal_that_is_a_pipe_is_named_as_one(run, capsys):
     assert capsys.readouterr().err == (
         f"autotune: error: {run / JOURNAL}: not a regular file (a device, pipe or socket); expected a file\n"
     )
+
+
+def test_a_journal_cut_short_behind_its_diagnosis_is_a_page(run):
+    """The diagnosis names trials a journal cut short (a full disk, a copy taken mid-write) no longer
+    holds, stock's among them: the page says so where it lists them, and is written."""
+    lines = (run / JOURNAL).read_text().splitlines(keepends=True)
+    first_trial = next(i for i, line in enumerate(lines) if '"op_code":4,' in line)
+    (run / JOURNAL).write_text("".join(lines[:first_trial]))
+    _set(run, "diagnosis.json", lambda d: d["stages"][0].update(best_trial=None, trials=[999]))
+    write_report(run)
+    page = (run / "report.html").read_text()
+    assert "#999 not in the study" in page
+    assert build_report(run).trial(999) is None
