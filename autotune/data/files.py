@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from autotune.boundedread import METADATA_BYTES, TABLE_BYTES, read_text
-from autotune.errors import DataError, short_repr
+from autotune.errors import DataError, kind_of, short_repr
 
 
 def one_line(exc: BaseException) -> str:
@@ -114,7 +114,10 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def get(obj: Any, key: str, path: Path, kind: type | tuple[type, ...], where: str = "") -> Any:
     """``obj[key]``, which must exist and be of ``kind`` (a bool is never an int here)."""
-    if not isinstance(obj, dict) or key not in obj:
+    if not isinstance(obj, dict):
+        what = where.rstrip(".") or "the file"
+        raise DataError(f"{path}: {what} is {kind_of(obj)}, not a JSON object")
+    if key not in obj:
         raise DataError(f"{path}: missing key {where}{key!r}")
     value = obj[key]
     if not isinstance(value, kind) or isinstance(value, bool):

@@ -332,6 +332,26 @@ def test_unsupported_version_and_template(v3_copy):
         load_meta(v3_copy)
 
 
+@pytest.mark.parametrize(
+    "edit, what",
+    [
+        (lambda info: '["v3.0"]', "the file is a list of 1 item"),
+        (
+            lambda info: '"localhost:5432:*:lerobot:hunter2x"',
+            "the file is a string of 33 characters",
+        ),
+    ],
+    ids=["list", "credentials-line"],
+)
+def test_an_info_json_of_another_shape_is_named_by_its_kind(v3_copy, edit, what):
+    """A meta file handed over in another shape: named by what it is, its content never echoed."""
+    info_path = v3_copy / "meta/info.json"
+    info_path.write_text(edit(json.loads(info_path.read_text())))
+    with pytest.raises(DataError, match=rf"{info_path}: {what}, not a JSON object") as err:
+        load_meta(v3_copy)
+    assert "hunter2x" not in str(err.value)
+
+
 def test_check_reports_what_it_found(v3_av1, capsys):
     assert main(["data", "check", str(v3_av1)]) == 0
     out, err = capsys.readouterr()
