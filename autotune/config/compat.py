@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.config.knob import Needs, walk
 from autotune.config.training import TrainConfig
-from autotune.errors import ConfigError, IncompatibleConfigError
+from autotune.errors import ConfigError, IncompatibleConfigError, short_repr
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def check_compatible(
         for name in names:
             if name not in known:
                 raise IncompatibleConfigError(
-                    f"{key}: {name!r} is not a region of workload {cfg.workload!r}; allowed: {sorted(known)}"
+                    f"{key}: {short_repr(name)} is not a region of workload {cfg.workload!r}; allowed: {sorted(known)}"
                 )
     check_machine(cfg, machine)
 
@@ -270,7 +270,7 @@ def check_data(cfg: TrainConfig, sources: tuple[str, ...], fields: tuple[str, ..
     """Refuse a data source the workload does not have, or a data field it does not read (set, not null)."""
     if cfg.data.source is not None and cfg.data.source not in sources:
         raise IncompatibleConfigError(
-            f"data.source: {cfg.data.source!r} is not a data source of workload "
+            f"data.source: {short_repr(cfg.data.source)} is not a data source of workload "
             f"{cfg.workload!r}; allowed: {list(sources)}"
         )
     for name in DATA_FIELDS:

@@ -30,7 +30,7 @@ from autotune.data.modality import (
     read_modality,
 )
 from autotune.data.stats import Stats
-from autotune.errors import DataError
+from autotune.errors import DataError, short_repr
 
 VERSIONS = ("v2.0", "v2.1", "v3.0")
 FRAME_COLUMNS = ("frame_index", "episode_index")
@@ -111,7 +111,7 @@ def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
     version = get(info, "codebase_version", info_path, str)
     if version not in VERSIONS:
         raise DataError(
-            f"{info_path}: codebase_version {version!r} is not supported; supported: {list(VERSIONS)}"
+            f"{info_path}: codebase_version {short_repr(version)} is not supported; supported: {list(VERSIONS)}"
         )
     fps = _float(get(info, "fps", info_path, (int, float)))
     if not (math.isfinite(fps) and fps > 0):  # 1e999 reads as inf

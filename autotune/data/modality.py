@@ -157,7 +157,7 @@ def _slices(raw: dict, part: str, features: dict, path: Path) -> tuple[KeySlice,
         norm = spec.get("normalization", "min_max")
         if source not in features:
             raise DataError(
-                f"{path}: {where}original_key {source!r} is not a feature of meta/info.json"
+                f"{path}: {where}original_key {short_repr(source)} is not a feature of meta/info.json"
             )
         dim = vector_dim(features, source, path.parent / "info.json")
         if not 0 <= start < end <= dim:
@@ -180,7 +180,7 @@ def _views(raw: dict, features: dict, path: Path) -> tuple[View, ...]:
         key = _original_key(spec, IMAGE_PREFIX + name, path, f"video.{name}.")
         if not isinstance(features.get(key), dict) or features[key].get("dtype") != "video":
             raise DataError(
-                f"{path}: video.{name}: {key!r} is not a video feature of meta/info.json"
+                f"{path}: video.{name}: {short_repr(key)} is not a video feature of meta/info.json"
             )
         views.append(View(name, key))
     if not views:
@@ -198,7 +198,7 @@ def _instruction(raw: object, features: dict, path: Path) -> str:
     column = _original_key(raw[name], f"annotation.{name}", path, f"annotation.{name}.")
     if column not in features:
         raise DataError(
-            f"{path}: annotation.{name}: column {column!r} is not a feature of meta/info.json"
+            f"{path}: annotation.{name}: column {short_repr(column)} is not a feature of meta/info.json"
         )
     return column
 

@@ -132,7 +132,7 @@ def _with_remedies(path: Path, where: str, spec: dict, knob: Knob) -> Knob:
             pass  # resolved per machine (for_machine)
         elif remedy is None or not knob.contains(remedy):
             raise space_error(
-                path, f"{where}.remedy", f"{remedy!r} is not a value this knob can take"
+                path, f"{where}.remedy", f"{short_repr(remedy)} is not a value this knob can take"
             )
         knob = dataclasses.replace(knob, remedy=remedy)
     if "remedy_several_ranks" in spec:
@@ -147,7 +147,7 @@ def _with_remedies(path: Path, where: str, spec: dict, knob: Knob) -> Knob:
             raise space_error(
                 path,
                 f"{where}.remedy_several_ranks",
-                f"{several!r} is not a value this knob can take",
+                f"{short_repr(several)} is not a value this knob can take",
             )
         knob = dataclasses.replace(knob, remedy_several_ranks=several)
     return knob
@@ -208,13 +208,15 @@ def _parse_choices(path: Path, where: str, kind: str, spec: dict) -> tuple[Any, 
             raise space_error(
                 path,
                 f"{where}.choices",
-                f"{choices!r} is not allowed; allowed: a list of true/false",
+                f"{short_repr(choices)} is not allowed; allowed: a list of true/false",
             )
         return tuple(choices)
     choices = spec.get("choices")
     if not isinstance(choices, list) or not choices:
         raise space_error(
-            path, f"{where}.choices", f"{choices!r} is not allowed; allowed: a non-empty list"
+            path,
+            f"{where}.choices",
+            f"{short_repr(choices)} is not allowed; allowed: a non-empty list",
         )
     for c in choices:
         ok = (
@@ -226,7 +228,7 @@ def _parse_choices(path: Path, where: str, kind: str, spec: dict) -> tuple[Any, 
             raise space_error(
                 path,
                 f"{where}.choices",
-                f"{c!r} is not allowed; allowed: null, numbers, strings or lists of names",
+                f"{short_repr(c)} is not allowed; allowed: null, numbers, strings or lists of names",
             )
     if any(isinstance(c, list) for c in choices) and not all(isinstance(c, list) for c in choices):
         raise space_error(
@@ -262,7 +264,9 @@ def _parse_when(
         for v in values:
             if not earlier[other].contains(v):
                 raise space_error(
-                    path, f"{where}.when.{other}", f"{v!r} is not a value knob {other} can take"
+                    path,
+                    f"{where}.when.{other}",
+                    f"{short_repr(v)} is not a value knob {other} can take",
                 )
         out[other] = values
     return out

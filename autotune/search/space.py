@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig, read_yaml
-from autotune.errors import ConfigError, SearchSpaceError, kind_of
+from autotune.errors import ConfigError, SearchSpaceError, kind_of, short_repr
 from autotune.search.declared import GROUP_ALIASES, defaults_for
 from autotune.search.knob_entry import parse_knob
 from autotune.search.knobs import Knob, SearchSpace, apply_values, config_key, space_error
@@ -73,7 +73,7 @@ def _check_values(path: Path, knob: Knob, stock: TrainConfig) -> None:
             if str(exc).split(":")[0] != config_key(knob.key):
                 continue  # a rule between knobs (graphs.mode regions needs graphs.regions): the trial decides
             raise space_error(
-                path, f"knobs.{knob.key}", f"{v!r} is not a valid value ({exc})"
+                path, f"knobs.{knob.key}", f"{short_repr(v)} is not a valid value ({exc})"
             ) from None
 
 
@@ -116,7 +116,7 @@ def check_regions(space: SearchSpace, regions: tuple[str, ...] | list[str], work
         for name in region_names(knob):
             if name not in regions:
                 raise SearchSpaceError(
-                    f"{space.path}: knobs.{knob.key}: {name!r} is not a region of workload "
+                    f"{space.path}: knobs.{knob.key}: {short_repr(name)} is not a region of workload "
                     f"{workload!r}; its regions: {sorted(regions)} (or run without --space: "
                     "a space made from its regions)"
                 )
@@ -151,7 +151,7 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
         raise space_error(
             path,
             "knobs",
-            f"{knobs_data!r} is not allowed; allowed: a non-empty mapping of dotted keys",
+            f"{short_repr(knobs_data)} is not allowed; allowed: a non-empty mapping of dotted keys",
         )
     knobs: dict[str, Knob] = {}
     stock = TrainConfig()
@@ -164,7 +164,7 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
     if "name" in data and not (isinstance(name, str) and re.fullmatch(r"[\w.-]+", name)):
         # it names the study and its default folder, runs/WORKLOAD-PRESET-NAME: no path in it
         raise SearchSpaceError(
-            f"{path}: name: {name!r} is not allowed; allowed: letters, digits, '_', '.' and '-'"
+            f"{path}: name: {short_repr(name)} is not allowed; allowed: letters, digits, '_', '.' and '-'"
         )
     return SearchSpace(
         name=str(name),

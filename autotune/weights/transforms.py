@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, short_repr
 
 
 def _patch_to_upstream(w: torch.Tensor, channels: int) -> torch.Tensor:
@@ -109,7 +109,9 @@ def make_transform(spec: dict[str, Any] | None, where: str) -> Transform:
     args = dict(spec)
     name = args.pop("name", None)
     if name not in _FACTORIES:
-        raise ConfigError(f"{where}: transform {name!r} is not one of {sorted(_FACTORIES)}")
+        raise ConfigError(
+            f"{where}: transform {short_repr(name)} is not one of {sorted(_FACTORIES)}"
+        )
     try:
         return _FACTORIES[name](**args)
     except TypeError as exc:
