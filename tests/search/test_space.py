@@ -145,6 +145,16 @@ def test_bad_space_files_fail_naming_file_and_key(tmp_path, text, match):
         load_space(write(tmp_path, text))
 
 
+def test_a_long_value_in_a_space_file_is_quoted_short(tmp_path):
+    """A 5,000-character value made a 5,000-character error line."""
+    text = "knobs: {optimizer.impl: {type: categorical, group: optimizer, choices: %s}}" % (
+        "a" * 5000
+    )
+    with pytest.raises(SearchSpaceError, match=r"choices: 'a+\.\.\. is not allowed") as err:
+        load_space(write(tmp_path, text))
+    assert len(str(err.value)) < 300
+
+
 def test_stock_value_outside_the_space_is_refused(tmp_path):
     space = load_space(
         write(tmp_path, "knobs: {data.num_workers: {type: int, low: 4, high: 8, group: data}}")
