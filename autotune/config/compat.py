@@ -249,7 +249,8 @@ def check_compatible(
         for name in names:
             if name not in known:
                 raise IncompatibleConfigError(
-                    f"{key}: {short_repr(name)} is not a region of workload {cfg.workload!r}; allowed: {sorted(known)}"
+                    f"{key}: {short_repr(name)} is not a region of workload {cfg.workload!r}; "
+                    f"allowed: {sorted(known)}"
                 )
     check_machine(cfg, machine)
 

@@ -111,7 +111,8 @@ def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
     version = get(info, "codebase_version", info_path, str)
     if version not in VERSIONS:
         raise DataError(
-            f"{info_path}: codebase_version {short_repr(version)} is not supported; supported: {list(VERSIONS)}"
+            f"{info_path}: codebase_version {short_repr(version)} is not supported; "
+            f"supported: {list(VERSIONS)}"
         )
     fps = _float(get(info, "fps", info_path, (int, float)))
     if not (math.isfinite(fps) and fps > 0):  # 1e999 reads as inf

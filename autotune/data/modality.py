@@ -157,7 +157,8 @@ def _slices(raw: dict, part: str, features: dict, path: Path) -> tuple[KeySlice,
         norm = spec.get("normalization", "min_max")
         if source not in features:
             raise DataError(
-                f"{path}: {where}original_key {short_repr(source)} is not a feature of meta/info.json"
+                f"{path}: {where}original_key {short_repr(source)} "
+                "is not a feature of meta/info.json"
             )
         dim = vector_dim(features, source, path.parent / "info.json")
         if not 0 <= start < end <= dim:
@@ -166,7 +167,8 @@ def _slices(raw: dict, part: str, features: dict, path: Path) -> tuple[KeySlice,
             )
         if norm not in NORMALIZATIONS:
             raise DataError(
-                f"{path}: {where}normalization {short_repr(norm)} is not one of {list(NORMALIZATIONS)}"
+                f"{path}: {where}normalization {short_repr(norm)} "
+                f"is not one of {list(NORMALIZATIONS)}"
             )
         keys.append(KeySlice(name, start, end, norm, source))
     if not keys:
@@ -198,7 +200,8 @@ def _instruction(raw: object, features: dict, path: Path) -> str:
     column = _original_key(raw[name], f"annotation.{name}", path, f"annotation.{name}.")
     if column not in features:
         raise DataError(
-            f"{path}: annotation.{name}: column {short_repr(column)} is not a feature of meta/info.json"
+            f"{path}: annotation.{name}: column {short_repr(column)} "
+            "is not a feature of meta/info.json"
         )
     return column
 

@@ -228,7 +228,8 @@ def _parse_choices(path: Path, where: str, kind: str, spec: dict) -> tuple[Any, 
             raise space_error(
                 path,
                 f"{where}.choices",
-                f"{short_repr(c)} is not allowed; allowed: null, numbers, strings or lists of names",
+                f"{short_repr(c)} is not allowed; "
+                "allowed: null, numbers, strings or lists of names",
             )
     if any(isinstance(c, list) for c in choices) and not all(isinstance(c, list) for c in choices):
         raise space_error(

@@ -116,7 +116,8 @@ def check_regions(space: SearchSpace, regions: tuple[str, ...] | list[str], work
         for name in region_names(knob):
             if name not in regions:
                 raise SearchSpaceError(
-                    f"{space.path}: knobs.{knob.key}: {short_repr(name)} is not a region of workload "
+                    f"{space.path}: knobs.{knob.key}: {short_repr(name)} "
+                    "is not a region of workload "
                     f"{workload!r}; its regions: {sorted(regions)} (or run without --space: "
                     "a space made from its regions)"
                 )
@@ -164,7 +165,8 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
     if "name" in data and not (isinstance(name, str) and re.fullmatch(r"[\w.-]+", name)):
         # it names the study and its default folder, runs/WORKLOAD-PRESET-NAME: no path in it
         raise SearchSpaceError(
-            f"{path}: name: {short_repr(name)} is not allowed; allowed: letters, digits, '_', '.' and '-'"
+            f"{path}: name: {short_repr(name)} is not allowed; "
+            "allowed: letters, digits, '_', '.' and '-'"
         )
     return SearchSpace(
         name=str(name),
