@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, DataError
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,17 @@ def data_echo(cfg: TrainConfig, workload) -> DataEcho:
         return DataEcho(source, own=True)
     folder = Path(folder).resolve()
     echo = DataEcho(source, str(folder), made=not cfg.data.dataset)
-    if not (folder / "meta" / "info.json").is_file():
-        return echo
+    if echo.made and not (folder / "meta" / "info.json").is_file():
+        return echo  # not made yet: the first trial makes it
     from autotune.data import load_meta
 
     try:
         meta = load_meta(folder)
-    except AutotuneError:  # the trials say what is wrong with it, with the file
-        return echo
+    except AutotuneError as exc:
+        if echo.made:  # the workload's cache: its trials remake or name it
+            return echo
+        # the user's own folder: refused before the study is written, not by its stock trial
+        raise DataError(f"{exc}; `autotune data check {folder}` finds its first problem") from None
     return DataEcho(
         source,
         str(folder),

@@ -88,6 +88,28 @@ def test_dataset_on_run_and_train_is_the_data_said_and_reported(tmp_path, capsys
     ]
 
 
+def test_a_broken_dataset_of_the_user_is_refused_before_the_study_is_written(tmp_path, capsys):
+    """A copy of the made dataset with an unreadable ``modality.json``: one line naming the file,
+    exit 2, no study folder (its stock trial would only have failed alike)."""
+    import shutil
+
+    from autotune.workloads import get_workload
+
+    made = get_workload("gr00t_n16").data_folder("tiny", DataConfig())
+    dataset = tmp_path / "mine"
+    shutil.copytree(made, dataset)
+    (dataset / "meta" / "modality.json").write_text('{"state": [1, 2')
+    out = tmp_path / "run"
+    argv = ["run", "--trials", "2", "--dataset", str(dataset), "--out", str(out), *QUICK]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"autotune: error: {dataset / 'meta' / 'modality.json'}: not a readable JSON file"
+    ), err
+    assert err[0].endswith(f"`autotune data check {dataset}` finds its first problem")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "reason", "fix"),
     [
