@@ -17,13 +17,14 @@ one).
 A block whose gradient is all zeros this step and whose moments are all zeros (an embodiment slot,
 an embedding row no sample has used yet) takes the decay alone: AdamW's update of such an element is
 ``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only
-its value (and weight) instead of its gradient and both moments too: its loads and stores of those
-are masked off, the same instructions as the full update's, square root and divisions included (one
-path for both kinds of block: the branched forms measured so far cost the busy blocks more than they
-saved the idle ones; BENCHMARKS.md, "The decay-only branch, measured"). The norm pass, which reads
-every gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks'
-moments are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is
-skipped (its update is 0 / 0 there).
+its value (and weight) instead of its gradient and both moments too. Its loads and stores of those
+are masked off, the same instructions as the full update's, and every table lookup comes before
+them (a branch around the loads and stores measured slower: a busy block's loads waited on the idle
+test); only the arithmetic between them, square root and divisions, sits in a branch an idle block
+skips (BENCHMARKS.md, "The decay-only branch, measured"). The norm pass, which reads every gradient
+anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments are still
+all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped (its update
+is 0 / 0 there).
 
 The first moment of the weights with masters may be stored in bf16 (``optimizer.exp_avg_dtype``):
 loaded into fp32, updated there and rounded to nearest as it is stored.
@@ -75,6 +76,7 @@ def _adamw_block(
     w_ptr,
     mask,
     busy,
+    idle,
     c,
     step_size,
     bc2_sqrt,
@@ -86,8 +88,8 @@ def _adamw_block(
     MASKED: tl.constexpr,
 ):
     """``busy`` masks the gradient and moments: an idle block's loads of them read nothing (zeros
-    stand in, which they are) and its moments are not written back, so the same instructions give
-    its decay."""
+    stand in, which they are) and its moments are not written back; ``idle`` (the whole block's)
+    skips the arithmetic, which would leave its value at the decay alone too."""
     if MASKED:
         mb = mask & busy
         g = tl.load(g_ptr, mask=mb, other=0.0).to(tl.float32)
@@ -99,12 +101,15 @@ def _adamw_block(
         p = tl.load(p_ptr)
         m = tl.load(m_ptr, mask=busy, other=0.0).to(tl.float32)
         v = tl.load(v_ptr, mask=busy, other=0.0)
-    g = g * c
     p = p * decay
-    m = m + (1.0 - beta1) * (g - m)
-    v = v * beta2 + (1.0 - beta2) * (g * g)
-    denom = tl.div_rn(tl.sqrt_rn(v), bc2_sqrt) + eps
-    p = p - step_size * tl.div_rn(m, denom)
+    # An idle block's value is its decay: the math below would give it to the bit, but its square
+    # root and divisions make a mostly idle table's pass instruction-bound.
+    if not idle:
+        g = g * c
+        m = m + (1.0 - beta1) * (g - m)
+        v = v * beta2 + (1.0 - beta2) * (g * g)
+        denom = tl.div_rn(tl.sqrt_rn(v), bc2_sqrt) + eps
+        p = p - step_size * tl.div_rn(m, denom)
     if MASKED:
         tl.store(p_ptr, p, mask=mask)
         tl.store(m_ptr, m.to(m_ptr.dtype.element_ty), mask=mb)
@@ -170,11 +175,11 @@ def _adamw_kernel(
         tl.store(zero_state_tab + pid, 0)
     busy = tl.zeros((BLOCK,), tl.int32) == idle.to(tl.int32)
     if start + BLOCK <= n:
-        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, None, busy, c, step_size, bc2_sqrt, decay,
-                     beta1, beta2, eps, HAS_W, False)  # fmt: skip
+        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, None, busy, idle, c, step_size,
+                     bc2_sqrt, decay, beta1, beta2, eps, HAS_W, False)  # fmt: skip
     else:
-        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, offs < n, busy, c, step_size, bc2_sqrt,
-                     decay, beta1, beta2, eps, HAS_W, True)  # fmt: skip
+        _adamw_block(g_ptr, p_ptr, m_ptr, v_ptr, w_ptr, offs < n, busy, idle, c, step_size,
+                     bc2_sqrt, decay, beta1, beta2, eps, HAS_W, True)  # fmt: skip
 
 
 NORM_BLOCKS = 8
