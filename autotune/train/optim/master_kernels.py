@@ -18,13 +18,13 @@ A block whose gradient is all zeros this step and whose moments are all zeros (a
 an embedding row no sample has used yet) takes the decay alone: AdamW's update of such an element is
 ``p * decay - step_size * 0 / (0 + eps)``, the decay to the bit, so the block reads and writes only
 its value (and weight) instead of its gradient and both moments too. Its loads and stores of those
-are masked off, the same instructions as the full update's, and every table lookup comes before
-them (a branch around the loads and stores measured slower: a busy block's loads waited on the idle
-test); only the arithmetic between them, square root and divisions, sits in a branch an idle block
-skips (BENCHMARKS.md, "The decay-only branch, measured"). The norm pass, which reads every gradient
-anyway, marks each block's gradient as zero or not; each table keeps which blocks' moments are still
-all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is skipped (its update
-is 0 / 0 there).
+are masked off, the same instructions as the full update's, after every table lookup (a branch
+around the loads and stores measured slower, with or without its lookups hoisted above it); only
+the arithmetic between them, square root and divisions, sits in a branch an idle block skips
+(BENCHMARKS.md, "The decay-only branch, measured" and the next). The norm pass, which reads
+every gradient anyway, marks each block's gradient as zero or not; each table keeps which blocks'
+moments are still all zeros (cleared as a block first has a gradient). With ``eps`` 0 no block is
+skipped (its update is 0 / 0 there).
 
 The first moment of the weights with masters may be stored in bf16 (``optimizer.exp_avg_dtype``):
 loaded into fp32, updated there and rounded to nearest as it is stored.
@@ -102,8 +102,8 @@ def _adamw_block(
         m = tl.load(m_ptr, mask=busy, other=0.0).to(tl.float32)
         v = tl.load(v_ptr, mask=busy, other=0.0)
     p = p * decay
-    # An idle block's value is its decay: the math below would give it to the bit, but its square
-    # root and divisions make a mostly idle table's pass instruction-bound.
+    # An idle block's value is its decay: the math below would give it to the bit, at the cost of
+    # its square roots and divisions.
     if not idle:
         g = g * c
         m = m + (1.0 - beta1) * (g - m)
