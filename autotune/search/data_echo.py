@@ -56,7 +56,8 @@ class DataEcho:
 
 
 def data_echo(cfg: TrainConfig, workload) -> DataEcho:
-    """What ``cfg`` trains on, read from the dataset's ``meta/`` (not its data files)."""
+    """What ``cfg`` trains on, read from the dataset's ``meta/`` (not its data files); a DataError
+    for a LeRobot folder of the user's that a trial would refuse before building its model."""
     sources = workload.data_sources()
     source = cfg.data.source or sources[0]
     if source == "synthetic":
@@ -66,16 +67,21 @@ def data_echo(cfg: TrainConfig, workload) -> DataEcho:
         return DataEcho(source, own=True)
     folder = Path(folder).resolve()
     echo = DataEcho(source, str(folder), made=not cfg.data.dataset)
-    if echo.made and not (folder / "meta" / "info.json").is_file():
-        return echo  # not made yet: the first trial makes it
+    # a LeRobot folder the user named is checked as a trial would check it before building the
+    # model, so that a broken one is refused before the study is written; the workload's own made
+    # dataset (made or remade by its first trial) and other workloads' folders are only described
+    strict = source == "lerobot" and not echo.made
+    if not strict and not (folder / "meta" / "info.json").is_file():
+        return echo
     from autotune.data import load_meta
 
     try:
+        if strict:
+            workload.fit_data(cfg.preset, cfg.data)
         meta = load_meta(folder)
     except AutotuneError as exc:
-        if echo.made:  # the workload's cache: its trials remake or name it
+        if not strict:
             return echo
-        # the user's own folder: refused before the study is written, not by its stock trial
         raise DataError(f"{exc}; `autotune data check {folder}` finds its first problem") from None
     return DataEcho(
         source,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import optuna
 import pytest
@@ -88,9 +89,32 @@ def test_dataset_on_run_and_train_is_the_data_said_and_reported(tmp_path, capsys
     ]
 
 
-def test_a_broken_dataset_of_the_user_is_refused_before_the_study_is_written(tmp_path, capsys):
-    """A copy of the made dataset with an unreadable ``modality.json``: one line naming the file,
-    exit 2, no study folder (its stock trial would only have failed alike)."""
+def _modality_cut_short(meta: Path) -> str:
+    (meta / "modality.json").write_text('{"state": [1, 2')
+    return f"{meta / 'modality.json'}: not a readable JSON file"
+
+
+def _embodiment_99(meta: Path) -> str:
+    info = json.loads((meta / "info.json").read_text())
+    info["embodiment"]["id"] = 99
+    (meta / "info.json").write_text(json.dumps(info))
+    return f"{meta / 'info.json'}: embodiment id 99 is not in [0, 32)"
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [
+        _modality_cut_short,
+        _embodiment_99,
+    ],
+    ids=["modality.json", "embodiment"],
+)
+def test_a_broken_dataset_of_the_user_is_refused_before_the_study_is_written(
+    tmp_path, capsys, break_it
+):
+    """A copy of the made dataset with an unreadable ``modality.json``, or a projector slot the
+    preset does not have: one line naming the file, exit 2, no study folder (its stock trial would
+    only have failed alike, after building the model)."""
     import shutil
 
     from autotune.workloads import get_workload
@@ -98,14 +122,12 @@ def test_a_broken_dataset_of_the_user_is_refused_before_the_study_is_written(tmp
     made = get_workload("gr00t_n16").data_folder("tiny", DataConfig())
     dataset = tmp_path / "mine"
     shutil.copytree(made, dataset)
-    (dataset / "meta" / "modality.json").write_text('{"state": [1, 2')
+    said = break_it(dataset / "meta")
     out = tmp_path / "run"
     argv = ["run", "--trials", "2", "--dataset", str(dataset), "--out", str(out), *QUICK]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(
-        f"autotune: error: {dataset / 'meta' / 'modality.json'}: not a readable JSON file"
-    ), err
+    assert len(err) == 1 and err[0].startswith(f"autotune: error: {said}"), err
     assert err[0].endswith(f"`autotune data check {dataset}` finds its first problem")
     assert not out.exists()
 

@@ -46,15 +46,9 @@ class Gr00tDataset(LeRobotDataset):
                  embodiment_id: int | None = None) -> None:  # fmt: skip
         meta = load_meta(root)
         self.preset = preset = type(self).fit(preset, meta)
-        if embodiment_id is None and meta.embodiment_id is None:
-            index = self.projector_index
-            embodiment_id = index.get(meta.embodiment_tag, index["new_embodiment"])
+        slot = embodiment_slot(meta, self.projector_index, preset, embodiment_id)
         super().__init__(meta, type(self).spec_for(preset), video_backend=video_backend, seed=seed,
-                         embodiment_id=embodiment_id)  # fmt: skip
-        if not 0 <= self.embodiment_id < preset.num_embodiments:
-            raise DataError(
-                f"{self.meta.root / INFO}: embodiment id {self.embodiment_id} is not in [0, {preset.num_embodiments})"
-            )
+                         embodiment_id=slot)  # fmt: skip
         tokenizer = WordTokenizer.for_dataset(self.meta.root / TOKENIZER, self.meta.tasks.values())
         self.text_ids = {
             i: tokenizer.encode(task, preset.vocab_size) for i, task in self.meta.tasks.items()
@@ -70,6 +64,21 @@ class Gr00tDataset(LeRobotDataset):
         mask = torch.zeros(self.preset.seq_len, dtype=torch.bool)
         mask[:n] = True
         return {"input_ids": torch.tensor(ids, dtype=torch.int64), "attention_mask": mask}
+
+
+def embodiment_slot(meta: DatasetMeta, projector_index: dict[str, int], preset,
+                    given: int | None = None) -> int:  # fmt: skip
+    """The projector slot of a dataset's samples: ``given``, else info.json's id, else upstream's
+    slot of its tag (``new_embodiment``'s for a tag upstream does not know); a DataError naming
+    info.json where ``preset`` has no such slot."""
+    slot = meta.embodiment_id if given is None else given
+    if slot is None:
+        slot = projector_index.get(meta.embodiment_tag, projector_index["new_embodiment"])
+    if not 0 <= slot < preset.num_embodiments:
+        raise DataError(
+            f"{meta.root / INFO}: embodiment id {slot} is not in [0, {preset.num_embodiments})"
+        )
+    return slot
 
 
 def read_spec(preset, **images) -> ReadSpec:

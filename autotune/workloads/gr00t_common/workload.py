@@ -81,10 +81,13 @@ class Gr00tWorkload(Workload):
         ):  # null: the first source, lerobot
             return
         from autotune.data import load_meta
+        from autotune.workloads.gr00t_common.data import embodiment_slot
 
         meta = load_meta(data.dataset)
         base = self.get_preset(preset)
-        self._fitted[preset] = fitted = self.part("fit", "fit_preset")(base, meta)
+        fitted = self.part("fit", "fit_preset")(base, meta)
+        embodiment_slot(meta, self.part("data", "PROJECTOR_INDEX"), fitted)  # before a model is built
+        self._fitted[preset] = fitted
         note = self.part("fit", "describe_fit")(base, fitted, meta.root)
         for line in (*meta.notices, note):
             if line and line not in self._said:  # once per process
