@@ -86,7 +86,8 @@ class Gr00tWorkload(Workload):
         meta = load_meta(data.dataset)
         base = self.get_preset(preset)
         fitted = self.part("fit", "fit_preset")(base, meta)
-        embodiment_slot(meta, self.part("data", "PROJECTOR_INDEX"), fitted)  # before a model is built
+        # the projector slot too, before a model is built (the dataset checks it again)
+        embodiment_slot(meta, self.part("data", "PROJECTOR_INDEX"), fitted)
         self._fitted[preset] = fitted
         note = self.part("fit", "describe_fit")(base, fitted, meta.root)
         for line in (*meta.notices, note):
