@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import os
 import warnings
 
 import torch
@@ -12,13 +11,20 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autotune.config import DDPConfig
+from autotune.errors import ConfigError
+from autotune.ranks import UNSET, ranks_from_env
 
 
 def init_from_env() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from torchrun's environment; initialises the process group."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    """(rank, world_size, local_rank) from torchrun's environment; initialises the process group.
+    A value torch cannot start from is a :class:`ConfigError` naming the variable."""
+    ranks = ranks_from_env()
+    rank, world, local = ranks.rank, ranks.world, ranks.local
+    if torch.cuda.is_available() and local >= torch.cuda.device_count():
+        raise ConfigError(
+            f"environment variable LOCAL_RANK={local} names a GPU this machine lacks; allowed: 0 to "
+            f"{torch.cuda.device_count() - 1} ({UNSET})"
+        )
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import traceback
 
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
+from autotune.ranks import rank_or_zero
 from autotune.train.job.launch import options_from_json
 from autotune.train.job.training import run_job
 from autotune.train.trial.worker import classify_exception, leave
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--result", required=True)
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
+    rank = rank_or_zero()
     try:
         result = run_job(load_config(args.config), options_from_json(args.options)).to_dict()
         code = 0

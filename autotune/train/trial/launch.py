@@ -21,6 +21,7 @@ from pathlib import Path
 
 from autotune.config import TrainConfig, save_config
 from autotune.config.compat import usable_cpus
+from autotune.ranks import PLACE
 from autotune.train.trial import zygote_client
 from autotune.train.trial.exitcause import exit_failure, oom_kills
 from autotune.train.trial.hostload import read_host_load
@@ -139,8 +140,11 @@ def training_env(
 ) -> dict[str, str]:
     """The environment of training processes started from here (a trial's, a job's under torchrun): this
     process's, the multi-GPU settings, the caller's extras, then the variables of the configuration's
-    kernel and memory knobs (read when CUDA starts in the child)."""
-    env = {**os.environ, **MULTI_GPU_ENV, **(extra_env or {})}
+    kernel and memory knobs (read when CUDA starts in the child). Not this process's place among
+    processes (``ranks.PLACE``): a trial of one process is one process wherever autotune runs, and
+    torchrun sets them for its own."""
+    inherited = {k: v for k, v in os.environ.items() if k not in PLACE}
+    env = {**inherited, **MULTI_GPU_ENV, **(extra_env or {})}
     env.update(cfg.environment(env))
     env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
     return env

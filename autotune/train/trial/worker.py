@@ -15,6 +15,7 @@ import traceback
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
 from autotune.errors import AutotuneError, DataError, TrialError, is_out_of_memory
+from autotune.ranks import rank_or_zero
 from autotune.train import memcap
 from autotune.train.trial.record import ProfileSummary, TrialRecord
 from autotune.train.window import cost
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "--costs", default=None, help="append where the run's time goes to this file (rank 0)"
     )
     args = ap.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
+    rank = rank_or_zero()
     cost.install(args.costs if rank == 0 else None)
     try:
         if args.profile_out:
