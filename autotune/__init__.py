@@ -1,4 +1,4 @@
-"""autotune: a profiling-driven auto-tuner for GR00T N1.6 and N1.7 training and other PyTorch jobs."""
+"""autotune: profiling-driven auto-tuning of GR00T N1.6 and N1.7 training and other PyTorch jobs."""
 
 __version__ = "0.1.0"
 
