@@ -66,10 +66,11 @@ class StudyOptions:
 
 
 def run_env(opts: StudyOptions) -> dict[str, str]:
-    """The environment every run of the study gets beside the tuner's: the study's compile cache."""
+    """The environment every run of the study gets beside the tuner's: the study's compile cache
+    and its memory cap, or none (empty) where it has none: a cap left in the tuner's own
+    environment is not the study's."""
     env = cache_env(opts.out / CACHE_FOLDER)
-    if opts.memory_cap:
-        env[BUDGET_ENV] = str(opts.memory_budget)
+    env[BUDGET_ENV] = str(opts.memory_budget) if opts.memory_cap else ""
     return env
 
 

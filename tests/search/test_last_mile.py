@@ -199,3 +199,15 @@ def test_a_resumed_job_says_so_first_and_neither_its_profile_nor_its_ranks_print
     )  # fmt: skip
     assert ranks.returncode == 0, ranks.stderr
     assert not NOISE.search(ranks.stdout + ranks.stderr), ranks.stderr
+
+
+def test_a_memory_cap_left_in_the_tuners_environment_is_not_the_studys(tmp_path, monkeypatch):
+    """Trials get the study's cap (here none), not a value the shell exported: 1 KiB would fail
+    every trial as out of memory."""
+    from autotune.train.memcap import BUDGET_ENV
+
+    monkeypatch.setenv(BUDGET_ENV, "1KiB")
+    out = tmp_path / "run"
+    argv = ["run", "--trials", "1", "--synthetic", "--profile-steps", "0", "--out", str(out)]
+    assert main([*argv, *QUICK]) == 0
+    assert load_config(out / "best.yaml").workload == "gr00t_n16"
