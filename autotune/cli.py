@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import signal
 import sys
@@ -95,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(argv: list[str]) -> int:
     """Parse ``argv`` and run its command; the exit code, a known error printed on one line."""
-    parser = build_parser(_command_in(argv))
+    try:
+        parser = build_parser(_command_in(argv))  # imports the command's modules
+    except Exception as exc:
+        return _torch_import_failed(exc, "--debug" in argv)
     try:
         args = parser.parse_args(argv)
     except AutotuneError as exc:  # a flag's value out of range, a missing flag: one line
@@ -133,6 +137,18 @@ def _command(argv: list[str]) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         _error(f"{where}{exc.strerror or exc} (rerun with --debug for the traceback)")
         return 1
+    except Exception as exc:
+        return _torch_import_failed(exc, args.debug)
+
+
+def _torch_import_failed(exc: Exception, debug: bool) -> int:
+    """Exit code 2 with :func:`torch_import_line` printed where torch failed to import; anything
+    else (or ``--debug``) is raised on."""
+    line = None if debug else torch_import_line(exc)
+    if line is None:
+        raise exc
+    _error(line)
+    return 2
 
 
 def _error(line: str) -> None:
@@ -171,6 +187,27 @@ def _memory_line(exc: BaseException) -> str:
         f"out of memory{f': {first}' if first else ''}; this machine's memory ran out "
         "(rerun with --debug for the traceback)"
     )
+
+
+def torch_import_line(exc: BaseException) -> str | None:
+    """One line for torch failing to import (None where ``exc`` did not come from torch's import):
+    torch checks variables of the environment there (``TORCH_LOGS`` names the loggers it knows) and
+    raises with pages of text; a command imports torch only when it needs it."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "<module>" and code.co_filename.endswith(TORCH_INIT):
+            first = one_line(str(exc)).split(". ")[0].rstrip(".")
+            return (
+                f"torch failed to import ({type(exc).__name__}: {first[:200]}): a variable of the "
+                "environment torch reads at import (TORCH_LOGS, ...) may be wrong, or the install "
+                "broken (rerun with --debug for the traceback)"
+            )
+        tb = tb.tb_next
+    return None
+
+
+TORCH_INIT = os.path.join("torch", "__init__.py")
 
 
 def one_line(message: str) -> str:

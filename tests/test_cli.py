@@ -18,7 +18,7 @@ from optuna.trial import create_trial
 
 from autotune.cli import COMMANDS
 from tests import sigterm_moments
-from tests.clirun import ROOT
+from tests.clirun import ROOT, autotune, one_line_error
 
 TRACE = ROOT / "tests" / "profiling" / "data" / "cpu_only.json.gz"
 
@@ -234,3 +234,19 @@ def test_sigterm_to_the_group_at_an_unsafe_moment_is_one_line(moment):
                           capture_output=True, text=True, start_new_session=True, timeout=120)  # fmt: skip
     outcome = (proc.returncode, proc.stderr.splitlines())
     assert outcome == (143, ["autotune: stopped by SIGTERM"]), proc.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["data", "check", "nowhere"],  # the command's modules import torch
+        ["train", "--preset", "tiny", "--synthetic", "--steps", "1"],  # the command imports it
+    ],
+)
+def test_torch_failing_to_import_from_a_bad_variable_is_one_line(tmp_path, monkeypatch, argv):
+    monkeypatch.setenv("TORCH_LOGS", "nonsense")
+    line = one_line_error(autotune(*argv, cwd=tmp_path))
+    assert "torch failed to import (ValueError: Invalid log settings: nonsense" in line
+    assert "TORCH_LOGS" in line
+    debug = autotune("--debug", *argv, cwd=tmp_path)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
