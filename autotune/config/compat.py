@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +45,17 @@ class Machine:
             capability = (props.major, props.minor)
             return cls(True, capability, world_size, cpus, props.total_memory, props.name)
         return cls(False, None, world_size, cpus, name=cpu_model())
+
+
+COMPILE_OFF = ("TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE")
+"""The variables with which torch runs every ``torch.compile`` as plain eager code (at "1")."""
+
+
+def compile_turned_off(env: Mapping[str, str] | None = None) -> str | None:
+    """The variable that turns ``torch.compile`` off in ``env`` (this process's), if one does: the
+    compile knobs then measure as eager, and a job run without it compiles what was measured eager."""
+    env = os.environ if env is None else env
+    return next((name for name in COMPILE_OFF if env.get(name) == "1"), None)
 
 
 def cpu_model() -> str:

@@ -16,7 +16,13 @@ import argparse
 import re
 from pathlib import Path
 
-from autotune.config.compat import Machine, check_data, check_nproc, use_dataset
+from autotune.config.compat import (
+    Machine,
+    check_data,
+    check_nproc,
+    compile_turned_off,
+    use_dataset,
+)
 from autotune.search.budget import budget_of, default_budget
 from autotune.search.cli_args import DEFAULT_WORKLOAD, add_run_arguments, add_space_arguments
 from autotune.search.converge import FREE_TRIALS
@@ -139,6 +145,11 @@ def run_search(args: argparse.Namespace) -> int:
         opts.space, notes = opts.space.for_machine(machine, loads_data)
         for note in notes:
             print(f"note: {note}")
+        if off := compile_turned_off():
+            print(
+                f"note: {off}=1 in this environment: torch.compile runs nothing compiled, so the "
+                "compile knobs measure as eager in every trial; unset it to tune them"
+            )
         # stock outside the space: refused before the study is written
         opts.space.stock_params(opts.base)
         check_references(opts)

@@ -211,3 +211,17 @@ def test_a_memory_cap_left_in_the_tuners_environment_is_not_the_studys(tmp_path,
     argv = ["run", "--trials", "1", "--synthetic", "--profile-steps", "0", "--out", str(out)]
     assert main([*argv, *QUICK]) == 0
     assert load_config(out / "best.yaml").workload == "gr00t_n16"
+
+
+def test_a_run_with_torch_compile_turned_off_says_so_first(tmp_path, monkeypatch, capsys):
+    from autotune.config.compat import compile_turned_off
+
+    assert compile_turned_off({"TORCHDYNAMO_DISABLE": "0", "TORCH_COMPILE_DISABLE": ""}) is None
+    monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
+    out = tmp_path / "run"
+    argv = ["run", "--trials", "1", "--synthetic", "--profile-steps", "0", "--out", str(out)]
+    assert main([*argv, *QUICK]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    note = next(i for i, x in enumerate(lines) if x.startswith("note: TORCHDYNAMO_DISABLE=1 in"))
+    assert "compile knobs measure as eager" in lines[note]
+    assert note < next(i for i, x in enumerate(lines) if x.startswith("study "))  # before a trial
