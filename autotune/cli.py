@@ -48,7 +48,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = OneLineParser(
         prog="autotune",
-        description="Profiling-driven auto-tuner for GR00T N1.6 and N1.7 training (and other PyTorch jobs).",
+        description=(
+            "Profiling-driven auto-tuner for GR00T N1.6 and N1.7 training (and other PyTorch jobs)."
+        ),
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return parser, parser.add_subparsers(dest="command", metavar="COMMAND")
