@@ -19,6 +19,7 @@ from optuna.trial import create_trial
 from autotune.cli import COMMANDS
 from tests import sigterm_moments
 from tests.clirun import ROOT, autotune, one_line_error
+from tests.trialprocs import children_with_commands
 
 TRACE = ROOT / "tests" / "profiling" / "data" / "cpu_only.json.gz"
 
@@ -203,8 +204,10 @@ def test_a_measuring_run_stopped_by_sigterm_to_its_group_is_one_line(tmp_path):
     )  # fmt: skip
     me = psutil.Process(proc.pid)
 
+    mine = " ".join(me.cmdline())
+
     def workers() -> int:  # forked, they show its command line (the dataset's maker is spawned)
-        return sum(c.cmdline() == me.cmdline() for c in me.children())
+        return sum(command == mine for _, command in children_with_commands(proc.pid))
 
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and workers() < 2:

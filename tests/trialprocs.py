@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import psutil
+
 
 def guard_of(folder: Path) -> int | None:
     """The guard of a trial forked from a zygote (None for an executed one, or before it wrote)."""
@@ -32,3 +34,16 @@ def trial_processes(folder: Path, session: int | None = None) -> list[int]:
         ).stdout.split()
         found |= {int(pid) for pid, sid in zip(table[::2], table[1::2]) if int(sid) == session}
     return sorted(found)
+
+
+def children_with_commands(parent: int | None = None) -> list[tuple[psutil.Process, str]]:
+    """``parent``'s children (this process's by default) with their command lines, joined; a child
+    that ended while they were read (a zombie not yet reaped, or gone) is left out: a short-lived
+    child (a library's subprocess) would otherwise fail the test that looked."""
+    found = []
+    for child in psutil.Process(parent).children():
+        try:
+            found.append((child, " ".join(child.cmdline())))
+        except psutil.NoSuchProcess:  # ZombieProcess is one
+            continue
+    return found

@@ -32,7 +32,7 @@ from autotune.search.trials import RECORD, reason_of, record_of
 from tests import tmpfs
 from tests.clirun import autotune, one_line_error
 from tests.search.crashy import MIRROR_PASSWORD
-from tests.trialprocs import guard_of, trial_processes
+from tests.trialprocs import children_with_commands, guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
 
@@ -903,8 +903,8 @@ def test_ctrl_c_while_a_run_makes_its_dataset_is_one_line(tmp_path):
     maker = None
     deadline = time.monotonic() + 120
     while maker is None and time.monotonic() < deadline and tuner.poll() is None:
-        children = psutil.Process(tuner.pid).children()
-        maker = next((p for p in children if "spawn_main" in " ".join(p.cmdline())), None)
+        children = children_with_commands(tuner.pid)
+        maker = next((p for p, command in children if "spawn_main" in command), None)
         time.sleep(0.05)
     assert maker is not None, tuner.communicate()[0]
     time.sleep(0.3)  # in its start-up, importing torch

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from autotune.search.trials import QUEUED_AGAIN_FROM, reason_of, record_of
 from tests.search.test_faults import HANG, hang_argv, journal_study, start_tuner, wait_for_trial
-from tests.trialprocs import guard_of
+from tests.trialprocs import children_with_commands, guard_of
 
 pytestmark = pytest.mark.slow
 
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 def zygote_of(tuner: int) -> psutil.Process:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        for child in psutil.Process(tuner).children():
-            if "autotune.train.trial.zygote" in " ".join(child.cmdline()):
+        for child, command in children_with_commands(tuner):
+            if "autotune.train.trial.zygote" in command:
                 return child
         time.sleep(0.2)
     raise AssertionError("the tuner started no zygote")

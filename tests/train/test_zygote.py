@@ -16,6 +16,7 @@ import pytest
 from autotune.config.stock import stock_config
 from autotune.train.trial import zygote_client
 from autotune.train.trial.launch import launch
+from tests.trialprocs import children_with_commands
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +31,7 @@ def tiny(workload: str = "gr00t_n16", batch_size: int = 2):
 
 def zygotes() -> list[psutil.Process]:
     return [
-        p
-        for p in psutil.Process().children()
-        if "autotune.train.trial.zygote" in " ".join(p.cmdline())
+        p for p, command in children_with_commands() if "autotune.train.trial.zygote" in command
     ]
 
 
@@ -149,8 +148,8 @@ def _zygote_folder_goes(tmp: Path, end: str) -> None:
         assert tuner.stdout.readline() == "ran\n"
         (zygote,) = [
             p
-            for p in psutil.Process(tuner.pid).children()
-            if "autotune.train.trial.zygote" in " ".join(p.cmdline())
+            for p, command in children_with_commands(tuner.pid)
+            if "autotune.train.trial.zygote" in command
         ]
         assert [p.name for p in tmp.glob("autotune-zygote-*")] != []  # while the tuner runs
     finally:
