@@ -209,13 +209,18 @@ def test_a_measuring_run_stopped_by_sigterm_to_its_group_is_one_line(tmp_path):
     def workers() -> int:  # forked, they show its command line (the dataset's maker is spawned)
         return sum(command == mine for _, command in children_with_commands(proc.pid))
 
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and workers() < 2:
-        time.sleep(0.2)
-    assert workers() >= 2, "no loader workers"
-    time.sleep(2)  # training
-    os.killpg(proc.pid, signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and workers() < 2:
+            time.sleep(0.2)
+        assert workers() >= 2, "no loader workers"
+        time.sleep(2)  # training
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a failed look must not leave 100,000 steps training
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     assert proc.returncode == 143 and err.splitlines() == ["autotune: stopped by SIGTERM"], err
 
 
