@@ -65,7 +65,10 @@ holds hundreds."""
 
 
 def _parse(text: str, path: Path) -> Any:
-    loader = yaml.SafeLoader(text)
+    try:  # the reader refuses control characters as it is made, before any node is read
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_problem(exc)}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -80,10 +83,16 @@ def _parse(text: str, path: Path) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}: not valid YAML{where}: {_problem(exc)}") from None
     finally:
         loader.dispose()
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML says is wrong, in one line (a reader error names the character, with its line)."""
+    if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.character, int):
+        return f"character #x{exc.character:04x} at offset {exc.position} ({exc.reason}); a configuration is printable text"
+    return getattr(exc, "problem", None) or str(exc).splitlines()[0]
 
 
 def _check_unique_keys(node: yaml.Node, path: Path, prefix: str, seen: set[int]) -> None:

@@ -239,7 +239,9 @@ class TrainConfig:
 
 def _check_provenance(provenance: dict[str, Any]) -> None:
     """The provenance's fields a training job reads (``autotune.train.job.watch``): a hand-edited
-    ``samples_per_s: fast`` failed the job with a traceback after its model was built."""
+    ``samples_per_s: fast`` failed the job with a traceback after its model was built. Every value
+    must be one JSON holds too: each checkpoint writes the configuration into its JSON state."""
+    _check_json_values(provenance, "provenance")
     speed, world = provenance.get("samples_per_s"), provenance.get("world_size")
     number = isinstance(speed, (int, float)) and not isinstance(speed, bool)
     check(
@@ -256,6 +258,26 @@ def _check_provenance(provenance: dict[str, Any]) -> None:
         "null or an integer >= 1",
         "has the wrong type",
     )
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_json_values(value: Any, key: str) -> None:
+    """Refuse what YAML reads but JSON cannot write: a date (``2024-01-01`` unquoted), bytes
+    (``!!binary``), a set, a mapping key that is not a string."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check(
+                isinstance(k, str), f"{key}.{k}", k, "string keys", "has a key that is not a string"
+            )
+            _check_json_values(v, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_json_values(v, f"{key}[{i}]")
+    else:
+        check(isinstance(value, _JSON_SCALARS), key, value,
+              "text, a number, true/false, null, a list or a mapping (quote a date)", "has the wrong type")  # fmt: skip
 
 
 NOT_KNOBS = ("schema_version", "workload", "preset", "provenance")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pyarrow.parquet as pq
@@ -180,3 +181,37 @@ def test_anchors_within_reason_and_an_anchor_inside_itself_still_read(tmp_path):
     path.write_text("a: &a [1, 2]\nb: [*a, *a]\nc: &c [*c]\n")
     data = read_yaml(path)
     assert data["b"] == [[1, 2], [1, 2]] and data["c"][0] is data["c"]
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x00", "\x07"], ids=["escape", "nul", "bell"])
+def test_a_control_character_in_a_config_is_one_line(tmp_path, char):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"preset: tiny\nseed: 1 {char}[0m\n")
+    line = one_line_error(autotune("train", "--config", cfg))
+    assert line == (
+        f"autotune: error: {cfg}: not valid YAML: character #x{ord(char):04x} at offset 21 "
+        "(special characters are not allowed); a configuration is printable text"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ("{when: 2024-01-01}", "provenance.when"),
+        ("{blob: !!binary aGVsbG8=}", "provenance.blob"),
+        ("{runs: [1, {at: 2024-01-01 10:00:00}]}", r"provenance.runs\[1\].at"),
+        ("{c: {3: x}}", "provenance.c.3"),
+    ],
+    ids=["date", "binary", "nested-timestamp", "integer-key"],
+)
+def test_a_provenance_value_json_cannot_hold_is_refused_before_training(tmp_path, value, key):
+    """Each checkpoint writes the configuration into its JSON state: a value JSON cannot hold
+    would fail every save after the steps before it had trained."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"preset: tiny\nprovenance: {value}\n")
+    out = tmp_path / "job"
+    line = one_line_error(
+        autotune("train", "--config", cfg, "--max-steps", "2", "--output-dir", out)
+    )
+    assert re.match(rf"autotune: error: {re.escape(str(cfg))}: {key}: ", line), line
+    assert not out.exists()
