@@ -123,7 +123,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: a number")
+            raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: a number"
+                              f"{_yaml_number_hint(value)}")  # fmt: skip
         if not math.isfinite(value):
             raise ConfigError(
                 f"{key}: {short_repr(value)} is out of range; allowed: a finite number"
@@ -134,6 +135,21 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key}: {short_repr(value)} has the wrong type; allowed: a string")
         return value
     raise TypeError(f"unsupported config type {tp!r} at {key}")  # a bug in the schema
+
+
+def _yaml_number_hint(value: Any) -> str:
+    """YAML 1.1 reads ``1e-4`` (no dot in the mantissa) as text: say how to write it as a number."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if not math.isfinite(number):
+        return ""
+    mantissa, _, exponent = value.lower().partition("e")
+    shown = f"{mantissa}.0e{exponent}" if exponent and "." not in mantissa else repr(number)
+    return f" (YAML reads {value} as text; write {shown})"
 
 
 def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:

@@ -215,3 +215,12 @@ def test_a_provenance_value_json_cannot_hold_is_refused_before_training(tmp_path
     )
     assert re.match(rf"autotune: error: {re.escape(str(cfg))}: {key}: ", line), line
     assert not out.exists()
+
+
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("preset: tiny\noptimizer: {lr: 1e-4}\n")  # YAML 1.1: no dot, so a string
+    assert one_line_error(autotune("train", "--config", cfg)) == (
+        f"autotune: error: {cfg}: optimizer.lr: '1e-4' has the wrong type; allowed: a number "
+        "(YAML reads 1e-4 as text; write 1.0e-4)"
+    )
