@@ -41,12 +41,27 @@ FLAGS = {
 """How a setting is named to the user: the flag that sets it, else the base configuration's key."""
 
 
+SPACE = "space"
+"""The settings' key holding each knob's distribution (:func:`space_of`)."""
+_DISTRIBUTION = ("type", "low", "high", "log", "step", "choices", "when")
+"""What a knob's trials were drawn from; its group, remedy and notes guide the search only."""
+
+
 def settings(opts) -> dict[str, Any]:
     """What the study's measurements depend on (``opts`` a :class:`StudyOptions`)."""
     base = to_dict(opts.base)
     base.pop("provenance", None)  # where the base came from, not what it trains
     found = {"base": base, "steps": opts.steps, "warmup": opts.warmup, "nproc": opts.nproc}
+    found[SPACE] = space_of(opts.space)
     return found | ({MACHINE: opts.machine} if opts.machine else {})
+
+
+def space_of(space) -> dict[str, Any]:
+    """Each knob of ``space`` (a :class:`SearchSpace`) and its distribution, as JSON keeps them: an
+    edited copy of a space under the same name (the printed space, edited) is another space, whose
+    trials the study's would be mixed with (a knob removed fails its stock trial's configuration)."""
+    knobs = {k.key: {f: getattr(k, f) for f in _DISTRIBUTION} for k in space.knobs}
+    return json.loads(json.dumps(knobs, sort_keys=True))
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -94,6 +109,8 @@ def check_unchanged(study: optuna.Study, opts, running: Sequence[FrozenTrial] = 
         )
     old.pop(MACHINE, None)  # a study from before the machine was recorded continues on any
     new.pop(MACHINE, None)
+    old = {k: v for k, v in old.items() if not k.startswith(f"{SPACE}.")}
+    new = {k: v for k, v in new.items() if not k.startswith(f"{SPACE}.")}
     for key in sorted(old.keys() | new.keys(), key=lambda k: (k not in FLAGS, k)):
         if old.get(key) != new.get(key):
             name = FLAGS.get(key) or f"the base configuration's {key.removeprefix('base.')}"
@@ -102,3 +119,25 @@ def check_unchanged(study: optuna.Study, opts, running: Sequence[FrozenTrial] = 
                 f"command gives {new.get(key)!r}; continue it with the same setting, or give another --out "
                 "for a new study"
             )
+    # after the flags, which also shape the space (--synthetic drops the loader's knobs)
+    if SPACE in kept:
+        _check_space(kept[SPACE], settings(opts)[SPACE], study, opts, how)
+
+
+def _check_space(
+    old: dict[str, Any], new: dict[str, Any], study: optuna.Study, opts, how: str
+) -> None:
+    """Refuse a space whose knobs or distributions differ from those the study's trials were drawn from."""
+    for key in sorted(old.keys() | new.keys()):
+        if old.get(key) == new.get(key):
+            continue
+        if key not in new or key not in old:
+            change = "removed" if key not in new else "added"
+        else:
+            field = next(f for f in _DISTRIBUTION if old[key].get(f) != new[key].get(f))
+            change = f"{field} {old[key].get(field)!r} then, {new[key].get(field)!r} now"
+        raise ConfigError(
+            f"{opts.space.path}: knobs.{key}: {change}, but study {study.study_name!r} {how} with "
+            f"its space as it was; continue it with that space, or give another --out (or another "
+            "name:) for a new study"
+        )

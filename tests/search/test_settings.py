@@ -11,6 +11,7 @@ import pytest
 
 from autotune.cli import main
 from autotune.config import load_config, save_config
+from autotune.search.space import load_space
 from autotune.workloads.stock import stock_config
 from tests.studies import study_options
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.slow
 RUN = ["run", "--space", "quick", "--confirm-rounds", "0", "--converge-after", "0", "--warmup", "1",
        "--profile-steps", "0", "--seed", "1", "--trials", "1"]  # fmt: skip
 SETTINGS = ["--synthetic", "--steps", "1", "--batch-size", "2"]
+QUICK = load_space("quick")
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +107,49 @@ def test_an_edited_base_is_refused_naming_its_key(study, tmp_path, capsys):
     assert _files(out) == before
 
 
+def _edited_space(tmp_path: Path, edit) -> Path:
+    """The printed space (``autotune space``), edited by ``edit`` and saved under its own name."""
+    import yaml
+
+    from autotune.search.space import spaces_dir
+
+    data = yaml.safe_load((spaces_dir() / "quick.yaml").read_text())
+    edit(data["knobs"])
+    path = tmp_path / "my.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, change",
+    [
+        (lambda k: k.pop("checkpointing.regions"), "knobs.checkpointing.regions: removed"),
+        (
+            lambda k: k["ddp.bucket_cap_mb"].update(high=800),
+            "knobs.ddp.bucket_cap_mb: high 400 then, 800 now",
+        ),
+    ],
+    ids=["knob-removed", "range-widened"],
+)
+def test_an_edited_copy_of_the_space_under_its_name_is_refused(
+    study, tmp_path, capsys, edit, change
+):
+    """The README's way to change a space (print it, edit it, pass it back) keeps its name, so its
+    study and default folder: the trials of the two spaces would be mixed in one study."""
+    base, out = _copy(study, tmp_path)
+    space = _edited_space(tmp_path, edit)
+    before = _files(out)
+    capsys.readouterr()
+    run = [a if a != "quick" else str(space) for a in RUN]
+    assert main([*run, *SETTINGS, "--base", str(base), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {space}: {change}, but study 'gr00t_n16-tiny-quick-base' was measured "
+        "with its space as it was; continue it with that space, or give another --out (or another "
+        "name:) for a new study\n"
+    )
+    assert _files(out) == before
+
+
 def _set_machine(out: Path, machine: str) -> None:
     """Write the study's stored measuring settings as the tuner of another machine would have."""
     import json
@@ -150,7 +195,9 @@ def test_a_study_from_before_machines_were_recorded_continues_on_any(tmp_path):
 
     def opts(machine: str) -> SimpleNamespace:
         base = stock_config("gr00t_n16", "tiny", cuda=False)
-        return SimpleNamespace(base=base, steps=1, warmup=1, nproc=1, out=tmp_path, machine=machine)
+        return SimpleNamespace(
+            base=base, steps=1, warmup=1, nproc=1, out=tmp_path, machine=machine, space=QUICK
+        )
 
     study = optuna.create_study(direction="maximize", study_name="s")
     settings.record(study, opts("NVIDIA H200"))
@@ -183,7 +230,9 @@ def test_a_study_with_nothing_measured_takes_the_new_settings(tmp_path):
 
     def opts(steps: int) -> SimpleNamespace:
         base = stock_config("gr00t_n16", "tiny", cuda=False)
-        return SimpleNamespace(base=base, steps=steps, warmup=1, nproc=1, out=tmp_path, machine="")
+        return SimpleNamespace(
+            base=base, steps=steps, warmup=1, nproc=1, out=tmp_path, machine="", space=QUICK
+        )
 
     study = optuna.create_study(direction="maximize", study_name="s")
     settings.record(study, opts(3))

@@ -419,7 +419,8 @@ def test_a_changed_space_does_not_continue_the_study(tmp_path, capsys):
     assert main([*argv[:4], "2", *argv[5:]]) == 2
     err = capsys.readouterr().err
     assert (
-        "knobs.optimizer.impl: the space changed since study" in err
+        "knobs.optimizer.impl: choices ['foreach', 'fused'] then, ['foreach', 'fused', 'loop'] now"
+        in err
         and len(err.strip().splitlines()) == 1
     )
 
