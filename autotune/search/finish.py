@@ -58,7 +58,7 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
     """trials.csv, the winner confirmed against stock (``--confirm-rounds``, no run starting that would
     end after ``deadline``), parity.json and best.yaml (left as they are when the study has not
     changed since best.yaml was written), then run.json and report.html, also when no trial gave a best."""
-    from autotune.search.confirm import confirm, write_confirmation
+    from autotune.search.confirm import confirm, previous, write_confirmation
     from autotune.search.output import (
         best_is_current,
         write_best,
@@ -77,7 +77,8 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
                 "--memory-budget apply to the trials still to run: raise --trials to run more)"
             )
         else:
-            confirmation = None
+            # --confirm-rounds 0 measures nothing again; a confirmation of the same trials stands
+            confirmation = previous(opts.out, study, 1)
             if opts.confirm_rounds:
                 confirmation = confirm(
                     opts,
@@ -89,6 +90,9 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
                 if confirmation is not None:
                     write_confirmation(opts.out, confirmation)
                     print(confirmation.line(), flush=True)
+            elif confirmation is not None:
+                print(f"confirmation of #{confirmation.trial} against stock kept from the last run "
+                      f"of the study: {confirmation.line()}", flush=True)  # fmt: skip
             best = write_best(
                 opts, study, write_parity(opts, study, confirmation), confirmation, converged
             )

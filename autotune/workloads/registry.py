@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
@@ -103,10 +104,21 @@ def _import_spec(spec: str) -> Workload:
             f"workload {spec!r} cannot be imported: {exc}; give path/to/file.py:Class or "
             "package.module:Class"
         ) from None
+    except Exception as exc:  # the module's own code failed as it ran (a NameError, a RuntimeError)
+        raise WorkloadError(
+            f"workload {spec!r} cannot be imported: its module raised {type(exc).__name__}: {exc}"
+            f"{_where(exc)} (rerun with --debug for the traceback)"
+        ) from exc
     workload = _instance(obj, f"workload {spec!r}: {attr}")
     register_workload(workload, replace=True)
     _REGISTRY[spec] = workload
     return workload
+
+
+def _where(exc: BaseException) -> str:
+    """`` at FILE:LINE``: the line of the module's code that raised ``exc``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def list_workloads() -> list[str]:

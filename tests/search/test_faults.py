@@ -721,6 +721,24 @@ def test_a_confirmation_of_the_same_trials_is_kept(finished_study, tmp_path, cap
     assert load_config(out / "best.yaml").provenance["speedup_vs_stock"] == 2.0
 
 
+def test_a_run_without_confirmation_keeps_the_confirmation_of_the_same_trials(
+    finished_study, tmp_path, capsys
+):
+    """``--confirm-rounds 0`` measures nothing again: a continued study whose best is the one a former
+    run confirmed keeps that confirmation in best.yaml, not the study's own (noisier) speed-up."""
+    out = copy_of(finished_study, tmp_path)
+    add_a_best_far_above_stock(journal_study(out))
+    (out / "confirmation.json").write_text(json.dumps(a_kept_confirmation()))
+    argv = [*RUN, "--trials", "3", "--out", str(out)]
+    argv[argv.index("--confirm-rounds") + 1] = "0"
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "confirmation of #2 against stock kept from the last run" in printed
+    prov = load_config(out / "best.yaml").provenance
+    assert prov["confirmed"] and prov["speedup_vs_stock"] == 2.0
+    assert prov["confirmation"] == a_kept_confirmation()
+
+
 @pytest.mark.parametrize("trials", ["0", "-1"])
 def test_trials_below_one_is_refused(tmp_path, capsys, trials):
     """Row 13: not the default count, not a "memory budget" error."""

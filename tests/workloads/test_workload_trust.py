@@ -67,3 +67,28 @@ def test_a_malformed_workload_name_is_one_line(tmp_path, capsys, spec, reason):
     if "\0" not in spec:  # a command line cannot hold a NUL; a configuration file can
         assert main(["inspect", "--workload", spec]) == 2
         assert capsys.readouterr().err == f"autotune: error: {caught.value}\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "raised"),
+    [
+        ('raise RuntimeError("no GPU for hf_probe_secret_77")', "RuntimeError: no GPU for ***"),
+        ("x = undefined_name", "NameError: name 'undefined_name' is not defined"),
+        (
+            'open("/nonexistent/weights.bin")',
+            "FileNotFoundError: [Errno 2] No such file or directory",
+        ),
+    ],
+    ids=["runtime-error", "name-error", "os-error"],
+)
+def test_a_workload_module_that_raises_as_it_runs_is_one_line(tmp_path, monkeypatch, code, raised):
+    """The module's own code failing at import (a typo, a check of its own) is the user's to fix:
+    one line naming the exception and the module's line, a secret of the environment hidden."""
+    (tmp_path / "job.py").write_text(f"import os\n{code}\n")
+    spec = f"{tmp_path / 'job.py'}:Job"
+    monkeypatch.setenv("MY_TOKEN", "hf_probe_secret_77")
+    line = one_line_error(autotune("inspect", "--workload", spec))
+    assert line.startswith(
+        f"autotune: error: workload {spec!r} cannot be imported: its module raised {raised}"
+    ), line
+    assert line.endswith(f" at {tmp_path / 'job.py'}:2 (rerun with --debug for the traceback)")
