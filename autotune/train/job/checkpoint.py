@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from autotune.durable import fsync, sync_folder
 from autotune.errors import AutotuneError, ConfigError, first_line, free_space, short_repr
 
 PREFIX = "checkpoint-"
@@ -134,14 +135,6 @@ def check_outside(path: Path, flag: str) -> None:
         )
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
     """Write ``snapshot`` as ``output_dir/checkpoint-<step>``; returns (folder, bytes written). A write
     that fails removes its temporary folder: on a full disk, what it held would keep the disk full
@@ -164,7 +157,7 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
     if final.exists():  # the same step written again (a job resumed past it): the new one stands
         shutil.rmtree(final)
     tmp.rename(final)
-    _fsync(output_dir)
+    fsync(output_dir)
     return final, sum(files.values()) + (final / STATE).stat().st_size
 
 
@@ -183,9 +176,7 @@ def _write_files(snapshot: Snapshot, tmp: Path) -> dict[str, int]:
     sums = {name: sha256(tmp / name) for name in files}
     state = {**snapshot.state, "files": files, "sha256": sums}
     (tmp / STATE).write_text(json.dumps(state, indent=1) + "\n")
-    for p in tmp.iterdir():
-        _fsync(p)
-    _fsync(tmp)
+    sync_folder(tmp)
     return files
 
 
