@@ -11,10 +11,13 @@ checked before any tensor is read.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,24 +151,29 @@ def write_checkpoint(
     """Write ``tensors`` as shards and their index, and a copy of each of ``extra_files`` (a
     ``config.json``), into the new or empty folder ``out``.
 
-    The files are written into a sibling folder and moved into ``out`` when all are written, so a
-    crash leaves no half-written checkpoint there; a write that fails (a full disk) removes the
-    sibling folder, and is a DataError naming ``out``. Returns the index.
+    The files are written into a hidden folder inside ``out`` (on its disk, whatever is mounted
+    there, and with no right to write beside it needed), and moved up into ``out`` when all are
+    written, the index last. A write that fails (a full disk) removes what it wrote, and ``out``
+    where it made it, and is a DataError naming ``out``; what a killed write left there is removed
+    by the next write into ``out``. Returns the index.
     """
     shown = out
-    out = Path(os.path.abspath(out))  # ``.`` has no name to put a sibling beside
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(f"{shown}: exists and is not an empty folder; give a new folder")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    out = Path(os.path.abspath(out))  # ``.``: its files are moved into it, the folder stays
+    made = not out.exists()
+    if not made:
+        _clear_for_writing(out, shown)
+    staging = out / f"{STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}"
     try:
-        tmp.mkdir(parents=True)
-        index = _write_shards(tensors, tmp, max_shard_bytes)
+        staging.mkdir(parents=True)
+        index = _write_shards(tensors, staging, max_shard_bytes)
         for f in extra_files:
-            shutil.copy2(f, tmp / f.name)
-        _move_in(tmp, out)
+            shutil.copy2(f, staging / f.name)
+        _move_in(staging, out)
     except BaseException as exc:  # a full disk (safetensors has its own error type), Ctrl-C
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        if made:
+            with contextlib.suppress(OSError):
+                out.rmdir()
         if not isinstance(exc, Exception):
             raise
         reason = first_line(exc) or type(exc).__name__
@@ -175,19 +183,50 @@ def write_checkpoint(
     return index
 
 
-def _move_in(tmp: Path, out: Path) -> None:
-    """The written folder ``tmp`` as ``out``: renamed, or where ``out`` is an empty folder already
-    (the current one, one made with the team's permissions), its files moved into it, the index
-    last, so that the folder stays the one it was."""
-    if not out.exists():
-        tmp.rename(out)
-        return
+STAGING_PREFIX = ".autotune-staging-"
+"""Begins the name of the hidden folder a write stages its files in, inside the folder it writes
+(``<prefix><host>-<pid>``): the next write there tells whether the one that left it still runs."""
+_STAGING = re.compile(rf"{re.escape(STAGING_PREFIX)}(.+)-(\d+)\Z")
+
+
+def _clear_for_writing(out: Path, shown: str | os.PathLike) -> None:
+    """``out`` is a folder that holds nothing but the staging folders of killed writes, which are
+    removed; else a DataError naming it (and the process of a write that still runs there)."""
+    if not out.is_dir():
+        raise DataError(f"{shown}: exists and is not an empty folder; give a new folder")
+    entries = list(out.iterdir())
+    for entry in entries:
+        m = _STAGING.match(entry.name)
+        if m is None or not entry.is_dir() or entry.is_symlink():
+            raise DataError(f"{shown}: exists and is not an empty folder; give a new folder")
+        host, pid = m.group(1), int(m.group(2))
+        if host != socket.gethostname() or _running(pid):  # another host's processes are not seen
+            raise DataError(
+                f"{shown}: another write (process {pid} on host {short_repr(host)}) is putting a "
+                "checkpoint there; give another folder, or wait for it to end"
+            )
+    for entry in entries:
+        shutil.rmtree(entry)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # none, or a number past any pid
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
+
+
+def _move_in(staging: Path, out: Path) -> None:
+    """The files of ``staging`` moved up into ``out``, the index last; then ``staging`` removed."""
     moved: list[Path] = []
     try:
-        for f in sorted(tmp.iterdir(), key=lambda f: f.name == INDEX):
+        for f in sorted(staging.iterdir(), key=lambda f: f.name == INDEX):
             f.rename(out / f.name)
             moved.append(out / f.name)
-        tmp.rmdir()
+        staging.rmdir()
     except BaseException:
         for f in moved:
             f.unlink(missing_ok=True)

@@ -61,6 +61,17 @@ def test_an_export_that_cannot_be_written_is_one_line_and_leaves_nothing(referen
         assert list(disk.iterdir()) == []
 
 
+def test_an_export_into_an_empty_mount_point_is_written_on_its_disk(reference, tmp_path):  # noqa: F811
+    """``--out /mnt/x``: a checkpoint staged beside it could not be moved in (another disk)."""
+    src, _ = reference
+    with small_disk(tmp_path / "disk", "64m") as disk:
+        done = _run("export", str(src / "checkpoint-6"), "--out", str(disk))
+        assert done.returncode == 0, done.stderr
+        assert (disk / "model.safetensors.index.json").is_file()
+        assert not [p for p in disk.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in tmp_path.iterdir()] == ["disk"]
+
+
 def _edit(state: dict, key: str) -> None:
     if key == "data":
         del state["data"]

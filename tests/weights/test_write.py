@@ -1,0 +1,126 @@
+"""``write_checkpoint``: the shards and the index land in the folder given, staged on its own disk
+(a mount point, a folder in one its user may not write); a write that fails leaves nothing, and
+what a killed one left goes with the next write."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.errors import DataError
+from autotune.weights import INDEX, read_layout, write_checkpoint
+from tests.asuser import as_nobody, give_to_nobody, reachable_folder
+from tests.tmpfs import small_disk
+
+ROOT = Path(__file__).resolve().parents[2]
+TENSORS = {f"layer.{i}.weight": torch.randn(256, 256) for i in range(4)}
+"""1 MiB: four shards of 300 kB at most."""
+SHARD_BYTES = 300_000
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def checkpoint_files(index: dict) -> list[str]:
+    return sorted({INDEX, *index["weight_map"].values()})
+
+
+def test_an_empty_mount_point_takes_the_checkpoint_on_its_own_disk(tmp_path):
+    """``--out /mnt/x``: a rename from the folder beside it would cross to another disk."""
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        index = write_checkpoint(TENSORS, disk, max_shard_bytes=SHARD_BYTES)
+        assert set(read_layout(disk)) == set(TENSORS) == set(index["weight_map"])
+        assert names(disk) == checkpoint_files(index)
+    assert names(tmp_path) == ["disk"]
+
+
+def test_a_write_that_fills_an_empty_mount_point_fails_there_and_leaves_it_empty(tmp_path):
+    with small_disk(tmp_path / "disk", "512k") as disk:
+        with pytest.raises(DataError) as err:
+            write_checkpoint(TENSORS, disk, max_shard_bytes=SHARD_BYTES)
+        assert str(err.value).startswith(f"{disk}: writing the checkpoint failed (")
+        assert "No space left on device" in str(err.value), err.value  # its own disk filled
+        assert str(err.value).endswith("; nothing was written there")
+        assert names(disk) == []
+    assert names(tmp_path) == ["disk"]
+
+
+WRITE = """
+import sys, torch
+from autotune.weights import write_checkpoint
+write_checkpoint({"w": torch.ones(4)}, sys.argv[1])
+"""
+
+
+def test_an_empty_folder_whose_parent_its_user_may_not_write_takes_the_checkpoint():
+    """A folder made for the export by someone else (an admin's share): only it is writable."""
+    with reachable_folder() as parent:
+        out = parent / "out"
+        out.mkdir()
+        give_to_nobody(out)
+        done = subprocess.run([*as_nobody(), sys.executable, "-c", WRITE, str(out)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert set(read_layout(out)) == {"w"} and names(parent) == ["out"]
+
+
+STOPPED = """
+import os, signal, sys, torch
+from autotune.weights import hf
+hf._move_in = lambda *args: os.kill(os.getpid(), signal.{signal})  # every file written, none moved
+hf.write_checkpoint({{"w": torch.ones(4)}}, sys.argv[1])
+"""
+
+
+def _stopped_before_moving_in(out: Path, sig: str) -> subprocess.Popen:
+    """A writer of ``out`` that ``sig`` stops (or kills) once its files are written."""
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED.format(signal=sig), str(out)],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    if sig == "SIGKILL":
+        assert proc.wait(timeout=120) == -signal.SIGKILL
+        return proc
+    while proc.poll() is None and Path(f"/proc/{proc.pid}/stat").read_text().split()[2] != "T":
+        time.sleep(0.05)
+    assert proc.poll() is None, "the writer ended before its files were moved in"
+    return proc
+
+
+@pytest.mark.parametrize("new", [True, False], ids=["new", "empty"])
+def test_what_a_killed_write_left_is_removed_by_the_next_one(tmp_path, new):
+    """A write killed (SIGKILL, the machine's OOM killer) leaves its staged files; the next write
+    into the same folder takes them away, and the folder holds the checkpoint alone."""
+    out = tmp_path / "out"
+    if not new:
+        out.mkdir()
+    _stopped_before_moving_in(out, "SIGKILL")
+    assert not (out / INDEX).exists()  # nothing of it is visible as a checkpoint
+    index = write_checkpoint(TENSORS, out, max_shard_bytes=SHARD_BYTES)
+    assert names(out) == checkpoint_files(index)
+    assert names(tmp_path) == ["out"]
+
+
+def test_a_write_in_progress_into_the_folder_is_left_alone_and_named(tmp_path):
+    out = tmp_path / "out"
+    proc = _stopped_before_moving_in(out, "SIGSTOP")
+    try:
+        with pytest.raises(DataError) as err:
+            write_checkpoint(TENSORS, out)
+        assert str(err.value) == (
+            f"{out}: another write (process {proc.pid} on host {socket.gethostname()!r}) is "
+            "putting a checkpoint there; give another folder, or wait for it to end"
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+    write_checkpoint(TENSORS, out)  # gone with its process
+    assert set(read_layout(out)) == set(TENSORS)
