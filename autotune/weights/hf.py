@@ -27,6 +27,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from autotune.boundedread import read_text
+from autotune.durable import fsync, sync_folder
 from autotune.errors import DataError, first_line, short_repr
 
 INDEX = "model.safetensors.index.json"
@@ -152,10 +153,11 @@ def write_checkpoint(
     ``config.json``), into the new or empty folder ``out``.
 
     The files are written into a hidden folder inside ``out`` (on its disk, whatever is mounted
-    there, and with no right to write beside it needed), and moved up into ``out`` when all are
-    written, the index last. A write that fails (a full disk) removes what it wrote, and ``out``
-    where it made it, and is a DataError naming ``out``; what a killed write left there is removed
-    by the next write into ``out``. Returns the index.
+    there, and with no right to write beside it needed), synced to disk, and moved up into ``out``
+    when all are written, the index last: a crash never leaves an index naming a shard that is not
+    whole. A write that fails (a full disk) removes what it wrote, and ``out`` where it made it,
+    and is a DataError naming ``out``; what a killed write left there is removed by the next write
+    into ``out``. Returns the index.
     """
     shown = out
     out = Path(os.path.abspath(out))  # ``.``: its files are moved into it, the folder stays
@@ -168,6 +170,7 @@ def write_checkpoint(
         index = _write_shards(tensors, staging, max_shard_bytes)
         for f in extra_files:
             shutil.copy2(f, staging / f.name)
+        sync_folder(staging)
         _move_in(staging, out)
     except BaseException as exc:  # a full disk (safetensors has its own error type), Ctrl-C
         shutil.rmtree(staging, ignore_errors=True)
@@ -220,13 +223,17 @@ def _running(pid: int) -> bool:
 
 
 def _move_in(staging: Path, out: Path) -> None:
-    """The files of ``staging`` moved up into ``out``, the index last; then ``staging`` removed."""
+    """The files of ``staging`` moved up into ``out``: the index last, once the shards' new names
+    are on disk; then ``staging`` removed."""
     moved: list[Path] = []
     try:
         for f in sorted(staging.iterdir(), key=lambda f: f.name == INDEX):
+            if f.name == INDEX:
+                fsync(out)
             f.rename(out / f.name)
             moved.append(out / f.name)
         staging.rmdir()
+        fsync(out)
     except BaseException:
         for f in moved:
             f.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """``write_checkpoint``: the shards and the index land in the folder given, staged on its own disk
-(a mount point, a folder in one its user may not write); a write that fails leaves nothing, and
-what a killed one left goes with the next write."""
+(a mount point, a folder in one its user may not write), every file synced before the index is
+visible; a write that fails leaves nothing, and what a killed one left goes with the next write."""
 
 from __future__ import annotations
 
@@ -124,3 +124,22 @@ def test_a_write_in_progress_into_the_folder_is_left_alone_and_named(tmp_path):
         proc.wait()
     write_checkpoint(TENSORS, out)  # gone with its process
     assert set(read_layout(out)) == set(TENSORS)
+
+
+def test_every_file_and_the_folder_are_synced_before_the_index_is_visible(tmp_path, monkeypatch):
+    """A crash after the index is visible must not leave a shard it names empty or cut."""
+    out, extra = tmp_path / "out", tmp_path / "config.json"
+    extra.write_text("{}")
+    synced: list[tuple[Path, bool]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append((Path(os.readlink(f"/proc/self/fd/{fd}")), (out / INDEX).exists()))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    index = write_checkpoint(TENSORS, out, max_shard_bytes=SHARD_BYTES, extra_files=[extra])
+    assert names(out) == sorted([*checkpoint_files(index), "config.json"])
+    before = {path.name for path, visible in synced if not visible}
+    assert set(names(out)) <= before, synced
+    assert (out, False) in synced and synced[-1] == (out, True), synced  # shards, then the index
