@@ -8,6 +8,7 @@ line and exits non-zero (a traceback only with ``--debug``).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -87,6 +88,23 @@ def short_repr(value: object, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters: a value quoted from a file someone handed over."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def listed(what: str, items: Sequence[str | tuple[str, str]], most: int = 3) -> str:
+    """``4 missing keys ('a', 'b', 'c' and 1 more)``: names read from a file someone handed over
+    (a checkpoint's keys, a folder's files), each through :func:`short_repr`, so that a control
+    character in one (``\\r``, an escape sequence rewriting the terminal's line) is shown escaped.
+    An item ``(name, detail)`` is shown as the name followed by the detail (``'w' is I32``)."""
+    pairs = [(item, "") if isinstance(item, str) else item for item in items]
+    shown = ", ".join(
+        f"{short_repr(name, NAME_CHARS)}{f' {d}' if d else ''}" for name, d in pairs[:most]
+    )
+    more = f" and {len(pairs) - most} more" if len(pairs) > most else ""
+    return f"{len(pairs)} {what} ({shown}{more})"
+
+
+NAME_CHARS = 120
+"""A name :func:`listed` shows whole: the longest upstream keys are ~90 characters."""
 
 
 def kind_of(value: object) -> str:

@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 
 from autotune.boundedread import read_text
 from autotune.durable import fsync, sync_folder
-from autotune.errors import DataError, first_line, short_repr
+from autotune.errors import NAME_CHARS, DataError, first_line, short_repr
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -109,7 +109,8 @@ def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
         )
         if astray:
             raise DataError(
-                f"{folder / INDEX}: {len(astray)} keys are not in the shard the index names, e.g. {astray[0]}"
+                f"{folder / INDEX}: {len(astray)} keys are not in the shard the index names, "
+                f"e.g. {short_repr(astray[0], NAME_CHARS)}"
             )
     return infos
 

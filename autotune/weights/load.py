@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from autotune.errors import ConfigError, DataError
+from autotune.errors import NAME_CHARS, ConfigError, DataError, listed, short_repr
 from autotune.weights.hf import TensorInfo, read_layout, read_tensors
 from autotune.weights.names import BoundMap, load_name_map
 
@@ -37,7 +37,7 @@ class LoadReport:
 
 def _shapes_mismatch(
     bound: BoundMap, params: dict[str, nn.Parameter], infos: dict[str, TensorInfo]
-) -> list[str]:
+) -> list[tuple[str, str]]:
     bad = []
     for name, (key, transform) in bound.to_upstream.items():
         info = infos.get(key)
@@ -45,7 +45,7 @@ def _shapes_mismatch(
             continue
         want = tuple(transform.to_upstream(torch.empty(params[name].shape, device="meta")).shape)
         if info.shape != want:
-            bad.append(f"{key} is {list(info.shape)}, the model needs {list(want)}")
+            bad.append((key, f"is {list(info.shape)}, the model needs {list(want)}"))
     return bad
 
 
@@ -53,22 +53,15 @@ FLOATING = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
 """safetensors' names of the dtypes a weight is cast from as it is (an 8-bit one without scales)."""
 
 
-def _not_floating(keys: list[str], infos: dict[str, TensorInfo]) -> list[str]:
+def _not_floating(keys: list[str], infos: dict[str, TensorInfo]) -> list[tuple[str, str]]:
     return [
-        f"{k} is {infos[k].dtype}" for k in keys if k in infos and infos[k].dtype not in FLOATING
+        (k, f"is {infos[k].dtype}") for k in keys if k in infos and infos[k].dtype not in FLOATING
     ]
-
-
-def _listed(what: str, items: list[str], most: int = 3) -> str:
-    shown = ", ".join(items[:most]) + (
-        f" and {len(items) - most} more" if len(items) > most else ""
-    )
-    return f"{len(items)} {what} ({shown})"
 
 
 def _by_canonical_key(
     bound: BoundMap, raw: dict[str, TensorInfo]
-) -> tuple[dict[str, TensorInfo], list[str]]:
+) -> tuple[dict[str, TensorInfo], list[tuple[str, str]]]:
     """The checkpoint's tensors by the key the map writes, and each key it holds under both an
     aliased and the written spelling (one parameter, two tensors: neither may win silently)."""
     infos: dict[str, TensorInfo] = {}
@@ -76,7 +69,7 @@ def _by_canonical_key(
     for k, info in raw.items():
         key = bound.canonical(k)
         if key in infos:
-            twice.append(f"{key} and {infos[key].key if k == key else k}")
+            twice.append((key, f"and {short_repr(infos[key].key if k == key else k, NAME_CHARS)}"))
         infos[key] = info
     return infos, twice
 
@@ -94,7 +87,7 @@ def check_fit(
     misshapen = _shapes_mismatch(bound, params, infos)
     not_floating = _not_floating([key for key, _ in bound.to_upstream.values()], infos)
     problems = [
-        _listed(what, items)
+        listed(what, items)
         for what, items in (
             ("keys held twice, under two spellings", twice),
             ("missing keys", missing),
@@ -139,7 +132,7 @@ def load_upstream(
     if bad:
         raise DataError(
             f"{folder}: "
-            + _listed("keys hold NaN or infinite values", bad)
+            + listed("keys hold NaN or infinite values", bad)
             + " (in the file, or past the range of the parameter's dtype); the model would train on them"
         )
     return LoadReport(str(Path(folder)), len(keys), ignored)

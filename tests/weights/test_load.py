@@ -51,7 +51,7 @@ def test_every_key_of_an_upstream_checkpoint_loads_bit_exact(tmp_path):
 def test_a_missing_key_is_named_on_one_line(tmp_path):
     gone = "action_head.model.transformer_blocks.1.attn1.to_q.weight"
     write_upstream(tmp_path / "up", TINY, drop=(gone,))
-    with pytest.raises(ConfigError, match=rf"1 missing keys \({gone}\)") as err:
+    with pytest.raises(ConfigError, match=rf"1 missing keys \('{gone}'\)") as err:
         load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
     assert "\n" not in str(err.value)
 
@@ -65,8 +65,8 @@ def test_a_misshapen_and_an_unexpected_key_are_named(tmp_path):
     before = [p.clone() for p in model.parameters()]
     with pytest.raises(
         ConfigError,
-        match=rf"1 unexpected keys \(action_head.extra_head.weight\); "
-        rf"1 misshapen keys \({bad} is \[3, 4\], the model needs \[64, 256\]\)",
+        match=rf"1 unexpected keys \('action_head.extra_head.weight'\); "
+        rf"1 misshapen keys \('{bad}' is \[3, 4\], the model needs \[64, 256\]\)",
     ):
         load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing half-loaded
@@ -138,7 +138,7 @@ def test_a_key_of_an_integer_or_boolean_dtype_is_named_before_anything_loads(tmp
     with pytest.raises(ConfigError) as err:
         load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
     assert str(err.value).endswith(
-        f"1 keys of a dtype that is not floating point ({key} is {name})"
+        f"1 keys of a dtype that is not floating point ({key!r} is {name})"
     )
 
 
@@ -150,7 +150,7 @@ def test_a_key_holding_nan_or_inf_is_named(tmp_path, value):
     with pytest.raises(DataError) as err:
         load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
     assert str(err.value) == (
-        f"{tmp_path / 'up'}: 1 keys hold NaN or infinite values ({key}) (in the file, or past the "
+        f"{tmp_path / 'up'}: 1 keys hold NaN or infinite values ({key!r}) (in the file, or past the "
         "range of the parameter's dtype); the model would train on them"
     )
 
@@ -194,7 +194,7 @@ def test_a_tensor_under_both_spellings_of_an_aliased_prefix_is_refused(tmp_path)
     before = [p.clone() for p in model.parameters()]
     with pytest.raises(ConfigError) as err:
         load_upstream(model, tmp_path / "up", "gr00t_n16", "tiny")
-    assert str(err.value).endswith(f"1 keys held twice, under two spellings ({key} and {old})")
+    assert str(err.value).endswith(f"1 keys held twice, under two spellings ({key!r} and {old!r})")
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
@@ -219,3 +219,14 @@ def test_written_shards_are_as_readable_as_the_index(tmp_path):
     )
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
     assert set(modes.values()) == {modes["model.safetensors.index.json"]}, modes
+
+
+def test_a_key_with_control_characters_is_named_escaped(tmp_path):
+    """A key of a checkpoint someone hands over that rewrites the terminal's line (``\\r``, an
+    escape sequence) is shown escaped: the error line says what is wrong, not what the key says."""
+    key = "x\r\x1b[2Kautotune: checkpoint OK"
+    write_upstream(tmp_path / "up", TINY, extra={key: (2,)})
+    with pytest.raises(ConfigError) as err:
+        load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
+    assert str(err.value).endswith(f"1 unexpected keys ({key!r})")
+    assert not [c for c in str(err.value) if ord(c) < 0x20 or ord(c) == 0x7F]
