@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from autotune.argtypes import NON_NEGATIVE, POSITIVE, number
 from autotune.config import TrainConfig, load_config
@@ -302,12 +303,15 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from autotune.train.job.export import export_checkpoint
 
-    index = export_checkpoint(
+    exported = export_checkpoint(
         args.checkpoint,
         args.out,
         max_shard_bytes=int(args.max_shard_size * 1e9),
         workload=args.workload,
     )
+    if exported.left_out:
+        print(f"autotune: note: {exported.left_out}", file=sys.stderr)
+    index = exported.index
     shards = len(set(index["weight_map"].values()))
     print(
         f"{args.out}: {len(index['weight_map'])} tensors, {index['metadata']['total_size'] / 2**30:.2f} GiB "

@@ -88,6 +88,14 @@ def _files(folder: Path, weight_map: dict[str, str] | None) -> list[Path]:
     return [folder / name for name in names]
 
 
+def weight_files(folder: str | os.PathLike) -> list[Path]:
+    """The checkpoint's own files in ``folder``: its index and the shards it names, or its single
+    file."""
+    folder = Path(folder)
+    weight_map = _weight_map(folder)
+    return _files(folder, weight_map) + ([folder / INDEX] if weight_map is not None else [])
+
+
 def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
     """Every tensor of the checkpoint in ``folder``: its shard, shape and dtype (headers only)."""
     folder = Path(folder)

@@ -4,9 +4,11 @@ and its throughput watch, on the CPU with the tiny preset."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import time
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -99,6 +101,51 @@ def test_init_from_then_export_then_init_from_round_trips_bit_exact(tmp_path, ca
     assert all(
         again[k].dtype == exported[k].dtype and torch.equal(again[k], exported[k]) for k in exported
     )
+
+
+def _released_with_strays(folder: Path, outside: Path) -> tuple[set[str], set[str]]:
+    """An upstream checkpoint in ``folder`` with what a user's folder holds besides: (the files an
+    export copies, the names it leaves out)."""
+    write_upstream(folder, get_preset("tiny"))
+    copied = {"processor_config.json", "statistics.json", "embodiment_id.json", "README.md"}
+    for name in copied:
+        (folder / name).write_text("{}")
+    (folder / ".env").write_text("HF_TOKEN=hf_secret_value\n")
+    for name in ("consolidated.safetensors", "adapter_model.safetensors", "optimizer.pt"):
+        (folder / name).write_bytes(b"{}")
+    outside.write_text("a private key\n")
+    (folder / "tokenizer.json").symlink_to(outside)  # a link leading out of the folder
+    (folder / "tokenizer_config.v2.json").write_text('{"v": 2}')
+    (folder / "tokenizer_config.json").symlink_to("tokenizer_config.v2.json")  # one inside it
+    os.mkfifo(folder / "generation_config.json")  # never opened: a copy would wait on it for ever
+    (folder / "experiment_cfg").mkdir()
+    left = {".env", "consolidated.safetensors", "adapter_model.safetensors", "optimizer.pt",
+            "tokenizer.json", "tokenizer_config.v2.json", "generation_config.json", "experiment_cfg"}  # fmt: skip
+    return {*copied, "config.json", "tokenizer_config.json"}, left
+
+
+def test_an_export_copies_only_the_files_an_upstream_checkpoint_holds_beside_its_weights(
+    tmp_path, capsys
+):
+    """A ``.env`` beside the weights, a stray weight file, a link to a file elsewhere stay where
+    they are; one line says what was left out."""
+    released = tmp_path / "released"
+    copied, left = _released_with_strays(released, tmp_path / "outside.txt")
+    job = tmp_path / "job"
+    argv = [*JOB, "--synthetic", "--max-steps", "1", "--output-dir", str(job),
+            "--init-from", str(released)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["export", str(job / "checkpoint-1"), "--out", str(tmp_path / "export")]) == 0
+    files = {p.name for p in (tmp_path / "export").iterdir()}
+    weights = {p.name for p in (tmp_path / "export").glob("model*")}
+    assert files - weights == copied
+    assert (tmp_path / "export" / "tokenizer_config.json").read_text() == '{"v": 2}'
+    assert not any((tmp_path / "export" / n).is_symlink() for n in files)
+    note = capsys.readouterr().err.strip()
+    assert len(note.splitlines()) == 1 and note.startswith("autotune: note: "), note
+    assert f"{released} (--init-from): {len(left)} files left out of the export (" in note
+    assert all(repr(name) in note for name in left), note
 
 
 def test_init_from_a_checkpoint_missing_a_key_fails_on_one_line(tmp_path, capsys):

@@ -5,8 +5,9 @@ model is built as the job built it (the configuration's seed, freezing and stora
 from the job's ``--init-from`` checkpoint if it had one, overlaid with the checkpoint's weights, and
 written through the workload's name map in Hugging Face's layout (``model.safetensors.index.json``
 and shards, each tensor in the dtype training stored it in). The files of the ``--init-from`` folder
-that are not weights (``config.json``, processor files) are copied beside them, so that the result
-can stand in for the released checkpoint. A checkpoint whose workload names code
+that an upstream checkpoint holds beside its weights (``config.json``, the processor's files:
+:data:`BESIDE_WEIGHTS`) are copied beside them, so that the result can stand in for the released
+checkpoint; the others are named on one line. A checkpoint whose workload names code
 (``path/to/file.py:Class``, a job of the user's own workload) is exported only with ``--workload``
 naming it: the folder is data, and never chooses code to import.
 """
@@ -14,28 +15,64 @@ naming it: the folder is data, and never chooses code to import.
 from __future__ import annotations
 
 import os
-import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from autotune.config import TrainConfig
 from autotune.config._strict import from_dict
-from autotune.errors import ConfigError, short_repr
+from autotune.errors import ConfigError, listed, short_repr
 from autotune.train import knobs, precision
 from autotune.train.job import checkpoint
-from autotune.weights import INDEX, fingerprint, load_upstream, upstream_tensors, write_checkpoint
+from autotune.weights import (
+    fingerprint,
+    load_upstream,
+    upstream_tensors,
+    weight_files,
+    write_checkpoint,
+)
 from autotune.workloads import get_workload
 from autotune.workloads.registry import absolute_spec
 
-_WEIGHT_FILE = re.compile(
-    r"(model.*\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin)\Z"
+BESIDE_WEIGHTS = frozenset(
+    {
+        # GR00T N1.6's and N1.7's released folders: the model's configuration, the processor's
+        # (its settings, the datasets' statistics, the embodiment tags' projector slots), the
+        # model card and its licence
+        "config.json",
+        "processor_config.json",
+        "statistics.json",
+        "embodiment_id.json",
+        "README.md",
+        "LICENSE",
+        # what transformers' save_pretrained writes beside a model's weights (its generation
+        # settings, a processor's and a tokenizer's files), where a folder has them
+        "generation_config.json",
+        "preprocessor_config.json",
+        "video_preprocessor_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "tokenizer.model",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "chat_template.json",
+        "chat_template.jinja",
+    }
 )
-_TRAINER_STATE = re.compile(
-    r"(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin)\Z"
-)
-"""A Hugging Face Trainer's ``checkpoint-N`` files: the state of the training that wrote the folder
-(its optimizer's moments are twice the weights' size), not part of the model an export stands for."""
+"""The files of an ``--init-from`` folder that an export copies beside its weights: those an
+upstream checkpoint holds there. Anything else a folder holds (a ``.env`` of tokens, a stray
+``consolidated.safetensors``, a Trainer's optimizer state) is not part of the model."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    index: dict
+    """The written checkpoint's ``model.safetensors.index.json``."""
+    left_out: str | None = None
+    """One line naming the files of the ``--init-from`` folder not copied beside the weights."""
 
 
 def _device_for(state: dict) -> torch.device:
@@ -135,8 +172,9 @@ def export_checkpoint(
     *,
     max_shard_bytes: int = 5 * 10**9,
     workload: str | None = None,
-) -> dict:
-    """Write the model of the job checkpoint ``folder`` into ``out`` in the upstream layout; the index."""
+) -> Exported:
+    """Write the model of the job checkpoint ``folder`` into ``out`` in the upstream layout, with
+    the files of its ``--init-from`` folder that belong beside the weights."""
     folder, out = Path(folder), Path(out)
     if not (folder / checkpoint.STATE).is_file():
         raise ConfigError(
@@ -149,25 +187,45 @@ def export_checkpoint(
         )
     checkpoint.check_outside(out, "--out")
     model, name = build_trained_model(folder, workload)
-    return write_checkpoint(
-        upstream_tensors(model, name),
-        out,
-        max_shard_bytes=max_shard_bytes,
-        extra_files=_beside_weights(checkpoint.read_state(folder).get("init_from")),
+    init = checkpoint.read_state(folder).get("init_from")
+    copied, left_out = _beside_weights(Path(init["path"])) if init else ([], [])
+    index = write_checkpoint(
+        upstream_tensors(model, name), out, max_shard_bytes=max_shard_bytes, extra_files=copied
+    )
+    return Exported(index, _left_out_line(init["path"], left_out) if left_out else None)
+
+
+def _left_out_line(init: str, names: list[str]) -> str:
+    return (
+        f"{init} (--init-from): {listed('files left out of the export', names, 8)}: only what an "
+        "upstream checkpoint holds beside its weights is copied (config.json, processor, "
+        "tokenizer and model card files), never a dotfile, a link leading out of the folder or "
+        "what is not a file"
     )
 
 
-def _beside_weights(init: dict | None) -> list[Path]:
-    """The files of the job's ``--init-from`` folder that are neither weights nor a trainer's state
-    (``config.json``, the processor's): an export without them could not stand in for the released
-    checkpoint."""
-    if not init or not Path(init["path"]).is_dir():
-        return []
-    return [
-        f
-        for f in sorted(Path(init["path"]).iterdir())
-        if f.is_file()
-        and not _WEIGHT_FILE.match(f.name)
-        and not _TRAINER_STATE.match(f.name)
-        and f.name != INDEX
-    ]
+def _beside_weights(init: Path) -> tuple[list[Path], list[str]]:
+    """(the files of the job's ``--init-from`` folder to copy beside the export's weights, the
+    names of the others that are not its weights): a file of :data:`BESIDE_WEIGHTS` that is a
+    regular file in the folder, or a link to one there; an export without them could not stand in
+    for the released checkpoint."""
+    weights = {p.name for p in weight_files(init)}
+    copied, left_out = [], []
+    for f in sorted(init.iterdir()):
+        if f.name in weights:
+            continue
+        if f.name in BESIDE_WEIGHTS and _file_in(f, init):
+            copied.append(f)
+        else:
+            left_out.append(f.name)
+    return copied, left_out
+
+
+def _file_in(path: Path, folder: Path) -> bool:
+    """``path`` is a regular file in ``folder``, or a link to one there (never to a secret
+    elsewhere, a device or a pipe that a copy would read for ever)."""
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # a broken link, a loop (RuntimeError before Python 3.13)
+        return False
+    return target.parent == folder.resolve() and target.is_file()
