@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, short_repr
+from autotune.redact import redact
 
 SEED_MAX = 2**32 - 1
 """Seeds are what every consumer accepts: numpy's RandomState (Optuna's samplers) takes
@@ -92,6 +94,26 @@ def path(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("'' is not a path; give a file or folder")
     return text
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def not_a_url(text: str) -> str:
+    """An argparse type: a value that is not a URL (``https://``, ``s3://``, ``hf://``). Taken as a
+    path, one is a folder ``https:`` made in this one, its password in its name and in every line
+    that names the folder; the error shows it through :func:`autotune.redact.redact`."""
+    if _URL.match(text.strip()):
+        raise argparse.ArgumentTypeError(
+            f"{short_repr(redact(text), 200)} is a URL; allowed: a local folder (autotune fetches "
+            "and uploads nothing)"
+        )
+    return text
+
+
+def local_path(text: str) -> str:
+    """An argparse type: :func:`path` that is :func:`not_a_url`."""
+    return not_a_url(path(text))
 
 
 PATH = path

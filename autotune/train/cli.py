@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from autotune.argtypes import NON_NEGATIVE, POSITIVE, number
+from autotune.argtypes import NON_NEGATIVE, POSITIVE, local_path, number
 from autotune.config import TrainConfig, load_config
 from autotune.config.compat import use_dataset
 from autotune.config.io import load_config_as
@@ -62,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--out",
         required=True,
+        type=local_path,
         help="new or empty folder for model.safetensors.index.json and its shards",
     )
     e.add_argument(

@@ -17,6 +17,7 @@ import yaml
 from autotune.cli import main
 from autotune.train.job import checkpoint
 from autotune.train.job.watch import MetricsLog
+from tests.clirun import autotune, one_line_error
 from tests.tmpfs import fill, small_disk
 from tests.train.test_job_cpu import (  # noqa: F401  (reference: a fixture)
     STEPS,
@@ -177,6 +178,29 @@ def test_a_folder_that_is_a_symlink_loop_is_one_line(tmp_path, capsys, flag):
         "allowed: a folder's path"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]
+
+
+URL = "https://user:hunter22@hf.co/x/"
+
+
+@pytest.mark.parametrize("flag", ["--out", "--init-from", "--output-dir"])
+def test_a_url_given_for_a_folder_is_one_line_with_its_password_hidden(reference, tmp_path, flag):  # noqa: F811
+    """A URL taken as a path was a folder ``https:/user:hunter22@hf.co/x/`` made here, named
+    with the password in the success line (and in the job's state, for --init-from)."""
+    src, _ = reference
+    job = ["train", *[a for a in STEPS if a != "--json"]]
+    argv = {
+        "--out": ["export", str(src / "checkpoint-6"), "--out", URL],
+        "--init-from": [*job, "--output-dir", "job", "--init-from", URL],
+        "--output-dir": [*job, "--output-dir", URL],
+    }[flag]
+    done = autotune(*argv, cwd=tmp_path)
+    assert one_line_error(done) == (
+        f"autotune: error: {flag}: 'https://user:***@hf.co/x/' is a URL; allowed: a local "
+        "folder (autotune fetches and uploads nothing)"
+    )
+    assert "hunter22" not in done.stdout + done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 SHIELDED_AT_EXIT = """

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune.argtypes import NON_NEGATIVE, POSITIVE
+from autotune.argtypes import NON_NEGATIVE, POSITIVE, not_a_url
 from autotune.config import TrainConfig
 from autotune.config.compat import resolved
 from autotune.errors import ConfigError, TrialError
@@ -79,12 +79,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _folder(text: str) -> Path:
     """An argparse type: a folder's path, resolved. An empty one (an unset shell variable) would be
-    this folder, where the job would train and resume unasked."""
+    this folder, where the job would train and resume unasked; a URL, a folder ``https:`` here."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
             f"{text!r} is empty; allowed: a folder's path ('.' for this one)"
         )
-    return resolved(Path(text), argparse.ArgumentTypeError)
+    return resolved(Path(not_a_url(text)), argparse.ArgumentTypeError)
 
 
 def check_mode(args: argparse.Namespace) -> None:
