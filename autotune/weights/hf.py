@@ -26,7 +26,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from autotune.boundedread import read_text
+from autotune.boundedread import check_regular, read_text
 from autotune.durable import fsync, sync_folder
 from autotune.errors import NAME_CHARS, DataError, first_line, short_repr
 
@@ -50,26 +50,20 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
         raise DataError(
             f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})"
         )
-    index = folder / INDEX
-    if not index.is_file():
-        if (folder / SINGLE).is_file():
-            return None
-        raise DataError(
-            f"{folder}: neither {INDEX} nor {SINGLE} is there (a Hugging Face checkpoint folder has one)"
-        )
-    if (folder / SINGLE).exists():
+    index, single = folder / INDEX, folder / SINGLE
+    has_index, has_single = _present(index), _present(single)
+    if has_index and has_single:
         raise DataError(
             f"{folder}: holds both {INDEX} and {SINGLE}, two checkpoints; allowed: one of them "
             "(move the other away)"
         )
-    try:
-        data = json.loads(read_text(index, error=DataError))
-        weight_map = data["weight_map"]
-        assert isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+    if not has_index:
+        if has_single:
+            return None
         raise DataError(
-            f"{index}: not an index of shards (needs a 'weight_map' of key -> file)"
-        ) from None
+            f"{folder}: neither {INDEX} nor {SINGLE} is there (a Hugging Face checkpoint folder has one)"
+        )
+    weight_map = _read_index(index)
     for name in sorted(set(weight_map.values())):
         if Path(name).name != name or name in ("", ".", ".."):
             raise DataError(
@@ -79,12 +73,43 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
     return weight_map
 
 
+def _present(path: Path) -> bool:
+    """True where ``path`` is a regular file (links followed), False where nothing is there; else
+    a DataError saying what is there instead (a folder, a pipe, a device such as ``/dev/zero``) or
+    what the system said."""
+    try:
+        check_regular(path, DataError)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    return True
+
+
+def _unreadable(path: Path, exc: OSError) -> DataError:
+    return DataError(f"{path}: cannot be read ({exc.strerror or exc})")
+
+
+def _read_index(index: Path) -> dict[str, str]:
+    """The index's map of key -> shard file name."""
+    try:
+        data = json.loads(read_text(index, error=DataError))
+    except OSError as exc:  # one its user may not read: not the same as one that is no index
+        raise _unreadable(index, exc) from None
+    except ValueError:  # not JSON, not UTF-8
+        data = None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not (isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())):
+        raise DataError(f"{index}: not an index of shards (needs a 'weight_map' of key -> file)")
+    return weight_map
+
+
 def _files(folder: Path, weight_map: dict[str, str] | None) -> list[Path]:
     """The checkpoint's files: the shards the index names (each there), or the single file."""
     names = sorted(set(weight_map.values())) if weight_map is not None else [SINGLE]
     for name in names:
-        if not (folder / name).is_file():
-            raise DataError(f"{folder / INDEX}: shard {name} is missing")
+        if not _present(folder / name):
+            raise DataError(f"{folder / INDEX}: shard {short_repr(name)} is missing")
     return [folder / name for name in names]
 
 
@@ -102,6 +127,10 @@ def read_layout(folder: str | os.PathLike) -> dict[str, TensorInfo]:
     weight_map = _weight_map(folder)
     infos: dict[str, TensorInfo] = {}
     for path in _files(folder, weight_map):
+        try:  # safetensors says "No such file" of a file its user may not read
+            open(path, "rb").close()
+        except OSError as exc:
+            raise _unreadable(path, exc) from None
         try:
             with safe_open(path, framework="pt") as f:
                 for key in f.keys():  # noqa: SIM118  (a safe_open handle has no __iter__)

@@ -4,6 +4,10 @@ every key loads, ignored families are reported, and what does not fit is named o
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +24,10 @@ from autotune.weights import (
 )
 from autotune.workloads import get_workload
 from autotune.workloads.gr00t_n16 import get_preset
+from tests.asuser import as_nobody, reachable_folder
 from tests.weights.upstream import upstream_shapes, write_upstream
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = get_preset("tiny")
 
@@ -207,7 +214,7 @@ def test_a_shard_the_index_names_and_that_is_not_there_is_named_by_the_index(tmp
         with pytest.raises(DataError) as err:
             read(tmp_path / "up")
         assert str(err.value) == (
-            f"{tmp_path / 'up' / 'model.safetensors.index.json'}: shard {shard.name} is missing"
+            f"{tmp_path / 'up' / 'model.safetensors.index.json'}: shard {shard.name!r} is missing"
         )
 
 
@@ -230,3 +237,70 @@ def test_a_key_with_control_characters_is_named_escaped(tmp_path):
         load_upstream(tiny_model(), tmp_path / "up", "gr00t_n16", "tiny")
     assert str(err.value).endswith(f"1 unexpected keys ({key!r})")
     assert not [c for c in str(err.value) if ord(c) < 0x20 or ord(c) == 0x7F]
+
+
+NOT_A_FILE = {
+    "folder": (os.mkdir, "is a folder, not a file"),
+    "fifo": (os.mkfifo, "not a regular file (a device, pipe or socket); expected a file"),
+    "/dev/zero": (
+        lambda path: os.symlink("/dev/zero", path),
+        "not a regular file (a device, pipe or socket); expected a file",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", NOT_A_FILE)
+@pytest.mark.parametrize("which", ["shard", "index"])
+def test_a_shard_or_an_index_that_is_not_a_file_is_named_so(tmp_path, which, what):
+    """Not as missing (a shard), nor as a folder holding neither an index nor a single file."""
+    write_upstream(tmp_path / "up", TINY)
+    path = (
+        sorted((tmp_path / "up").glob("model-*.safetensors"))[1]
+        if which == "shard"
+        else tmp_path / "up" / "model.safetensors.index.json"
+    )
+    if which == "index":  # the shards it named: a folder of them is no other checkpoint
+        for shard in (tmp_path / "up").glob("model-*.safetensors"):
+            shard.unlink()
+    path.unlink()
+    make, said = NOT_A_FILE[what]
+    make(path)
+    for read in (fingerprint, read_layout):
+        with pytest.raises(DataError) as err:
+            read(tmp_path / "up")
+        assert str(err.value) == f"{path}: {said}"
+
+
+PROBE = """
+import sys
+from autotune.weights import fingerprint, read_layout
+for read in (fingerprint, read_layout):
+    try:
+        read(sys.argv[1])
+        print("read")
+    except Exception as exc:
+        print(f"{type(exc).__name__}: {exc}")
+"""
+
+
+@pytest.mark.parametrize("which", ["shard", "index"])
+def test_a_shard_or_an_index_its_user_may_not_read_is_named_with_the_os_error(which):
+    """Not as a file that is not there (a shard), nor as a file that is not an index."""
+    with reachable_folder() as root:
+        write_upstream(root / "up", TINY)
+        for f in (root / "up").iterdir():  # safetensors writes 0600: readable by all but one
+            f.chmod(0o644)
+        path = (
+            sorted((root / "up").glob("model-*.safetensors"))[1]
+            if which == "shard"
+            else root / "up" / "model.safetensors.index.json"
+        )
+        path.chmod(0o600)
+        done = subprocess.run([*as_nobody(), sys.executable, "-c", PROBE, str(root / "up")],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    refused = f"DataError: {path}: cannot be read (Permission denied)"
+    # the fingerprint reads the index, not the shards (their names and sizes)
+    assert done.stdout.splitlines() == ["read" if which == "shard" else refused, refused], (
+        done.stderr
+    )
