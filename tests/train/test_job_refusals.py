@@ -125,6 +125,23 @@ def test_exporting_a_state_whose_configuration_is_refused_names_the_state_and_th
     assert not (tmp_path / "export").exists()
 
 
+def test_exporting_a_state_of_an_unknown_workload_names_the_workload(reference, tmp_path, capsys):  # noqa: F811
+    """Not the first of its model knobs, which only a known workload has."""
+    src, _ = reference
+    folder = Path(shutil.copytree(src / "checkpoint-2", tmp_path / "checkpoint-2"))
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    state["config"]["workload"] = "nope"
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    assert main(["export", str(folder), "--out", str(tmp_path / "export")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        f"autotune: error: {folder / checkpoint.STATE}: config.workload: workload 'nope' is "
+        "unknown; known workloads: ['gr00t_n16', "
+    ), err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "export").exists()
+
+
 def test_exporting_a_checkpoint_whose_weight_has_another_shape_is_one_line(
     reference,  # noqa: F811
     tmp_path,

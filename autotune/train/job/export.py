@@ -22,7 +22,7 @@ import torch
 
 from autotune.config import TrainConfig
 from autotune.config._strict import from_dict
-from autotune.errors import ConfigError, listed, short_repr
+from autotune.errors import ConfigError, WorkloadError, listed, short_repr
 from autotune.train import knobs, precision
 from autotune.train.job import checkpoint
 from autotune.weights import (
@@ -98,15 +98,7 @@ def build_trained_model(
         loaded = checkpoint.load(folder)
     except checkpoint.CorruptCheckpoint as exc:
         raise ConfigError(str(exc)) from None
-    if not isinstance(state.get("config"), dict):
-        raise ConfigError(
-            f"{folder / checkpoint.STATE}: config: no configuration in it; not a checkpoint of `autotune train`"
-        )
-    try:
-        cfg = from_dict(TrainConfig, state["config"], "config")
-    except ConfigError as exc:
-        raise ConfigError(f"{folder / checkpoint.STATE}: {exc}") from None
-    cfg.workload = _workload_to_run(folder, cfg.workload, workload_spec)
+    cfg = _config_of(folder, state, workload_spec)
     workload = get_workload(cfg.workload)
     torch.manual_seed(
         cfg.seed
@@ -132,6 +124,28 @@ def build_trained_model(
         for name, p in params.items():
             p.copy_(loaded.weights[name])
     return model.to("cpu"), cfg.workload
+
+
+def _config_of(folder: Path, state: dict, workload_spec: str | None) -> TrainConfig:
+    """The configuration the checkpoint's state records, its workload the one to run."""
+    where = folder / checkpoint.STATE
+    data = state.get("config")
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{where}: config: no configuration in it; not a checkpoint of `autotune train`"
+        )
+    recorded = data.get("workload", TrainConfig.workload)
+    if workload_spec is None and isinstance(recorded, str) and ":" not in recorded:
+        try:  # first: the model knobs it records are known only by a known workload
+            get_workload(recorded)
+        except WorkloadError as exc:
+            raise WorkloadError(f"{where}: config.workload: {exc}") from None
+    try:
+        cfg = from_dict(TrainConfig, data, "config")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    cfg.workload = _workload_to_run(folder, cfg.workload, workload_spec)
+    return cfg
 
 
 def _check_trained(
