@@ -245,6 +245,38 @@ def test_exporting_into_a_jobs_folder_under_a_checkpoints_name_is_refused(
     assert not target.exists()
 
 
+@pytest.mark.parametrize("logged_only", [False, True], ids=["checkpoints", "log only"])
+@pytest.mark.parametrize("name", ["checkpoint-30", ".checkpoint-30.tmp"])
+def test_exporting_into_a_jobs_folder_under_its_checkpoints_or_temporary_name_is_refused(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+    name,
+    logged_only,
+):
+    """A job that has logged but not yet saved knows its folder as well: it would delete the export
+    as a corrupt checkpoint, or as the unfinished one it starts afresh or writes again."""
+    src, _ = reference
+    out = tmp_path / "job"
+    if logged_only:
+        out.mkdir()
+        shutil.copy(src / "metrics.jsonl", out)
+    else:
+        shutil.copytree(src, out)
+    target = out / name
+    assert main(["export", str(src / "checkpoint-6"), "--out", str(target)]) == 2
+    what, taken = (
+        ("a checkpoint's name", "a corrupt")
+        if name.startswith("checkpoint")
+        else ("a temporary checkpoint's name", "an unfinished")
+    )
+    assert capsys.readouterr().err == (
+        f"autotune: error: --out {target}: {what} in a job's folder, where the job would take the "
+        f"export for {taken} checkpoint and delete it; give another --out\n"
+    )
+    assert not target.exists()
+
+
 def test_resuming_with_another_optimizer_says_so(reference, tmp_path, capsys):  # noqa: F811
     src, ref = reference
     out = Path(shutil.copytree(src, tmp_path / "job"))

@@ -25,6 +25,7 @@ training on damaged weights.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -104,6 +105,15 @@ def step_of(path: Path) -> int | None:
     """The step of a folder named as a checkpoint (``checkpoint-<step>``); None for another name."""
     m = _NAME.match(path.name)
     return int(m.group(1)) if m else None
+
+
+PARTIAL = f".{PREFIX}*.tmp"
+"""The names of the temporary folders checkpoints are written in (a glob)."""
+
+
+def is_partial(path: Path) -> bool:
+    """``path`` is named as the temporary folder of a checkpoint (:data:`PARTIAL`)."""
+    return fnmatch.fnmatchcase(path.name, PARTIAL)
 
 
 def checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
@@ -314,7 +324,7 @@ def rotate(output_dir: Path, limit: int | None, keep: Path) -> list[Path]:
 def remove_partial(output_dir: Path) -> None:
     """Temporary folders of checkpoints a killed job did not finish."""
     if output_dir.is_dir():
-        for p in output_dir.glob(f".{PREFIX}*.tmp"):
+        for p in output_dir.glob(PARTIAL):
             shutil.rmtree(p, ignore_errors=True)
 
 

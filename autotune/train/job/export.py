@@ -25,6 +25,7 @@ from autotune.config._strict import from_dict
 from autotune.errors import ConfigError, WorkloadError, listed, short_repr
 from autotune.train import knobs, precision
 from autotune.train.job import checkpoint
+from autotune.train.job.folder import is_job_folder
 from autotune.weights import (
     fingerprint,
     load_upstream,
@@ -194,11 +195,7 @@ def export_checkpoint(
         raise ConfigError(
             f"{folder}: not a job checkpoint (no {checkpoint.STATE}); give D/checkpoint-<step>"
         )
-    if checkpoint.checkpoints(out.parent) and checkpoint.step_of(out) is not None:
-        raise ConfigError(
-            f"--out {out}: a checkpoint's name in a job's folder, where the job would take the "
-            "export for a corrupt checkpoint and delete it; give another --out"
-        )
+    _check_not_the_jobs(out)
     checkpoint.check_outside(out, "--out")
     model, name = build_trained_model(folder, workload)
     init = checkpoint.read_state(folder).get("init_from")
@@ -215,6 +212,24 @@ def _left_out_line(init: str, names: list[str]) -> str:
         "upstream checkpoint holds beside its weights is copied (config.json, processor, "
         "tokenizer and model card files), never a dotfile, a link leading out of the folder or "
         "what is not a file"
+    )
+
+
+def _check_not_the_jobs(out: Path) -> None:
+    """ConfigError where ``out`` is in a job's folder (one with checkpoints, or a job's log) under
+    the name of a checkpoint or of the temporary folder of one, which the job deletes."""
+    parent = Path(os.path.abspath(out)).parent
+    if not (checkpoint.checkpoints(parent) or is_job_folder(parent)):
+        return
+    if checkpoint.step_of(out) is not None:
+        what, taken = "a checkpoint's name", "a corrupt"
+    elif checkpoint.is_partial(out):
+        what, taken = "a temporary checkpoint's name", "an unfinished"
+    else:
+        return
+    raise ConfigError(
+        f"--out {out}: {what} in a job's folder, where the job would take the export for {taken} "
+        "checkpoint and delete it; give another --out"
     )
 
 

@@ -31,7 +31,7 @@ def check_job_folder(out: Path) -> None:
     check_outside(out, "--output-dir")
     _check_log(out, out / METRICS)
     found = [p.name for _, p in checkpoints(out)] + [n for n in WRITTEN if _holds(out / n)]
-    if not found or _a_jobs(out):
+    if not found or is_job_folder(out):
         return
     shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
     raise ConfigError(
@@ -67,7 +67,7 @@ def removable_as_a_jobs(folder: Path) -> bool:
     folder a job wrote (never a folder of the user's that happens to bear the name)."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         return False
-    return not folder.exists() or not any(folder.iterdir()) or _a_jobs(folder)
+    return not folder.exists() or not any(folder.iterdir()) or is_job_folder(folder)
 
 
 def _holds(path: Path) -> bool:
@@ -77,7 +77,8 @@ def _holds(path: Path) -> bool:
     return path.exists() or path.is_symlink()
 
 
-def _a_jobs(out: Path) -> bool:
+def is_job_folder(out: Path) -> bool:
+    """``out`` is a job's folder: its log or one of its checkpoints' states is a job's."""
     return _jobs_metrics(out / METRICS) or any(_jobs_state(p / STATE) for _, p in checkpoints(out))
 
 
