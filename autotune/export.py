@@ -26,6 +26,7 @@ from typing import Any
 from autotune.config import TrainConfig, load_config
 from autotune.config.compat import get_value
 from autotune.config.knob import Carried, Declared, NotCarried, not_carried_value, walk
+from autotune.errors import AutotuneError, ConfigError
 
 
 @dataclass
@@ -104,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
         cuda = torch.cuda.is_available()
     else:
         cuda = args.target == "cuda"
-    export = trainer_arguments(load_config(args.config), cuda=cuda)
+    cfg = load_config(args.config)
+    _check_workload(cfg, args.config)
+    export = trainer_arguments(cfg, cuda=cuda)
     if args.json:
         print(json.dumps(export.to_dict()))
         return 0
@@ -113,3 +116,16 @@ def run(args: argparse.Namespace) -> int:
     for key, why in export.not_carried.items():
         print(f"not carried: {key}: {why}")
     return 0
+
+
+def _check_workload(cfg: TrainConfig, path: str) -> None:
+    """A registered workload and one of its presets: the arguments are of a model that exists (a
+    workload named ``module:Class`` is not imported to print them: its code is not run here)."""
+    if ":" in cfg.workload:
+        return
+    from autotune.workloads import get_workload
+
+    try:
+        get_workload(cfg.workload).check_preset(cfg.preset)
+    except AutotuneError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

@@ -30,7 +30,7 @@ from autotune.config.step import (
     KernelConfig,
     PrecisionConfig,
 )
-from autotune.config.workload_knobs import knobs_declaring, model_knobs_of
+from autotune.config.workload_knobs import all_model_knobs, knobs_declaring, model_knobs_of
 from autotune.errors import ConfigError, short_repr
 
 SCHEMA_VERSION = 1
@@ -127,6 +127,14 @@ class ModelConfig:
             knobs = knobs_declaring(list(rest))
         allowed = sorted(_GENERIC + tuple(f.name for f in dataclasses.fields(knobs or _None)))
         for name in rest:
+            if knobs is None and isinstance(workload, str) and ":" not in workload:
+                declaring = sorted(
+                    all_model_knobs()
+                )  # a misspelt workload reads as one without knobs
+                raise ConfigError(
+                    f"{key}.{name}: unknown key of workload {short_repr(workload)}, which declares no "
+                    f"model knobs (those that do: {declaring}; is workload: right?); allowed: {allowed}"
+                )
             if knobs is None or name not in {f.name for f in dataclasses.fields(knobs)}:
                 raise ConfigError(f"{key}.{name}: unknown key; allowed: {allowed}")
         model = from_dict(_Generic, own, key)

@@ -224,3 +224,26 @@ def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path):
         f"autotune: error: {cfg}: optimizer.lr: '1e-4' has the wrong type; allowed: a number "
         "(YAML reads 1e-4 as text; write 1.0e-4)"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "workload: nonexist_wl\npreset: tiny\nmodel: {skip_dead_work: true}\n",
+            "model.skip_dead_work: unknown key of workload 'nonexist_wl', which declares no model "
+            "knobs (those that do: ['gr00t_n16', 'gr00t_n17']; is workload: right?); allowed: "
+            "['freeze', 'unfreeze']",
+        ),
+        ("workload: nonexist_wl\npreset: tiny\n", "workload 'nonexist_wl' is unknown; known"),
+        ("workload: gr00t_n17\npreset: huge\n", "preset 'huge' of workload 'gr00t_n17' is unknown"),
+    ],
+    ids=["misspelt-workload-with-model-knobs", "unknown-workload", "unknown-preset"],
+)
+def test_trainer_args_of_a_config_naming_no_workload_it_knows_is_one_line(tmp_path, text, message):
+    """A misspelt workload was refused for its first model knob (or, without one, printed the
+    arguments of a model that does not exist)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    line = one_line_error(autotune("trainer-args", "--config", cfg))
+    assert line.startswith(f"autotune: error: {cfg}: {message}"), line
