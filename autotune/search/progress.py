@@ -54,7 +54,7 @@ def progress_line(
     elif failure is not None and failure.reason == COST:
         what = failure.error  # "not started: expected ~N s (...), M s left of the time budget; ..."
     elif failure is not None:
-        what = f"failed ({failure.reason}): {failure.error[:80]}"
+        what = f"failed ({failure.reason}): {_cut_middle(failure.error)}"
     elif trial.value is None:  # lost with its worker: no record
         what = "failed (interrupted)"
     else:
@@ -120,3 +120,12 @@ def _noise_note(trial: FrozenTrial) -> str:
 def _clock(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def _cut_middle(text: str, limit: int = 160) -> str:
+    """``text`` within ``limit`` characters, its middle left out: an error begins with the path it
+    names and ends with what is wrong, which a cut at the end would lose."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 3) // 3
+    return f"{text[:keep]}...{text[-(limit - 3 - keep) :]}"

@@ -71,3 +71,23 @@ def test_a_confirmation_that_keeps_one_of_several_rounds_says_it_has_no_spread()
     ]
     line = _summary(stock, [best], runs, 1.3, "").line()
     assert "round(s) 4 kept" in line and "1 round, no spread" in line and "±" not in line
+
+
+def test_a_failed_trials_line_keeps_what_is_wrong_after_a_long_path():
+    """A data error begins with the file it names: the line keeps its end, which says what is wrong."""
+    import time
+
+    from autotune.search.progress import progress_line
+    from autotune.train.trial.record import TrialRecord
+
+    path = "/home/someone/datasets/" + "a-long-folder-name/" * 6 + "episode_000001.mp4"
+    error = (
+        f"{path}: cannot be decoded (InvalidDataError: Invalid data found when processing input)"
+    )
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    store(trial, TrialRecord.failed("data", error))
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    line = progress_line(study, study.trials[0], 1, 3, time.monotonic(), 1, 2)
+    assert "failed (data): /home/someone/datasets/" in line
+    assert "Invalid data found when processing input" in line and "..." in line
