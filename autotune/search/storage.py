@@ -78,6 +78,11 @@ def open_storage(
         if given.drivername in ("postgresql", "postgres")
         else given
     )
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigError(
+            f"{shown}: an SQLite database in memory ends with the run (no report, no resume); give a "
+            "file (sqlite:///path/to/study.db), or no --storage for the run folder's journal"
+        )
     try:
         storage = _rdb_storage(parsed, heartbeat_interval, grace_period)
     except sqlalchemy.exc.NoSuchModuleError:
@@ -87,9 +92,13 @@ def open_storage(
         ) from None
     except ImportError as exc:
         missing = getattr(exc, "name", None) or getattr(exc.__cause__, "name", None) or "its driver"
+        extra = (
+            " (pip install 'autotune[postgres]')"
+            if given.get_backend_name() == "postgresql"
+            else ""
+        )
         raise ConfigError(
-            f"{shown}: the database driver {missing!r} is not installed "
-            f"(for PostgreSQL: pip install 'autotune[postgres]')"
+            f"{shown}: the database driver {missing!r} is not installed{extra}"
         ) from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise ConfigError(f"{shown}: cannot open the database: {_reason(exc, url)}") from None

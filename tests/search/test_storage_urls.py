@@ -1,0 +1,38 @@
+"""``--storage`` URLs that cannot keep a study are refused on one line before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.search.storage import open_storage
+from tests.clirun import autotune, one_line_error
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_sqlite_database_in_memory_is_refused(tmp_path, url):
+    """It ends with the run: no report could read the study, no run could continue it."""
+    with pytest.raises(ConfigError, match=r"an SQLite database in memory ends with the run"):
+        open_storage(url, tmp_path)
+    out = tmp_path / "run"
+    line = one_line_error(autotune("run", "--storage", url, "--out", out, "--trials", "1"))
+    assert line.startswith(f"autotune: error: --storage {url}: an SQLite database in memory")
+    assert not out.exists()
+
+
+def test_a_missing_driver_of_another_database_does_not_suggest_postgres(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        open_storage("mysql://u:secret99@h/db", tmp_path)
+    message = str(caught.value)
+    assert "is not installed" in message and "postgres" not in message
+    assert "secret99" not in message
+
+
+def test_an_sqlite_file_keeps_the_study(tmp_path):
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(storage=open_storage(url, tmp_path), study_name="s").optimize(
+        lambda t: 1.0, n_trials=1
+    )
+    assert len(optuna.load_study(study_name="s", storage=open_storage(url, tmp_path)).trials) == 1
