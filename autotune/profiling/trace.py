@@ -125,7 +125,10 @@ class _Columns:
             raise _BadField(f"'args' is {short_repr(args)}; allowed: an object")
         corr = args.get("correlation", -1) if args else -1
         self.ts.append(ev["ts"])
-        self.dur.append(ev.get("dur", 0.0))
+        dur = ev.get("dur")
+        if dur is None:  # a step without one would count as a step of no time
+            raise _BadField("'dur' is missing; a complete event (ph X) has one")
+        self.dur.append(dur)
         self.name.append(nid)
         self.tid.append(tid)
         self.corr.append(corr if isinstance(corr, int) else -1)
@@ -166,6 +169,8 @@ class _Columns:
         name = list(self.names)[self.name[i]]
         if not np.isfinite(ts[i]):
             what = f"no finite timestamp ({ts[i]})"
+        elif not np.isfinite(dur[i]):
+            what = f"no finite duration ({dur[i]})"
         elif not dur[i] >= 0:
             what = f"a negative duration ({dur[i]} us)"
         else:

@@ -169,3 +169,24 @@ def test_a_byte_order_mark_is_read_past(tmp_path):
     plain.write_text(json.dumps(_one_op()))
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     assert classify(marked).ranks[0].steps == classify(plain).ranks[0].steps
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["step", "operator"])
+def test_a_complete_event_without_a_duration_is_named(tmp_path, which):
+    """A step without ``dur`` was read as a step of no time: the steps' averages fell by its share."""
+    trace = _one_op()
+    del trace["traceEvents"][which]["dur"]
+    path = tmp_path / "nodur.json"
+    path.write_text(json.dumps(trace))
+    with pytest.raises(TraceFormatError) as exc:
+        classify(path)
+    assert exc.value.args[0].endswith("('dur' is missing; a complete event (ph X) has one)")
+
+
+def test_a_duration_that_is_not_a_number_is_named_so(tmp_path):
+    path = tmp_path / "nan.json"
+    path.write_text(json.dumps(_one_op(dur=float("nan"))))
+    with pytest.raises(
+        TraceFormatError, match=r"event 'aten::mm' .* has no finite duration \(nan\)"
+    ):
+        classify(path)
