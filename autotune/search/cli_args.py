@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.argtypes import NON_NEGATIVE, POSITIVE, SECONDS, SEED, duration
+from autotune.argtypes import NON_NEGATIVE, POSITIVE, SECONDS, SEED, duration, local_path
 from autotune.search.converge import FREE_TRIALS
 from autotune.search.sampling import SAMPLERS
 from autotune.search.storage import GRACE_PERIOD
@@ -105,6 +105,7 @@ def _add_trial_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dataset",
+        type=local_path,
         default=None,
         metavar="DIR",
         help="train on this LeRobot dataset folder (data.dataset of the configuration; "

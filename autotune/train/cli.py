@@ -130,6 +130,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dataset",
+        type=local_path,
         default=None,
         metavar="DIR",
         help="train on this LeRobot dataset folder (sets data.dataset of the configuration)",

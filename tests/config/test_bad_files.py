@@ -247,3 +247,21 @@ def test_trainer_args_of_a_config_naming_no_workload_it_knows_is_one_line(tmp_pa
     cfg.write_text(text)
     line = one_line_error(autotune("trainer-args", "--config", cfg))
     assert line.startswith(f"autotune: error: {cfg}: {message}"), line
+
+
+@pytest.mark.parametrize("command", ["run", "train"])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "--dataset: '' is not a path; give a file or folder"),
+        ("s3://key:secret_42x@bucket/ds", "--dataset: 's3://key:***@bucket/ds' is a URL; allowed: a local folder"),
+    ],
+    ids=["empty", "url"],
+)  # fmt: skip
+def test_a_dataset_that_is_no_folder_is_refused_at_the_command_line(
+    tmp_path, command, value, message
+):
+    """``--dataset ""`` (an unset variable) read as the current folder; a URL as a folder ``s3:``."""
+    line = one_line_error(autotune(command, "--dataset", value, "--steps", "1", cwd=tmp_path))
+    assert line.startswith(f"autotune: error: {message}"), line
+    assert not any(tmp_path.iterdir())
