@@ -218,11 +218,13 @@ def validate(obj: Any) -> None:
 
 @dataclass(frozen=True)
 class Declared:
-    """One declared knob of a configuration tree: its dotted key, its spec and its default."""
+    """One declared knob of a configuration tree: its dotted key, its spec, its default and the
+    field's type (``int``, ``int | None``, ``list[str]``...)."""
 
     key: str
     spec: KnobSpec
     default: Any
+    hint: Any = Any
 
 
 def walk(cls: type, prefix: str = "") -> Iterator[Declared]:
@@ -233,7 +235,7 @@ def walk(cls: type, prefix: str = "") -> Iterator[Declared]:
         spec = spec_of(f)
         if spec is not None:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            yield Declared(key, spec, default)
+            yield Declared(key, spec, default, hints[f.name])
         elif dataclasses.is_dataclass(hints[f.name]):
             yield from walk(hints[f.name], key)
 

@@ -5,8 +5,9 @@ the file and the key (:func:`autotune.search.knobs.space_error`)."""
 from __future__ import annotations
 
 import dataclasses
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
 from autotune.config import TrainConfig
 from autotune.config.knob import GROUPS as KNOB_GROUPS
@@ -31,6 +32,19 @@ KNOB_KEYS = (
     "remedy",
     "remedy_several_ranks",
 )
+FITS: dict[Any, tuple[tuple[str, ...], str, str]] = {
+    bool: (("bool", "categorical"), "true or false", "'bool', or 'categorical' of true/false"),
+    int: (("int", "categorical"), "an integer", "'int', or 'categorical' of integers"),
+    float: (
+        ("float", "int", "categorical"),
+        "a number",
+        "'float' or 'int', or 'categorical' of numbers",
+    ),
+    str: (("categorical",), "a string", "'categorical' of strings"),
+    list: (("categorical",), "a list", "'categorical' of lists"),
+}
+"""By the type of a config field: the knob types whose values it takes, what it holds and what a
+refusal allows (a float knob on an integer field samples 1.3 workers, which every trial refuses)."""
 
 
 def check_key(key: str) -> None:
@@ -68,6 +82,33 @@ def check_key(key: str) -> None:
         raise ConfigError("names a section, not a knob")
 
 
+def field_type(key: str) -> Any:
+    """The type of the field a knob sets (a mapping entry's: the mapping's values); Any if undeclared."""
+    d = declared(key)
+    if d is None:
+        return Any
+    hint = d.hint
+    if config_key(key) != d.key and get_origin(hint) is dict:
+        hint = get_args(hint)[1]
+    if get_origin(hint) in (Union, types.UnionType):
+        given = [a for a in get_args(hint) if a is not type(None)]
+        hint = given[0] if len(given) == 1 else Any
+    return get_origin(hint) or hint
+
+
+def _check_type(path: Path, where: str, key: str, kind: str) -> None:
+    """Refuse a knob type whose values the field cannot hold."""
+    fits = FITS.get(field_type(key))
+    if fits is not None and kind not in fits[0]:
+        _, holds, allowed = fits
+        raise space_error(
+            path,
+            f"{where}.type",
+            f"{short_repr(kind)} does not fit {config_key(key)}, which holds {holds}; "
+            f"allowed: {allowed}",
+        )
+
+
 def typing_hints(cls: type) -> dict[str, Any]:
     import typing
 
@@ -98,6 +139,7 @@ def parse_knob(path: Path, key: str, spec: Any, earlier: dict[str, Knob]) -> Kno
     kind = spec.get("type")
     if kind not in TYPES:
         raise space_error(path, f"{where}.type", f"{short_repr(kind)} is not one of {list(TYPES)}")
+    _check_type(path, where, key, kind)
     group = spec.get("group")
     if group not in GROUPS:
         raise space_error(

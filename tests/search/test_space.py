@@ -317,3 +317,83 @@ def test_a_knob_named_alone_takes_its_declared_range_up_to_the_cores_ceiling(tmp
     assert (knob.type, knob.low, knob.high, knob.remedy) == ("int", 0, 16, "cores")
     (mine,) = space.for_machine(Machine(cuda=False, cpus=6))[0].knobs
     assert mine.remedy == 4
+
+
+@pytest.mark.parametrize(
+    ("entry", "match"),
+    [
+        (
+            "data.num_workers: {type: float, low: 0, high: 2, group: data}",
+            r"knobs.data.num_workers.type: 'float' does not fit data.num_workers, which holds an "
+            r"integer; allowed: 'int', or 'categorical' of integers$",
+        ),
+        (  # an optional integer
+            "data.prefetch_factor: {type: float, low: 2, high: 4, group: data}",
+            r"knobs.data.prefetch_factor.type: 'float' does not fit data.prefetch_factor, which "
+            r"holds an integer",
+        ),
+        (
+            "ddp.static_graph: {type: int, low: 0, high: 1}",
+            r"knobs.ddp.static_graph.type: 'int' does not fit ddp.static_graph, which holds true "
+            r"or false; allowed: 'bool', or 'categorical' of true/false$",
+        ),
+        (
+            "data.num_workers: {type: bool}",
+            r"knobs.data.num_workers.type: 'bool' does not fit data.num_workers",
+        ),
+        (  # one entry of a mapping of precisions (names)
+            "precision.regions.vision: {type: float, low: 0, high: 1, group: precision}",
+            r"knobs.precision.regions.vision.type: 'float' does not fit precision.regions.vision, "
+            r"which holds a string; allowed: 'categorical' of strings$",
+        ),
+        (
+            "data.num_workers: {type: categorical, choices: [1.5, 2]}",
+            r"knobs.data.num_workers: 1.5 is not a valid value \(data.num_workers: 1.5 has the "
+            r"wrong type; allowed: an integer\)",
+        ),
+        (
+            "ddp.static_graph: {type: categorical, choices: [0, 1]}",
+            r"knobs.ddp.static_graph: 0 is not a valid value .*allowed: true or false",
+        ),
+    ],
+)
+def test_a_knob_type_the_field_cannot_hold_is_refused(tmp_path, entry, match):
+    """A float knob on an integer field sampled 1.1 workers: every trial but stock failed, and the
+    study's end crashed rebuilding stock from its stored 2.0."""
+    with pytest.raises(SearchSpaceError, match=match):
+        load_space(write(tmp_path, f"knobs: {{{entry}}}"))
+
+
+def test_an_int_knob_on_a_number_field_is_allowed(tmp_path):
+    space = load_space(
+        write(tmp_path, "knobs: {ddp.bucket_cap_mb: {type: int, low: 25, high: 400}}")
+    )
+    assert space.knobs[0].type == "int" and space.stock_params(TrainConfig()) == {
+        "ddp.bucket_cap_mb": 100.0
+    }
+
+
+def test_a_run_whose_knob_type_does_not_fit_is_refused_before_any_trial(tmp_path, capsys):
+    from autotune.cli import main
+
+    space = write(
+        tmp_path, "knobs: {data.num_workers: {type: float, low: 0, high: 2, group: data}}"
+    )
+    out = tmp_path / "run"
+    argv = [
+        "run",
+        "--space",
+        str(space),
+        "--trials",
+        "3",
+        "--confirm-rounds",
+        "0",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: {space}: knobs.data.num_workers.type: 'float' does not fit "
+        "data.num_workers, which holds an integer; allowed: 'int', or 'categorical' of integers"
+    ]
+    assert not out.exists()
