@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
@@ -224,20 +225,45 @@ def _parse_range(path: Path, where: str, kind: str, spec: dict) -> dict[str, Any
         raise space_error(
             path, f"{where}.log", f"{short_repr(log)} has the wrong type; allowed: true or false"
         )
-    step = spec.get("step")
-    if step is not None and _number(path, f"{where}.step", step) <= 0:
-        raise space_error(
-            path, f"{where}.step", f"{short_repr(step)} is out of range; allowed: a number > 0"
-        )
     if log and low <= 0:
         raise space_error(
             path,
             f"{where}.low",
             f"{short_repr(low)} is out of range; allowed: a number > 0 when log is true",
         )
-    if log and step is not None and kind == "float":
-        raise space_error(path, f"{where}.step", "cannot be combined with log: true")
+    step = spec.get("step")
+    if step is not None:
+        _check_step(path, f"{where}.step", kind, (low, high), step, log)
     return {"low": low, "high": high, "log": log, "step": step}
+
+
+def _check_step(
+    path: Path, where: str, kind: str, bounds: tuple[float, float], step: Any, log: bool
+) -> None:
+    """Refuse a step Optuna would not take as given: it refuses one on a log scale (but an int
+    knob's 1), and shrinks a range the step does not tile, which can leave stock off the grid."""
+    if _number(path, where, step) <= 0:
+        raise space_error(path, where, f"{short_repr(step)} is out of range; allowed: a number > 0")
+    if log and (kind == "float" or step != 1):
+        extra = "" if kind == "float" else " (an int knob on a log scale takes step 1)"
+        raise space_error(path, where, f"cannot be combined with log: true{extra}")
+    # in decimals, as Optuna checks it: 0.1 + 3 * 0.2 is 0.7
+    low, high = (Decimal(str(b)) for b in bounds)
+    steps, left = divmod(high - low, Decimal(str(step)))
+    if left:
+        below, above = (_num(low + n * Decimal(str(step))) for n in (steps, steps + 1))
+        raise space_error(
+            path,
+            where,
+            f"{_num(step)} steps do not reach high {_num(high)} from low {_num(low)}; "
+            f"allowed: high {below} or {above}, or a step that divides {_num(high - low)}",
+        )
+
+
+def _num(x: Any) -> str:
+    """A bound as the file would write it: 375 (not 375.0), 0.25."""
+    x = Decimal(str(x))
+    return str(int(x)) if x == x.to_integral_value() else str(x.normalize())
 
 
 def _parse_choices(path: Path, where: str, kind: str, spec: dict) -> tuple[Any, ...]:

@@ -59,7 +59,16 @@ class Knob:
             return value in self.choices
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
-        return self.low <= value <= self.high
+        return self.low <= value <= self.high and self.on_steps(value)
+
+    def on_steps(self, value: float) -> bool:
+        """Whether ``value`` is ``low`` plus whole steps (an int knob's step is 1), as Optuna
+        checks a value of its distribution."""
+        step = self.step or (1 if self.type == "int" else None)
+        if step is None:
+            return True
+        k = (value - self.low) / step
+        return abs(k - round(k)) < 1e-8
 
     def active(self, params: dict[str, Any]) -> bool:
         """Whether the knob exists given the (decoded) values of the knobs sampled before it."""
@@ -143,10 +152,21 @@ class SearchSpace:
                     raise space_error(
                         self.path,
                         f"knobs.{knob.key}",
-                        f"the stock value {values[knob.key]!r} is outside the "
-                        "space; the stock configuration is the first trial, so the space must contain it",
+                        f"the stock value {values[knob.key]!r} is outside the space"
+                        f"{_off_steps(knob, values[knob.key])}; the stock configuration is the "
+                        "first trial, so the space must contain it",
                     )
         return {k.key: k.encode(values[k.key]) for k in self.knobs if k.key in values}
+
+
+def _off_steps(knob: Knob, value: Any) -> str:
+    """Why a value within a knob's range is outside it anyway, or nothing."""
+    within = (
+        knob.low is not None and isinstance(value, (int, float)) and not isinstance(value, bool)
+    )
+    if within and knob.low <= value <= knob.high and not knob.on_steps(value):
+        return f" (not {knob.low:g} plus whole steps of {knob.step or 1:g})"
+    return ""
 
 
 # ---------------------------------------------------------------- dotted keys on a TrainConfig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from autotune.config import TrainConfig
@@ -396,4 +398,82 @@ def test_a_run_whose_knob_type_does_not_fit_is_refused_before_any_trial(tmp_path
         f"autotune: error: {space}: knobs.data.num_workers.type: 'float' does not fit "
         "data.num_workers, which holds an integer; allowed: 'int', or 'categorical' of integers"
     ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("entry", "match"),
+    [
+        (
+            "ddp.bucket_cap_mb: {type: float, low: 25, high: 400, step: 50}",
+            r"x.yaml: knobs.ddp.bucket_cap_mb.step: 50 steps do not reach high 400 from low 25; "
+            r"allowed: high 375 or 425, or a step that divides 375$",
+        ),
+        (
+            "data.num_workers: {type: int, low: 1, high: 2, step: 2}",
+            r"knobs.data.num_workers.step: 2 steps do not reach high 2 from low 1; allowed: "
+            r"high 1 or 3, or a step that divides 1$",
+        ),
+        (  # Optuna needs step 1 for an int knob on a log scale, as it refuses any for a float one
+            "data.num_workers: {type: int, low: 1, high: 9, step: 2, log: true}",
+            r"knobs.data.num_workers.step: cannot be combined with log: true \(an int knob on a "
+            r"log scale takes step 1\)$",
+        ),
+    ],
+)
+def test_a_step_optuna_would_change_is_refused(tmp_path, entry, match):
+    """Optuna shrank a range its step did not tile (a warning), so stock fell off it; an int knob on
+    a log scale with a step crashed the run at its first trial."""
+    with pytest.raises(SearchSpaceError, match=match):
+        load_space(write(tmp_path, f"knobs: {{{entry}}}"))
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "ddp.bucket_cap_mb: {type: float, low: 0.1, high: 0.7, step: 0.2}",
+        "ddp.bucket_cap_mb: {type: float, low: 25, high: 425, step: 50}",
+        "data.num_workers: {type: int, low: 1, high: 8, step: 1, log: true}",
+        "data.num_workers: {type: int, low: 0, high: 8, step: 2}",
+    ],
+)
+def test_a_step_that_tiles_the_range_is_accepted(tmp_path, entry):
+    load_space(write(tmp_path, f"knobs: {{{entry}}}"))
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        (
+            "ddp.bucket_cap_mb: {type: float, low: 30, high: 430, step: 50}",
+            "100.0 is outside the space (not 30 plus whole steps of 50)",
+        ),
+        (
+            "data.num_workers: {type: int, low: 1, high: 7, step: 2}",
+            "2 is outside the space (not 1 plus whole steps of 2)",
+        ),
+    ],
+)
+def test_a_stock_value_off_the_steps_is_outside_the_space(tmp_path, entry, why):
+    """Optuna keeps stock's value off the grid, and the report could not copy its trial."""
+    space = load_space(write(tmp_path, f"knobs: {{{entry}}}"))
+    with pytest.raises(SearchSpaceError, match=re.escape(f"the stock value {why}; the stock")):
+        space.stock_params(TrainConfig())
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ("ddp.bucket_cap_mb: {type: float, low: 25, high: 400, step: 50}", "ddp.bucket_cap_mb"),
+        ("data.num_workers: {type: int, low: 1, high: 9, step: 2, log: true}", "data.num_workers"),
+    ],
+)
+def test_a_run_whose_step_optuna_would_change_writes_nothing(tmp_path, capsys, entry, key):
+    from autotune.cli import main
+
+    space = write(tmp_path, f"knobs: {{{entry}}}")
+    out = tmp_path / "run"
+    assert main(["run", "--space", str(space), "--trials", "3", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"autotune: error: {space}: knobs.{key}.step: ")
     assert not out.exists()
