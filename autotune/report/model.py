@@ -504,21 +504,31 @@ def _memory_study(
         optuna.logging.set_verbosity(verbosity)
 
 
-def measured_study(study: optuna.Study) -> optuna.Study:
+def measured_study(study: optuna.Study, notes: list[str] | None = None) -> optuna.Study:
     """An in-memory copy of ``study`` with the completed trials that measured a speed only: a trial
     out of memory or not run (predicted not to fit) completes with 0 samples/s and a constraint that
-    marks it infeasible, a value no knob's effect on speed should be learnt from."""
+    marks it infeasible, a value no knob's effect on speed should be learnt from.
+
+    A trial holding a value its distribution does not (a value queued off a step's grid, which
+    Optuna keeps) cannot be copied: it is left out, with a note in ``notes``."""
     measured = _memory_study(study.directions)
-    measured.add_trials(
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if measurement_of(t) is not None and math.isfinite(t.value)  # Optuna refuses a NaN
-    )
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if measurement_of(t) is None or not math.isfinite(t.value):  # Optuna refuses a NaN
+            continue
+        try:
+            measured.add_trial(t)
+        except ValueError as exc:
+            if notes is not None:
+                problem = str(exc)
+                problem = problem[:1].lower() + problem[1:]
+                notes.append(
+                    f"trial #{t.number} is left out of the parameter importances: {problem}"
+                )
     return measured
 
 
 def _importances(study: optuna.Study, notes: list[str]) -> dict[str, float] | None:
-    study = measured_study(study)
+    study = measured_study(study, notes)
     done = study.get_trials(deepcopy=False)
     if len(done) < 2 or not any(t.params for t in done):
         notes.append("parameter importances need at least 2 measured trials with parameters")

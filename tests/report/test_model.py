@@ -523,3 +523,38 @@ def test_a_launch_bound_stock_says_its_ratio_is_the_hosts(quick_run, tmp_path):
     assert "stock's step is 36 % launch overhead" in page("gpu", 0.36)
     assert "host CPU" not in page("gpu", 0.1)
     assert "host CPU" not in page("cpu", 0.36)
+
+
+def test_a_trial_off_its_distribution_is_left_out_of_the_importances_with_a_note():
+    """Optuna keeps an enqueued value its distribution does not hold (stock off a step the range did
+    not tile): copying that trial into the importances' study raised, and ``report`` printed a
+    traceback."""
+    import warnings
+
+    import optuna
+
+    from autotune.report.model import _importances, measured_study
+    from autotune.search.trials import attrs_of
+    from tests.records import measured
+
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({"bucket": 100.0})
+    for rate in (10.0, 12.0, 9.0, 15.0):
+        trial = study.ask()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            trial.suggest_float("bucket", 25, 400, step=50)
+            trial.suggest_int("streams", 1, 2)
+        for key, value in attrs_of(measured(rate)).items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, rate)
+    assert study.trials[0].params["bucket"] == 100.0
+    notes: list[str] = []
+    copied = measured_study(study, notes).trials
+    assert [t.params["bucket"] for t in copied] == [t.params["bucket"] for t in study.trials[1:]]
+    assert notes == [
+        "trial #0 is left out of the parameter importances: the value 100.0 of parameter "
+        "'bucket' isn't contained in the distribution FloatDistribution(high=375.0, log=False, "
+        "low=25.0, step=50.0)."
+    ]
+    assert _importances(study, []) is not None
