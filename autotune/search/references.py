@@ -13,7 +13,7 @@ def reference_config(base, text: str, flag: str = "--reference"):
     from autotune.search.knobs import apply_values
 
     values = {}
-    for pair in text.split(","):
+    for pair in split_pairs(text):
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{flag}: {pair!r} is not KEY=VALUE (e.g. compile.regions=[all])")
@@ -33,6 +33,29 @@ def reference_config(base, text: str, flag: str = "--reference"):
         return apply_values(base, values)
     except ConfigError as exc:
         raise ConfigError(f"{flag} {text!r}: {exc}") from None
+
+
+OPENS = "=[{,:"
+"""What a quote follows where it opens a YAML string (a value's start, an item's), not an apostrophe."""
+
+
+def split_pairs(text: str) -> list[str]:
+    """``a=1,b=[x,y]`` -> ``["a=1", "b=[x,y]"]``: a comma inside brackets, braces or quotes is the
+    value's (a list of regions, of betas), any other separates two ``key=value`` pairs."""
+    pairs, start, depth, quote = [], 0, 0, ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"" and text[:i].rstrip()[-1:] in ("", *OPENS):
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            pairs.append(text[start:i])
+            start = i + 1
+    return [*pairs, text[start:]]
 
 
 def check_references(opts) -> None:

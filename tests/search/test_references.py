@@ -1,0 +1,45 @@
+"""``run --reference KEY=VALUE[,KEY=VALUE...]``: its values, and its refusals on one line naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.config import TrainConfig
+from autotune.errors import ConfigError
+from autotune.search.references import reference_config
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("checkpointing.regions=[dit,vision]", "checkpointing.regions", ["dit", "vision"]),
+        ("optimizer.betas=[0.9,0.95],optimizer.impl=fused", "optimizer.betas", [0.9, 0.95]),
+        ("optimizer.impl=fused, checkpointing.regions=[dit, vision]", "optimizer.impl", "fused"),
+        ("model.freeze=['a,b', \"c,d\"]", "model.freeze", ["a,b", "c,d"]),
+    ],
+)
+def test_a_comma_inside_a_value_is_the_value_s(text, key, value):
+    """The value was split at every comma: ``[dit,vision]`` was ``[dit`` (not YAML)."""
+    cfg = reference_config(TrainConfig(), text)
+    section, name = key.split(".")
+    assert getattr(getattr(cfg, section), name) == value
+
+
+def test_pairs_split_outside_brackets_braces_and_quotes_only():
+    from autotune.search.references import split_pairs
+
+    assert split_pairs("a={x: 1, y: 2},b=it's,c=[1,[2,3]]") == [
+        "a={x: 1, y: 2}",
+        "b=it's",
+        "c=[1,[2,3]]",
+    ]
+
+
+def test_several_pairs_each_apply():
+    cfg = reference_config(TrainConfig(), "optimizer.betas=[0.9,0.95],checkpointing.regions=[dit]")
+    assert cfg.optimizer.betas == [0.9, 0.95] and cfg.checkpointing.regions == ["dit"]
+
+
+def test_a_bare_comma_still_separates_pairs():
+    with pytest.raises(ConfigError, match=r"^--reference: '0.95' is not KEY=VALUE"):
+        reference_config(TrainConfig(), "optimizer.betas=0.9,0.95")
