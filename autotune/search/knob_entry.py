@@ -33,6 +33,8 @@ KNOB_KEYS = (
     "remedy",
     "remedy_several_ranks",
 )
+NOT_KNOBS = ("schema_version", "provenance", "workload", "preset", "options")
+"""Fields of the configuration tree that say what it is, or hold the workload's knobs, not knobs."""
 FITS: dict[Any, tuple[tuple[str, ...], str, str]] = {
     bool: (("bool", "categorical"), "true or false", "'bool', or 'categorical' of true/false"),
     int: (("int", "categorical"), "an integer", "'int', or 'categorical' of integers"),
@@ -59,17 +61,10 @@ def check_key(key: str) -> None:
             raise ConfigError(
                 f"not a knob of the training configuration ({'.'.join(parts[:i])} has no fields)"
             )
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        if part not in fields or part in (
-            "schema_version",
-            "provenance",
-            "workload",
-            "preset",
-            "options",
-        ):
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in NOT_KNOBS}
+        if part not in fields:
             raise ConfigError(
-                f"not a knob of the training configuration; allowed at this level: "
-                f"{sorted(n for n in fields if n not in ('schema_version', 'provenance', 'options'))}"
+                f"not a knob of the training configuration; allowed at this level: {sorted(fields)}"
             )
         hint = typing_hints(cls)[part]
         if getattr(hint, "__origin__", None) is dict:

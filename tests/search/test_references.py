@@ -43,3 +43,13 @@ def test_several_pairs_each_apply():
 def test_a_bare_comma_still_separates_pairs():
     with pytest.raises(ConfigError, match=r"^--reference: '0.95' is not KEY=VALUE"):
         reference_config(TrainConfig(), "optimizer.betas=0.9,0.95")
+
+
+def test_a_key_that_is_no_knob_lists_only_the_allowed_keys():
+    """``workload`` was refused, listed among the keys allowed."""
+    with pytest.raises(ConfigError, match=r"^--reference: 'workload': not a knob") as err:
+        reference_config(TrainConfig(), "workload=other")
+    allowed = str(err.value).split("allowed at this level: ")[1]
+    for key in ("workload", "preset", "schema_version", "provenance"):
+        assert repr(key) not in allowed
+    assert "'data'" in allowed
