@@ -70,6 +70,14 @@ class Knob:
         k = (value - self.low) / step
         return abs(k - round(k)) < 1e-8
 
+    def values_text(self) -> str:
+        """What the knob takes, as an error says it: ``['a', 'b']``, ``an integer in [0, 2]``."""
+        if self.type in ("categorical", "bool"):
+            return str(list(self.choices))
+        kind = "an integer" if self.type == "int" else "a number"
+        steps = f" in steps of {self.step:g}" if self.step else ""
+        return f"{kind} in [{self.low:g}, {self.high:g}]{steps}"
+
     def active(self, params: dict[str, Any]) -> bool:
         """Whether the knob exists given the (decoded) values of the knobs sampled before it."""
         return all(k in params and params[k] in allowed for k, allowed in self.when.items())
@@ -142,24 +150,37 @@ class SearchSpace:
         ]
         return dataclasses.replace(self, knobs=tuple(final)), notes
 
-    def stock_params(self, base: TrainConfig) -> dict[str, Any]:
-        """Optuna parameters of ``base`` (the stock configuration) for every active knob."""
+    def values_of(self, cfg: TrainConfig) -> dict[str, Any]:
+        """The values ``cfg`` gives the knobs active in it, by key (unchecked)."""
         values: dict[str, Any] = {}
         for knob in self.knobs:
             if knob.active(values):
-                values[knob.key] = get_value(base, knob.key)
-                if not knob.contains(values[knob.key]):
-                    raise space_error(
-                        self.path,
-                        f"knobs.{knob.key}",
-                        f"the stock value {values[knob.key]!r} is outside the space"
-                        f"{_off_steps(knob, values[knob.key])}; the stock configuration is the "
-                        "first trial, so the space must contain it",
-                    )
+                values[knob.key] = get_value(cfg, knob.key)
+        return values
+
+    def outside(self, cfg: TrainConfig) -> tuple[Knob, Any] | None:
+        """The first knob active in ``cfg`` whose value there the space does not hold, and that value."""
+        values = self.values_of(cfg)
+        for knob in self.knobs:
+            if knob.key in values and not knob.contains(values[knob.key]):
+                return knob, values[knob.key]
+        return None
+
+    def stock_params(self, base: TrainConfig) -> dict[str, Any]:
+        """Optuna parameters of ``base`` (the stock configuration) for every active knob."""
+        if (found := self.outside(base)) is not None:
+            knob, value = found
+            raise space_error(
+                self.path,
+                f"knobs.{knob.key}",
+                f"the stock value {value!r} is outside the space{off_steps(knob, value)}; the "
+                "stock configuration is the first trial, so the space must contain it",
+            )
+        values = self.values_of(base)
         return {k.key: k.encode(values[k.key]) for k in self.knobs if k.key in values}
 
 
-def _off_steps(knob: Knob, value: Any) -> str:
+def off_steps(knob: Knob, value: Any) -> str:
     """Why a value within a knob's range is outside it anyway, or nothing."""
     within = (
         knob.low is not None and isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -61,11 +61,20 @@ def split_pairs(text: str) -> list[str]:
 def check_references(opts) -> None:
     """A reference may change only knobs of the space: a trial is rebuilt from its knob values."""
     from autotune.config import to_dict
-    from autotune.errors import ConfigError
+    from autotune.errors import ConfigError, short_repr
+    from autotune.search.knobs import off_steps
     from autotune.search.params import config_of_params, trial_config
 
+    space = opts.space
     for text, cfg in opts.references:
-        rebuilt = config_of_params(opts, opts.space.stock_params(cfg))
+        if (found := space.outside(cfg)) is not None:
+            knob, value = found
+            raise ConfigError(
+                f"--reference {text!r}: {knob.key}: {short_repr(value)} is outside search space "
+                f"{space.name!r} ({space.path}){off_steps(knob, value)}; allowed: "
+                f"{knob.values_text()}"
+            )
+        rebuilt = config_of_params(opts, space.stock_params(cfg))
         if to_dict(rebuilt) != to_dict(trial_config(cfg, {})):
             raise ConfigError(
                 f"--reference {text!r}: changes a setting that is not a knob of search space "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.cli import main
 from autotune.config import TrainConfig
 from autotune.errors import ConfigError
 from autotune.search.references import reference_config
@@ -53,3 +54,39 @@ def test_a_key_that_is_no_knob_lists_only_the_allowed_keys():
     for key in ("workload", "preset", "schema_version", "provenance"):
         assert repr(key) not in allowed
     assert "'data'" in allowed
+
+
+def _error(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_reference_outside_the_space_names_the_reference_not_stock(tmp_path, capsys):
+    """The error blamed the space file and called the reference's value stock."""
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "knobs:\n"
+        "  optimizer.impl: {}\n"
+        "  checkpointing.regions: {type: categorical, choices: [[], [dit]]}\n"
+    )
+    reference = "checkpointing.regions=[dit,vision]"
+    argv = ["run", "--space", str(space), "--synthetic", "--reference", reference]
+    line = _error(capsys, [*argv, "--out", str(tmp_path / "run")])
+    assert line == (
+        f"autotune: error: --reference {reference!r}: checkpointing.regions: ['dit', 'vision'] "
+        f"is outside search space 's' ({space}); allowed: [[], ['dit']]"
+    )
+    assert not (tmp_path / "run" / "study.journal").exists()
+
+
+def test_a_reference_value_outside_a_range_names_the_reference_and_the_range(tmp_path, capsys):
+    from autotune.search.space import spaces_dir
+
+    argv = ["run", "--synthetic", "--reference", "ddp.bucket_cap_mb=500"]
+    line = _error(capsys, [*argv, "--out", str(tmp_path / "run")])
+    assert line == (
+        "autotune: error: --reference 'ddp.bucket_cap_mb=500': ddp.bucket_cap_mb: 500.0 is outside "
+        f"search space 'quick' ({spaces_dir() / 'quick.yaml'}); allowed: a number in [25, 400]"
+    )
