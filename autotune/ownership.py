@@ -165,5 +165,6 @@ def _holder(fd: int) -> str:
         info = json.loads(os.pread(fd, 65536, 0) or b"{}")
         what = info.get("what", "autotune run")
         return f"{what} (pid {info['pid']} on host {info['host']}, since {info['since']})"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # being written right now
+    # being written right now (or not the owner's record: nested past Python's stack, ...)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return "another autotune process"

@@ -170,3 +170,23 @@ def test_a_jobs_own_folder_is_its_own_whatever_it_was_stopped_at(tmp_path):
     (out / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4}')
     with pytest.raises(ConfigError, match="holds checkpoint-4, metrics.jsonl, tensorboard of no"):
         check_job_folder(out)
+
+
+def test_a_lock_whose_record_is_nested_past_the_stack_names_another_process(tmp_path):
+    """The owner's record is read for the line that refuses a second owner: JSON nested deeper than
+    Python's stack (RecursionError) is no record, as a half-written one is not."""
+    import fcntl
+
+    from autotune.ownership import LOCK, own_folder
+
+    out = tmp_path / "job"
+    out.mkdir()
+    (out / LOCK).write_text("[" * 50000 + "]" * 50000)
+    fd = os.open(out / LOCK, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held, as a running owner holds it
+        refused = pytest.raises(ConfigError, match="in use by another autotune process")
+        with refused, own_folder(out, "autotune train", "--output-dir"):
+            pass
+    finally:
+        os.close(fd)

@@ -208,7 +208,16 @@ def read_state(folder: Path) -> dict[str, Any]:
         state = json.loads(read_bytes(folder / STATE, STATE_MAX_BYTES))
         files = state["files"]
         files.items()
-    except (AutotuneError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    # RecursionError: JSON nested deeper than Python's stack
+    except (
+        AutotuneError,
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+    ) as exc:
         raise CorruptCheckpoint(
             f"{folder / STATE} is missing or unreadable ({type(exc).__name__})"
         ) from None

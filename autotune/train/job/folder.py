@@ -85,7 +85,7 @@ def is_job_folder(out: Path) -> bool:
 def _jobs_state(path: Path) -> bool:
     try:
         state = json.loads(read_bytes(path, METADATA_BYTES))
-    except (AutotuneError, OSError, ValueError):
+    except (AutotuneError, OSError, ValueError, RecursionError):  # nested past Python's stack
         return False
     return isinstance(state, dict) and "step" in state and isinstance(state.get("files"), dict)
 
@@ -101,7 +101,7 @@ def _jobs_metrics(path: Path) -> bool:
         return True
     try:
         line = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return (
         isinstance(line, dict)

@@ -161,7 +161,7 @@ def _step_of(line: str) -> int | None:
     """The step of a line of metrics.jsonl; None for a line that is not one (cut short)."""
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past Python's stack: no line the job wrote
         return None
     step = record.get("step", 0) if isinstance(record, dict) else None
     return step if isinstance(step, int) else None

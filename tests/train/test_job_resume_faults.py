@@ -1,0 +1,56 @@
+"""A job folder's files damaged or edited between two runs of a job: a file nested past Python's
+stack is unreadable, not a traceback; a checkpoint that cannot be used is skipped with a warning
+naming it and why, and the job resumes from the newest usable one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.train.job import checkpoint
+from tests.train.test_job_cpu import reference, train  # noqa: F401  (reference: a fixture)
+
+pytestmark = pytest.mark.slow
+DEEP = "[" * 50000 + "]" * 50000
+"""JSON nested deeper than Python's stack: ``json.loads`` raises RecursionError."""
+
+
+def _warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "warning" in line]
+
+
+def test_a_state_nested_past_the_stack_is_skipped_as_unreadable(reference, tmp_path, capsys):  # noqa: F811
+    src, ref = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    (out / "checkpoint-6" / checkpoint.STATE).write_text(DEEP)
+    code, res, err = train(capsys, out)
+    assert code == 0 and "Traceback" not in err, err
+    assert _warnings(err) == [
+        f"autotune: warning: skipping checkpoint {out / 'checkpoint-6'}: "
+        f"{out / 'checkpoint-6' / checkpoint.STATE} is missing or unreadable (RecursionError)"
+    ]
+    assert res["start_step"] == 5 and res["losses"] == ref["losses"][4:]
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_metrics_line_nested_past_the_stack_is_dropped_when_the_job_resumes(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+    where,
+):
+    """The first line is read to tell a job's folder from another program's, every line when the
+    resumed job rewrites the log to its checkpoint."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    metrics = out / "metrics.jsonl"
+    before = metrics.read_text()
+    lines = before.splitlines()
+    lines = [DEEP, *lines] if where == "first" else [*lines, DEEP]
+    metrics.write_text("".join(line + "\n" for line in lines))
+    code, res, err = train(capsys, out)
+    assert code == 0 and "Traceback" not in err and not _warnings(err), err
+    assert res["start_step"] == 7 and not res["losses"]
+    assert metrics.read_text() == before
