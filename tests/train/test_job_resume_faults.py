@@ -4,13 +4,16 @@ naming it and why, and the job resumes from the newest usable one."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from autotune.train.job import checkpoint
-from tests.train.test_job_cpu import reference, train  # noqa: F401  (reference: a fixture)
+from tests.clirun import autotune
+from tests.tmpfs import fill, small_disk
+from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
 
 pytestmark = pytest.mark.slow
 DEEP = "[" * 50000 + "]" * 50000
@@ -54,3 +57,30 @@ def test_a_metrics_line_nested_past_the_stack_is_dropped_when_the_job_resumes(
     assert code == 0 and "Traceback" not in err and not _warnings(err), err
     assert res["start_step"] == 7 and not res["losses"]
     assert metrics.read_text() == before
+
+
+def test_a_full_disk_while_the_resume_rewrites_the_metrics_is_one_line_and_keeps_them(
+    reference,  # noqa: F811
+    tmp_path,
+):
+    """The resumed job rewrites metrics.jsonl to its checkpoint through a temporary file, which the
+    full disk cuts: the line names the log and the space left, the log stays as it was and the
+    temporary file goes."""
+    src, _ = reference
+    with small_disk(tmp_path / "disk", "24m") as disk:
+        out = disk / "job"
+        out.mkdir()
+        shutil.copytree(src / "checkpoint-6", out / "checkpoint-6")
+        shutil.copy(src / "metrics.jsonl", out / "metrics.jsonl")
+        filler = fill(disk)
+        # one page free: the job's lock takes it, and the rewrite of the log finds none
+        os.truncate(filler, filler.stat().st_size - 4096)
+        argv = [a for a in STEPS if a != "--json"]
+        done = autotune("train", *argv, "--output-dir", out, timeout=300)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"autotune: error: {out / 'metrics.jsonl'}: writing the metrics failed (No space left "
+            "on device), 0 MiB free there; the checkpoints written before are intact"
+        )
+        assert (out / "metrics.jsonl").read_bytes() == (src / "metrics.jsonl").read_bytes()
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoint-6", "metrics.jsonl"]

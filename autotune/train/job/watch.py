@@ -109,8 +109,13 @@ class MetricsLog:
         ]
         tmp = self.jsonl.with_suffix(".jsonl.tmp")
         tmp.unlink(missing_ok=True)  # never written through a link left there
-        tmp.write_text("".join(line + "\n" for line in kept))
-        tmp.replace(self.jsonl)
+        try:
+            tmp.write_text("".join(line + "\n" for line in kept))
+            tmp.replace(self.jsonl)
+        except OSError as exc:  # a full disk: the log stays as it was
+            error = _failed(self.jsonl, exc)  # the space left before the temporary file goes
+            tmp.unlink(missing_ok=True)
+            raise error from None
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         try:
