@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.train.job import checkpoint
-from tests.clirun import autotune
+from tests.clirun import autotune, one_line_error
 from tests.tmpfs import fill, small_disk
 from tests.train.test_job_cpu import STEPS, reference, train  # noqa: F401  (reference: a fixture)
 
@@ -84,3 +84,51 @@ def test_a_full_disk_while_the_resume_rewrites_the_metrics_is_one_line_and_keeps
         )
         assert (out / "metrics.jsonl").read_bytes() == (src / "metrics.jsonl").read_bytes()
         assert sorted(p.name for p in out.iterdir()) == ["checkpoint-6", "metrics.jsonl"]
+
+
+@pytest.mark.parametrize("name", ["checkpoint-6", "tensorboard"])
+def test_a_link_under_a_name_the_job_writes_is_refused_before_training(
+    reference,  # noqa: F811
+    tmp_path,
+    name,
+):
+    """A checkpoint's name linked elsewhere was found only when the job reached that step and could
+    not replace it (after training to it); TensorBoard's files were written through a link into the
+    folder it led to."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    shutil.rmtree(out / name)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("mine\n")
+    (out / name).symlink_to(elsewhere)
+    before = sorted(p.name for p in out.iterdir())
+    argv = [a for a in STEPS if a != "--json"]
+    line = one_line_error(autotune("train", *argv, "--output-dir", out, timeout=300))
+    assert line == (
+        f"autotune: error: --output-dir {out}: {out / name} is a symbolic link (to {elsewhere}), "
+        "which the job would write through or fail to replace; remove it, or give another "
+        "--output-dir"
+    )
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert (out / "metrics.jsonl").read_bytes() == (src / "metrics.jsonl").read_bytes()
+    assert [p.name for p in elsewhere.iterdir()] == ["notes.txt"]
+
+
+def test_a_checkpoint_write_that_cannot_replace_its_folder_removes_its_temporary_folder(tmp_path):
+    """The folder of the step (here a link) cannot be replaced: the complete temporary folder went
+    with the failure no more than a partial one does."""
+    import torch
+
+    from autotune.errors import AutotuneError
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "job"
+    out.mkdir()
+    (out / "checkpoint-3").symlink_to(elsewhere)
+    snap = checkpoint.Snapshot(3, {"w": torch.zeros(2)}, {}, {}, [], {"step": 3}, "seed: 0\n")
+    with pytest.raises(AutotuneError, match=r"writing .*checkpoint-3 failed \(OSError: "):
+        checkpoint.write(snap, out)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-3"]
+    assert list(elsewhere.iterdir()) == []

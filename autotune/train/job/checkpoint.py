@@ -154,6 +154,7 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         files = _write_files(snapshot, tmp)
+        _replace(tmp, final)
     except BaseException as exc:
         free = _free_space(output_dir)  # before the partial folder goes: a full disk shows as ~0
         shutil.rmtree(tmp, ignore_errors=True)
@@ -164,11 +165,16 @@ def write(snapshot: Snapshot, output_dir: Path) -> tuple[Path, int]:
             f"writing {final} failed ({type(exc).__name__}: {reason}){free}; the checkpoints "
             "before it are intact"
         ) from exc
-    if final.exists():  # the same step written again (a job resumed past it): the new one stands
-        shutil.rmtree(final)
-    tmp.rename(final)
     fsync(output_dir)
     return final, sum(files.values()) + (final / STATE).stat().st_size
+
+
+def _replace(tmp: Path, final: Path) -> None:
+    """``tmp`` renamed to ``final``; a checkpoint of the same step there (a job resumed past it)
+    goes first: the new one stands."""
+    if final.exists() or final.is_symlink():
+        shutil.rmtree(final)  # a link there raises: what it leads to is never deleted
+    tmp.rename(final)
 
 
 def _write_files(snapshot: Snapshot, tmp: Path) -> dict[str, int]:
@@ -334,7 +340,10 @@ def remove_partial(output_dir: Path) -> None:
     """Temporary folders of checkpoints a killed job did not finish."""
     if output_dir.is_dir():
         for p in output_dir.glob(PARTIAL):
-            shutil.rmtree(p, ignore_errors=True)
+            if p.is_symlink():  # never what it leads to
+                p.unlink()
+            else:
+                shutil.rmtree(p, ignore_errors=True)
 
 
 @dataclass

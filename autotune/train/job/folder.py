@@ -8,20 +8,25 @@ Trainer's output folder (its ``checkpoint-500/``, ``runs/``) or beside another t
 checkpoints has a job's ``trainer_state.json`` (a mapping with ``step`` and ``files``), or when its
 ``metrics.jsonl`` is empty or starts with a job's line (``time``, ``step``, and ``loss`` or
 ``event``); a job killed before its first log line leaves an empty one. A folder inside another
-job's ``checkpoint-<step>`` is refused too: that job deletes it with the checkpoint.
+job's ``checkpoint-<step>`` is refused too: that job deletes it with the checkpoint. So is a link
+under a checkpoint's name or as ``tensorboard/`` or ``profiles/``: the job would write through it
+(a link as ``metrics.jsonl`` is replaced by the job's own file).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from autotune.boundedread import METADATA_BYTES, check_regular, read_bytes
 from autotune.errors import AutotuneError, ConfigError
-from autotune.train.job.checkpoint import STATE, check_outside, checkpoints
+from autotune.train.job.checkpoint import STATE, check_outside, checkpoints, step_of
 
 METRICS = "metrics.jsonl"
-WRITTEN = (METRICS, "tensorboard", "profiles")
+FOLDERS = ("tensorboard", "profiles")
+"""The folders a job writes into under fixed names."""
+WRITTEN = (METRICS, *FOLDERS)
 """What a job writes into its folder under fixed names, besides its checkpoints."""
 
 
@@ -30,6 +35,7 @@ def check_job_folder(out: Path) -> None:
     lies inside another job's checkpoint."""
     check_outside(out, "--output-dir")
     _check_log(out, out / METRICS)
+    _check_links(out)
     found = [p.name for _, p in checkpoints(out)] + [n for n in WRITTEN if _holds(out / n)]
     if not found or is_job_folder(out):
         return
@@ -60,6 +66,20 @@ def _check_log(out: Path, log: Path) -> None:
         ) from None
     except OSError:  # a link loop, no permission: the job's own read names it
         return
+
+
+def _check_links(out: Path) -> None:
+    """A link under a checkpoint's name or a folder's the job writes (``metrics.jsonl``'s is
+    replaced): the job would write its files through it into the folder it leads to, or fail to
+    replace it only once it had trained to that checkpoint's step."""
+    if not out.is_dir():
+        return
+    for p in sorted(out.iterdir()):
+        if p.is_symlink() and (step_of(p) is not None or p.name in FOLDERS):
+            raise ConfigError(
+                f"--output-dir {out}: {p} is a symbolic link (to {os.readlink(p)}), which the job "
+                "would write through or fail to replace; remove it, or give another --output-dir"
+            )
 
 
 def removable_as_a_jobs(folder: Path) -> bool:
