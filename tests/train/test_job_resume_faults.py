@@ -4,11 +4,14 @@ naming it and why, and the job resumes from the newest usable one."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from autotune.train.job import checkpoint
 from tests.clirun import autotune, one_line_error
@@ -132,3 +135,139 @@ def test_a_checkpoint_write_that_cannot_replace_its_folder_removes_its_temporary
         checkpoint.write(snap, out)
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint-3"]
     assert list(elsewhere.iterdir()) == []
+
+
+def _rehash(folder: Path) -> None:
+    """The sizes and SHA-256 of ``trainer_state.json`` written again for the files as they are now:
+    an edit that its integrity check lets through."""
+    path = folder / checkpoint.STATE
+    state = json.loads(path.read_text())
+    state["files"] = {name: (folder / name).stat().st_size for name in state["files"]}
+    state["sha256"] = {name: checkpoint.sha256(folder / name) for name in state["files"]}
+    path.write_text(json.dumps(state))
+
+
+def _rewrite(path: Path, change) -> None:
+    """``change`` applied to what ``torch.save`` wrote in ``path`` (its return value replacing it)."""
+    value = torch.load(path, weights_only=True)
+    torch.save(change(value), path)
+
+
+def _int_weights(path: Path) -> None:
+    weights = {n: t.to(torch.int32) for n, t in load_file(path).items()}
+    save_file(weights, path, metadata={"format": "pt"})
+
+
+def _reshaped_moment(opt: dict) -> dict:
+    first = next(iter(opt["state"].values()))
+    first["exp_avg"] = torch.zeros(3)
+    return opt
+
+
+def _set_group_key(opt: dict, key: str, value) -> dict:
+    opt["param_groups"][0][key] = value
+    return opt
+
+
+DAMAGES = {
+    "rng: a list of an empty mapping": (
+        checkpoint.RNG,
+        lambda p: _rewrite(p, lambda _: [{}]),
+        "rank 0: no 'python' random state",
+    ),
+    "rng: a mapping": (
+        checkpoint.RNG,
+        lambda p: _rewrite(p, lambda _: {"a": 1}),
+        "not a list of every rank's random states (a mapping)",
+    ),
+    "rng: a 3-byte torch state": (
+        checkpoint.RNG,
+        lambda p: _rewrite(p, lambda r: [{**r[0], "torch": torch.zeros(3, dtype=torch.uint8)}]),
+        "rank 0: its torch random state does not apply (RuntimeError: ",
+    ),
+    "optimizer: an empty mapping": (
+        checkpoint.OPTIMIZER,
+        lambda p: _rewrite(p, lambda _: {}),
+        "param_groups: missing",
+    ),
+    "optimizer: its groups twice": (
+        checkpoint.OPTIMIZER,
+        lambda p: _rewrite(p, lambda o: {**o, "param_groups": o["param_groups"] * 2}),
+        "param_groups: 4 groups, the optimizer has 2",
+    ),
+    "optimizer: a learning rate of text": (
+        checkpoint.OPTIMIZER,
+        lambda p: _rewrite(p, lambda o: _set_group_key(o, "lr", "abc")),
+        "param_groups.0.lr: 'abc' is not a number",
+    ),
+    "optimizer: a moment of another shape": (
+        checkpoint.OPTIMIZER,
+        lambda p: _rewrite(p, _reshaped_moment),
+        "state.0.exp_avg: a tensor of shape [3], its parameter's is [",
+    ),
+    "scheduler: a mapping of something else": (
+        checkpoint.SCHEDULER,
+        lambda p: _rewrite(p, lambda _: {"garbage": 1}),
+        "last_epoch: missing",
+    ),
+    "scheduler: its lambdas a number": (
+        checkpoint.SCHEDULER,
+        lambda p: _rewrite(p, lambda s: {**s, "lr_lambdas": 5}),
+        "lr_lambdas: 5 is not a list of 2 items",
+    ),
+    "weights: integers of the right shapes": (
+        checkpoint.WEIGHTS,
+        _int_weights,
+        "int32 values, not floating-point weights",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_checkpoint_whose_files_do_not_fit_is_skipped_and_the_one_before_resumed(
+    reference,  # noqa: F811
+    tmp_path,
+    damage,
+):
+    """Files that load (their sums written again with them) but are not the state the job saved:
+    applied, they raised a traceback in the job, or crashed it (a moment of another shape: a
+    segmentation fault in the optimizer's step). Each is checked before anything of it is applied."""
+    src, ref = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    name, change, said = DAMAGES[damage]
+    folder = out / "checkpoint-6"
+    change(folder / name)
+    _rehash(folder)
+    done = autotune("train", *STEPS, "--output-dir", out, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    warnings = _warnings(done.stderr)
+    assert len(warnings) == 1, done.stderr
+    assert warnings[0].startswith(
+        f"autotune: warning: skipping checkpoint {folder}: {folder / name}: "
+    ), warnings[0]
+    assert said in warnings[0], warnings[0]
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    assert res["start_step"] == 5 and res["losses"] == ref["losses"][4:]
+
+
+def test_a_checkpoint_renamed_to_a_later_step_is_skipped_as_inconsistent(reference, tmp_path):  # noqa: F811
+    """checkpoint-6 renamed checkpoint-8, its state's step edited to 8: its schedule and optimizer
+    are at step 6, and a resume from it would skip two steps of the schedule unsaid."""
+    src, ref = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    folder = out / "checkpoint-8"
+    (out / "checkpoint-6").rename(folder)
+    state = json.loads((folder / checkpoint.STATE).read_text())
+    state["step"] = 8
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    argv = [*STEPS]
+    argv[argv.index("--max-steps") + 1] = "8"
+    argv[argv.index("--save-steps") + 1] = "100"
+    done = autotune("train", *argv, "--output-dir", out, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert _warnings(done.stderr)[0] == (  # then: checkpoint-4 was trained towards 6 steps
+        f"autotune: warning: skipping checkpoint {folder}: {folder / checkpoint.SCHEDULER}: "
+        f"last_epoch: 6 is not the step of its {checkpoint.STATE} (8)"
+    )
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    assert res["start_step"] == 5 and len(res["losses"]) == 4

@@ -20,7 +20,8 @@ to ``D/checkpoint-<step>`` when complete; only rank 0 writes. A checkpoint whose
 it), whose files differ in size or in SHA-256 from it (bytes changed in place: a bad disk, a stray
 write), or whose files do not load, is corrupt: :func:`latest` skips it with a one-line warning
 and takes the one before, so a rerun resumes from the newest state that is intact instead of
-training on damaged weights.
+training on damaged weights. So is one whose files load but do not fit the job that resumes it
+(:mod:`~autotune.train.job.usable`, the check the job hands :func:`latest`).
 """
 
 from __future__ import annotations
@@ -306,10 +307,14 @@ def load(folder: Path) -> Loaded:
 
 
 def latest(
-    output_dir: Path, warn: Callable[[str], None], *, at: int | None = None
+    output_dir: Path,
+    warn: Callable[[str], None],
+    *,
+    at: int | None = None,
+    check: Callable[[Loaded], None] | None = None,
 ) -> Loaded | None:
-    """The newest checkpoint of ``output_dir`` that loads (or the one of step ``at``); each newer one
-    that does not is skipped with a warning."""
+    """The newest checkpoint of ``output_dir`` that loads and passes ``check`` (or the one of step
+    ``at``); each newer one that does not (``CorruptCheckpoint``) is skipped with a warning."""
     for step, path in reversed(checkpoints(output_dir)):
         if at is not None and step != at:
             continue
@@ -319,6 +324,8 @@ def latest(
                 raise CorruptCheckpoint(
                     f"{path / STATE}: step: {loaded.step} is not the step of its folder ({step})"
                 )
+            if check is not None:
+                check(loaded)
             return loaded
         except CorruptCheckpoint as exc:
             warn(f"skipping checkpoint {path}: {exc}")

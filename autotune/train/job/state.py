@@ -213,21 +213,27 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     return state
 
 
+def numpy_state(saved: Any) -> tuple:
+    """NumPy's random state as :func:`rng_state` saved it, as ``np.random.set_state`` takes it."""
+    kind, keys, pos, has_gauss, gauss = saved
+    return kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss
+
+
 def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     random.setstate(state["python"])
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    np.random.set_state(numpy_state(state["numpy"]))
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-@torch.no_grad()
-def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str) -> None:
-    """Copy a checkpoint's trainable weights into the session's parameters; the names must match."""
+def check_weights(
+    params: dict[str, torch.Tensor], weights: dict[str, torch.Tensor], where: str
+) -> None:
+    """``ConfigError`` where a checkpoint's trainable ``weights`` are not named and shaped as the
+    session's trainable ``params`` (another preset, or another ``model.freeze``)."""
     from autotune.errors import ConfigError
 
-    params = trainable(session)
     missing, extra = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
     shapes = [n for n in params.keys() & weights.keys() if params[n].shape != weights[n].shape]
     if missing or extra or shapes:
@@ -236,6 +242,13 @@ def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str)
             f"unexpected {extra[:3]}, misshapen {shapes[:3]}); was it trained with another preset or "
             f"model.freeze / model.unfreeze?"
         )
+
+
+@torch.no_grad()
+def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str) -> None:
+    """Copy a checkpoint's trainable weights into the session's parameters; the names must match."""
+    params = trainable(session)
+    check_weights(params, weights, where)
     for n, p in session.model.named_parameters():
         if n in params:
             p.copy_(

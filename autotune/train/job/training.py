@@ -36,7 +36,7 @@ from autotune.config.io import dump_config
 from autotune.errors import ConfigError, TrialError
 from autotune.redact import hide_secrets
 from autotune.train import distributed
-from autotune.train.job import checkpoint, state
+from autotune.train.job import checkpoint, state, usable
 from autotune.train.job.control import Control
 from autotune.train.job.loop import Loop
 from autotune.train.session import Session
@@ -190,10 +190,10 @@ class Job:
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
             checkpoint.remove_partial(self.out)
-            loaded = checkpoint.latest(self.out, self.warn)
+            loaded = checkpoint.latest(self.out, self.warn, check=self._check_usable)
         chosen = self.control.broadcast(loaded.step if self.rank == 0 and loaded else None)
         if self.rank != 0 and chosen is not None:
-            loaded = checkpoint.latest(self.out, self.warn, at=chosen)
+            loaded = checkpoint.latest(self.out, self.warn, at=chosen, check=self._check_usable)
             if loaded is None:
                 raise ConfigError(
                     f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen}, which rank 0 resumes "
@@ -202,6 +202,17 @@ class Job:
         if chosen is not None:
             self._check_end(loaded)
         return loaded if chosen is not None else None
+
+    def _check_usable(self, loaded: checkpoint.Loaded) -> None:
+        """``ConfigError`` for a checkpoint of another workload or configuration; ``CorruptCheckpoint``
+        (skipped for the one before) for files that do not fit this job (:mod:`usable`)."""
+        st = loaded.state
+        if (st.get("workload"), st.get("preset")) != (self.cfg.workload, self.cfg.preset):
+            raise ConfigError(
+                f"{loaded.path} is of {st.get('workload')}/{st.get('preset')}; this job trains "
+                f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir"
+            )
+        usable.check(self.session, loaded)
 
     def _check_end(self, loaded: checkpoint.Loaded) -> None:
         """A job resumed past its end would train nothing and report steps N+1..M of M < N."""
@@ -244,11 +255,6 @@ class Job:
 
     def _restore(self, loaded: checkpoint.Loaded) -> int:
         st = loaded.state
-        if (st.get("workload"), st.get("preset")) != (self.cfg.workload, self.cfg.preset):
-            raise ConfigError(
-                f"{loaded.path} is of {st.get('workload')}/{st.get('preset')}; this job trains "
-                f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir"
-            )
         self._check_seed(loaded)
         self._note_optimizer(loaded)
         self._note_data(loaded)
