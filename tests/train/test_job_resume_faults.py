@@ -271,3 +271,40 @@ def test_a_checkpoint_renamed_to_a_later_step_is_skipped_as_inconsistent(referen
     )
     res = json.loads(done.stdout.strip().splitlines()[-1])
     assert res["start_step"] == 5 and len(res["losses"]) == 4
+
+
+def test_a_data_position_without_room_for_the_steps_to_come_is_skipped(reference, tmp_path):  # noqa: F811
+    """data.next_draw edited to 2**63 - 1: the job took it and wrote checkpoints past 64 bits, which
+    its next run refused."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    path = out / "checkpoint-6" / checkpoint.STATE
+    state = json.loads(path.read_text())
+    state["data"]["next_draw"] = 2**63 - 1
+    path.write_text(json.dumps(state))
+    argv = [*STEPS]
+    argv[argv.index("--max-steps") + 1] = "8"
+    done = autotune("train", *argv, "--output-dir", out, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert _warnings(done.stderr)[0] == (  # then: checkpoint-4 was trained towards 6 steps
+        f"autotune: warning: skipping checkpoint {out / 'checkpoint-6'}: {path}: data.next_draw: "
+        f"{2**63 - 1} leaves no room below 2**63 for steps 7..8 (2 draws each)"
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1])["start_step"] == 5
+    assert checkpoint.read_state(out / "checkpoint-8")["data"]["next_draw"] == 16
+
+
+def test_a_job_whose_draws_would_pass_64_bits_is_refused(tmp_path, capsys):
+    """Its data position would outgrow what a checkpoint may record, and the job refuse its own
+    checkpoints."""
+    from autotune.cli import main
+
+    out = tmp_path / "job"
+    steps = str(2**62)
+    argv = ["train", "--preset", "tiny", "--max-steps", steps, "--stop-at", "1"]
+    assert main([*argv, "--no-progress", "--output-dir", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"autotune: error: --max-steps {steps}: its steps draw {2**63} samples (2 a step), past "
+        f"2**63, the most a data position holds; allowed: at most {2**62 - 1}"
+    )
+    assert not list(out.glob("checkpoint-*")) and not (out / "metrics.jsonl").exists()

@@ -238,10 +238,14 @@ def read_state(folder: Path) -> dict[str, Any]:
     return state
 
 
+COUNT_END = 2**63
+"""A step or a data position is below it: a loader skips to a position with ``itertools.islice``,
+which takes no more."""
+
+
 def _count(value: Any) -> bool:
-    """A step or a data position: an integer that fits in 64 bits (a loader skips to it with
-    ``itertools.islice``, which takes no more), at least zero."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+    """A step or a data position: an integer that fits in 64 bits (``COUNT_END``), at least zero."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < COUNT_END
 
 
 def _check_fields(folder: Path, state: dict[str, Any]) -> None:

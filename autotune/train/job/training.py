@@ -169,6 +169,7 @@ class Job:
         self.control = Control(self.world)
         self.out = opts.output_dir
         self.warnings: list[str] = []
+        self._check_draws()
         self.session = Session(self.cfg, self.rank, self.world, local)
         self.device = self.session.device
         self.writer = checkpoint.Writer(self.out, opts.save_total_limit)
@@ -180,6 +181,22 @@ class Job:
         """Seconds rank 0 took to allocate its checkpoints' host buffers (``reserve``)."""
 
     # -- setup --------------------------------------------------------------------------------------
+    @property
+    def draws(self) -> int:
+        """Samples a step draws, every rank's together."""
+        return self.cfg.batch_size * self.world
+
+    def _check_draws(self) -> None:
+        """The data position at the job's end fits what a checkpoint records (``COUNT_END``), or
+        the job would write checkpoints it refuses to resume from."""
+        total = self.opts.max_steps * self.draws
+        if total >= checkpoint.COUNT_END:
+            raise ConfigError(
+                f"--max-steps {self.opts.max_steps}: its steps draw {total} samples ({self.draws} "
+                f"a step), past 2**63, the most a data position holds; allowed: at most "
+                f"{(checkpoint.COUNT_END - 1) // self.draws}"
+            )
+
     def warn(self, line: str) -> None:
         line = hide_secrets(line)  # it names paths the user gave: printed and kept in the result
         self.warnings.append(line)
@@ -212,7 +229,19 @@ class Job:
                 f"{loaded.path} is of {st.get('workload')}/{st.get('preset')}; this job trains "
                 f"{self.cfg.workload}/{self.cfg.preset}: give another --output-dir"
             )
+        self._check_room(loaded)
         usable.check(self.session, loaded)
+
+    def _check_room(self, loaded: checkpoint.Loaded) -> None:
+        """The steps still to come draw from the checkpoint's data position without passing
+        ``COUNT_END`` (:meth:`_check_draws`: a job's own positions never come near it)."""
+        left = max(0, self.opts.max_steps - loaded.step)
+        draw = loaded.state["data"]["next_draw"]
+        if draw + left * self.draws >= checkpoint.COUNT_END:
+            raise checkpoint.CorruptCheckpoint(
+                f"{loaded.path / checkpoint.STATE}: data.next_draw: {draw} leaves no room below "
+                f"2**63 for steps {loaded.step + 1}..{self.opts.max_steps} ({self.draws} draws each)"
+            )
 
     def _check_end(self, loaded: checkpoint.Loaded) -> None:
         """A job resumed past its end would train nothing and report steps N+1..M of M < N."""
@@ -402,7 +431,7 @@ class Job:
         self.writer.wait()  # the buffers of the write before are reused
         weights, optimizer = state.capture(self.session, self.buffers)
         cfg = self.cfg
-        draws = cfg.batch_size * self.world
+        draws = self.draws
         next_draw = self.next_draw0 + (step - self.start) * draws
         st = {
             "step": step,
@@ -446,7 +475,7 @@ class Job:
         steady = (
             self.times[min(len(self.times) - 1, warmup_steps(self.cfg, 0)) :] if self.times else []
         )
-        draws = self.cfg.batch_size * self.world
+        draws = self.draws
         median = statistics.median(steady) if steady else None
         return JobResult(
             start_step=self.start + 1,
