@@ -13,6 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from autotune.cli import main
+from autotune.errors import AutotuneError
 from autotune.train.job import checkpoint
 from tests.clirun import autotune, one_line_error
 from tests.tmpfs import fill, small_disk
@@ -121,10 +123,6 @@ def test_a_link_under_a_name_the_job_writes_is_refused_before_training(
 def test_a_checkpoint_write_that_cannot_replace_its_folder_removes_its_temporary_folder(tmp_path):
     """The folder of the step (here a link) cannot be replaced: the complete temporary folder went
     with the failure no more than a partial one does."""
-    import torch
-
-    from autotune.errors import AutotuneError
-
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     out = tmp_path / "job"
@@ -297,8 +295,6 @@ def test_a_data_position_without_room_for_the_steps_to_come_is_skipped(reference
 def test_a_job_whose_draws_would_pass_64_bits_is_refused(tmp_path, capsys):
     """Its data position would outgrow what a checkpoint may record, and the job refuse its own
     checkpoints."""
-    from autotune.cli import main
-
     out = tmp_path / "job"
     steps = str(2**62)
     argv = ["train", "--preset", "tiny", "--max-steps", steps, "--stop-at", "1"]
@@ -308,3 +304,57 @@ def test_a_job_whose_draws_would_pass_64_bits_is_refused(tmp_path, capsys):
         f"2**63, the most a data position holds; allowed: at most {2**62 - 1}"
     )
     assert not list(out.glob("checkpoint-*")) and not (out / "metrics.jsonl").exists()
+
+
+def test_a_folder_whose_checkpoints_are_all_unusable_is_refused_not_trained_over(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """Every checkpoint skipped: the job trained from step 1, writing its checkpoints over theirs."""
+    src, _ = reference
+    out = Path(shutil.copytree(src, tmp_path / "job"))
+    for step in (2, 4, 6):
+        (out / f"checkpoint-{step}" / checkpoint.STATE).write_text("{}")
+    before = {str(p): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    argv = [a for a in STEPS if a != "--json"]
+    assert main(["train", *argv, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all("warning: skipping checkpoint" in line for line in err[:3]), err
+    assert err[-1] == (
+        f"autotune: error: --output-dir {out}: none of its 3 checkpoints can be resumed from (the "
+        f"newest: {out / 'checkpoint-6' / checkpoint.STATE} is missing or unreadable (KeyError)); "
+        "training from step 1 would write over them: move them out of it to start afresh, or give "
+        "another --output-dir"
+    )
+    assert {str(p): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_configuration_too_large_for_a_checkpoints_state_is_refused_before_training(
+    tmp_path,
+    capsys,
+    monkeypatch,
+):
+    """A provenance larger than a checkpoint's trainer_state.json may hold: the job wrote states
+    it refused when it resumed (each checkpoint skipped, the job trained from step 1 again)."""
+    monkeypatch.setattr(checkpoint, "STATE_MAX_BYTES", 256 << 10)
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text(f"batch_size: 2\nprovenance: {{note: {'x' * (300 << 10)}}}\n")
+    out = tmp_path / "job"
+    argv = [a for a in STEPS if a != "--json"]
+    assert main(["train", "--config", str(cfg), *argv, "--output-dir", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "autotune: error: config: provenance: 300.0 KiB as a checkpoint's trainer_state.json "
+        "records it, where the whole configuration may take at most 192.0 KiB: a job could not "
+        "resume from its checkpoints; make it smaller"
+    )
+    assert not out.exists()
+
+
+def test_a_checkpoint_writer_never_writes_a_state_its_reader_refuses(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "STATE_MAX_BYTES", 4096)
+    state = {"step": 3, "data": {"next_draw": 6}, "config": {"provenance": "x" * 5000}}
+    snap = checkpoint.Snapshot(3, {"w": torch.zeros(2)}, {}, {}, [], state, "seed: 0\n")
+    with pytest.raises(AutotuneError, match=r"trainer_state.json would take 5.\d KiB, more than "):
+        checkpoint.write(snap, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -42,8 +42,16 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from autotune.boundedread import METADATA_BYTES
 from autotune.durable import fsync, sync_folder
-from autotune.errors import AutotuneError, ConfigError, first_line, free_space, short_repr
+from autotune.errors import (
+    AutotuneError,
+    ConfigError,
+    first_line,
+    free_space,
+    short_repr,
+    size_text,
+)
 
 PREFIX = "checkpoint-"
 WEIGHTS, OPTIMIZER, SCHEDULER, RNG = (
@@ -192,7 +200,7 @@ def _write_files(snapshot: Snapshot, tmp: Path) -> dict[str, int]:
     files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
     sums = {name: sha256(tmp / name) for name in files}
     state = {**snapshot.state, "files": files, "sha256": sums}
-    (tmp / STATE).write_text(json.dumps(state, indent=1) + "\n")
+    (tmp / STATE).write_bytes(_encode_state(state))
     sync_folder(tmp)
     return files
 
@@ -203,8 +211,37 @@ def sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-STATE_MAX_BYTES = 1 << 24
-"""``trainer_state.json`` is a few kilobytes; more is not a state this module wrote."""
+STATE_MAX_BYTES = METADATA_BYTES
+"""The most ``trainer_state.json`` may hold: the configuration it records (a provenance of
+megabytes) as large as a configuration file may be, and its other fields."""
+STATE_ROOM = 1 << 16
+"""What the state holds beside its configuration (the step, the data position, every file's size
+and SHA-256): a few kilobytes."""
+
+
+def _encode_state(state: dict[str, Any]) -> bytes:
+    """``trainer_state.json``'s bytes; an error where :func:`read_state` would refuse them."""
+    data = (json.dumps(state, indent=1) + "\n").encode()
+    if len(data) > STATE_MAX_BYTES:
+        raise AutotuneError(
+            f"its {STATE} would take {size_text(len(data))}, more than the "
+            f"{size_text(STATE_MAX_BYTES)} a checkpoint's state may hold"
+        )
+    return data
+
+
+def check_config_fits(config: dict[str, Any]) -> None:
+    """``ConfigError`` where ``config`` (``to_dict`` of the job's configuration) would leave a
+    checkpoint's state larger than :func:`read_state` takes: the job could not resume from it."""
+    size = len(json.dumps({"config": config}, indent=1).encode())  # nested as the state nests it
+    room = STATE_MAX_BYTES - STATE_ROOM
+    if size > room:
+        key = max(config, key=lambda k: len(json.dumps(config[k])))
+        raise ConfigError(
+            f"config: {key}: {size_text(len(json.dumps(config[key])))} as a checkpoint's {STATE} "
+            f"records it, where the whole configuration may take at most {size_text(room)}: a job "
+            "could not resume from its checkpoints; make it smaller"
+        )
 
 
 def read_state(folder: Path) -> dict[str, Any]:
@@ -318,7 +355,10 @@ def latest(
     check: Callable[[Loaded], None] | None = None,
 ) -> Loaded | None:
     """The newest checkpoint of ``output_dir`` that loads and passes ``check`` (or the one of step
-    ``at``); each newer one that does not (``CorruptCheckpoint``) is skipped with a warning."""
+    ``at``); each newer one that does not (``CorruptCheckpoint``) is skipped with a warning. None
+    where there is none; ``ConfigError`` where there are some and none is usable: a job that
+    started afresh would write its own over them."""
+    skipped: list[CorruptCheckpoint] = []
     for step, path in reversed(checkpoints(output_dir)):
         if at is not None and step != at:
             continue
@@ -333,6 +373,13 @@ def latest(
             return loaded
         except CorruptCheckpoint as exc:
             warn(f"skipping checkpoint {path}: {exc}")
+            skipped.append(exc)
+    if skipped and at is None:
+        raise ConfigError(
+            f"--output-dir {output_dir}: none of its {len(skipped)} checkpoints can be resumed "
+            f"from (the newest: {skipped[0]}); training from step 1 would write over them: move "
+            "them out of it to start afresh, or give another --output-dir"
+        )
     return None
 
 

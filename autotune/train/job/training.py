@@ -170,6 +170,7 @@ class Job:
         self.out = opts.output_dir
         self.warnings: list[str] = []
         self._check_draws()
+        checkpoint.check_config_fits(to_dict(self.cfg))
         self.session = Session(self.cfg, self.rank, self.world, local)
         self.device = self.session.device
         self.writer = checkpoint.Writer(self.out, opts.save_total_limit)
