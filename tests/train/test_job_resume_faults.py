@@ -358,3 +358,25 @@ def test_a_checkpoint_writer_never_writes_a_state_its_reader_refuses(tmp_path, m
     with pytest.raises(AutotuneError, match=r"trainer_state.json would take 5.\d KiB, more than "):
         checkpoint.write(snap, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("impls", [("foreach", "fused"), ("foreach", "master", "foreach")])
+def test_a_job_resumed_with_another_optimizer_impl_trains_on(tmp_path, capsys, impls):
+    """A checkpoint's groups held how its optimizer ran, which the resumed optimizer took: torch's
+    fused AdamW took foreach's ``fused: None`` and failed at its first step; torch's foreach AdamW
+    took a ``foreach: True`` (kept by master from the foreach checkpoint it resumed) beside master's
+    device learning rate, a tensor it refuses without ``capturable``."""
+    out = tmp_path / "job"
+    for step, impl in enumerate(impls, 1):
+        cfg = tmp_path / f"{impl}.yaml"
+        cfg.write_text(f"batch_size: 2\noptimizer: {{impl: {impl}}}\n")
+        argv = ["--preset", "tiny", "--max-steps", "3", "--stop-at", str(step), "--no-progress"]
+        code = main(["train", "--config", str(cfg), *argv, "--json", "--output-dir", str(out)])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+    res = json.loads(captured.out.strip().splitlines()[-1])
+    assert res["start_step"] == len(impls) and len(res["losses"]) == 1
+    assert res["warnings"] == [
+        f"{out / f'checkpoint-{len(impls) - 1}'} was trained with optimizer.impl {impls[-2]}; this "
+        f"job goes on with {impls[-1]}, which takes its optimizer state over"
+    ]

@@ -259,16 +259,28 @@ def load_weights(session: Session, weights: dict[str, torch.Tensor], where: str)
     session.trainable_loaded()
 
 
+IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
+"""A parameter group's flags that say how the update runs, not what it computes: this job's stay
+(a checkpoint of another ``optimizer.impl`` holds that one's)."""
+
+
 def load_optimizer(session: Session, state: dict[str, Any]) -> None:
-    """The optimizer's state, keeping tensor hyper-parameters (a captured step's device learning
-    rate) as the same tensors, their values set in place."""
+    """The optimizer's state, keeping each group's hyper-parameters of the kind the session made
+    them: tensors (a captured step's device learning rate) the same tensors, their values set in
+    place; numbers numbers (a checkpoint of another ``optimizer.impl`` may hold tensors); the
+    :data:`IMPLEMENTATION` flags as they are."""
     opt = session.optimizer
-    kept = [{k: v for k, v in g.items() if isinstance(v, torch.Tensor)} for g in opt.param_groups]
+    own = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
     opt.load_state_dict(state)
-    for group, tensors in zip(opt.param_groups, kept):
-        for key, tensor in tensors.items():
-            tensor.copy_(torch.as_tensor(group[key]))
-            group[key] = tensor
+    for group, before in zip(opt.param_groups, own):
+        for key, value in before.items():
+            if key in IMPLEMENTATION:
+                group[key] = value
+            elif isinstance(value, torch.Tensor):
+                value.copy_(torch.as_tensor(group[key]))
+                group[key] = value
+            elif isinstance(value, float) and isinstance(group.get(key), torch.Tensor):
+                group[key] = group[key].item()
 
 
 def load_schedule(session: Session, state: dict[str, Any]) -> None:
