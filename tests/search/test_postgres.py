@@ -157,7 +157,8 @@ def test_open_storage_rejects_bad_urls(tmp_path, monkeypatch):
         open_storage("foo://a/b", tmp_path)
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the postgres extra were not installed
     with pytest.raises(
-        ConfigError, match=r"driver 'psycopg' is not installed \(for PostgreSQL: pip install"
+        ConfigError,
+        match=r"driver 'psycopg' is not installed \(pip install 'autotune\[postgres\]'\)",
     ):
         open_storage("postgresql://u:secret@127.0.0.1:1/x", tmp_path)
 
