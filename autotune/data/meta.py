@@ -92,6 +92,12 @@ class DatasetMeta:
         }
 
 
+FPS_RANGE = (1e-3, 1e6)
+"""Frames a second a recording may have: a frame in 17 minutes to a million a second. Past these the
+timestamps' checks compare numbers of hundreds of digits and blame the parquet for the fps."""
+FPS_TEXT = f"a number from {FPS_RANGE[0]:g} to {FPS_RANGE[1]:g}"
+
+
 def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
     """Read and cross-check ``meta/`` of any supported version; the first problem raises.
     ``modality_file=False``: the modality inferred from ``info.json``, ``modality.json`` unread
@@ -115,8 +121,8 @@ def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
             f"supported: {list(VERSIONS)}"
         )
     fps = _float(get(info, "fps", info_path, (int, float)))
-    if not (math.isfinite(fps) and fps > 0):  # 1e999 reads as inf
-        raise DataError(f"{info_path}: fps is {fps}; allowed: a finite number > 0")
+    if not (math.isfinite(fps) and FPS_RANGE[0] <= fps <= FPS_RANGE[1]):  # 1e999 reads as inf
+        raise DataError(f"{info_path}: fps is {fps:g}; allowed: {FPS_TEXT}")
     features = get(info, "features", info_path, dict)
     modality, notices = _modality(root, features, modality_file)
     reader = v3 if version == "v3.0" else v2

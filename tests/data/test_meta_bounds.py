@@ -46,7 +46,7 @@ def test_a_non_finite_or_negative_fps_is_refused(broken_copy, capsys, fps, shown
     expected = {
         "holds NaN": f"{broken_copy / INFO}: holds NaN; allowed: finite numbers",
         "holds Infinity": f"{broken_copy / INFO}: holds Infinity; allowed: finite numbers",
-    }.get(shown, f"{broken_copy / INFO}: fps is -20.0; allowed: a finite number > 0")
+    }.get(shown, f"{broken_copy / INFO}: fps is -20; allowed: a number from 0.001 to 1e+06")
     _check_fails(broken_copy, capsys, expected)
 
 
@@ -54,7 +54,9 @@ def test_an_fps_beyond_a_float_is_refused(broken_copy, capsys):
     text = (broken_copy / INFO).read_text()
     (broken_copy / INFO).write_text(text.replace('"fps": 20', '"fps": 1e999'))
     _check_fails(
-        broken_copy, capsys, f"{broken_copy / INFO}: fps is inf; allowed: a finite number > 0"
+        broken_copy,
+        capsys,
+        f"{broken_copy / INFO}: fps is inf; allowed: a number from 0.001 to 1e+06",
     )
 
 
@@ -116,4 +118,16 @@ def test_a_huge_sparse_episode_index_is_refused_from_its_size(broken_copy, capsy
     os.truncate(path, 3 << 30)  # sparse: no disk used
     _check_fails(
         broken_copy, capsys, f"{path}: 3072 MiB, more than the 1024 MiB such a file may hold"
+    )
+
+
+@pytest.mark.parametrize("fps", [1e-300, 1e300], ids=["tiny", "huge"])
+def test_an_fps_no_recording_has_is_refused_naming_fps(broken_copy, capsys, fps):
+    """A frame in 1e300 seconds passed as finite and > 0: the timestamps' check then blamed the
+    parquet, in a line of 300-digit numbers."""
+    _edit_info(broken_copy, fps=fps)
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / INFO}: fps is {fps:g}; allowed: a number from 0.001 to 1e+06",
     )
