@@ -148,6 +148,38 @@ def test_an_export_copies_only_the_files_an_upstream_checkpoint_holds_beside_its
     assert all(repr(name) in note for name in left), note
 
 
+def _as_hub_cache(released: Path, cache: Path) -> Path:
+    """``released`` laid out as the Hugging Face cache keeps a download: its files as blobs of the
+    repository, the snapshot's files links to them; the snapshot folder."""
+    repo = cache / "models--nvidia--GR00T-N1.6-3B"
+    snapshot = repo / "snapshots" / "0123abc"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, f in enumerate(sorted(released.iterdir())):
+        blob = repo / "blobs" / f"{i:040x}"
+        f.rename(blob)
+        (snapshot / f.name).symlink_to(Path("../../blobs") / blob.name)
+    return snapshot
+
+
+def test_an_export_of_a_job_started_from_the_hub_cache_copies_its_files(tmp_path, capsys):
+    """A snapshot of the Hugging Face cache holds only links to its repository's blobs: the files
+    an upstream checkpoint holds beside its weights are copied from there too."""
+    released = tmp_path / "released"
+    write_upstream(released, get_preset("tiny"))
+    (released / "processor_config.json").write_text('{"p": 1}')
+    snapshot = _as_hub_cache(released, tmp_path / "hub")
+    job = tmp_path / "job"
+    argv = [*JOB, "--synthetic", "--max-steps", "1", "--output-dir", str(job),
+            "--init-from", str(snapshot)]  # fmt: skip
+    assert main(argv) == 0
+    assert main(["export", str(job / "checkpoint-1"), "--out", str(tmp_path / "export")]) == 0
+    export = tmp_path / "export"
+    assert (export / "processor_config.json").read_text() == '{"p": 1}'
+    assert (export / "config.json").is_file() and not (export / "config.json").is_symlink()
+    assert "left out" not in capsys.readouterr().err
+
+
 def test_init_from_a_checkpoint_missing_a_key_fails_on_one_line(tmp_path, capsys):
     gone = "backbone.model.language_model.model.layers.3.self_attn.k_norm.weight"
     write_upstream(tmp_path / "released", get_preset("tiny"), drop=(gone,))

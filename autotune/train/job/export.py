@@ -251,10 +251,21 @@ def _beside_weights(init: Path) -> tuple[list[Path], list[str]]:
 
 
 def _file_in(path: Path, folder: Path) -> bool:
-    """``path`` is a regular file in ``folder``, or a link to one there (never to a secret
-    elsewhere, a device or a pipe that a copy would read for ever)."""
+    """``path`` is a regular file in ``folder``, or a link to one there or to a blob of the Hugging
+    Face cache the folder is a snapshot of (never to a secret elsewhere, a device or a pipe that a
+    copy would read for ever)."""
     try:
         target = path.resolve(strict=True)
     except (OSError, RuntimeError):  # a broken link, a loop (RuntimeError before Python 3.13)
         return False
-    return target.parent == folder.resolve() and target.is_file()
+    home = folder.resolve()
+    return target.is_file() and target.parent in (home, _cache_blobs(home))
+
+
+def _cache_blobs(snapshot: Path) -> Path | None:
+    """``REPO/blobs`` where ``snapshot`` is ``REPO/snapshots/REVISION`` of the Hugging Face cache
+    (``models--nvidia--GR00T-N1.7-3B``), whose files are links to the repository's blobs."""
+    repo = snapshot.parent.parent
+    if snapshot.parent.name == "snapshots" and repo.name.startswith("models--"):
+        return repo / "blobs"
+    return None
