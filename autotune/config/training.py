@@ -30,7 +30,11 @@ from autotune.config.step import (
     KernelConfig,
     PrecisionConfig,
 )
-from autotune.config.workload_knobs import all_model_knobs, knobs_declaring, model_knobs_of
+from autotune.config.workload_knobs import (
+    knobs_declaring,
+    model_knobs_of,
+    registered,
+)
 from autotune.errors import ConfigError, short_repr
 
 SCHEMA_VERSION = 1
@@ -128,13 +132,12 @@ class ModelConfig:
         allowed = sorted(_GENERIC + tuple(f.name for f in dataclasses.fields(knobs or _None)))
         for name in rest:
             if knobs is None and isinstance(workload, str) and ":" not in workload:
-                declaring = sorted(
-                    all_model_knobs()
-                )  # a misspelt workload reads as one without knobs
-                raise ConfigError(
-                    f"{key}.{name}: unknown key of workload {short_repr(workload)}, which declares no "
-                    f"model knobs (those that do: {declaring}; is workload: right?); allowed: {allowed}"
-                )
+                known = registered()  # a misspelt workload would read as one without model knobs
+                if workload not in known:
+                    raise ConfigError(
+                        f"{key}.{name}: unknown key, as workload {short_repr(workload)} is unknown "
+                        f"(known workloads: {known}); allowed: {allowed}"
+                    )
             if knobs is None or name not in {f.name for f in dataclasses.fields(knobs)}:
                 raise ConfigError(f"{key}.{name}: unknown key; allowed: {allowed}")
         model = from_dict(_Generic, own, key)

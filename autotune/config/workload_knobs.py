@@ -21,6 +21,11 @@ def register_model_knobs(workload: str, cls: type) -> None:
     _KNOBS[workload] = cls
 
 
+def registered() -> list[str]:
+    """The names of the registered workloads, built-in and installed ones (entry points)."""
+    return importlib.import_module("autotune.workloads").list_workloads()
+
+
 def _load_builtin() -> None:
     # The built-in workloads register their knobs when their package is imported; the
     # configuration layer finds them by name, as a plugin lookup, without depending on them.

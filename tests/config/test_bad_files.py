@@ -231,8 +231,8 @@ def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path):
     [
         (
             "workload: nonexist_wl\npreset: tiny\nmodel: {skip_dead_work: true}\n",
-            "model.skip_dead_work: unknown key of workload 'nonexist_wl', which declares no model "
-            "knobs (those that do: ['gr00t_n16', 'gr00t_n17']; is workload: right?); allowed: "
+            "model.skip_dead_work: unknown key, as workload 'nonexist_wl' is unknown (known "
+            "workloads: ['gr00t_n16', 'gr00t_n17', 'hf_causal_lm', 'image_classifier']); allowed: "
             "['freeze', 'unfreeze']",
         ),
         ("workload: nonexist_wl\npreset: tiny\n", "workload 'nonexist_wl' is unknown; known"),
