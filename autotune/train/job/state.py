@@ -273,6 +273,9 @@ def load_optimizer(session: Session, state: dict[str, Any]) -> None:
     own = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
     opt.load_state_dict(state)
     for group, before in zip(opt.param_groups, own):
+        for key in IMPLEMENTATION:  # a flag the checkpoint's optimizer had and this one has not
+            if key in group and key not in before:
+                del group[key]
         for key, value in before.items():
             if key in IMPLEMENTATION:
                 group[key] = value
@@ -281,6 +284,23 @@ def load_optimizer(session: Session, state: dict[str, Any]) -> None:
                 group[key] = value
             elif isinstance(value, float) and isinstance(group.get(key), torch.Tensor):
                 group[key] = group[key].item()
+    _place_steps(opt)
+
+
+def _place_steps(opt: torch.optim.Optimizer) -> None:
+    """Each parameter's ``step`` where this optimizer's flags want it: torch's loading placed it by
+    the checkpoint's (a CPU count from a non-capturable one, which a capturable or fused update
+    refuses), so it is placed again by torch's rule: on the parameter's device for a capturable
+    or fused group, else on the CPU, in float32."""
+    if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW):  # the master's own steps stay
+        return
+    for group in opt.param_groups:
+        on_device = bool(group.get("capturable")) or bool(group.get("fused"))
+        for p in group["params"]:
+            step = opt.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                where = p.device if on_device else torch.device("cpu")
+                opt.state[p]["step"] = step.to(dtype=torch.float32, device=where)
 
 
 def load_schedule(session: Session, state: dict[str, Any]) -> None:
