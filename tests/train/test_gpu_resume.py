@@ -43,5 +43,5 @@ def test_a_job_resumed_on_the_gpu_with_another_optimizer_trains_on(tmp_path, cap
         captured = capsys.readouterr()
         assert code == 0, captured.err
     res = json.loads(captured.out.strip().splitlines()[-1])
-    assert res["start_step"] == 2 and len(res["losses"]) == 2
+    assert res["start_step"] == 3 and len(res["losses"]) == 2  # steps 3 and 4, from checkpoint-2
     assert all(torch.isfinite(torch.tensor(res["losses"])))
