@@ -183,11 +183,20 @@ def test_anchors_within_reason_and_an_anchor_inside_itself_still_read(tmp_path):
     assert data["b"] == [[1, 2], [1, 2]] and data["c"][0] is data["c"]
 
 
+def _error_line(capsys, *argv) -> str:
+    """``autotune ARGV`` run in this process (the CLI's ``main``): its one error line, exit 2."""
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
 @pytest.mark.parametrize("char", ["\x1b", "\x00", "\x07"], ids=["escape", "nul", "bell"])
-def test_a_control_character_in_a_config_is_one_line(tmp_path, char):
+def test_a_control_character_in_a_config_is_one_line(tmp_path, capsys, char):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"preset: tiny\nseed: 1 {char}[0m\n")
-    line = one_line_error(autotune("train", "--config", cfg))
+    line = _error_line(capsys, "train", "--config", cfg)
     assert line == (
         f"autotune: error: {cfg}: not valid YAML: character #x{ord(char):04x} at offset 21 "
         "(special characters are not allowed); a configuration is printable text"
@@ -204,23 +213,23 @@ def test_a_control_character_in_a_config_is_one_line(tmp_path, char):
     ],
     ids=["date", "binary", "nested-timestamp", "integer-key"],
 )
-def test_a_provenance_value_json_cannot_hold_is_refused_before_training(tmp_path, value, key):
+def test_a_provenance_value_json_cannot_hold_is_refused_before_training(
+    tmp_path, capsys, value, key
+):
     """Each checkpoint writes the configuration into its JSON state: a value JSON cannot hold
     would fail every save after the steps before it had trained."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"preset: tiny\nprovenance: {value}\n")
     out = tmp_path / "job"
-    line = one_line_error(
-        autotune("train", "--config", cfg, "--max-steps", "2", "--output-dir", out)
-    )
+    line = _error_line(capsys, "train", "--config", cfg, "--max-steps", "2", "--output-dir", out)
     assert re.match(rf"autotune: error: {re.escape(str(cfg))}: {key}: ", line), line
     assert not out.exists()
 
 
-def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path):
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("preset: tiny\noptimizer: {lr: 1e-4}\n")  # YAML 1.1: no dot, so a string
-    assert one_line_error(autotune("train", "--config", cfg)) == (
+    assert _error_line(capsys, "train", "--config", cfg) == (
         f"autotune: error: {cfg}: optimizer.lr: '1e-4' has the wrong type; allowed: a number "
         "(YAML reads 1e-4 as text; write 1.0e-4)"
     )
@@ -240,12 +249,14 @@ def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path):
     ],
     ids=["misspelt-workload-with-model-knobs", "unknown-workload", "unknown-preset"],
 )
-def test_trainer_args_of_a_config_naming_no_workload_it_knows_is_one_line(tmp_path, text, message):
+def test_trainer_args_of_a_config_naming_no_workload_it_knows_is_one_line(
+    tmp_path, capsys, text, message
+):
     """A misspelt workload was refused for its first model knob (or, without one, printed the
     arguments of a model that does not exist)."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(text)
-    line = one_line_error(autotune("trainer-args", "--config", cfg))
+    line = _error_line(capsys, "trainer-args", "--config", cfg)
     assert line.startswith(f"autotune: error: {cfg}: {message}"), line
 
 
@@ -259,9 +270,10 @@ def test_trainer_args_of_a_config_naming_no_workload_it_knows_is_one_line(tmp_pa
     ids=["empty", "url"],
 )  # fmt: skip
 def test_a_dataset_that_is_no_folder_is_refused_at_the_command_line(
-    tmp_path, command, value, message
+    tmp_path, capsys, monkeypatch, command, value, message
 ):
     """``--dataset ""`` (an unset variable) read as the current folder; a URL as a folder ``s3:``."""
-    line = one_line_error(autotune(command, "--dataset", value, "--steps", "1", cwd=tmp_path))
+    monkeypatch.chdir(tmp_path)
+    line = _error_line(capsys, command, "--dataset", value, "--steps", "1")
     assert line.startswith(f"autotune: error: {message}"), line
     assert not any(tmp_path.iterdir())

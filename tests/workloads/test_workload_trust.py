@@ -81,13 +81,20 @@ def test_a_malformed_workload_name_is_one_line(tmp_path, capsys, spec, reason):
     ],
     ids=["runtime-error", "name-error", "os-error"],
 )
-def test_a_workload_module_that_raises_as_it_runs_is_one_line(tmp_path, monkeypatch, code, raised):
+def test_a_workload_module_that_raises_as_it_runs_is_one_line(
+    tmp_path, monkeypatch, capsys, code, raised
+):
     """The module's own code failing at import (a typo, a check of its own) is the user's to fix:
     one line naming the exception and the module's line, a secret of the environment hidden."""
     (tmp_path / "job.py").write_text(f"import os\n{code}\n")
     spec = f"{tmp_path / 'job.py'}:Job"
+    from autotune.cli import main
+
     monkeypatch.setenv("MY_TOKEN", "hf_probe_secret_77")
-    line = one_line_error(autotune("inspect", "--workload", spec))
+    assert main(["inspect", "--workload", spec]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    line = err.strip()
     assert line.startswith(
         f"autotune: error: workload {spec!r} cannot be imported: its module raised {raised}"
     ), line
