@@ -240,9 +240,9 @@ def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path, capsys):
     [
         (
             "workload: nonexist_wl\npreset: tiny\nmodel: {skip_dead_work: true}\n",
+            # the known workloads: the built-in ones, and those tests in this process registered
             "model.skip_dead_work: unknown key, as workload 'nonexist_wl' is unknown (known "
-            "workloads: ['gr00t_n16', 'gr00t_n17', 'hf_causal_lm', 'image_classifier']); allowed: "
-            "['freeze', 'unfreeze']",
+            "workloads: [",
         ),
         ("workload: nonexist_wl\npreset: tiny\n", "workload 'nonexist_wl' is unknown; known"),
         ("workload: gr00t_n17\npreset: huge\n", "preset 'huge' of workload 'gr00t_n17' is unknown"),
@@ -258,6 +258,7 @@ def test_trainer_args_of_a_config_naming_no_workload_it_knows_is_one_line(
     cfg.write_text(text)
     line = _error_line(capsys, "trainer-args", "--config", cfg)
     assert line.startswith(f"autotune: error: {cfg}: {message}"), line
+    assert "'gr00t_n17'" in line
 
 
 @pytest.mark.parametrize("command", ["run", "train"])
