@@ -221,10 +221,16 @@ DAMAGES = {
 }
 
 
+IN_A_PROCESS_OF_ITS_OWN = {"optimizer: a moment of another shape"}
+"""Damage that, unchecked, crashed the process (a segmentation fault): run where a crash is the
+test's failure, not the suite's end."""
+
+
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_checkpoint_whose_files_do_not_fit_is_skipped_and_the_one_before_resumed(
     reference,  # noqa: F811
     tmp_path,
+    capsys,
     damage,
 ):
     """Files that load (their sums written again with them) but are not the state the job saved:
@@ -236,15 +242,19 @@ def test_a_checkpoint_whose_files_do_not_fit_is_skipped_and_the_one_before_resum
     folder = out / "checkpoint-6"
     change(folder / name)
     _rehash(folder)
-    done = autotune("train", *STEPS, "--output-dir", out, timeout=300)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    warnings = _warnings(done.stderr)
-    assert len(warnings) == 1, done.stderr
+    if damage in IN_A_PROCESS_OF_ITS_OWN:
+        done = autotune("train", *STEPS, "--output-dir", out, timeout=300)
+        code, err = done.returncode, done.stderr
+        res = json.loads(done.stdout.strip().splitlines()[-1]) if code == 0 else {}
+    else:  # in this process: a second interpreter would pay torch's import for each case
+        code, res, err = train(capsys, out)
+    assert code == 0 and "Traceback" not in err, err
+    warnings = _warnings(err)
+    assert len(warnings) == 1, err
     assert warnings[0].startswith(
         f"autotune: warning: skipping checkpoint {folder}: {folder / name}: "
     ), warnings[0]
     assert said in warnings[0], warnings[0]
-    res = json.loads(done.stdout.strip().splitlines()[-1])
     assert res["start_step"] == 5 and res["losses"] == ref["losses"][4:]
 
 
