@@ -77,8 +77,8 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
                 "--memory-budget apply to the trials still to run: raise --trials to run more)"
             )
         else:
-            # --confirm-rounds 0 measures nothing again; a confirmation of the same trials stands
-            confirmation = previous(opts.out, study, 1)
+            confirmation = None
+            # confirm() keeps a former confirmation of the same trials itself
             if opts.confirm_rounds:
                 confirmation = confirm(
                     opts,
@@ -90,7 +90,8 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
                 if confirmation is not None:
                     write_confirmation(opts.out, confirmation)
                     print(confirmation.line(), flush=True)
-            elif confirmation is not None:
+            # --confirm-rounds 0 measures nothing again; a confirmation of the same trials stands
+            elif (confirmation := previous(opts.out, study, 1)) is not None:
                 print(f"confirmation of #{confirmation.trial} against stock kept from the last run "
                       f"of the study: {confirmation.line()}", flush=True)  # fmt: skip
             best = write_best(

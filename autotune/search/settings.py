@@ -100,7 +100,8 @@ def check_unchanged(study: optuna.Study, opts, running: Sequence[FrozenTrial] = 
         how = f"is being measured (trial #{running[0].number} on {worker})"
     where = f"study {study.study_name!r}: user_attrs.{KEY}"
     kept = loads_attr(stored, where, "the JSON object of the settings a study was measured with")
-    old, new = _flat(kept), _flat(json.loads(json.dumps(settings(opts))))
+    current = json.loads(json.dumps(settings(opts)))
+    old, new = _flat(kept), _flat(current)
     if MACHINE in old and old[MACHINE] != new.get(MACHINE):
         raise ConfigError(
             f"{opts.out}: study {study.study_name!r} {how} on {old[MACHINE]!r}, this machine is "
@@ -121,7 +122,7 @@ def check_unchanged(study: optuna.Study, opts, running: Sequence[FrozenTrial] = 
             )
     # after the flags, which also shape the space (--synthetic drops the loader's knobs)
     if SPACE in kept:
-        _check_space(kept[SPACE], settings(opts)[SPACE], study, opts, how)
+        _check_space(kept[SPACE], current[SPACE], study, opts, how)
 
 
 def _check_space(
