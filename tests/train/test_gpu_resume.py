@@ -1,6 +1,7 @@
 """GPU-only: a training job resumed with another ``optimizer.impl`` on the device, in a captured
-whole step and eager: torch's loading places each parameter's ``step`` by the checkpoint's
-optimizer, which a capturable update of another refuses; run on the device machine."""
+whole step, eager, and with the state offloaded to the host: torch's loading places each
+parameter's ``step`` by the checkpoint's optimizer, which a capturable update of another refuses;
+run on the device machine."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ from autotune.cli import main  # noqa: E402
         (("foreach", "master"), "step"),
         (("foreach", "foreach"), "none->step"),
         (("fused", "foreach"), "none->step"),
+        (("fused, offload: true", "foreach"), "none->step"),
+        (("foreach", "fused, offload: true"), "step->none"),
     ],
     ids=[
         "master-then-foreach",
         "foreach-then-master",
         "eager-then-captured",
         "fused-then-captured",
+        "offloaded-then-captured",
+        "captured-then-offloaded",
     ],
 )
 def test_a_job_resumed_on_the_gpu_with_another_optimizer_trains_on(tmp_path, capsys, impls, graphs):
