@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from autotune.boundedread import check_regular, read_text
 from autotune.durable import fsync, sync_folder
 from autotune.errors import NAME_CHARS, DataError, first_line, short_repr
+from autotune.weights import unfinished
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -50,6 +51,7 @@ def _weight_map(folder: Path) -> dict[str, str] | None:
         raise DataError(
             f"{folder}: not a folder (give the checkpoint's folder, which holds {INDEX})"
         )
+    unfinished.check_finished(folder)
     index, single = folder / INDEX, folder / SINGLE
     has_index, has_single = _present(index), _present(single)
     if has_index and has_single:
@@ -194,7 +196,8 @@ def write_checkpoint(
     there, and with no right to write beside it needed), synced to disk, and moved up into ``out``
     when all are written, the index last: a crash never leaves an index naming a shard that is not
     whole. A write that fails (a full disk) removes what it wrote, and ``out`` where it made it,
-    and is a DataError naming ``out``; what a killed write left there is removed by the next write
+    and is a DataError naming ``out``; what a killed write left there (its staging folder, the files
+    it had moved in, which :mod:`~autotune.weights.unfinished` marks) is removed by the next write
     into ``out``. Returns the index.
     """
     shown = out
@@ -231,50 +234,65 @@ _STAGING = re.compile(rf"{re.escape(STAGING_PREFIX)}(.+)-(\d+)\Z")
 
 
 def _clear_for_writing(out: Path, shown: str | os.PathLike) -> None:
-    """``out`` is a folder that holds nothing but the staging folders of killed writes, which are
-    removed; else a DataError naming it (and the process of a write that still runs there)."""
+    """``out`` is a folder that holds nothing but what killed writes left (their staging folders,
+    the files they had moved in: :mod:`~autotune.weights.unfinished`), which is removed; else a
+    DataError naming it (and the process of a write that still runs there)."""
     if not out.is_dir():
         raise DataError(f"{shown}: exists and is not an empty folder; give a new folder")
-    entries = list(out.iterdir())
+    left = unfinished.leftover(out, shown)
+    if left is not None:
+        _check_ended(left.host, left.pid, shown)
+    theirs = {unfinished.MARKER, *(f.name for f in left.files)} if left else set()
+    entries = [e for e in out.iterdir() if e.name not in theirs]
     for entry in entries:
         m = _STAGING.match(entry.name)
         if m is None or not entry.is_dir() or entry.is_symlink():
-            raise DataError(f"{shown}: exists and is not an empty folder; give a new folder")
-        host, pid = m.group(1), int(m.group(2))
-        if host != socket.gethostname() or _running(pid):  # another host's processes are not seen
-            raise DataError(
-                f"{shown}: another write (process {pid} on host {short_repr(host)}) is putting a "
-                "checkpoint there; give another folder, or wait for it to end"
-            )
+            raise DataError(_not_empty(shown, entry, left))
+        _check_ended(m.group(1), int(m.group(2)), shown)
     for entry in entries:
         shutil.rmtree(entry)
+    if left is not None:
+        unfinished.remove(out, left)
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):  # none, or a number past any pid
-        return False
-    except PermissionError:  # another user's
-        pass
-    return True
+def _check_ended(host: str, pid: int, shown: str | os.PathLike) -> None:
+    if unfinished.writer_alive(host, pid):
+        raise DataError(
+            f"{shown}: another write (process {pid} on host {short_repr(host)}) is putting a "
+            "checkpoint there; give another folder, or wait for it to end"
+        )
+
+
+def _not_empty(shown: str | os.PathLike, entry: Path, left: unfinished.Leftover | None) -> str:
+    if left is None:
+        return f"{shown}: exists and is not an empty folder; give a new folder"
+    return (
+        f"{shown}: holds {short_repr(entry.name)}, which the export that did not finish there "
+        "did not write; move it out, or give a new folder"
+    )
 
 
 def _move_in(staging: Path, out: Path) -> None:
     """The files of ``staging`` moved up into ``out``: the index last, once the shards' new names
-    are on disk; then ``staging`` removed."""
+    are on disk; then ``staging`` removed. The marker of :mod:`~autotune.weights.unfinished` is in
+    ``out`` from before the first move until the index is in."""
+    files = sorted(staging.iterdir(), key=lambda f: f.name == INDEX)
     moved: list[Path] = []
     try:
-        for f in sorted(staging.iterdir(), key=lambda f: f.name == INDEX):
+        unfinished.begin(out, staging, files)
+        for f in files:
             if f.name == INDEX:
                 fsync(out)
             f.rename(out / f.name)
             moved.append(out / f.name)
+        fsync(out)  # the index is in before the marker goes
         staging.rmdir()
-        fsync(out)
+        unfinished.end(out)
     except BaseException:
         for f in moved:
             f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the error that stopped the moves is the one to tell
+            (out / unfinished.MARKER).unlink(missing_ok=True)
         raise
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,9 @@ import yaml
 from autotune.cli import main
 from autotune.train.job import checkpoint
 from autotune.train.job.watch import MetricsLog
-from tests.clirun import autotune, one_line_error
+from autotune.weights import INDEX, read_layout
+from autotune.weights.unfinished import MARKER
+from tests.clirun import ROOT, autotune, one_line_error
 from tests.tmpfs import fill, small_disk
 from tests.train.test_job_cpu import (  # noqa: F401  (reference: a fixture)
     STEPS,
@@ -71,6 +74,31 @@ def test_an_export_into_an_empty_mount_point_is_written_on_its_disk(reference, t
         assert (disk / "model.safetensors.index.json").is_file()
         assert not [p for p in disk.iterdir() if p.name.startswith(".")]
     assert [p.name for p in tmp_path.iterdir()] == ["disk"]
+
+
+def test_an_export_killed_among_its_moves_is_refused_as_init_from_and_redone_by_rerunning_it(
+    reference,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """Killed as it moved the index in, an export leaves its shards and config.json without an index:
+    a job refuses the folder as its --init-from, and the same export again replaces them."""
+    src, _ = reference
+    export = tmp_path / "export"
+    argv = ["export", str(src / "checkpoint-6"), "--out", str(export)]
+    killed = subprocess.run([sys.executable, "-m", "tests.crashat", "SIGKILL", "os.rename", INDEX,
+                             *argv], cwd=ROOT, timeout=300)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL and not (export / INDEX).exists()
+    job = [*[a for a in STEPS if a != "--json"], "--output-dir", str(tmp_path / "job")]
+    assert main(["train", *job, "--init-from", str(export)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"autotune: error: {export}: an export into it did not finish ({MARKER} is there): its "
+        f"files are not a whole checkpoint; run that export again (autotune export "
+        f"D/checkpoint-N --out {export}), or give another folder"
+    )
+    assert main(argv) == 0
+    assert MARKER not in {p.name for p in export.iterdir()}
+    assert read_layout(export)
 
 
 def _edit(state: dict, key: str) -> None:

@@ -5,6 +5,7 @@ visible; a write that fails leaves nothing, and what a killed one left goes with
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +17,8 @@ import pytest
 import torch
 
 from autotune.errors import DataError
-from autotune.weights import INDEX, read_layout, write_checkpoint
+from autotune.weights import INDEX, fingerprint, read_layout, weight_files, write_checkpoint
+from autotune.weights.unfinished import MARKER
 from tests.asuser import as_nobody, give_to_nobody, reachable_folder
 from tests.tmpfs import small_disk
 
@@ -143,3 +145,99 @@ def test_every_file_and_the_folder_are_synced_before_the_index_is_visible(tmp_pa
     before = {path.name for path, visible in synced if not visible}
     assert set(names(out)) <= before, synced
     assert (out, False) in synced and synced[-1] == (out, True), synced  # shards, then the index
+
+
+CRASHED = """
+import sys, torch
+from pathlib import Path
+from tests.crashat import crash_at
+from autotune.weights import write_checkpoint
+crash_at(*sys.argv[1:4])
+tensors = {{f"layer.{{i}}.weight": torch.randn(256, 256) for i in range(4)}}
+write_checkpoint(tensors, sys.argv[4], max_shard_bytes={shard}, extra_files=[Path(sys.argv[5])])
+"""
+MOMENTS = {
+    "first move": ("os.rename", "model-00001-of-00004.safetensors"),
+    "index move": ("os.rename", INDEX),
+    "marker removal": ("os.remove", MARKER),
+}
+"""Where a write is stopped among its last moves: before any file, before the index is in (the
+shards and config.json are), and once the index is in but its marker not yet gone."""
+
+
+def _crashed(out: Path, moment: str, sig: str = "SIGKILL") -> subprocess.Popen:
+    """A writer of four shards and a config.json into ``out``, sent ``sig`` at ``moment``."""
+    extra = out.parent / "config.json"
+    extra.write_text("{}")
+    script = CRASHED.format(shard=SHARD_BYTES)
+    proc = subprocess.Popen([sys.executable, "-c", script, sig, *MOMENTS[moment], str(out), str(extra)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    if sig == "SIGKILL":
+        assert proc.wait(timeout=120) == -signal.SIGKILL
+        return proc
+    while proc.poll() is None and Path(f"/proc/{proc.pid}/stat").read_text().split()[2] != "T":
+        time.sleep(0.05)
+    assert proc.poll() is None, "the writer ended before it was stopped"
+    return proc
+
+
+def _unfinished_line(out: Path) -> str:
+    return (
+        f"{out}: an export into it did not finish ({MARKER} is there): its files are not a whole "
+        f"checkpoint; run that export again (autotune export D/checkpoint-N --out {out}), or give "
+        "another folder"
+    )
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_a_write_killed_among_its_moves_is_refused_by_readers_and_redone_by_the_next(
+    tmp_path, moment
+):
+    """Killed while it moves its files into the folder, a write leaves some of them there: no
+    reader takes them for a checkpoint, and the next write into the folder replaces them."""
+    out = tmp_path / "out"
+    _crashed(out, moment)
+    assert MARKER in names(out)
+    for read in (read_layout, fingerprint, weight_files):
+        with pytest.raises(DataError) as err:
+            read(out)
+        assert str(err.value) == _unfinished_line(out)
+    index = write_checkpoint(TENSORS, out, max_shard_bytes=SHARD_BYTES)
+    assert names(out) == checkpoint_files(index)
+    assert set(read_layout(out)) == set(TENSORS)
+
+
+def test_a_file_the_killed_write_did_not_write_is_kept_and_named(tmp_path):
+    """A file put into the folder after the crash, or in place of one the write had moved there:
+    the next write removes none of the folder's files and says which is not the killed write's."""
+    out = tmp_path / "out"
+    _crashed(out, "index move")
+    shard = out / "model-00002-of-00004.safetensors"
+    copy = tmp_path / "copy"
+    shutil.copy(shard, copy)
+    copy.replace(shard)  # the same bytes, another file
+    before = names(out)
+    with pytest.raises(DataError) as err:
+        write_checkpoint(TENSORS, out, max_shard_bytes=SHARD_BYTES)
+    assert str(err.value) == (
+        f"{out}: holds '{shard.name}', which the export that did not finish there did not "
+        "write; move it out, or give a new folder"
+    )
+    assert names(out) == before
+
+
+def test_the_folder_of_a_write_still_moving_its_files_in_is_left_alone_and_named(tmp_path):
+    out = tmp_path / "out"
+    proc = _crashed(out, "marker removal", "SIGSTOP")
+    try:
+        before = names(out)
+        with pytest.raises(DataError) as err:
+            write_checkpoint(TENSORS, out)
+        assert str(err.value) == (
+            f"{out}: another write (process {proc.pid} on host {socket.gethostname()!r}) is "
+            "putting a checkpoint there; give another folder, or wait for it to end"
+        )
+        assert names(out) == before
+    finally:
+        proc.kill()
+        proc.wait()
