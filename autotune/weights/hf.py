@@ -205,6 +205,7 @@ def write_checkpoint(
     made = not out.exists()
     if not made:
         _clear_for_writing(out, shown)
+    unfinished.remove_old_staging(out)  # a killed export's copy of a checkpoint: gigabytes
     staging = out / f"{STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}"
     try:
         staging.mkdir(parents=True)

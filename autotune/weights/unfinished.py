@@ -8,12 +8,18 @@ is in. A crash between the two leaves shards without their index, or an index wi
 still beside it: every reader refuses a folder holding the marker (:func:`check_finished`). The
 next write into the folder, once the process that left it is gone, removes the files the marker
 names, each only while it is still the file that was moved there: never a file it did not write.
+
+The layout before this one staged a write in ``.<name>.tmp-<pid>`` beside the folder, and a killed
+write left that copy of a checkpoint there; a write into the folder removes it
+(:func:`remove_old_staging`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import socket
 import stat
 from dataclasses import dataclass
@@ -110,6 +116,39 @@ def writer_alive(host: str, pid: int) -> bool:
     except PermissionError:  # another user's
         pass
     return True
+
+
+def remove_old_staging(out: Path) -> None:
+    """The folder ``.<name>.tmp-<pid>`` beside ``out`` that a killed export of the layout before
+    this one left (it staged there and renamed the folder in), removed where its process is gone,
+    it is this user's and it holds regular files only; left where anything else is found (what
+    cannot be removed, in a folder this user may no longer write, stays too)."""
+    if not out.name:
+        return
+    own = re.compile(rf"\.{re.escape(out.name)}\.tmp-(\d+)\Z")
+    try:
+        with os.scandir(out.parent) as entries:
+            found = [(e.path, int(m.group(1))) for e in entries if (m := own.match(e.name))]
+    except OSError:
+        return
+    for path, pid in found:
+        # its name has no host, so a write of another host into the same shared folder would be
+        # taken for a dead one here: removing its staging fails that write (it then says so and
+        # leaves nothing), which two writes into one folder at once would do anyway
+        if not writer_alive(socket.gethostname(), pid) and _files_of_mine(Path(path)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _files_of_mine(folder: Path) -> bool:
+    """``folder`` is a folder of this user's (not a link to one) holding only regular files of
+    this user's: a checkpoint's, never a tree or a link to elsewhere."""
+    try:
+        with os.scandir(folder) as entries:
+            stats = [os.lstat(folder), *(e.stat(follow_symlinks=False) for e in entries)]
+    except OSError:
+        return False
+    kinds = [stat.S_ISDIR(stats[0].st_mode)] + [stat.S_ISREG(st.st_mode) for st in stats[1:]]
+    return all(kinds) and all(st.st_uid == os.geteuid() for st in stats)
 
 
 def _identity(st: os.stat_result) -> list[int]:

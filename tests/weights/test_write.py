@@ -241,3 +241,36 @@ def test_the_folder_of_a_write_still_moving_its_files_in_is_left_alone_and_named
     finally:
         proc.kill()
         proc.wait()
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen([sys.executable, "-c", ""])
+    done.wait()
+    return done.pid
+
+
+@pytest.mark.parametrize(
+    "left, removed",
+    [
+        ("dead", True),
+        ("running", False),  # this test's own process
+        ("dead, holding a link", False),
+        ("dead, of another folder", False),
+    ],
+)
+def test_the_staging_folder_of_the_layout_before_is_removed_where_its_process_is_gone(
+    tmp_path, left, removed
+):
+    """That layout staged ``.<name>.tmp-<pid>`` beside the folder, and a killed write left it for
+    ever; the next write into the folder removes it, and nothing that may still be written or is
+    not a checkpoint's files."""
+    pid = os.getpid() if left == "running" else _dead_pid()
+    name = ".other" if left.endswith("another folder") else ".out"
+    old = tmp_path / f"{name}.tmp-{pid}"
+    old.mkdir()
+    (old / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 64)
+    (old / INDEX).write_text("{}")
+    if left.endswith("a link"):
+        (old / "config.json").symlink_to(tmp_path / "elsewhere.json")
+    write_checkpoint(TENSORS, tmp_path / "out", max_shard_bytes=SHARD_BYTES)
+    assert old.exists() != removed
