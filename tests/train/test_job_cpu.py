@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -224,6 +225,28 @@ def test_two_processes_resume_from_the_checkpoint_rank_0_wrote(tmp_path, capsys)
     )
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["start_step"] == 3 and again["losses"] == whole["losses"][2:]
+
+
+KILLED_RANK = """
+import os, signal, sys, time
+if os.environ["RANK"] == "1":
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)  # until torchrun stops it
+"""
+
+
+def test_a_rank_a_signal_ended_is_one_line_without_torchruns_report(tmp_path):
+    """It could say nothing itself; torchrun's report was a traceback and a table of every rank."""
+    script = tmp_path / "rank.py"
+    script.write_text(KILLED_RANK)
+    done = subprocess.run([sys.executable, "-m", "autotune.train.job.torchrun", "--standalone",
+                           "--nproc-per-node=2", str(script)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and re.fullmatch(
+        r"autotune: error \(rank 1\): killed by SIGKILL \(pid \d+\)", lines[0]
+    ), done.stderr
 
 
 def test_mixing_the_measuring_run_and_the_job_is_refused(capsys):

@@ -1,4 +1,5 @@
-"""Several ranks of a job: torchrun in the foreground, its output on this terminal.
+"""Several ranks of a job: torchrun in the foreground, its output on this terminal (but for its own
+report of a failed rank, which the ranks make: :mod:`~autotune.train.job.torchrun`).
 
 One node (``--nproc K``) uses torchrun's ``--standalone`` rendezvous; several nodes pass
 ``--nnodes``, ``--node-rank``, ``--rdzv-endpoint`` (and ``--rdzv-backend``, ``--rdzv-id``) through to
@@ -41,8 +42,9 @@ class Nodes:
         return self.nproc > 1 or self.nnodes > 1 or self.rdzv_endpoint is not None
 
 
-def torchrun_command(nodes: Nodes, worker: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nodes.nproc}"]
+def torchrun_command(nodes: Nodes, worker: list[str], debug: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "autotune.train.job.torchrun", *(["--debug"] if debug else [])]
+    cmd.append(f"--nproc-per-node={nodes.nproc}")
     if nodes.rdzv_endpoint is None:
         cmd.append("--standalone")
     else:
@@ -99,7 +101,9 @@ def launch_job(
         if debug:
             worker.append("--debug")
         env = training_env(cfg, nodes.nproc)
-        proc = subprocess.Popen(torchrun_command(nodes, worker), env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            torchrun_command(nodes, worker, debug), env=env, start_new_session=True
+        )
         previous = _forward_sigterm(proc)
         try:
             code = proc.wait()
