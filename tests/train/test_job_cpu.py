@@ -227,6 +227,32 @@ def test_two_processes_resume_from_the_checkpoint_rank_0_wrote(tmp_path, capsys)
     assert again["start_step"] == 3 and again["losses"] == whole["losses"][2:]
 
 
+def test_two_processes_refuse_a_folder_of_unusable_checkpoints_together_on_one_line(
+    tmp_path, capfd
+):
+    """Rank 0 refused the folder and ended while rank 1 waited to hear which checkpoint it chose:
+    rank 1 ended on a broken connection, printed as its error line, under torchrun's traceback."""
+    from tests.ports import free_port
+
+    out = tmp_path / "job"
+    (out / "checkpoint-2").mkdir(parents=True)
+    (out / "checkpoint-2" / checkpoint.STATE).write_text("{}")
+    (out / "metrics.jsonl").write_text("")  # a job killed before it logged: a job's folder
+    argv = ["train", "--preset", "tiny", "--synthetic", "--no-progress", "--nproc", "2",
+            "--max-steps", "4", "--output-dir", str(out), "--nnodes", "1", "--node-rank", "0",
+            "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]  # fmt: skip
+    assert main(argv) == 2
+    state = out / "checkpoint-2" / checkpoint.STATE
+    why = f"{state} is missing or unreadable (KeyError)"
+    assert capfd.readouterr().err.splitlines() == [
+        f"autotune: warning: skipping checkpoint {out / 'checkpoint-2'}: {why}",
+        f"autotune: error: training failed (config): --output-dir {out}: none of its 1 "
+        f"checkpoints can be resumed from (the newest: {why}); training from step 1 would write "
+        "over them: move them out of it to start afresh, or give another --output-dir",
+    ]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "metrics.jsonl"]
+
+
 KILLED_RANK = """
 import os, signal, sys, time
 if os.environ["RANK"] == "1":

@@ -1,5 +1,6 @@
 """Decisions every rank of a job takes at the same step: stop (a SIGTERM or a first Ctrl-C on any
-rank), profile.
+rank), profile, and whether a step every rank takes together (choosing the checkpoint to resume
+from) succeeded everywhere (:meth:`Control.agree`).
 
 With several ranks the flags go through a gloo group on the CPU (no device synchronisation): each
 step boundary starts an all-reduce (max) of this rank's flags and reads the one started at the
@@ -12,12 +13,24 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from autotune.errors import TrialError
+
 STOP, PROFILE = 0, 1
+T = TypeVar("T")
+
+
+class FailedElsewhere(TrialError):
+    """Another rank failed at a step every rank takes together (:meth:`Control.agree`): that rank
+    says why; this one ends without a word of its own."""
+
+    def __init__(self, rank: int, reason: str, message: str) -> None:
+        super().__init__(f"rank {rank}: {message}", reason)
 
 
 class Control:
@@ -93,6 +106,35 @@ class Control:
         out: list[Any] = [None] * self.world
         dist.all_gather_object(out, value, group=self.group)
         return out
+
+    def agree(self, work: Callable[[], T] | None) -> T | None:
+        """``work()`` on this rank (None: nothing to do here), returned once every rank's has
+        succeeded. Where one failed, every rank raises at once: those that failed their own error,
+        the others :class:`FailedElsewhere` naming the first of them. (A rank that raised alone
+        would leave the others waiting at their next collective, to end on a broken connection.)"""
+        try:
+            value = work() if work is not None else None
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # its own error is what this rank has to tell
+                self._first_failure(exc)
+            raise
+        failed = self._first_failure(None)
+        if failed is not None:
+            raise FailedElsewhere(*failed)
+        return value
+
+    def _first_failure(self, exc: Exception | None) -> tuple[int, str, str] | None:
+        """(rank, reason, message) of the first rank whose work failed, once every rank has told
+        whether its own did (``exc``)."""
+        if self.group is None:
+            return None
+        mine = None
+        if exc is not None:  # the job's worker has it loaded; a job of one rank never gets here
+            from autotune.train.trial.worker import classify_exception
+
+            mine = classify_exception(exc)
+        told = self.gather(mine)
+        return next(((rank, *f) for rank, f in enumerate(told) if f is not None), None)
 
     def barrier(self) -> None:
         if self.group is not None:

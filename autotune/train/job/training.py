@@ -205,21 +205,34 @@ class Job:
             print(f"autotune: warning: {line}", file=sys.stderr, flush=True)
 
     def _resume_point(self) -> checkpoint.Loaded | None:
-        if self.rank == 0:
-            self.out.mkdir(parents=True, exist_ok=True)
-            checkpoint.remove_partial(self.out)
-            loaded = checkpoint.latest(self.out, self.warn, check=self._check_usable)
-        chosen = self.control.broadcast(loaded.step if self.rank == 0 and loaded else None)
-        if self.rank != 0 and chosen is not None:
-            loaded = checkpoint.latest(self.out, self.warn, at=chosen, check=self._check_usable)
-            if loaded is None:
-                raise ConfigError(
-                    f"{self.out}: rank {self.rank} cannot read checkpoint-{chosen}, which rank 0 resumes "
-                    f"from (is --output-dir on a file system every node shares?)"
-                )
-        if chosen is not None:
+        """The checkpoint to resume from (None: the start), agreed by every rank: rank 0 chooses it
+        or refuses the folder, the others load the one it chose; where one rank fails, every rank
+        stops, and only those that failed say why (:meth:`Control.agree`)."""
+        loaded = self.control.agree(self._choose if self.rank == 0 else None)
+        chosen = self.control.broadcast(loaded.step if loaded else None)
+        if chosen is None:
+            return None
+        theirs = self.control.agree(None if self.rank == 0 else lambda: self._load_chosen(chosen))
+        return loaded if self.rank == 0 else theirs
+
+    def _choose(self) -> checkpoint.Loaded | None:
+        """Rank 0's choice: the newest usable checkpoint, partial ones removed first."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        checkpoint.remove_partial(self.out)
+        loaded = checkpoint.latest(self.out, self.warn, check=self._check_usable)
+        if loaded is not None:
             self._check_end(loaded)
-        return loaded if chosen is not None else None
+        return loaded
+
+    def _load_chosen(self, step: int) -> checkpoint.Loaded:
+        """The checkpoint of ``step``, which rank 0 chose, as another rank reads it."""
+        loaded = checkpoint.latest(self.out, self.warn, at=step, check=self._check_usable)
+        if loaded is None:
+            raise ConfigError(
+                f"{self.out}: rank {self.rank} cannot read checkpoint-{step}, which rank 0 resumes "
+                f"from (is --output-dir on a file system every node shares?)"
+            )
+        return loaded
 
     def _check_usable(self, loaded: checkpoint.Loaded) -> None:
         """``ConfigError`` for a checkpoint of another workload or configuration; ``CorruptCheckpoint``
