@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from autotune.train.job import offload_state
 from autotune.train.job.host_memory import LockedMemory
 from autotune.train.session import Session
 
@@ -271,7 +272,7 @@ def load_optimizer(session: Session, state: dict[str, Any]) -> None:
     :data:`IMPLEMENTATION` flags as they are."""
     opt = session.optimizer
     own = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
-    opt.load_state_dict(state)
+    opt.load_state_dict(offload_state.match(opt, state))
     for group, before in zip(opt.param_groups, own):
         for key in IMPLEMENTATION:  # a flag the checkpoint's optimizer had and this one has not
             if key in group and key not in before:
@@ -292,8 +293,12 @@ def _place_steps(opt: torch.optim.Optimizer) -> None:
     the checkpoint's (a CPU count from a non-capturable one, which a capturable or fused update
     refuses), so it is placed again by torch's rule: on the parameter's device for a capturable
     or fused group, else on the CPU, in float32."""
-    if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW):  # the master's own steps stay
-        return
+    for part in getattr(opt, "optimizers", lambda: [opt])():  # an offloaded one's host and device
+        if isinstance(part, torch.optim.Adam | torch.optim.AdamW):  # the master's own steps stay
+            _place_steps_of(part)
+
+
+def _place_steps_of(opt: torch.optim.Adam | torch.optim.AdamW) -> None:
     for group in opt.param_groups:
         on_device = bool(group.get("capturable")) or bool(group.get("fused"))
         for p in group["params"]:

@@ -327,11 +327,18 @@ class Job:
         """Another optimizer implementation takes the saved state over (the moments as it stores
         them: 8- or 4-bit ones requantized): the job goes on, but not as the one it was."""
         optimizer = _trained_config(loaded).get("optimizer")
-        impl = optimizer.get("impl") if isinstance(optimizer, dict) else None
+        optimizer = optimizer if isinstance(optimizer, dict) else {}
+        impl, offload = optimizer.get("impl"), optimizer.get("offload", False)
         if impl is not None and impl != self.cfg.optimizer.impl:
             self.warn(
                 f"{loaded.path} was trained with optimizer.impl {impl}; this job goes on with "
                 f"{self.cfg.optimizer.impl}, which takes its optimizer state over"
+            )
+        if isinstance(offload, bool) and offload != self.cfg.optimizer.offload:
+            where = "host" if self.cfg.optimizer.offload else "device"
+            self.warn(
+                f"{loaded.path} was trained with optimizer.offload {str(offload).lower()}; this job "
+                f"goes on with {str(not offload).lower()}: its optimizer state moves to the {where}"
             )
 
     def _note_data(self, loaded: checkpoint.Loaded) -> None:

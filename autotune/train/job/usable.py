@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from autotune.errors import first_line, kind_of, short_repr
-from autotune.train.job import state
+from autotune.train.job import offload_state, state
 from autotune.train.job.checkpoint import (
     OPTIMIZER,
     RNG,
@@ -78,7 +78,7 @@ def _check_dtypes(weights: dict[str, torch.Tensor], where: Path) -> None:
 
 
 def _check_optimizer(opt: torch.optim.Optimizer, saved: Any, where: Path, step: int) -> None:
-    for part, part_saved, key in _parts(opt, saved, where):
+    for part, part_saved, key in _parts(opt, offload_state.match(opt, saved), where):
         ids = _check_groups(part, part_saved, where, key)
         _check_moments(ids, part_saved.get("state"), where, f"{key}state", step)
 

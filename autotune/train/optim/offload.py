@@ -23,6 +23,10 @@ import torch
 
 from autotune.train.optim.clip import ClipsInStep, run_closure
 
+MINIMAL_SIZE = 4096
+"""A parameter of fewer values stays on the device with its state (one host transfer each would
+cost more than its update); the others' state lives on the host."""
+
 
 def offload_adamw(
     param_groups: list[dict],
@@ -32,16 +36,21 @@ def offload_adamw(
     eps: float,
     weight_decay: float = 0.0,
 ) -> torch.optim.Optimizer:
-    """torch's fused AdamW over ``param_groups`` (on CUDA parameters), its state and update on the host."""
-    return _offload_class()(
+    """torch's fused AdamW over ``param_groups`` (on CUDA parameters), its state and update on the
+    host; ``groups_given`` lists each group's parameters as given (torchao regroups them)."""
+    given = [list(g["params"]) for g in param_groups]
+    opt = _offload_class()(
         param_groups,
         torch.optim.AdamW,
+        minimal_size=MINIMAL_SIZE,
         lr=lr,
         betas=betas,
         eps=eps,
         weight_decay=weight_decay,
         fused=True,
     )
+    opt.groups_given = given
+    return opt
 
 
 @functools.cache
@@ -50,7 +59,9 @@ def _offload_class() -> type:
     from torchao.optim import CPUOffloadOptimizer
 
     class OffloadAdamW(ClipsInStep, CPUOffloadOptimizer):
-        def _optimizers(self) -> list[torch.optim.Optimizer]:
+        groups_given: list[list[torch.Tensor]]
+
+        def optimizers(self) -> list[torch.optim.Optimizer]:
             return [*self.optim_dict.values(), *([self.d_opt] if self.d_opt is not None else [])]
 
         @torch.no_grad()
@@ -65,12 +76,12 @@ def _offload_class() -> type:
             if max_norm > 0:
                 scale = torch.clamp((self.last_norm.float() + 1e-6) / max_norm, min=1.0)
             host = scale.cpu() if scale is not None else None
-            for opt in self._optimizers():
+            for opt in self.optimizers():
                 opt.grad_scale = scale if opt is self.d_opt else host
             try:
                 super().step()
             finally:
-                for opt in self._optimizers():
+                for opt in self.optimizers():
                     opt.grad_scale = None
             return loss
 
