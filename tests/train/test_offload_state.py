@@ -19,8 +19,12 @@ def _stepped_adamw() -> torch.optim.AdamW:
     small = [torch.nn.Parameter(torch.randn(8 + i)) for i in range(2)]
     groups = [
         {"params": [big[0], small[0], big[1]], "weight_decay": 0.1},
-        {"params": [big[2]], "weight_decay": 0.0},  # no small parameter: no group on the device
-        {"params": [small[1]], "weight_decay": 0.0},
+        {
+            "params": [big[2]],
+            "weight_decay": 0.0,
+            "lr": 2e-3,
+        },  # no small parameter: none on the device
+        {"params": [small[1]], "weight_decay": 0.0, "lr": 3e-3},
     ]
     opt = torch.optim.AdamW(groups, lr=1e-3)
     for _ in range(2):
@@ -36,6 +40,19 @@ def _offloaded_like(opt: torch.optim.AdamW) -> SimpleNamespace:
     given = [list(g["params"]) for g in opt.param_groups]
     big = {p: None for ps in given for p in ps if p.numel() >= MINIMAL_SIZE}
     return SimpleNamespace(groups_given=given, param_d2h_map=big, d_opt=object())
+
+
+def test_a_schedules_lists_laid_out_for_the_offloaded_groups_and_back_are_as_they_were():
+    opt = _stepped_adamw()
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5**step)
+    schedule.step()
+    flat = schedule.state_dict()
+    split = offload_state.match_schedule(_offloaded_like(opt), flat)
+    # the device's groups (of given groups 0 and 2), then one per large parameter (in 0, 0, 1)
+    assert split["base_lrs"] == [1e-3, 3e-3, 1e-3, 1e-3, 2e-3]
+    assert len(split["_last_lr"]) == len(split["lr_lambdas"]) == 5
+    assert offload_state.match_schedule(opt, split) == flat
+    assert offload_state.match_schedule(opt, flat) == flat
 
 
 def test_a_flat_state_split_and_merged_again_is_the_state_it_was():

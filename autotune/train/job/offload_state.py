@@ -1,5 +1,6 @@
 """An optimizer state saved with ``optimizer.offload`` in the layout of one without, and the other
-way, so that a job resumed with the offload switched on or off takes its state over.
+way, so that a job resumed with the offload switched on or off takes its state over; the schedule's
+lists of one value per parameter group likewise (:func:`match_schedule`).
 
 torch's AdamW saves ``{"state": {index: moments}, "param_groups": [...]}``, its indices running
 over the groups' parameters in order. The offloaded one (torchao's ``CPUOffloadOptimizer``) saves
@@ -92,3 +93,39 @@ def _merged(opt: torch.optim.Optimizer, saved: dict[str, Any]) -> dict[str, Any]
     if next(offloaded, None) is not None:
         return saved  # more offloaded states than this optimizer's parameters
     return {"state": moments, "param_groups": groups}
+
+
+SCHEDULE_LISTS = ("base_lrs", "_last_lr", "lr_lambdas")
+"""A schedule's state that holds one value per parameter group of its optimizer."""
+
+
+def match_schedule(opt: torch.optim.Optimizer, saved: Any) -> Any:
+    """A schedule's ``saved`` state with its per-group lists laid out for ``opt``'s groups, where
+    they are of the other layout's count, else as it is. The offloaded optimizer's groups are its
+    device groups (one per given group with small parameters), then one per offloaded parameter."""
+    if not isinstance(saved, dict):
+        return saved
+    other, sources = _group_sources(opt)
+    out = dict(saved)
+    for key in SCHEDULE_LISTS:
+        values = saved.get(key)
+        if isinstance(values, list) and len(values) == other != len(sources):
+            out[key] = [values[i] for i in sources]
+    return out
+
+
+def _group_sources(opt: Any) -> tuple[int, list[int]]:
+    """(how many groups the other layout has, for each of ``opt``'s groups the other layout's group
+    it was made from or that was made from it)."""
+    given = getattr(opt, "groups_given", None)
+    if given is not None:
+        small = [i for i, ps in enumerate(given) if any(p not in opt.param_d2h_map for p in ps)]
+        large = [i for i, ps in enumerate(given) for p in ps if p in opt.param_d2h_map]
+        return len(given), small + large
+    groups = [g["params"] for g in opt.param_groups]
+    small = [i for i, ps in enumerate(groups) if any(p.numel() < MINIMAL_SIZE for p in ps)]
+    large = [i for i, ps in enumerate(groups) for p in ps if p.numel() >= MINIMAL_SIZE]
+    order = small + large
+    if sorted(set(order)) != list(range(len(groups))):
+        return -1, []  # a group without parameters: no offloaded layout to come from
+    return len(order), [order.index(i) for i in range(len(groups))]

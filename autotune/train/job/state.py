@@ -312,5 +312,5 @@ def load_schedule(session: Session, state: dict[str, Any]) -> None:
     """The schedule's position; its base learning rates (constant, device tensors for a captured
     step) stay the ones the session built."""
     base = list(session.schedule.base_lrs)
-    session.schedule.load_state_dict(state)
+    session.schedule.load_state_dict(offload_state.match_schedule(session.optimizer, state))
     session.schedule.base_lrs = base

@@ -61,7 +61,8 @@ def check(session: Session, loaded: Loaded) -> None:
     state.check_weights(params, loaded.weights, str(folder))
     _check_dtypes(loaded.weights, folder / WEIGHTS)
     _check_optimizer(session.optimizer, loaded.optimizer, folder / OPTIMIZER, loaded.step)
-    _check_schedule(session.schedule, loaded.scheduler, folder / SCHEDULER, loaded.step)
+    scheduler = offload_state.match_schedule(session.optimizer, loaded.scheduler)
+    _check_schedule(session.schedule, scheduler, folder / SCHEDULER, loaded.step)
     _check_rngs(loaded.rng, session.device, folder / RNG)
 
 
