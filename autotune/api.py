@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from autotune.config import TrainConfig, load_config
+from autotune.config.named import naming_file
 from autotune.errors import ConfigError, WorkloadError
 from autotune.workloads.base import Batch, Workload
 from autotune.workloads.registry import get_workload
@@ -169,7 +170,8 @@ def prepare(
         )
     job = _UserJob(base, loss_fn, regions, blocks, sample_batch, optimizer)
     rank, world, local = distributed.init_from_env()
-    session = Session(cfg, rank, world, local, model=model, workload=job)
+    with naming_file(None if isinstance(config, TrainConfig) else config):
+        session = Session(cfg, rank, world, local, model=model, workload=job)
     loader = None
     if dataset is not None:
         loader = dataset_loader(

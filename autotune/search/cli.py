@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autotune.config.compat import (
     Machine,
+    check_compatible,
     check_data,
     check_nproc,
     compile_turned_off,
@@ -31,6 +33,9 @@ from autotune.search.references import check_references, reference_config
 from autotune.search.space import load_space
 from autotune.search.storage import GRACE_PERIOD
 from autotune.search.urls import storage_url
+
+if TYPE_CHECKING:
+    from autotune.workloads import Workload
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -120,6 +125,26 @@ def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
+def _check_base(
+    args: argparse.Namespace,
+    opts: StudyOptions,
+    machine: Machine,
+    regions: tuple[str, ...],
+    workload: Workload,
+) -> None:
+    """The base configuration's values against the workload and this machine, as its stock trial's
+    are checked, before anything is written: an error names ``--base``'s file as reading it would."""
+    from autotune.config.named import checking_values, naming_file
+    from autotune.search.params import trial_config
+
+    source = args.base
+    if args.base and args.workload != DEFAULT_WORKLOAD:  # read as options() reads it
+        source = f"{args.base} (as --workload {args.workload})"
+    with naming_file(source), checking_values():
+        check_data(opts.base, workload.data_sources(), workload.data_fields)
+        check_compatible(trial_config(opts.base, {}), machine, regions)
+
+
 def run_search(args: argparse.Namespace) -> int:
     if args.space:  # a wrong space file is refused before torch is imported (seconds)
         args.space = load_space(args.space)
@@ -140,7 +165,7 @@ def run_search(args: argparse.Namespace) -> int:
     with own_folder(opts.out, "autotune run", "--out", worker_hint):
         workload = get_workload(opts.base.workload)
         regions = tuple(workload.region_trains(opts.base.preset))
-        check_data(opts.base, workload.data_sources(), workload.data_fields)
+        _check_base(args, opts, machine, regions, workload)
         loads_data = opts.base.data.source != "synthetic"
         opts.space, notes = opts.space.for_machine(machine, loads_data)
         for note in notes:

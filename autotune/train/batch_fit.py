@@ -29,14 +29,18 @@ def check_batch_fits(cfg: TrainConfig, processes: int = 1) -> None:
     """ConfigError naming ``batch_size`` when ``processes`` batches of ``cfg`` exceed the memory
     available here (see the module)."""
     from autotune.config.compat import Machine, check_machine
+    from autotune.config.named import checking_values
+    from autotune.errors import WorkloadError
     from autotune.workloads import get_workload
 
-    # the machine's rules first: a workload named module:Class is imported only for a
-    # configuration that can run here (as a session does)
-    check_machine(cfg, Machine.current(processes))
-    one = get_workload(cfg.workload).synthetic_batch(
-        cfg.preset, 1, "cpu", torch.Generator().manual_seed(0)
-    )
+    # checks of the configuration's values, as a session's (a caller names its file)
+    with checking_values(WorkloadError):
+        # the machine's rules first: a workload named module:Class is imported only for a
+        # configuration that can run here (as a session does)
+        check_machine(cfg, Machine.current(processes))
+        one = get_workload(cfg.workload).synthetic_batch(
+            cfg.preset, 1, "cpu", torch.Generator().manual_seed(0)
+        )
     per_sample = _nbytes(one) + KEY_BYTES
     need = per_sample * cfg.batch_size * processes
     available = available_memory()

@@ -10,14 +10,17 @@ python -m autotune verify --config best.yaml --steps 20
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 
 from autotune.argtypes import NON_NEGATIVE, POSITIVE, local_path, number
 from autotune.config import TrainConfig, load_config
 from autotune.config.compat import use_dataset
 from autotune.config.io import load_config_as
+from autotune.config.named import naming_file
 from autotune.errors import ParityError, TrialError
 from autotune.train import memcap
 from autotune.train.job import cli as job_cli
@@ -159,6 +162,27 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     return cfg
 
 
+def config_source(args: argparse.Namespace) -> str | None:
+    """How an error of a value of the command's configuration names it, as reading it would: its
+    file (read as ``--workload``'s where that is given); None for a stock configuration."""
+    if not args.config:
+        return None
+    return f"{args.config} (as --workload {args.workload})" if args.workload else args.config
+
+
+def _naming_config(command: Callable[[argparse.Namespace], int]):
+    """``command`` with the errors of its configuration's values (checked where a session is built,
+    here or in the processes it starts) naming the file (:mod:`autotune.config.named`)."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        with naming_file(config_source(args)):
+            return command(args)
+
+    return run
+
+
+@_naming_config
 def run_train(args: argparse.Namespace) -> int:
     job_cli.check_mode(args)
     cfg = resolve_config(args)  # a wrong file is refused before torch is imported (seconds)
@@ -172,11 +196,12 @@ def run_train(args: argparse.Namespace) -> int:
     check_nproc(cfg, args.nproc)
     check_batch_fits(cfg, args.nproc)
     if args.max_steps is not None:
-        return job_cli.run(args, cfg)
+        return job_cli.run(args, cfg, config_source(args))
     args.steps = 20 if args.steps is None else args.steps
     args.warmup = 5 if args.warmup is None else args.warmup
     if args.nproc > 1:
-        record = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc)
+        source = config_source(args)
+        record = launch(cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, source=source)
         _raise_failure(record, "training")
     else:
         record = run_training(cfg, steps=args.steps, warmup=args.warmup).record()
@@ -229,6 +254,7 @@ def check_nproc(cfg: TrainConfig, nproc: int) -> None:
     check(nproc, cfg.device != "cpu" and torch.cuda.is_available())
 
 
+@_naming_config
 def run_verify(args: argparse.Namespace) -> int:
     cfg = resolve_config(args)
     check_nproc(cfg, args.nproc)
@@ -237,7 +263,7 @@ def run_verify(args: argparse.Namespace) -> int:
     check_batch_fits(cfg, args.nproc)  # stock is trained at the same batch
     from autotune.train.window.verify import undecided_text, verify
 
-    res = verify(cfg, steps=args.steps, nproc=args.nproc)
+    res = verify(cfg, steps=args.steps, nproc=args.nproc, source=config_source(args))
     if args.json:
         print(json.dumps(res.to_dict()))
     else:
@@ -262,6 +288,7 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+@_naming_config
 def run_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -282,7 +309,12 @@ def run_profile(args: argparse.Namespace) -> int:
         )
     output_folder(out)
     record = launch(
-        cfg, steps=args.steps, warmup=args.warmup, nproc=args.nproc, profile_out=out.resolve()
+        cfg,
+        steps=args.steps,
+        warmup=args.warmup,
+        nproc=args.nproc,
+        profile_out=out.resolve(),
+        source=config_source(args),
     )
     _raise_failure(record, "profiling")
     if args.json:  # the classification in full, as rank 0 wrote it

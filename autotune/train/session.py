@@ -12,7 +12,8 @@ from torch import nn
 from autotune.config import TrainConfig
 from autotune.config.compat import Machine, check_compatible, check_data, check_machine
 from autotune.config.memory import micro_batch_size
-from autotune.errors import IncompatibleConfigError
+from autotune.config.named import checking_values
+from autotune.errors import IncompatibleConfigError, WorkloadError
 from autotune.train import accumulate, distributed, graphs, knobs, memcap, precision
 from autotune.train.optim import adamw as optim
 from autotune.train.optim import master as optim_master
@@ -50,6 +51,21 @@ class Session:
         model: nn.Module | None = None,
         workload: Workload | None = None,
     ) -> None:
+        budget = memcap.budget_from_env()  # the environment's, not a value of cfg
+        # every check of cfg's values below: a caller that read cfg from a file names it
+        with checking_values():
+            self._build(cfg, rank, world_size, local_rank, model, workload, budget)
+
+    def _build(
+        self,
+        cfg: TrainConfig,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        model: nn.Module | None,
+        workload: Workload | None,
+        budget: int | None,
+    ) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world_size
         self.accumulation = cfg.memory.accumulation_steps
         self.micro_batch = micro_batch_size(cfg.batch_size, self.accumulation)
@@ -58,13 +74,15 @@ class Session:
         ] = []  # seconds each host batch took in its worker (see batches)
         machine = Machine.current(world_size)
         check_machine(cfg, machine)  # before the workload's module (module:Class) is imported
-        self.workload = workload or get_workload(cfg.workload)
+        with checking_values(WorkloadError):  # a name the configuration gives
+            self.workload = workload or get_workload(cfg.workload)
         cfg.model.bind_class(self.workload.model_knobs, cfg.workload)  # a module:Class's own knobs
         self.device = resolve_device(cfg, local_rank)
         # before the model: the cap counts the CUDA context as it stands, the model within the cap
-        self.cap = memcap.apply_cap(self.device, memcap.budget_from_env())
+        self.cap = memcap.apply_cap(self.device, budget)
         if model is None:
-            self.workload.check_preset(cfg.preset)
+            with checking_values(WorkloadError):
+                self.workload.check_preset(cfg.preset)
             self.workload.fit_data(
                 cfg.preset, cfg.data
             )  # the dataset's shapes, before any model is built

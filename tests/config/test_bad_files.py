@@ -133,7 +133,9 @@ def test_a_module_workload_is_imported_only_after_the_file_is_validated(tmp_path
     line = one_line_error(
         autotune("train", "--config", _config(tmp_path, "graphs: {mode: step}\n"))
     )
-    assert line == "autotune: error: graphs.mode: refused: CUDA graphs need a CUDA device"
+    assert line == (
+        f"autotune: error: {tmp_path / 'w.yaml'}: graphs.mode: refused: CUDA graphs need a CUDA device"
+    )
     # a valid file reaches the module (so the lines above would have shown its import)
     proc = autotune("train", "--config", _config(tmp_path, "batch_size: 2\n"), "--steps", "1", "--warmup", "0",
                     "--synthetic")  # fmt: skip

@@ -138,7 +138,9 @@ def _check_nodes(args: argparse.Namespace) -> None:
         )
 
 
-def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
+def run(args: argparse.Namespace, cfg: TrainConfig, source: str | None = None) -> int:
+    """The job ``args`` ask for, of ``cfg`` (read from the file ``source``, which the failure of a
+    check of its values in the ranks torchrun starts names)."""
     from autotune.train.job.launch import Nodes
     from autotune.train.job.training import JobOptions
 
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace, cfg: TrainConfig) -> int:
         args.nproc, args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_backend, args.rdzv_id
     )
     with _owned(opts.output_dir, nodes):
-        result = _train(args, cfg, opts, nodes)
+        result = _train(args, cfg, opts, nodes, source)
     if result is None:  # rank 0 runs on another node
         return 0
     if args.json:
@@ -196,12 +198,15 @@ def _owned(folder: Path, nodes) -> Iterator[None]:
         yield
 
 
-def _train(args: argparse.Namespace, cfg: TrainConfig, opts, nodes) -> dict | None:
+def _train(
+    args: argparse.Namespace, cfg: TrainConfig, opts, nodes, source: str | None
+) -> dict | None:
     from autotune.train.job.launch import launch_job
     from autotune.train.job.training import run_job
 
     if nodes.several:
-        code, result = launch_job(cfg, opts, nodes, debug=getattr(args, "debug", False))
+        debug = getattr(args, "debug", False)
+        code, result = launch_job(cfg, opts, nodes, debug=debug, source=source)
         if result is not None and "error" in result:
             raise TrialError(
                 f"training failed ({result['reason']}): {result['error']}", result["reason"]
@@ -212,6 +217,7 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, opts, nodes) -> dict | No
     for name, value in cfg.kernels.environment().items():
         os.environ.setdefault(name, value)
     os.environ.update(cfg.memory.environment(os.environ))  # merged with the user's options
+    # in this process: train.cli names the file of a value it refuses
     return run_job(cfg, opts).to_dict()
 
 

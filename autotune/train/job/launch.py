@@ -84,9 +84,15 @@ def _forward_sigterm(proc: subprocess.Popen):
 
 
 def launch_job(
-    cfg: TrainConfig, opts: JobOptions, nodes: Nodes, *, debug: bool = False
+    cfg: TrainConfig,
+    opts: JobOptions,
+    nodes: Nodes,
+    *,
+    debug: bool = False,
+    source: str | os.PathLike | None = None,
 ) -> tuple[int, dict[str, Any] | None]:
-    """Run the job's ranks on this node through torchrun; (exit code, rank 0's result if it ran here)."""
+    """Run the job's ranks on this node through torchrun; (exit code, rank 0's result if it ran here).
+    ``source``: the file ``cfg`` was read from, which the failure of a check of its values names."""
     with tempfile.TemporaryDirectory(prefix="autotune-job-") as tmp:
         config_path, result_path = Path(tmp) / "config.yaml", Path(tmp) / "result.json"
         save_config(cfg, config_path)
@@ -100,6 +106,8 @@ def launch_job(
         ]
         if debug:
             worker.append("--debug")
+        if source is not None:
+            worker += ["--source", str(source)]
         env = training_env(cfg, nodes.nproc)
         proc = subprocess.Popen(
             torchrun_command(nodes, worker, debug), env=env, start_new_session=True

@@ -17,6 +17,7 @@ import traceback
 
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
+from autotune.config.named import naming_file
 from autotune.ranks import rank_or_zero
 from autotune.train.job.control import FailedElsewhere
 from autotune.train.job.launch import options_from_json
@@ -33,10 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--options", required=True)
     ap.add_argument("--result", required=True)
     ap.add_argument("--debug", action="store_true")
+    ap.add_argument("--source", default=None, help="as the trial worker's --source")
     args = ap.parse_args(argv)
     rank = rank_or_zero()
     try:
-        result = run_job(load_config(args.config), options_from_json(args.options)).to_dict()
+        with naming_file(args.source):
+            result = run_job(load_config(args.config), options_from_json(args.options)).to_dict()
         code = 0
     except BaseException as exc:  # noqa: BLE001  reported on one line, the exit code says it failed
         reason, message = classify_exception(exc)

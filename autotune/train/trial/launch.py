@@ -94,6 +94,7 @@ def launch(
     profile_if_above: float | None = None,
     on_step: Callable[[int, float], bool] | None = None,
     read_host: bool = True,
+    source: str | os.PathLike | None = None,
 ) -> TrialRecord:
     """The run's record: its measurement, or its failure (reasons: timeout, crash, oom, nan, pruned, ...).
 
@@ -107,6 +108,8 @@ def launch(
 
     Every record, a failure's too, carries the host's load just before the processes started
     (``record.host``, unless ``read_host`` is False) and where the run's time went (``record.cost``).
+    ``source`` is the file ``cfg`` was read from: the failure of a check of its values names it
+    (:mod:`autotune.config.named`).
     """
     for note in reap_orphans():
         print(f"note: {note}", file=sys.stderr)
@@ -130,6 +133,7 @@ def launch(
             profile_steps=profile_steps,
             profile_if_above=profile_if_above,
             on_step=on_step,
+            source=source,
         )
         spent = cost.cost_of(cost.read_events(costs), begin, time.monotonic())
     return replace(record, host=host, cost=spent)
@@ -166,6 +170,7 @@ def _run(
     profile_steps: int,
     profile_if_above: float | None,
     on_step,
+    source: str | os.PathLike | None,
 ) -> TrialRecord:
     config_path, out = str(tmp / "config.yaml"), str(tmp / "result.json")
     progress = tmp / "progress"
@@ -176,6 +181,8 @@ def _run(
         extra += ["--profile-after", str(profile_after), "--profile-steps", str(profile_steps)]
         if profile_if_above is not None:
             extra += ["--profile-if-above", repr(float(profile_if_above))]
+    if source is not None:
+        extra += ["--source", str(source)]
     argv = command(
         config_path, out, steps, warmup, nproc, str(profile_out) if profile_out else None, extra
     )

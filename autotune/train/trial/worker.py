@@ -14,6 +14,7 @@ import traceback
 
 from autotune.config import load_config
 from autotune.config.io import write_text_atomic
+from autotune.config.named import naming_file
 from autotune.errors import AutotuneError, DataError, TrialError, is_out_of_memory
 from autotune.ranks import rank_or_zero
 from autotune.train import memcap
@@ -98,32 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--costs", default=None, help="append where the run's time goes to this file (rank 0)"
     )
+    ap.add_argument(
+        "--source",
+        default=None,
+        help="the file the configuration was read from (--config is a copy): the failure of a "
+        "check of its values names it",
+    )
     args = ap.parse_args(argv)
     rank = rank_or_zero()
     cost.install(args.costs if rank == 0 else None)
     try:
-        if args.profile_out:
-            from autotune.train.window.profile import profile_config
-
-            cost.event("end", "start")
-            summary = profile_config(
-                load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps
-            )
-            record = TrialRecord(profile=ProfileSummary.of_summary(summary))
-        else:
-            from autotune.train.window.runner import run_training
-
-            cost.event("end", "start")  # the launcher began it: interpreter and imports are done
-            progress = _progress_writer(args.progress) if args.progress and rank == 0 else None
-            record = run_training(
-                load_config(args.config),
-                steps=args.steps,
-                warmup=args.warmup,
-                progress=progress,
-                profile_out=args.profile_after,
-                profile_steps=args.profile_steps,
-                profile_if_above=args.profile_if_above,
-            ).record()
+        with naming_file(args.source):
+            record = _run(args, rank)
         code = 0
     except BaseException as exc:  # noqa: BLE001  a failed run is data: record it and exit non-zero
         reason, message = classify_exception(exc)
@@ -144,6 +131,31 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out if rank == 0 else f"{args.out}.rank{rank}"
         write_text_atomic(out, record.to_json())
     return leave(code)
+
+
+def _run(args: argparse.Namespace, rank: int) -> TrialRecord:
+    """The run the arguments ask for: a profiled window (``--profile-out``), else measured steps."""
+    if args.profile_out:
+        from autotune.train.window.profile import profile_config
+
+        cost.event("end", "start")
+        summary = profile_config(
+            load_config(args.config), args.profile_out, warmup=args.warmup, active=args.steps
+        )
+        return TrialRecord(profile=ProfileSummary.of_summary(summary))
+    from autotune.train.window.runner import run_training
+
+    cost.event("end", "start")  # the launcher began it: interpreter and imports are done
+    progress = _progress_writer(args.progress) if args.progress and rank == 0 else None
+    return run_training(
+        load_config(args.config),
+        steps=args.steps,
+        warmup=args.warmup,
+        progress=progress,
+        profile_out=args.profile_after,
+        profile_steps=args.profile_steps,
+        profile_if_above=args.profile_if_above,
+    ).record()
 
 
 def leave(code: int) -> int:

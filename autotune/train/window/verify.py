@@ -21,6 +21,7 @@ generator, can differ by more than 5 % over three steps. An undecided comparison
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -146,11 +147,17 @@ def verify(
     nproc: int = 1,
     timeout: float | None = None,
     stock: TrialRecord | None = None,
+    source: str | None = None,
 ) -> ParityResult:
-    """Train the stock configuration (unless its record is given) and ``cfg``; compare them."""
+    """Train the stock configuration (unless its record is given) and ``cfg``; compare them.
+    ``source``: the file ``cfg`` was read from, which the failure of a check of its values names
+    (the stock configuration's too: it takes ``cfg``'s workload, preset, data and model)."""
+    run = functools.partial(
+        launch, steps=steps, warmup=0, nproc=nproc, timeout=timeout, source=source
+    )
     if stock is None:
-        stock = launch(stock_like(cfg), steps=steps, warmup=0, nproc=nproc, timeout=timeout)
-    other = launch(cfg, steps=steps, warmup=0, nproc=nproc, timeout=timeout)
+        stock = run(stock_like(cfg))
+    other = run(cfg)
     for name, record in (("stock", stock), ("candidate", other)):
         if record.failure is not None:
             raise TrialError(
