@@ -4,7 +4,8 @@ An entry of ``--configs`` is either a name of :data:`CONFIGS` (overrides of the 
 configuration) or a path to a configuration YAML (e.g. a run's ``best.yaml``, loaded strictly
 with :func:`autotune.config.load_config`), optionally followed by knobs set on top of it, each as
 ``+KEY=VALUE`` (a dotted key of the training configuration, the value in YAML), e.g.
-``runs/x/best.yaml+model.attended_kv_only=true+optimizer.streams=2``. Every row of one suite
+``runs/x/best.yaml+model.attended_kv_only=true+optimizer.streams=2``; a ``+`` followed by anything
+but a dotted key and ``=`` stays where it is (``optimizer.lr=1.0e+4``). Every row of one suite
 trains the same work on the same data: the suite's preset, batch size, seed and data source are
 applied to every entry, and where a file said otherwise the change is recorded
 (``Entry.adjusted``), never silent.
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -198,9 +200,9 @@ def nested(knobs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def with_knobs(entry: Entry, text: str, knobs: dict[str, Any]) -> Entry:
+def with_knobs(entry: Entry, text: str, knobs: dict[str, Any], spelled: str) -> Entry:
     """The entry with ``knobs`` set on top, validated like a loaded file; the row is named after the
-    entry with the knobs as ``text`` spells them (``x/best+model.attended_kv_only=true``)."""
+    entry with the knobs as ``text`` spells them, ``spelled`` (``x/best+model.attended_kv_only=true``)."""
     over = nested(knobs)
     try:
         cfg = config_from_dict(merge(to_dict(entry.config), over))
@@ -208,7 +210,7 @@ def with_knobs(entry: Entry, text: str, knobs: dict[str, Any]) -> Entry:
         raise ConfigError(f"--configs: {text!r}: {exc}") from None
     overrides = merge(entry.overrides, over) if entry.overrides is not None else None
     return Entry(
-        entry.name + text[text.index("+") :],
+        entry.name + spelled,
         cfg,
         entry.source,
         overrides=overrides,
@@ -218,18 +220,44 @@ def with_knobs(entry: Entry, text: str, knobs: dict[str, Any]) -> Entry:
     )
 
 
+KNOB_START = re.compile(r"\+(?=[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*=)")
+"""A ``+`` that starts a knob of an entry: a dotted key and ``=`` follow it. Any other ``+`` is part
+of what it is in: a value's (``optimizer.lr=1.0e+4``), a path's (``runs/a+b/best.yaml``)."""
+
+
+def split_entry(text: str) -> tuple[str, list[str]]:
+    """``x.yaml+optimizer.lr=1.0e+4+optimizer.streams=2`` -> ``("x.yaml", ["optimizer.lr=1.0e+4",
+    "optimizer.streams=2"])``: the entry and the ``KEY=VALUE`` knobs set on top of it."""
+    base, *pairs = KNOB_START.split(text)
+    return base, pairs
+
+
 def _entry(text: str, settings: SuiteSettings) -> Entry:
-    base, *pairs = text.split("+")
+    base, pairs = split_entry(text)
     if base in CONFIGS:
         entry = builtin(base, settings)
     elif base.endswith(YAML_SUFFIXES) or Path(base).exists():
         entry = from_file(Path(base), settings)
     else:
+        _refuse_entry(text, base)
+    if not pairs:
+        return entry
+    return with_knobs(entry, text, parse_knobs(text, pairs), text[len(base) :])
+
+
+def _refuse_entry(text: str, base: str) -> NoReturn:
+    """An entry that is neither a name nor a file: one followed by something that is not a knob
+    (``stock+fast``) is named as such."""
+    known, plus, rest = base.partition("+")
+    if plus and (known in CONFIGS or known.endswith(YAML_SUFFIXES) or Path(known).exists()):
         raise ConfigError(
-            f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)} "
-            "nor a configuration file (*.yaml)"
+            f"--configs: {rest!r} of {text!r} is not KEY=VALUE "
+            "(e.g. runs/x/best.yaml+model.attended_kv_only=true)"
         )
-    return with_knobs(entry, text, parse_knobs(text, pairs)) if pairs else entry
+    raise ConfigError(
+        f"--configs: {text!r} is neither a configuration name {sorted(CONFIGS)} "
+        "nor a configuration file (*.yaml)"
+    )
 
 
 def resolve(entries: list[str], settings: SuiteSettings) -> list[Entry]:

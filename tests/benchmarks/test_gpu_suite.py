@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -234,6 +235,20 @@ def test_bad_knobs_on_top_name_the_entry_and_what_is_allowed():
         resolve([f"{BEST}+model.fast=true"], TINY)
     with pytest.raises(ConfigError, match=r"optimizer.streams: 'x' has the wrong type"):
         resolve([f"{BEST}+optimizer.streams=x"], TINY)
+
+
+def test_a_plus_inside_a_value_or_a_path_is_not_a_knob(tmp_path):
+    """``optimizer.lr=1.0e+4`` was split at its ``+``: "'4' of '...' is not KEY=VALUE"."""
+    (row,) = resolve([f"{BEST}+optimizer.lr=1.0e+4+kernels.cublaslt_workspace_kib=1"], TINY)
+    assert row.knobs == {"optimizer.lr": 1.0e4, "kernels.cublaslt_workspace_kib": 1}
+    assert row.config.optimizer.lr == 1.0e4 and row.config.kernels.cublaslt_workspace_kib == 1
+    assert row.name == "full-1gpu-h200/best+optimizer.lr=1.0e+4+kernels.cublaslt_workspace_kib=1"
+    folder = tmp_path / "wd+1"
+    folder.mkdir()
+    path = Path(shutil.copy(BEST, folder / "best.yaml"))
+    (row,) = resolve([f"{path}+optimizer.weight_decay=1.5e+1"], TINY)
+    assert row.source == str(path) and row.config.optimizer.weight_decay == 15.0
+    assert row.name == "wd+1/best+optimizer.weight_decay=1.5e+1"
 
 
 def test_n17_rows_stock_compile_all_a_best_file_and_frozen_prefix_knobs_on_top(tmp_path):
