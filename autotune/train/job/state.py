@@ -309,8 +309,23 @@ def _place_steps_of(opt: torch.optim.Adam | torch.optim.AdamW) -> None:
 
 
 def load_schedule(session: Session, state: dict[str, Any]) -> None:
-    """The schedule's position; its base learning rates (constant, device tensors for a captured
-    step) stay the ones the session built."""
-    base = list(session.schedule.base_lrs)
-    session.schedule.load_state_dict(offload_state.match_schedule(session.optimizer, state))
-    session.schedule.base_lrs = base
+    """The schedule's position; its shape stays the one the session built from its configuration
+    (base learning rates: constant, device tensors for a captured step; warm-up, decay, length).
+    The next step's learning rate is that shape's at the position: the optimizer's state brought
+    the checkpoint's, which differs where the configuration changed the schedule
+    (``Job._note_schedule`` says so), and each step after follows the configuration's."""
+    schedule = session.schedule
+    base = list(schedule.base_lrs)
+    schedule.load_state_dict(offload_state.match_schedule(session.optimizer, state))
+    schedule.base_lrs = base
+    for group, rate, factor in zip(schedule.optimizer.param_groups, base, schedule.lr_lambdas):
+        value = rate * factor(schedule.last_epoch)  # as the schedule's own step sets it
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)  # in place: a captured step reads this tensor
+        else:
+            group["lr"] = value
+
+
+def learning_rate(session: Session) -> float:
+    """The learning rate the next step takes (of the first parameter group)."""
+    return float(session.optimizer.param_groups[0]["lr"])

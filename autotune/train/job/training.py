@@ -154,6 +154,10 @@ def _data_named(data: dict[str, Any], first_source: str) -> str:
     return f"the workload's own data ({source})"
 
 
+SCHEDULE_SHAPE = ("schedule", "warmup_ratio", "lr")
+"""The optimizer's fields that shape the learning-rate schedule beside its length (--max-steps)."""
+
+
 def _trained_config(loaded: checkpoint.Loaded) -> dict[str, Any]:
     """The configuration a checkpoint was trained with, as its state records it ({} if not a mapping)."""
     trained = loaded.state.get("config")
@@ -301,15 +305,36 @@ class Job:
         self._check_seed(loaded)
         self._note_optimizer(loaded)
         self._note_data(loaded)
-        if st.get("max_steps") != self.opts.max_steps:
-            self.warn(
-                f"{loaded.path} was trained towards --max-steps {st.get('max_steps')}; the schedule now spans "
-                f"{self.opts.max_steps}"
-            )
         state.load_weights(self.session, loaded.weights, str(loaded.path))
         state.load_optimizer(self.session, loaded.optimizer)
+        # the next step's rate as the checkpoint's schedule left it, before the configuration's sets it
+        saved_rate = state.learning_rate(self.session)
         state.load_schedule(self.session, loaded.scheduler)
+        self._note_schedule(loaded, saved_rate)
         return int(st["data"]["next_draw"])
+
+    def _note_schedule(self, loaded: checkpoint.Loaded, saved_rate: float) -> None:
+        """A checkpoint trained on a learning-rate schedule of another length, kind, warm-up or peak:
+        the job goes on with its configuration's, from the checkpoint's position in it (the user
+        changed it; :func:`state.load_schedule`), and the warning gives the next step's rate both ways."""
+        changed = []
+        steps = loaded.state.get("max_steps")
+        if steps != self.opts.max_steps:
+            changed.append(f"--max-steps {steps}, now {self.opts.max_steps}")
+        trained = _trained_config(loaded).get("optimizer")
+        for key in SCHEDULE_SHAPE:
+            was = trained.get(key) if isinstance(trained, dict) else None
+            now = getattr(self.cfg.optimizer, key)
+            if was is not None and was != now:
+                changed.append(f"optimizer.{key} {was!r}, now {now!r}")
+        if changed:
+            step = loaded.step + 1
+            self.warn(
+                f"{loaded.path} was trained on another learning-rate schedule ({'; '.join(changed)}); "
+                f"this job's is used from step {step} on, at the checkpoint's position in it: learning "
+                f"rate {state.learning_rate(self.session):.4g} at step {step}, where the checkpoint's "
+                f"gives {saved_rate:.4g}"
+            )
 
     def _check_seed(self, loaded: checkpoint.Loaded) -> None:
         """Without ``--init-from`` the frozen weights are drawn from the seed, and a checkpoint holds
