@@ -110,3 +110,24 @@ def test_a_longer_job_names_its_steps_in_the_same_line(started, tmp_path, capsys
         "(--max-steps 4, now 8); this job's is used from step 3 on, at the checkpoint's position in "
         "it: learning rate "
     ), warnings[0]
+
+
+def test_other_betas_eps_or_weight_decay_are_one_warning_and_train_the_next_step(
+    started, tmp_path, capsys
+):
+    same, _ = _step_3(started, tmp_path, capsys, started[1])
+    other = (
+        "{schedule: cosine, lr: 1.0e-4, warmup_ratio: 0.25, weight_decay: 0.5, betas: [0.8, 0.9]}"
+    )
+    changed, warnings = _step_3(started, tmp_path, capsys, _config(tmp_path, "decay", other))
+    where = tmp_path / "decay" / "checkpoint-2"
+    assert warnings == [
+        f"autotune: warning: {where} was trained with optimizer.betas [0.9, 0.999], now [0.8, 0.9]; "
+        "optimizer.weight_decay 1e-05, now 0.5; this job trains on its own from step 3 on"
+    ]
+    saved = torch.load(
+        tmp_path / "decay" / "checkpoint-3" / checkpoint.OPTIMIZER, weights_only=True
+    )
+    assert {g["weight_decay"] for g in saved["param_groups"]} == {0.0, 0.5}
+    assert {tuple(g["betas"]) for g in saved["param_groups"]} == {(0.8, 0.9)}
+    assert any(not torch.equal(changed[k], same[k]) for k in same)

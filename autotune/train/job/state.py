@@ -264,12 +264,16 @@ IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
 """A parameter group's flags that say how the update runs, not what it computes: this job's stay
 (a checkpoint of another ``optimizer.impl`` holds that one's)."""
 
+CONFIGURED = ("betas", "eps", "weight_decay")
+"""A parameter group's hyper-parameters that this job's configuration sets: a resume on other values
+trains on them (the job says so), as it does on another learning-rate schedule."""
+
 
 def load_optimizer(session: Session, state: dict[str, Any]) -> None:
     """The optimizer's state, keeping each group's hyper-parameters of the kind the session made
     them: tensors (a captured step's device learning rate) the same tensors, their values set in
     place; numbers numbers (a checkpoint of another ``optimizer.impl`` may hold tensors); the
-    :data:`IMPLEMENTATION` flags as they are."""
+    :data:`IMPLEMENTATION` flags and :data:`CONFIGURED` values as they are."""
     opt = session.optimizer
     own = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
     opt.load_state_dict(offload_state.match(opt, state))
@@ -278,7 +282,7 @@ def load_optimizer(session: Session, state: dict[str, Any]) -> None:
             if key in group and key not in before:
                 del group[key]
         for key, value in before.items():
-            if key in IMPLEMENTATION:
+            if key in IMPLEMENTATION or key in CONFIGURED:
                 group[key] = value
             elif isinstance(value, torch.Tensor):
                 value.copy_(torch.as_tensor(group[key]))

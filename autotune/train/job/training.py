@@ -158,6 +158,11 @@ SCHEDULE_SHAPE = ("schedule", "warmup_ratio", "lr")
 """The optimizer's fields that shape the learning-rate schedule beside its length (--max-steps)."""
 
 
+def _plain(value: Any) -> Any:
+    """A configuration's value as its YAML holds it (betas: a list)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def _trained_config(loaded: checkpoint.Loaded) -> dict[str, Any]:
     """The configuration a checkpoint was trained with, as its state records it ({} if not a mapping)."""
     trained = loaded.state.get("config")
@@ -349,8 +354,9 @@ class Job:
             )
 
     def _note_optimizer(self, loaded: checkpoint.Loaded) -> None:
-        """Another optimizer implementation takes the saved state over (the moments as it stores
-        them: 8- or 4-bit ones requantized): the job goes on, but not as the one it was."""
+        """Another optimizer implementation or placement takes the saved state over (the moments as
+        it stores them: 8- or 4-bit ones requantized), and other betas, eps or weight decay apply
+        from the next step (:data:`state.CONFIGURED`): the job goes on, but not as the one it was."""
         optimizer = _trained_config(loaded).get("optimizer")
         optimizer = optimizer if isinstance(optimizer, dict) else {}
         impl, offload = optimizer.get("impl"), optimizer.get("offload", False)
@@ -358,6 +364,17 @@ class Job:
             self.warn(
                 f"{loaded.path} was trained with optimizer.impl {impl}; this job goes on with "
                 f"{self.cfg.optimizer.impl}, which takes its optimizer state over"
+            )
+        changed = [
+            f"optimizer.{key} {_plain(optimizer[key])!r}, now {_plain(getattr(self.cfg.optimizer, key))!r}"
+            for key in state.CONFIGURED
+            if key in optimizer
+            and _plain(optimizer[key]) != _plain(getattr(self.cfg.optimizer, key))
+        ]
+        if changed:
+            self.warn(
+                f"{loaded.path} was trained with {'; '.join(changed)}; this job trains on its own "
+                f"from step {loaded.step + 1} on"
             )
         if isinstance(offload, bool) and offload != self.cfg.optimizer.offload:
             where = "host" if self.cfg.optimizer.offload else "device"
