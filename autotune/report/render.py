@@ -48,7 +48,10 @@ def render_html(report: Report, study: optuna.Study, link_base: str = ".") -> st
     from autotune.report.plots import figures
 
     def link(path: str) -> str:  # an href: quoted, so that a folder named "a #1" still links
-        if not (link_base in ("", ".") or Path(path).is_absolute()):
+        if Path(path).is_absolute():
+            # one leading slash: "//host/x" (a folder's diagnosis may say so) is another site's page
+            path = "/" + path.lstrip("/")
+        elif link_base not in ("", "."):
             path = f"{link_base.rstrip('/')}/{path}"
         return quote(path)
 

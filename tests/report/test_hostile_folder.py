@@ -339,3 +339,11 @@ def test_a_journal_cut_short_behind_its_diagnosis_is_a_page(run):
     page = (run / "report.html").read_text()
     assert "#999 not in the study" in page
     assert build_report(run).trial(999) is None
+
+
+def test_a_profile_path_never_links_to_another_site(run):
+    """A stage's profile of "//host/path" was linked as is: a protocol-relative link, to another site."""
+    _set(run, "diagnosis.json", lambda d: d["stages"][0].update(profile="//evil.example/x"))
+    write_report(run)
+    page = (run / "report.html").read_text()
+    assert 'href="/evil.example/x"' in page and 'href="//' not in page
