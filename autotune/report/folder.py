@@ -141,10 +141,13 @@ def _missing_sqlite_file(url: str) -> str | None:
     return None if os.path.lexists(db) else db
 
 
-def profile_dirs(run_dir: Path) -> list[Path]:
-    """The profiling folders of the run (``profiles/trial-NNNN``), in trial order."""
+def profile_dirs(run_dir: Path, notes: list[str]) -> list[Path]:
+    """The profiling folders of the run (``profiles/trial-NNNN``), in trial order; a link out of the
+    run folder is left out (noted): the page would list the files of a folder elsewhere on this machine."""
     root = run_dir / PROFILES
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not root.is_dir() or not inside(root, run_dir, notes):
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and inside(p, run_dir, notes))
 
 
 def trial_of(profile_dir: Path) -> int | None:
@@ -152,10 +155,24 @@ def trial_of(profile_dir: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def trace_files(profile_dir: Path) -> list[Path]:
-    """The trace files of a profiling folder (every file but the classification summary)."""
+def trace_files(profile_dir: Path, run_dir: Path, notes: list[str]) -> list[Path]:
+    """The trace files of a profiling folder (every file but the classification summary; a link out
+    of the run folder is left out, noted)."""
     return sorted(
         p
         for p in profile_dir.iterdir()
-        if p.is_file() and p.name != SUMMARY and not p.name.startswith(".")
+        if p.is_file()
+        and p.name != SUMMARY
+        and not p.name.startswith(".")
+        and inside(p, run_dir, notes)
     )
+
+
+def inside(path: Path, run_dir: Path, notes: list[str]) -> bool:
+    """Whether ``path`` (a link included) leads to a place inside the run folder; if not, noted."""
+    if not path.is_symlink() or path.resolve().is_relative_to(run_dir.resolve()):
+        return True
+    notes.append(
+        f"{path.relative_to(run_dir).as_posix()} is a link out of the run folder; left out"
+    )
+    return False

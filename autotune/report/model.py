@@ -197,7 +197,7 @@ def report_of(
     ]
     diagnosis = folder.read_json(run_dir / "diagnosis.json", notes) or {}
     stages = _stages(study, diagnosis, run_dir, notes)
-    profiles = [Profile.read(d, run_dir, notes) for d in folder.profile_dirs(run_dir)]
+    profiles = [Profile.read(d, run_dir, notes) for d in folder.profile_dirs(run_dir, notes)]
     stock_profile = _profile_of(stock, profiles, None)
     best_profile = _profile_of(best, profiles, diagnosis.get("final_profile"))
     summary = _confirmed(

@@ -271,9 +271,13 @@ class Profile:
         prof = cls(
             path=in_run(path, run_dir),
             trial=folder.trial_of(path),
-            traces=[in_run(p, run_dir) for p in folder.trace_files(path)],
+            traces=[in_run(p, run_dir) for p in folder.trace_files(path, run_dir, notes)],
         )
-        summary = folder.read_json(path / folder.SUMMARY, notes)
+        summary = (
+            folder.read_json(path / folder.SUMMARY, notes)
+            if folder.inside(path / folder.SUMMARY, run_dir, notes)
+            else None
+        )
         c = (summary or {}).get("classification")
         if not isinstance(c, dict):
             return prof

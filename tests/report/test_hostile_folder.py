@@ -347,3 +347,26 @@ def test_a_profile_path_never_links_to_another_site(run):
     write_report(run)
     page = (run / "report.html").read_text()
     assert 'href="/evil.example/x"' in page and 'href="//' not in page
+
+
+def test_links_out_of_the_run_folder_list_nothing_of_that_folder(run, tmp_path):
+    """A profiles/trial-N linked to a folder elsewhere listed that folder's files on the page as the
+    trial's traces (the names in a home or /etc of the machine making the report)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "private-notes.txt").write_text("x")
+    (run / "profiles" / "trial-0099").symlink_to(elsewhere)
+    (run / "profiles" / "trial-0000" / "rank1.trace.json").symlink_to(
+        elsewhere / "private-notes.txt"
+    )
+    (run / "profiles" / "trial-0000" / "rank0.trace.json").write_text("{}")
+    (run / "profiles" / "trial-0000" / "rank2.trace.json").symlink_to("rank0.trace.json")
+    report = build_report(run)
+    assert "profiles/trial-0099 is a link out of the run folder; left out" in report.notes
+    assert "profiles/trial-0000/rank1.trace.json is a link out of the run folder; left out" in (
+        report.notes
+    )
+    assert all(p.trial != 99 for p in report.profiles)
+    assert "profiles/trial-0000/rank2.trace.json" in report.stock_profile.traces  # inside: kept
+    write_report(run)
+    assert "private-notes" not in (run / "report.html").read_text()
