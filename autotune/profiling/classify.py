@@ -85,7 +85,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.errors import ConfigError, TraceFormatError
+from autotune.errors import ConfigError, TraceFormatError, short_repr
 from autotune.profiling import intervals as iv
 from autotune.profiling.attribution import attribute
 from autotune.profiling.kinds import (
@@ -158,9 +158,7 @@ def _find_steps(trace: RankTrace, host_kind: np.ndarray) -> _Steps:
             f"{trace.path}: no ProfilerStep#N markers; profile with torch.profiler.schedule and "
             "call prof.step() once per training step"
         )
-    numbers = np.array(
-        [int(_STEP_NUMBER.search(trace.names[i]).group(1)) for i in trace.host.name[rows]]
-    )
+    numbers = np.array([_step_number(trace, trace.names[i]) for i in trace.host.name[rows]])
     # The same step can be annotated on more than one thread; the first span wins.
     numbers, first = np.unique(numbers, return_index=True)
     rows = rows[first]
@@ -169,6 +167,17 @@ def _find_steps(trace: RankTrace, host_kind: np.ndarray) -> _Steps:
     return _Steps(
         numbers, trace.host.start[rows], trace.host.end[rows].copy(), np.zeros(len(rows), int)
     )
+
+
+def _step_number(trace: RankTrace, name: str) -> int:
+    digits = _STEP_NUMBER.search(name).group(1)
+    # past 4300 digits int() raises; past 2**63 the numbers are no step a profiler counted
+    if len(digits) > 19 or int(digits) >= 2**63:
+        raise TraceFormatError(
+            f"{trace.path}: step marker {short_repr(name)} has a step number past 2**63; allowed: "
+            "ProfilerStep#N with N below 2**63"
+        )
+    return int(digits)
 
 
 def _device_step(trace: RankTrace, host_kind: np.ndarray, steps: _Steps) -> np.ndarray:

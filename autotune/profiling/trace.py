@@ -102,7 +102,10 @@ class _Columns:
 
     def add(self, ev: dict) -> None:
         cat = ev.get("cat")
-        code = self.cats.get(cat)
+        try:
+            code = self.cats.get(cat)
+        except TypeError:  # unhashable: a list or an object
+            raise _BadField(f"'cat' is {short_repr(cat)}; allowed: a string") from None
         if code is None:  # a plain int: hashing an IntEnum member calls Python code, per event
             code = self.cats[cat] = int(first_match(CATEGORY_TABLE, str(cat)))
         if code in _NOT_READ:

@@ -141,8 +141,9 @@ def _one_op(**fields) -> dict:
         ({"ts": 10**400}, f"'ts' is {str(10**400)[:57]}...; allowed: a number of microseconds below 5e+15"),
         ({"tid": 10**30}, f"'tid' is {10**30}; allowed: a 64-bit integer"),
         ({"args": {"correlation": -(10**30)}}, f"'args.correlation' is {-(10**30)}; allowed: a 64-bit integer"),
+        ({"cat": ["cpu_op"]}, "'cat' is ['cpu_op']; allowed: a string"),
     ],
-    ids=["args-list", "name-int", "name-null", "ts-string", "ts-huge-int", "tid-huge", "corr-huge"],
+    ids=["args-list", "name-int", "name-null", "ts-string", "ts-huge-int", "tid-huge", "corr-huge", "cat-list"],
 )  # fmt: skip
 def test_an_event_field_of_another_type_or_range_is_named(tmp_path, fields, message):
     path = tmp_path / "odd.json"
@@ -190,3 +191,19 @@ def test_a_duration_that_is_not_a_number_is_named_so(tmp_path):
         TraceFormatError, match=r"event 'aten::mm' .* has no finite duration \(nan\)"
     ):
         classify(path)
+
+
+@pytest.mark.parametrize("digits", [20, 5000])
+def test_a_step_number_past_int64_is_named(tmp_path, capsys, digits):
+    """ProfilerStep# with 5000 digits was a ValueError traceback (Python's int() digit limit)."""
+    trace = _one_op()
+    trace["traceEvents"][0]["name"] = "ProfilerStep#" + "9" * digits
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps(trace))
+    assert main(["classify", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "steps.json: step marker 'ProfilerStep#999" in err
+    assert err.endswith(
+        "has a step number past 2**63; allowed: ProfilerStep#N with N below 2**63\n"
+    )
