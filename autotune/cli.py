@@ -22,7 +22,7 @@ import sys
 from autotune import sigterm
 from autotune.argtypes import OneLineParser
 from autotune.childsignals import children_may_end
-from autotune.errors import AutotuneError, is_out_of_memory
+from autotune.errors import AutotuneError, is_out_of_memory, printable
 from autotune.sigterm import Terminated
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -161,7 +161,7 @@ def _error(line: str) -> None:
         raise Terminated(128 + signal.SIGTERM)
     from autotune.redact import hide_secrets
 
-    print(f"autotune: error: {hide_secrets(line)}", file=sys.stderr)
+    print(f"autotune: error: {printable(hide_secrets(line))}", file=sys.stderr)
 
 
 def out_of_memory_line(exc: BaseException) -> str:

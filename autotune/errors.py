@@ -7,6 +7,7 @@ line and exits non-zero (a traceback only with ``--debug``).
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -82,6 +83,16 @@ def first_line(exc: BaseException) -> str:
     quoted in one line of autotune's."""
     text = str(exc)
     return text.splitlines()[0] if text else ""
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""Control characters but tab, and the bidirectional overrides: what a terminal would act on
+(an escape sequence clearing the screen, a carriage return rewriting the line) or show reordered."""
+
+
+def printable(text: str) -> str:
+    """``text`` with :data:`CONTROL` characters written out as escapes (``\\x1b``, ``\\u202e``)."""
+    return CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 def short_repr(value: object, limit: int = 60) -> str:

@@ -177,3 +177,12 @@ def test_modality_write_on_a_full_disk_leaves_no_temporary_file(broken_copy, sma
     assert sorted(p.name for p in (root / "meta").iterdir()) == sorted(
         p.name for p in (broken_copy / "meta").iterdir() if p.name != "modality.json"
     )
+
+
+def test_control_characters_of_a_path_are_shown_escaped(broken_copy, capsys):
+    """An info.json's data_path holding a terminal's escape sequence (clear the screen) or a carriage
+    return reached the error line as is: the terminal acted on it instead of showing it."""
+    _edit_info(broken_copy, data_path="data/\x1b[2J\rok\u202e.parquet")
+    assert main(["data", "check", str(broken_copy)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"autotune: error: {broken_copy}/data/\\x1b[2J\\rok\\u202e.parquet: missing\n")
