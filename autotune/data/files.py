@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from autotune.boundedread import METADATA_BYTES, TABLE_BYTES, read_text
-from autotune.errors import DataError, kind_of, short_repr
+from autotune.errors import CONTROL, DataError, kind_of, short_repr
 
 
 def one_line(exc: BaseException) -> str:
@@ -124,6 +125,18 @@ def get(obj: Any, key: str, path: Path, kind: type | tuple[type, ...], where: st
         name = getattr(kind, "__name__", None) or " or ".join(k.__name__ for k in kind)
         raise DataError(f"{path}: {where}{key!r} is {short_repr(value)}, not of type {name}")
     return value
+
+
+def printable_names(names: Iterable[tuple[str, object]], path: Path) -> None:
+    """Refuse a name of the folder's metadata (``(where, name)``; a name that is no text is left
+    to its reader) that holds a control character: the views and keys are printed (``data check``,
+    ``run``'s data line, notes), and an escape sequence in one acts on the terminal."""
+    for where, name in names:
+        if isinstance(name, str) and CONTROL.search(name):
+            raise DataError(
+                f"{path}: {where} is {short_repr(name)}, which holds a control character; "
+                "allowed: printable text"
+            )
 
 
 def parquet_file(path: Path) -> pq.ParquetFile:

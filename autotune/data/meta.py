@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.data import v2, v3
-from autotune.data.files import get, present, read_json
+from autotune.data.files import get, present, printable_names, read_json
 from autotune.data.layout import INFO, MODALITY, STATS, TOKENIZER, Episode
 from autotune.data.modality import (
     ACTION,
@@ -124,6 +124,10 @@ def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
     if not (math.isfinite(fps) and FPS_RANGE[0] <= fps <= FPS_RANGE[1]):  # 1e999 reads as inf
         raise DataError(f"{info_path}: fps is {fps:g}; allowed: {FPS_TEXT}")
     features = get(info, "features", info_path, dict)
+    emb = info.get("embodiment") if isinstance(info.get("embodiment"), dict) else {}
+    names = [*(("a key of features", k) for k in features), ("embodiment.tag", emb.get("tag"))]
+    names += [(f"features.{k}.info.video.codec", _codec(f)) for k, f in features.items()]
+    printable_names(names, info_path)
     modality, notices = _modality(root, features, modality_file)
     reader = v3 if version == "v3.0" else v2
     index = reader.load_index(root, info, modality.video_keys, fps)
@@ -134,13 +138,17 @@ def load_meta(root: str | Path, *, modality_file: bool = True) -> DatasetMeta:
         if version == "v3.0"
         else v2.load_stats(root, version, dims)
     )
-    emb = info.get("embodiment") if isinstance(info.get("embodiment"), dict) else {}
     return DatasetMeta(
         root=root, version=version, fps=fps, episodes=index.episodes, tasks=index.tasks, modality=modality,
         video_shapes={k: _frame_shape(features, k, info_path) for k in modality.video_keys}, stats=stats,
         index_files=index.files, embodiment_tag=str(emb.get("tag", "new_embodiment")),
         embodiment_id=emb["id"] if isinstance(emb.get("id"), int) else None, notices=notices, info=info,
     )  # fmt: skip
+
+
+def _codec(feature: object) -> object:
+    info = feature.get("info") if isinstance(feature, dict) else None
+    return info.get("video.codec") if isinstance(info, dict) else None
 
 
 def _float(value: int | float) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.data.files import get
+from autotune.data.files import get, printable_names
 from autotune.errors import DataError, short_repr
 
 STATE, ACTION, TASK_INDEX = "observation.state", "action", "task_index"
@@ -95,7 +95,9 @@ def read_modality(raw: object, features: dict, path: Path) -> Modality:
         raise DataError(f"{path}: not a JSON object with {list(SECTIONS[:3])}")
     unknown = [k for k in raw if k not in SECTIONS]
     if unknown:
-        raise DataError(f"{path}: unknown key {unknown[0]!r}; allowed: {list(SECTIONS)}")
+        raise DataError(f"{path}: unknown key {short_repr(unknown[0])}; allowed: {list(SECTIONS)}")
+    sections = [(part, raw[part]) for part in SECTIONS if isinstance(raw.get(part), dict)]
+    printable_names(((f"a key of {part}", name) for part, keys in sections for name in keys), path)
     return Modality(
         state=_slices(raw, "state", features, path),
         action=_slices(raw, "action", features, path),

@@ -186,3 +186,36 @@ def test_control_characters_of_a_path_are_shown_escaped(broken_copy, capsys):
     assert main(["data", "check", str(broken_copy)]) == 2
     err = capsys.readouterr().err
     assert err == (f"autotune: error: {broken_copy}/data/\\x1b[2J\\rok\\u202e.parquet: missing\n")
+
+
+def _rename_view(root, old: str, new: str) -> None:
+    info = json.loads((root / INFO).read_text())
+    info["features"][new] = info["features"].pop(old)
+    (root / INFO).write_text(json.dumps(info))
+
+
+@pytest.mark.parametrize(
+    ("file", "edit", "where", "name"),
+    [
+        (INFO, lambda r: _rename_view(r, "observation.images.front", "observation.images.f\x1b[2J"),
+         "a key of features", "observation.images.f\x1b[2J"),
+        (INFO, lambda r: _edit_info(r, embodiment={"tag": "panda\r", "id": 1}), "embodiment.tag", "panda\r"),
+        (MODALITY, lambda r: (r / MODALITY).write_text(json.dumps(
+            {**json.loads((r / MODALITY).read_text()),
+             "video": {"fr\x1b]0;owned\x07": {"original_key": "observation.images.front"}}})),
+         "a key of video", "fr\x1b]0;owned\x07"),
+    ],
+    ids=["view", "embodiment", "modality-view"],
+)  # fmt: skip
+def test_a_name_holding_a_control_character_is_refused(
+    broken_copy, capsys, file, edit, where, name
+):
+    """A view or tag holding an escape sequence was printed as is by data check's summary, its
+    modality note and run's data line: the terminal acted on it."""
+    edit(broken_copy)
+    _check_fails(
+        broken_copy,
+        capsys,
+        f"{broken_copy / file}: {where} is {name!r}, which holds a control character; "
+        "allowed: printable text",
+    )
