@@ -89,7 +89,12 @@ def _vectors(table: pa.Table, column: str, path) -> np.ndarray:
     col = table.column(column).combine_chunks()
     kind = col.type
     if not (
-        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+        (
+            pa.types.is_list(kind)
+            or pa.types.is_large_list(kind)
+            or pa.types.is_fixed_size_list(kind)
+        )
+        and _number(kind.value_type)
     ):
         raise DataError(
             f"{path}: column {column!r} has type {kind}; expected a list of floats per row"
@@ -107,6 +112,10 @@ def _vectors(table: pa.Table, column: str, path) -> np.ndarray:
             "allowed: finite numbers"
         )
     return values
+
+
+def _number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
 
 
 class Normalizer:

@@ -162,6 +162,12 @@ def require_columns(file: pq.ParquetFile, columns: list[str], path: Path) -> Non
     missing = [c for c in columns if c not in names]
     if missing:
         raise DataError(f"{path}: missing column {missing[0]!r} (columns: {names})")
+    twice = [c for c in columns if names.count(c) > 1]
+    if twice:  # which of them is the column? pyarrow refuses to say
+        raise DataError(
+            f"{path}: column {twice[0]!r} appears {names.count(twice[0])} times; allowed: one column "
+            "of each name"
+        )
 
 
 def read_rows(

@@ -159,15 +159,20 @@ def _set_column(path, name, values, kind=None):
          "allowed: finite numbers"),
         ("observation.state", lambda n: [[float("inf")] * 8] * n, "column 'observation.state' holds inf at row 0 "
          "(value 0); allowed: finite numbers"),
+        ("observation.state", lambda n: [[[0.5] * 8]] * n, "column 'observation.state' has type "
+         "list<element: list<element: double>>; expected a list of floats per row"),
+        ("action", lambda n: [["0.5"] * 7] * n, "column 'action' has type list<element: string>; "
+         "expected a list of floats per row"),
     ],
-    ids=["short-rows", "nan-action", "inf-state"],
+    ids=["short-rows", "nan-action", "inf-state", "nested-lists", "strings"],
 )  # fmt: skip
 def test_check_refuses_vectors_shorter_than_declared_or_not_finite(
     broken_copy, capsys, column, values, what
 ):
-    """Each passed as OK: a short row was sliced to fewer dims, a NaN went on to the loss."""
+    """Each passed as OK: a short row was sliced to fewer dims, a NaN went on to the loss; lists of
+    lists or of strings were a ValueError traceback from numpy."""
     path = broken_copy / PARQUET
-    _set_column(path, column, values(pq.read_metadata(path).num_rows), pa.list_(pa.float32()))
+    _set_column(path, column, values(pq.read_metadata(path).num_rows))
     assert main(["data", "check", str(broken_copy)]) == 2
     assert capsys.readouterr().err == f"autotune: error: {path}: {what}\n"
 
@@ -201,4 +206,16 @@ def test_check_refuses_an_embodiment_id_training_refuses(broken_copy, capsys):
     assert capsys.readouterr().err == (
         f"autotune: error: {info}: embodiment.id 40 is not a projector slot of GR00T N1.6 or N1.7; "
         "allowed: 0 to 31\n"
+    )
+
+
+def test_check_refuses_a_column_named_twice(broken_copy, capsys):
+    """A data file with two 'action' columns was a KeyError traceback from pyarrow, in check and
+    in training alike."""
+    path = broken_copy / PARQUET
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("action", table.column("action")), path)
+    assert main(["data", "check", str(broken_copy)]) == 2
+    assert capsys.readouterr().err == (
+        f"autotune: error: {path}: column 'action' appears 2 times; allowed: one column of each name\n"
     )
