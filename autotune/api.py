@@ -131,6 +131,11 @@ class Prepared:
         from autotune.data.loader import LOAD_KEY
         from autotune.train.session import to_device
 
+        if not isinstance(batch, dict):
+            raise WorkloadError(
+                f"autotune.prepare: step() takes a batch as a dict of tensors (name -> tensor), not "
+                f"a {type(batch).__name__}"
+            )
         batch = {k: v for k, v in batch.items() if k != LOAD_KEY}
         loss, _norm = self.session.step(to_device(batch, self.session.device))
         return loss
@@ -158,6 +163,7 @@ def prepare(
     from autotune.train import distributed
     from autotune.train.session import Session
 
+    _check_arguments(config, model, optimizer)
     cfg = config if isinstance(config, TrainConfig) else load_config(config)
     try:
         base = get_workload(cfg.workload)
@@ -184,6 +190,34 @@ def prepare(
             collate=job.collate,
         )
     return Prepared(session.model, session.optimizer, loader, session)
+
+
+def _check_arguments(config: object, model: object, optimizer: object) -> None:
+    """Refuse arguments of another kind, and an optimizer of parameters the model has not: it was
+    rebuilt over its own groups, and the steps trained another model's weights, never this one's."""
+    if not isinstance(config, (TrainConfig, str, os.PathLike)):
+        raise ConfigError(
+            f"autotune.prepare: config is a {type(config).__name__}; give a TrainConfig or the path "
+            "of a configuration YAML (a run's best.yaml)"
+        )
+    if not isinstance(model, nn.Module):
+        raise WorkloadError(
+            f"autotune.prepare: model is a {type(model).__name__}; give the torch.nn.Module you built"
+        )
+    if optimizer is None:
+        return
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise WorkloadError(
+            f"autotune.prepare: optimizer is a {type(optimizer).__name__}; give a fresh torch.optim "
+            "optimizer over the model's parameters, or none (AdamW at the configuration's settings)"
+        )
+    mine = {id(p) for p in model.parameters()}
+    foreign = sum(id(p) not in mine for g in optimizer.param_groups for p in g["params"])
+    if foreign:
+        raise WorkloadError(
+            f"autotune.prepare: optimizer holds {foreign} parameter(s) that are not the model's (an "
+            "optimizer of another model?); build it over model.parameters() of the model passed here"
+        )
 
 
 def _names_regions(cfg: TrainConfig) -> bool:

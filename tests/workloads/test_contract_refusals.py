@@ -9,7 +9,7 @@ from torch import nn
 
 import autotune
 from autotune.cli import main
-from autotune.errors import WorkloadError
+from autotune.errors import ConfigError, WorkloadError
 from autotune.workloads.stock import stock_config
 
 HALF = """
@@ -58,3 +58,63 @@ def test_prepare_with_the_models_own_regions_trains():
         cfg, model, loss_fn=lambda m, b: m(b["x"]).pow(2).mean(), regions={"model": [model]}
     )
     assert torch.isfinite(run.step({"x": torch.randn(2, 4)}))
+
+
+def _mse(model, batch):
+    return model(batch["x"]).pow(2).mean()
+
+
+def test_prepare_refuses_an_optimizer_of_another_models_parameters():
+    """It was rebuilt over its own groups: every step updated the other model, never this one."""
+    cfg = stock_config("gr00t_n16", "tiny", cuda=False)
+    model, other = nn.Linear(4, 1), nn.Linear(4, 1)
+    with pytest.raises(WorkloadError) as exc:
+        autotune.prepare(
+            cfg,
+            model,
+            loss_fn=_mse,
+            regions={"model": [model]},
+            optimizer=torch.optim.AdamW(other.parameters()),
+        )
+    assert str(exc.value) == (
+        "autotune.prepare: optimizer holds 2 parameter(s) that are not the model's (an optimizer of "
+        "another model?); build it over model.parameters() of the model passed here"
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"config": {"workload": "gr00t_n16"}}, ConfigError, "autotune.prepare: config is a dict; give "
+         "a TrainConfig or the path of a configuration YAML (a run's best.yaml)"),
+        ({"model": "model"}, WorkloadError, "autotune.prepare: model is a str; give the torch.nn.Module "
+         "you built"),
+        ({"optimizer": "adamw"}, WorkloadError, "autotune.prepare: optimizer is a str; give a fresh "
+         "torch.optim optimizer over the model's parameters, or none (AdamW at the configuration's settings)"),
+    ],
+    ids=["config-dict", "model-str", "optimizer-str"],
+)  # fmt: skip
+def test_prepare_names_an_argument_of_another_kind(arguments, error, message):
+    """Each was a traceback from deep inside (pathlib's TypeError, 'str' has no attribute 'defaults'),
+    or blamed the workload's build_model() for the model the caller passed."""
+    model = nn.Linear(4, 1)
+    given = {"config": stock_config("gr00t_n16", "tiny", cuda=False), "model": model, **arguments}
+    with pytest.raises(error) as exc:
+        autotune.prepare(
+            given.pop("config"),
+            given.pop("model"),
+            loss_fn=_mse,
+            regions={"model": [model]},
+            **given,
+        )
+    assert str(exc.value) == message
+
+
+def test_a_step_of_a_batch_that_is_not_a_dict_is_named():
+    cfg = stock_config("gr00t_n16", "tiny", cuda=False)
+    model = nn.Linear(4, 1)
+    run = autotune.prepare(cfg, model, loss_fn=_mse, regions={"model": [model]})
+    with pytest.raises(
+        WorkloadError, match=r"step\(\) takes a batch as a dict of tensors .*not a list$"
+    ):
+        run.step([torch.randn(2, 4)])
