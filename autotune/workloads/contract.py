@@ -6,13 +6,15 @@ names the workload, the method and the rule it broke, e.g.
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from autotune.errors import WorkloadError
+from autotune.errors import WorkloadError, short_repr
 
 if TYPE_CHECKING:
     from autotune.workloads.base import Workload
@@ -23,6 +25,33 @@ RESERVED = ("all", "other")
 
 def broken(workload: Workload, method: str, rule: str) -> WorkloadError:
     return WorkloadError(f"workload {workload.name!r}: {method}(): {rule}")
+
+
+def checked_flops(workload: Workload, preset: str) -> tuple[float, float]:
+    """``flops_per_sample`` and ``useful_flops_per_sample`` of ``preset``, each a finite number >= 0:
+    MFU and the report's figures divide and format them."""
+    flops = []
+    for method in ("flops_per_sample", "useful_flops_per_sample"):
+        value = getattr(workload, method)(preset)
+        number = _real(value)
+        if number is None or not 0 <= number < math.inf:
+            raise broken(
+                workload,
+                method,
+                f"returned {short_repr(value)}; it must return the floating-point operations of one "
+                "sample's step, a finite number >= 0",
+            )
+        flops.append(number)
+    return flops[0], flops[1]
+
+
+def _real(value: Any) -> float | None:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float
+        return math.inf
 
 
 def checked_model(workload: Workload, model: Any) -> nn.Module:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from autotune.workloads.contract import checked_flops
 from autotune.workloads.registry import get_workload, list_workloads
 
 
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 def _generic(workload, preset: str) -> dict:
     model = workload.build_model(preset, "meta")
     params = list(model.parameters())
+    flops, useful = checked_flops(workload, preset)
     return {
         "workload": workload.name,
         "preset": preset,
@@ -86,6 +88,6 @@ def _generic(workload, preset: str) -> dict:
             }
             for n, ms in workload.regions(model).items()
         },
-        "flops_per_sample": workload.flops_per_sample(preset),
-        "useful_flops_per_sample": workload.useful_flops_per_sample(preset),
+        "flops_per_sample": flops,
+        "useful_flops_per_sample": useful,
     }

@@ -118,3 +118,50 @@ def test_a_step_of_a_batch_that_is_not_a_dict_is_named():
         WorkloadError, match=r"step\(\) takes a batch as a dict of tensors .*not a list$"
     ):
         run.step([torch.randn(2, 4)])
+
+
+FLOPS = """
+import torch
+from torch import nn
+
+from autotune.workloads import Workload
+
+
+class Flops(Workload):
+    name = "flops"
+    presets = ("tiny",)
+    default_preset = "tiny"
+
+    def build_model(self, preset, device="cpu"):
+        return nn.Linear(4, 1, device=device)
+
+    def regions(self, model):
+        return {"model": [model]}
+
+    def loss(self, model, batch):
+        return model(batch["x"]).pow(2).mean()
+
+    def synthetic_batch(self, preset, batch_size, device, generator=None):
+        return {"x": torch.randn(batch_size, 4, generator=generator).to(device)}
+
+    def flops_per_sample(self, preset):
+        return VALUE
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("'many'", "'many'"), ("10**400", "1000000000"), ("float('nan')", "nan")]
+)
+def test_flops_that_are_not_a_finite_count_are_one_line(tmp_path, capsys, value, shown):
+    """A text or an integer past a float was a TypeError/OverflowError traceback in inspect (and at
+    the end of every trial); NaN went on into MFU."""
+    path = tmp_path / f"flops{len(value)}.py"  # a module of its own name: each is imported once
+    path.write_text(FLOPS.replace("VALUE", value))
+    assert main(["inspect", "--workload", f"{path}:Flops"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"autotune: error: workload 'flops': flops_per_sample(): returned {shown}"
+    )
+    assert err.endswith(
+        "; it must return the floating-point operations of one sample's step, a finite number >= 0\n"
+    )

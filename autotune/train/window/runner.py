@@ -42,6 +42,7 @@ from autotune.train.window.measure import (
 )
 from autotune.train.window.profile import profile_session
 from autotune.train.window.setup import Window, open_window
+from autotune.workloads import contract
 
 
 @dataclass
@@ -338,8 +339,7 @@ def _result(
 ) -> TrainResult:
     session, cfg = window.session, window.session.cfg
     world, stats, samples_per_s = session.world, ranks.stats, ranks.samples_per_s
-    flops = session.workload.flops_per_sample(cfg.preset)
-    useful = session.workload.useful_flops_per_sample(cfg.preset)
+    flops, useful = contract.checked_flops(session.workload, cfg.preset)
     return TrainResult(
         samples_per_s=samples_per_s,
         tokens_per_s=samples_per_s * session.workload.tokens_per_sample(cfg.preset),
