@@ -75,10 +75,19 @@ def _load_module(source: str) -> ModuleType:
             raise ImportError(f"{path}: {what}")
         folder, source = str(path.parent), path.stem
     else:
-        folder = os.getcwd()
+        folder, path = os.getcwd(), None
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    return importlib.import_module(source)
+    module = importlib.import_module(source)
+    found = getattr(module, "__file__", None)
+    if path is not None and (found is None or Path(found).resolve() != path):
+        # imported by its name: a module of that name imported first (Python's json, another
+        # workload's file of the same name) is what that name gives, not this file
+        raise ImportError(
+            f"{path}: its module name {source!r} is taken by {found or 'a built-in module'}; "
+            "rename the file"
+        )
+    return module
 
 
 def absolute_spec(spec: str) -> str:

@@ -4,6 +4,8 @@ class that is not a Workload is never instantiated."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from autotune.errors import WorkloadError
@@ -99,3 +101,18 @@ def test_a_workload_module_that_raises_as_it_runs_is_one_line(
         f"autotune: error: workload {spec!r} cannot be imported: its module raised {raised}"
     ), line
     assert line.endswith(f" at {tmp_path / 'job.py'}:2 (rerun with --debug for the traceback)")
+
+
+def test_a_workload_file_named_as_a_module_already_imported_is_named(tmp_path, capsys):
+    """A file json.py (or a second folder's file of a name imported first) gave Python's json:
+    "module 'json' has no attribute 'Job'", or silently another file's workload."""
+    (tmp_path / "json.py").write_text("class Job:\n    pass\n")
+    spec = f"{tmp_path / 'json.py'}:Job"
+    from autotune.cli import main
+
+    assert main(["inspect", "--workload", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"autotune: error: workload {spec!r} cannot be imported: {tmp_path / 'json.py'}: its module "
+        f"name 'json' is taken by {json.__file__}; rename the file"
+    ), err
