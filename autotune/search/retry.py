@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -83,6 +84,13 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
                     f"{shown}: the database refused the study's request ({reason(exc)}); "
                     "the study is kept there as it was before it: once the database takes its "
                     "requests again, run the same command to continue it"
+                ) from None
+            if isinstance(exc, json.JSONDecodeError):
+                # a value Optuna keeps as JSON text (an attribute, a distribution) that a hand or a
+                # damaged disk changed: Optuna's loader raises it from deep inside its reads
+                raise ConfigError(
+                    f"{shown}: the study there holds a value that is not JSON ({exc}); it is "
+                    "left as it is: repair or delete that row, or continue in another database"
                 ) from None
             if not unreachable(exc):
                 raise

@@ -36,3 +36,35 @@ def test_an_sqlite_file_keeps_the_study(tmp_path):
         lambda t: 1.0, n_trials=1
     )
     assert len(optuna.load_study(study_name="s", storage=open_storage(url, tmp_path)).trials) == 1
+
+
+@pytest.mark.parametrize(
+    "table, column",
+    [("trial_user_attributes", "value_json"), ("trial_params", "distribution_json")],
+)
+def test_a_stored_value_that_is_not_json_is_one_line_naming_the_storage(tmp_path, table, column):
+    """A row of the database changed by hand or a damaged disk: Optuna's reader fails deep inside
+    its loading of the trials; the run gets one line naming the storage, and the row stays."""
+    import sqlite3
+
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+
+    def objective(trial):
+        trial.set_user_attr("record", "{}")
+        return trial.suggest_float("x", 0, 1)
+
+    optuna.create_study(storage=open_storage(url, tmp_path), study_name="s").optimize(
+        objective, n_trials=1
+    )
+    with sqlite3.connect(tmp_path / "study.db") as db:
+        db.execute(f"UPDATE {table} SET {column} = '{{not json'")
+    study = optuna.load_study(study_name="s", storage=open_storage(url, tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        study.get_trials()
+    assert str(caught.value).startswith(
+        f"--storage {url}: the study there holds a value that is not JSON (Expecting "
+    ), caught.value
+    with sqlite3.connect(tmp_path / "study.db") as db:
+        assert db.execute(f"SELECT {column} FROM {table}").fetchall() == [("{not json",)]
