@@ -168,7 +168,7 @@ class SafeJournalFile(BaseJournalBackend):
     def _parse(self, line: bytes, number: int) -> dict[str, Any]:
         try:
             entry = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested past Python's stack
             raise JournalError(self.corrupt(number, f"not JSON ({exc})")) from None
         if not isinstance(entry, dict) or entry.get("op_code") not in OPERATIONS:
             raise JournalError(

@@ -133,7 +133,7 @@ def _run_info(out: Path) -> dict | None:
         # a run would write its own over it, as over a file that is not JSON
         if not isinstance(data, dict):
             raise ValueError(f"not a JSON object: {json.dumps(data)[:60]}")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
         raise ConfigError(
             f"--out {out}: its {RUN_INFO} cannot be read ({exc}); it names the study the folder holds: "
             "give another --out, or restore the file"

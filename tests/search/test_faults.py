@@ -561,6 +561,33 @@ def test_a_journal_value_that_is_not_json_is_one_line(
     assert journal.read_bytes().startswith(damaged)
 
 
+@pytest.mark.parametrize(
+    "key, where",
+    [
+        (RECORD, "trial #1: user_attrs.record"),
+        (SETTINGS, f"study {NAME!r}: user_attrs.measuring_settings"),
+        (STAGES, f"study {NAME!r}: user_attrs.autotune.diagnosis"),
+    ],
+)
+def test_a_journal_value_nested_past_the_stack_is_one_line(
+    finished_study, tmp_path, capsys, key, where
+):
+    """A value kept as JSON text nested deeper than Python's stack (no value autotune writes): run
+    says so in one line naming the trial or study and the key, not a RecursionError traceback, and
+    the report is made without it."""
+    out = copy_of(finished_study, tmp_path)
+    journal = out / "study.journal"
+    set_last_attr(journal, key, "[" * 100_000 + "]" * 100_000)
+    (out / "diagnosis.json").unlink()  # the report reads the stages from the study
+    damaged = journal.read_bytes()
+    assert main([*RUN, "--trials", "3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"autotune: error: {where}: '[[[["), err
+    assert "is not JSON (maximum recursion depth exceeded" in err[0], err
+    assert main(["report", str(out)]) == 0
+    assert journal.read_bytes().startswith(damaged)
+
+
 def test_a_report_changes_nothing_in_the_run_folder(finished_study, tmp_path):
     """A run folder someone hands over is data: reading it for a report written elsewhere touches
     no file of it (the journal keeps its time), and works on a read-only mount of the folder."""

@@ -109,6 +109,24 @@ def test_a_run_json_that_is_no_object_is_one_line_and_left_as_it_is(tmp_path, ca
     assert files_of(out) == before
 
 
+def test_a_run_json_nested_past_the_stack_is_one_line_and_left_as_it_is(tmp_path, capsys):
+    """JSON deeper than Python's stack (no run.json a run wrote): refused as an unreadable run.json
+    is, not a RecursionError traceback."""
+    out = tmp_path / "run"
+    out.mkdir()
+    optuna.create_study(
+        study_name="gr00t_n16-tiny-quick", storage=open_journal(out / "study.journal")
+    )
+    (out / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    before = files_of(out)
+    assert main([*RUN, "--trials", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"autotune: error: --out {out}: its run.json cannot be read (maximum recursion depth exceeded"
+    ), err
+    assert files_of(out) == before
+
+
 @pytest.mark.parametrize("name", ["logs", "profiles", "compile_cache"])
 def test_a_folder_of_the_run_that_is_a_link_is_refused(tmp_path, capsys, name):
     """A study's folder handed over whose logs (profiles, compile cache) is a link to another folder:

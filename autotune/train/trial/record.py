@@ -306,6 +306,6 @@ def loads_attr(text: Any, where: str, allowed: str) -> Any:
     naming ``where``, the value and what is ``allowed``."""
     try:
         return json.loads(text)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
         shown = repr(text if len(str(text)) <= 60 else f"{str(text)[:60]}...")
         raise ConfigError(f"{where}: {shown} is not JSON ({exc}); allowed: {allowed}") from None
