@@ -85,9 +85,10 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
                     "the study is kept there as it was before it: once the database takes its "
                     "requests again, run the same command to continue it"
                 ) from None
-            if isinstance(exc, json.JSONDecodeError):
+            if isinstance(exc, (json.JSONDecodeError, RecursionError)):
                 # a value Optuna keeps as JSON text (an attribute, a distribution) that a hand or a
-                # damaged disk changed: Optuna's loader raises it from deep inside its reads
+                # damaged disk changed (or nested past Python's stack): Optuna's loader raises it
+                # from deep inside its reads
                 raise ConfigError(
                     f"{shown}: the study there holds a value that is not JSON ({exc}); it is "
                     "left as it is: repair or delete that row, or continue in another database"

@@ -42,7 +42,14 @@ def test_an_sqlite_file_keeps_the_study(tmp_path):
     "table, column",
     [("trial_user_attributes", "value_json"), ("trial_params", "distribution_json")],
 )
-def test_a_stored_value_that_is_not_json_is_one_line_naming_the_storage(tmp_path, table, column):
+@pytest.mark.parametrize(
+    "value, why",
+    [("{not json", "Expecting "), ("[" * 100_000 + "]" * 100_000, "maximum recursion depth")],
+    ids=["cut", "nested"],
+)
+def test_a_stored_value_that_is_not_json_is_one_line_naming_the_storage(
+    tmp_path, table, column, value, why
+):
     """A row of the database changed by hand or a damaged disk: Optuna's reader fails deep inside
     its loading of the trials; the run gets one line naming the storage, and the row stays."""
     import sqlite3
@@ -59,12 +66,12 @@ def test_a_stored_value_that_is_not_json_is_one_line_naming_the_storage(tmp_path
         objective, n_trials=1
     )
     with sqlite3.connect(tmp_path / "study.db") as db:
-        db.execute(f"UPDATE {table} SET {column} = '{{not json'")
+        db.execute(f"UPDATE {table} SET {column} = ?", (value,))
     study = optuna.load_study(study_name="s", storage=open_storage(url, tmp_path))
     with pytest.raises(ConfigError) as caught:
         study.get_trials()
     assert str(caught.value).startswith(
-        f"--storage {url}: the study there holds a value that is not JSON (Expecting "
+        f"--storage {url}: the study there holds a value that is not JSON ({why}"
     ), caught.value
     with sqlite3.connect(tmp_path / "study.db") as db:
-        assert db.execute(f"SELECT {column} FROM {table}").fetchall() == [("{not json",)]
+        assert db.execute(f"SELECT {column} FROM {table}").fetchall() == [(value,)]
