@@ -205,8 +205,9 @@ def previous(out: Path, study: optuna.Study, rounds: int) -> Confirmation | None
         data = json.loads(read_text(path))
         check_confirmation(data, {stock.number, *(t.number for t in found)})
         old = Confirmation.from_dict(data)
-    # TypeError: a field missing, or one this module does not write
-    except (AutotuneError, OSError, ValueError, TypeError):
+    # TypeError: a field missing, or one this module does not write; RecursionError: nested past
+    # Python's stack
+    except (AutotuneError, OSError, ValueError, TypeError, RecursionError):
         return None
     same = old.stock_trial == stock.number and {str(t.number) for t in found} <= set(old.medians)
     return old if same and old.rounds >= rounds and old.confirmed else None

@@ -706,6 +706,7 @@ def a_kept_confirmation(**edits) -> dict:
         json.dumps(a_kept_confirmation(medians=5)),
         json.dumps(a_kept_confirmation(spread={"0": "wide", "2": 0.0})),
         json.dumps(a_kept_confirmation(speedup=float("nan"))),
+        "[" * 100_000 + "]" * 100_000,
     ],
     ids=[
         "list",
@@ -716,6 +717,7 @@ def a_kept_confirmation(**edits) -> dict:
         "medians-number",
         "spread-text",
         "speedup-nan",
+        "nested-past-the-stack",
     ],  # fmt: skip
 )
 def test_a_damaged_confirmation_is_measured_again_not_kept(finished_study, tmp_path, capsys, text):
