@@ -24,6 +24,11 @@ def reference_config(base, text: str, flag: str = "--reference"):
             raise ConfigError(
                 f"{flag}: {pair!r}: the value is not YAML ({problem}); e.g. compile.regions=[all]"
             ) from None
+        except RecursionError:  # the composer recurses per level: no knob's value nests so deep
+            raise ConfigError(
+                f"{flag}: {key.strip()!r}: the value nests lists or mappings deeper than can be "
+                "read; e.g. compile.regions=[all]"
+            ) from None
     for key in values:
         try:
             check_key(key)

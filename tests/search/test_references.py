@@ -46,6 +46,12 @@ def test_a_bare_comma_still_separates_pairs():
         reference_config(TrainConfig(), "optimizer.betas=0.9,0.95")
 
 
+def test_a_value_nested_past_the_stack_is_one_line_naming_its_key():
+    """A RecursionError traceback of YAML's composer before."""
+    with pytest.raises(ConfigError, match=r"^--reference: 'compile.regions': the value nests"):
+        reference_config(TrainConfig(), "compile.regions=" + "[" * 20_000)
+
+
 def test_a_key_that_is_no_knob_lists_only_the_allowed_keys():
     """``workload`` was refused, listed among the keys allowed."""
     with pytest.raises(ConfigError, match=r"^--reference: 'workload': not a knob") as err:
