@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import re
 import stat
 import tempfile
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -186,6 +190,33 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}")
+"""The name of :func:`write_text_atomic`'s temporary file of ``name`` (``tempfile.mkstemp``'s 8 characters)."""
+
+
+def remove_stale_temporaries(
+    folder: Path, names: Iterable[str], older_than_s: float = 60.0
+) -> None:
+    """Remove the temporary files of ``names`` that :func:`write_text_atomic` left in ``folder`` when
+    its writer was killed between writing one and renaming it (``.best.yaml.k2j3h4x_``, a whole
+    report.html that nothing would ever remove); for the folder's owner, once it holds the folder. One
+    changed in the last ``older_than_s`` seconds may be another command's write in progress (``autotune
+    report`` of a running study): it stays."""
+    wanted = set(names)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # a folder that cannot be listed has nothing to clean
+        return
+    for entry in entries:
+        match = TEMPORARY.fullmatch(entry.name)
+        if match is None or match["name"] not in wanted:
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and time.time() - info.st_mtime > older_than_s:
+                os.unlink(entry.path)
 
 
 def _check_replaceable(path: Path) -> None:

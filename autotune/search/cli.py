@@ -148,12 +148,13 @@ def _check_base(
 def run_search(args: argparse.Namespace) -> int:
     if args.space:  # a wrong space file is refused before torch is imported (seconds)
         args.space = load_space(args.space)
+    from autotune.config.io import remove_stale_temporaries
     from autotune.ownership import own_folder
     from autotune.search.confirm import reserve_s
     from autotune.search.data_echo import data_echo
     from autotune.search.finish import finish_study, stop_study
     from autotune.search.output import write_run_info
-    from autotune.search.reuse import check_same_study
+    from autotune.search.reuse import WRITTEN, check_same_study
     from autotune.search.study import open_study, run_study
     from autotune.workloads import get_workload
 
@@ -179,6 +180,7 @@ def run_search(args: argparse.Namespace) -> int:
         opts.space.stock_params(opts.base)
         check_references(opts)
         check_same_study(opts)  # before run.json is written: another study's folder stays as it is
+        remove_stale_temporaries(opts.out, WRITTEN)  # of a run killed while it wrote one
         print(
             f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
             f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}",

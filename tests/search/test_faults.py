@@ -616,6 +616,30 @@ def test_a_rerun_with_nothing_to_do_leaves_best_yaml(finished_study, tmp_path, c
     assert best.read_bytes() == text and best.stat().st_mtime_ns == stamp
 
 
+def test_a_rerun_removes_the_temporary_files_a_killed_run_left(finished_study, tmp_path):
+    """A run killed between writing a file's temporary copy and renaming it (``strace -e
+    inject=rename:signal=SIGKILL`` showed ``.best.yaml.8nsd3b_m`` left) leaves that copy, which no run
+    removed: the next run of the folder removes those of its own files; one written in the last
+    minute (``autotune report`` of the running study at work) and other names stay."""
+    out = copy_of(finished_study, tmp_path)
+    left = [
+        out / ".best.yaml.8nsd3b_m",
+        out / ".report.html.x2vhywzk",
+        out / ".trials.csv.a_b1c2d3",
+    ]
+    young, others = (
+        out / ".report.html.k2j3h4x_",
+        [out / ".best.yaml.keep", out / ".notes.md.abcdefgh"],
+    )
+    for path in [*left, young, *others]:
+        path.write_text("half-written")
+    for path in [*left, *others]:
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    assert main([*RUN, "--trials", "2", "--out", str(out)]) == 0
+    assert not any(path.exists() for path in left)
+    assert young.exists() and all(path.exists() for path in others)
+
+
 @pytest.mark.parametrize("key", ["speedup_vs_stock", "step_time_ms"])
 def test_a_rerun_with_nothing_to_do_writes_a_damaged_best_yaml_anew(
     finished_study, tmp_path, capsys, key
