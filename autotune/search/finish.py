@@ -58,6 +58,7 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
     """trials.csv, the winner confirmed against stock (``--confirm-rounds``, no run starting that would
     end after ``deadline``), parity.json and best.yaml (left as they are when the study has not
     changed since best.yaml was written), then run.json and report.html, also when no trial gave a best."""
+    from autotune.errors import AutotuneError
     from autotune.search.confirm import confirm, previous, write_confirmation
     from autotune.search.output import (
         best_is_current,
@@ -103,7 +104,13 @@ def finish_study(opts, study, converged=None, deadline: float | None = None) -> 
         ended = False  # run.json keeps no finished_at, so the report says "running or interrupted"
         raise
     finally:  # a study without a winner still gets its report, which says why
-        write_run_info(opts, finished=ended)
+        try:
+            write_run_info(opts, finished=ended)
+        except (OSError, AutotuneError):
+            if ended:
+                raise
+            # run.json has said "not finished" since the run began; the error in flight (a full
+            # disk that refused confirmation.json) is the one to tell, not run.json's after it
         report = write_study_report(opts)
         if report is not None:
             print(f"report: {report}")

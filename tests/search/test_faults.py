@@ -423,6 +423,38 @@ def test_a_disk_that_fills_during_a_trial_loses_only_that_trial(small_disk, tmp_
     assert measured.user_attrs["queued_again_from"] == 1
 
 
+def test_a_disk_that_fills_in_the_confirmation_is_named_by_the_file_it_refused(
+    finished_study, small_disk, monkeypatch, capsys
+):
+    """The disk fills while stock and the best are measured again: the one line names
+    confirmation.json, the first file it refused (it named run.json, which the end of the run
+    rewrites after it), and every file written before stays as it was."""
+    import autotune.search.confirm
+
+    out = Path(shutil.copytree(finished_study, small_disk / "run"))
+    add_a_best_far_above_stock(journal_study(out))
+    before = files_of(out)
+    measure = autotune.search.confirm.confirm
+
+    def confirm_then_fill(*args, **kwargs):
+        confirmation = measure(*args, **kwargs)
+        tmpfs.fill(small_disk)
+        return confirmation
+
+    monkeypatch.setattr(autotune.search.confirm, "confirm", confirm_then_fill)
+    argv = [*RUN, "--trials", "3", "--out", str(out)]
+    argv[argv.index("--confirm-rounds") + 1] = "1"
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"autotune: error: {out / 'confirmation.json'}: No space left on device (rerun with --debug "
+        "for the traceback)"
+    ], err
+    after = files_of(out)
+    assert all(after[name] == before[name] for name in ("best.yaml", "parity.json", "report.html"))
+    assert json.loads(after["run.json"])["finished_at"] is None
+
+
 def test_a_disk_full_while_a_trial_prints_costs_its_log_only(small_disk, tmp_path):
     """The run folder's disk full for a moment while the stock trial prints (batch size 12): its log
     stops where the disk filled, and the trial trains on and is measured. The pump that copies the
