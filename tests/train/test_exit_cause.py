@@ -65,6 +65,32 @@ def test_a_worker_killed_by_sigkill_is_not_called_out_of_memory(tmp_path, monkey
     assert not folder.exists() and not trial_processes(folder, session)
 
 
+def test_a_run_whose_temporary_folder_fills_is_queued_again_not_a_crash(tmp_path, monkeypatch):
+    """The disk of the trial's temporary folder fills while it runs: the worker cannot write its
+    record and exits 1. That was ``crash`` ("exited with code 1 without a result"), a verdict on
+    the configuration (for stock: "fix the workload"); it is the machine's: interrupted, queued again."""
+    from tests import tmpfs
+
+    with tmpfs.small_disk(tmp_path / "disk", "16m") as disk:
+        monkeypatch.setattr(tempfile, "tempdir", str(disk))
+        monkeypatch.setenv("CRASHY_RELEASE", str(tmp_path / "release"))
+        got = {}
+        run = threading.Thread(
+            target=lambda: got.setdefault(
+                "record", launch(crashy(5), steps=1, warmup=0, timeout=600)
+            )
+        )
+        run.start()
+        pid_file = wait_for(lambda: next(disk.glob(f"autotune-run-*/{PID_FILE}"), None))
+        wait_for(pid_file.read_text)  # the worker runs, hanging in its loader
+        tmpfs.fill(disk)
+        (tmp_path / "release").touch()
+        run.join(timeout=300)
+    failure = got["record"].failure
+    assert failure.reason == "interrupted", failure
+    assert "has no space left" in failure.error and "queued again" in failure.error
+
+
 DRIVER = """
 import sys
 from autotune.config.stock import stock_config

@@ -221,7 +221,7 @@ def _run(
         return record
     for rank_record in sorted(tmp.glob("result.json.rank*")):  # a rank other than 0 failed alone
         return TrialRecord.from_json(rank_record.read_text())
-    return _no_result(proc, worker, oom_before, log_path)
+    return _no_result(proc, worker, oom_before, log_path, tmp)
 
 
 def _parent_lost(proc: TrialProcess, out: Path) -> TrialRecord:
@@ -247,8 +247,17 @@ def _no_result(
     worker: int | None,
     oom_before: int | None,
     log_path: str | os.PathLike | None,
+    tmp: Path,
 ) -> TrialRecord:
     """The failure of a run that left no record: its exit status, read as what really happened."""
+    if proc.popen.returncode is not None and proc.popen.returncode >= 0 and _full(tmp):
+        # the guard or the worker could not write its files (its session, its record) there
+        return TrialRecord.failed(
+            INTERRUPTED,
+            f"the trial's temporary folder {tmp.parent} has no space left, so the run could not "
+            "write its record; not a failure of the configuration: queued again (free space "
+            "there, or point TMPDIR at a disk with room)",
+        )
     log_text = ""
     if log_path:
         try:
@@ -262,6 +271,20 @@ def _no_result(
         proc.popen.returncode, oom_before=oom_before, pids=pids, log_text=log_text
     )
     return TrialRecord.failed(reason, message)
+
+
+FULL_BYTES = 1 << 20
+"""Free bytes below which a disk cannot take a run's files (its record is a few KB, in whole blocks)."""
+
+
+def _full(folder: Path) -> bool:
+    """Whether the disk of ``folder`` is full for this process (root may write the reserved blocks)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    free = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+    return free * st.f_frsize < FULL_BYTES
 
 
 def _wait(
