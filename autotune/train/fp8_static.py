@@ -114,14 +114,17 @@ class FrozenFloat8Linear(Float8Linear):
         scaled = input.to(torch.float32) * scale
         a = scaled.clamp(min=-self._fp8_max, max=self._fp8_max).to(self._fp8_dtype)
         a = a.reshape(-1, a.shape[-1])
-        out = torch._scaled_mm(
-            a,
-            self.fp8_weight_t._data,
-            scale_a=scale.reciprocal(),
-            scale_b=self.fp8_weight_t._scale.reciprocal(),
-            out_dtype=input.dtype,
-            use_fast_accum=self._fast_accum,
-        )
+        # torchao calls _scaled_mm below autocast (from its tensor subclass's dispatch); a CPU
+        # autocast region rounds a scaled _scaled_mm otherwise, so it is left out here too
+        with torch.autocast(input.device.type, enabled=False):
+            out = torch._scaled_mm(
+                a,
+                self.fp8_weight_t._data,
+                scale_a=scale.reciprocal(),
+                scale_b=self.fp8_weight_t._scale.reciprocal(),
+                out_dtype=input.dtype,
+                use_fast_accum=self._fast_accum,
+            )
         return out.reshape(*input.shape[:-1], out.shape[-1])
 
     def _rowwise_forward(self, input: torch.Tensor) -> torch.Tensor:
