@@ -68,7 +68,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
 
     gpu = machine.cuda
     asked = budget_of(args.memory_budget, args.gpu)
-    budget = asked if asked is not None else default_budget(gpu)
+    budget, origin = (asked, "") if asked is not None else default_budget(gpu)
     if args.base:
         from autotune.config import load_config
         from autotune.config.io import load_config_as
@@ -102,6 +102,7 @@ def options(args: argparse.Namespace, machine: Machine) -> StudyOptions:
         timeout_per_trial=args.timeout_per_trial,
         memory_budget=budget,
         memory_cap=asked is not None,
+        memory_budget_origin=origin,
         sampler=args.sampler,
         seed=args.seed,
         storage=storage_url(args.storage),
@@ -181,9 +182,10 @@ def run_search(args: argparse.Namespace) -> int:
         check_references(opts)
         check_same_study(opts)  # before run.json is written: another study's folder stays as it is
         remove_stale_temporaries(opts.out, WRITTEN)  # of a run killed while it wrote one
+        origin = f" ({opts.memory_budget_origin})" if opts.memory_budget_origin else ""
         print(
             f"study {opts.study_name!r}: {len(opts.space.knobs)} knobs, {opts.trials} trials of {opts.warmup}+{opts.steps} "
-            f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB, folder {opts.out}",
+            f"steps, memory budget {opts.memory_budget / 2**30:.1f} GiB{origin}, folder {opts.out}",
             flush=True,
         )
         echo = data_echo(opts.base, workload)

@@ -56,7 +56,8 @@ def _add_study_arguments(p: argparse.ArgumentParser) -> None:
         help="device memory each training process may use, e.g. 24GiB: on CUDA its allocator is "
         "capped there (the CUDA context counted) and a trial that needs more fails as out of "
         "memory with its peak; on a CPU its measured peak is checked against it (default: the "
-        "GPU's memory, or RAM on CPU, as a constraint only)",
+        "GPU's memory, or on CPU the RAM this process may use, its cgroup's limit where lower, as "
+        "a constraint only)",
     )
     p.add_argument("--gpu", default=None, metavar="NAME", help=GPU_HELP)
     p.add_argument("--nproc", type=POSITIVE, default=1, help="processes (GPUs) per trial")

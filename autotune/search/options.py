@@ -33,6 +33,9 @@ class StudyOptions:
     """Every run of the study runs under ``memory_budget`` (:mod:`autotune.train.memcap`): capped on
     CUDA, its peak checked on a CPU; a run over it fails as out of memory. False: the budget is a
     constraint on the measured peak only."""
+    memory_budget_origin: str = ""
+    """Where ``memory_budget`` comes from when neither a flag nor the device gives it (``the
+    cgroup's limit``, :mod:`autotune.memlimit`); empty otherwise."""
     sampler: str = "tpe"
     seed: int = 0
     storage: StorageURL | None = None

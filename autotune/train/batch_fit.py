@@ -5,24 +5,22 @@ then the collated batch) until the host runs out of memory, minutes later, or th
 the job; on the CPU nothing predicts the steps' memory. The bound is what the batch's inputs take
 (the workload's synthetic batch of one sample: the shapes and dtypes of the real data, plus the
 sampler's key of each sample), times the processes on this host, against the memory available to
-this process (the host's, or its cgroup's where that is lower). Its steps need more: a batch
+this process (the host's, or its cgroup's where that is lower: :mod:`autotune.memlimit`). Its steps need more: a batch
 that passes may still run out of memory, one refused here cannot run.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from autotune.config import TrainConfig
 from autotune.errors import ConfigError, size_text
+from autotune.memlimit import memory_limit
 
 KEY_BYTES = 200
 """What the loader holds in the main process per sample of a batch it plans: a key in a list."""
-CGROUP = Path("/sys/fs/cgroup")
-PROC_CGROUP = Path("/proc/self/cgroup")
 
 
 def check_batch_fits(cfg: TrainConfig, processes: int = 1) -> None:
@@ -43,7 +41,7 @@ def check_batch_fits(cfg: TrainConfig, processes: int = 1) -> None:
         )
     per_sample = _nbytes(one) + KEY_BYTES
     need = per_sample * cfg.batch_size * processes
-    available = available_memory()
+    available = memory_limit().available
     if need <= available:
         return
     most = available // (per_sample * processes)
@@ -63,29 +61,3 @@ def _nbytes(batch: Any) -> int:
     if isinstance(batch, (list, tuple)):
         return sum(_nbytes(v) for v in batch)
     return 0
-
-
-def available_memory() -> int:
-    """Bytes this process may still allocate: the host's available memory, or what its cgroup
-    (v2) leaves below its limit where that is less."""
-    import psutil
-
-    available = int(psutil.virtual_memory().available)
-    folder = _own_cgroup()
-    try:
-        limit = (folder / "memory.max").read_text().strip()
-        used = int((folder / "memory.current").read_text())
-    except (OSError, ValueError):
-        return available
-    return min(available, max(0, int(limit) - used)) if limit.isdigit() else available
-
-
-def _own_cgroup() -> Path:
-    """This process's cgroup (v2) folder: a job started in a capped child cgroup (``systemd-run``,
-    a scheduler's job step) is bound by that one's limit, not the root's."""
-    try:
-        lines = PROC_CGROUP.read_text().splitlines()
-    except OSError:
-        return CGROUP
-    path = next((line[3:] for line in lines if line.startswith("0::")), "/")
-    return CGROUP / path.lstrip("/")

@@ -20,6 +20,7 @@ from autotune.config.stock import stock_config
 from autotune.train.trial.exitcause import oom_kills
 from autotune.train.trial.launch import launch
 from autotune.train.trial.procgroup import PID_FILE
+from tests.memcgroup import memory_cgroup
 from tests.trialprocs import guard_of, trial_processes
 
 pytestmark = pytest.mark.slow
@@ -99,30 +100,6 @@ cfg = stock_config("tests.search.crashy:Workload", "tiny")
 cfg.batch_size, cfg.data.source = 7, "synthetic"
 print(launch(cfg, steps=1, warmup=0, timeout=300).to_json())
 """
-
-
-def memory_cgroup(name: str, limit: int) -> Path | None:
-    """A child of this process's memory cgroup limited to ``limit`` bytes (None where none can be made)."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base, limit_file = (
-                Path("/sys/fs/cgroup/memory", path.lstrip("/")),
-                "memory.limit_in_bytes",
-            )
-        elif controllers == "":
-            base, limit_file = Path("/sys/fs/cgroup", path.lstrip("/")), "memory.max"
-        else:
-            continue
-        child = base / name
-        try:
-            child.mkdir()
-            (child / limit_file).write_text(str(limit))
-            return child
-        except OSError:
-            if child.exists():
-                child.rmdir()
-    return None
 
 
 def test_a_worker_the_oom_killer_killed_is_out_of_memory(tmp_path):

@@ -298,24 +298,6 @@ def test_exporting_a_checkpoint_that_names_code_runs_it_only_when_the_command_na
     assert "has no attribute 'Workload'" in capsys.readouterr().err
 
 
-def test_the_memory_available_is_bound_by_the_processs_own_cgroup(tmp_path, monkeypatch):
-    """A job in a capped child cgroup (a scheduler's job step) may allocate what that one's limit
-    leaves, not what the root's (unlimited) does."""
-    from autotune.train import batch_fit
-
-    root = tmp_path / "cgroup"
-    step = root / "job" / "step"
-    step.mkdir(parents=True)
-    (root / "memory.max").write_text("max\n")
-    (step / "memory.max").write_text(f"{3 << 20}\n")
-    (step / "memory.current").write_text(f"{1 << 20}\n")
-    proc = tmp_path / "proc-cgroup"
-    proc.write_text("4:memory:/elsewhere\n0::/job/step\n")
-    monkeypatch.setattr(batch_fit, "CGROUP", root)
-    monkeypatch.setattr(batch_fit, "PROC_CGROUP", proc)
-    assert batch_fit.available_memory() == 2 << 20
-
-
 def test_a_configuration_that_freezes_every_trainable_region_is_one_line(tmp_path):
     """GR00T N1.7's backbone is frozen already: freezing the rest leaves the optimizer nothing."""
     cfg = tmp_path / "frozen.yaml"
