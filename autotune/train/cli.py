@@ -103,7 +103,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verify", help="loss parity of a configuration against the stock configuration"
     )
     _common(v)
-    v.add_argument("--steps", type=POSITIVE, default=20, help="steps trained by each configuration")
+    v.add_argument(
+        "--steps",
+        type=POSITIVE,
+        default=20,
+        help="steps each configuration trains after its warm-up; parity compares the steps both "
+        "trained from the start, warm-up included",
+    )
     v.add_argument(
         "--json", action="store_true", help="print the result as one JSON object on the last line"
     )
@@ -270,7 +276,8 @@ def run_verify(args: argparse.Namespace) -> int:
         verdict = "PASS" if res.passed else "FAIL" if res.decided else "UNDECIDED"
         print(
             f"{verdict}: loss mean differs by {100 * res.loss_rel_diff:.2f} %, gradient norm mean by "
-            f"{100 * res.grad_norm_rel_diff:.2f} % (tolerance {100 * res.tolerance:.0f} %) over {res.steps} steps; "
+            f"{100 * res.grad_norm_rel_diff:.2f} % (tolerance {100 * res.tolerance:.0f} %) over each run's "
+            f"first {res.steps} training steps (warm-up included); "
             f"largest per-step difference: loss {100 * res.max_step_loss_rel_diff:.2f} %, "
             f"gradient norm {100 * res.max_step_grad_norm_rel_diff:.2f} %"
         )

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import pytest
 
 from autotune.train.window.verify import compare, undecided_text
+from tests.clirun import autotune
 
 
 @dataclass
@@ -56,3 +57,14 @@ def test_one_step_has_no_spread(loss):
     assert result.decided == result.passed  # outside the tolerance, one step can't say by how much
     if not result.decided:
         assert "(no spread in one step)" in undecided_text(result)
+
+
+@pytest.mark.slow
+def test_verify_says_which_steps_it_compared(tmp_path):
+    """``verify --steps 2`` said "over 3 steps": each run's warm-up step is compared too."""
+    done = autotune(
+        "verify", "--preset", "tiny", "--synthetic", "--steps", "2", cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert " over each run's first 3 training steps (warm-up included); " in line, line

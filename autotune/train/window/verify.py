@@ -1,7 +1,9 @@
 """Loss parity: does a configuration train the same model as the stock configuration?
 
-Both are trained from the same seed (same initial weights) on the same data for N steps, each in
-fresh processes. Per-step values differ by the random draws (noise, flow-matching times,
+Both are trained from the same seed (same initial weights) on the same data for N steps after
+their warm-up, each in fresh processes; the steps compared are the first ones both trained, warm-up
+included (a run warms up at least one step, more to drain its loader's buffer, so with N asked
+N + 1 or more are compared). Per-step values differ by the random draws (noise, flow-matching times,
 dropout) whenever two configurations consume the generator differently (CUDA graphs, compiled
 regions), so the verdict compares the window means of the loss and of the gradient norm:
 
@@ -51,6 +53,8 @@ class ParityResult:
     max_step_loss_rel_diff: float
     max_step_grad_norm_rel_diff: float
     steps: int
+    """Training steps compared: each run's first ``steps``, its warm-up included (both runs start
+    from the same weights on the same batches, so step i of one is step i of the other)."""
     decided: bool
     """False: a mean lies outside its tolerance by less than its noise margin (too few steps)."""
     loss_margin: float | None
