@@ -54,24 +54,17 @@ def read_episode(meta: DatasetMeta, episode: int) -> EpisodeData:
             f"{path}: {meta.modality.instruction} {unknown[0]} is not a task of the dataset"
         )
     vectors = {
-        c: _vectors(table, c, path)
+        c: _vectors(table, c, path, meta.declared_width(c))
         for c in dict.fromkeys(k.source for k in (*meta.state_keys, *meta.action_keys))
     }
     return EpisodeData(
-        state=_concat(vectors, meta.state_keys, path),
-        action=_concat(vectors, meta.action_keys, path),
+        state=_concat(vectors, meta.state_keys),
+        action=_concat(vectors, meta.action_keys),
         task_index=task_index,
     )
 
 
-def _concat(vectors: dict[str, np.ndarray], keys: tuple[KeySlice, ...], path) -> np.ndarray:
-    for k in keys:  # a slice past a short row is shorter, not an error, to numpy
-        width = vectors[k.source].shape[1]
-        if width < k.end:
-            raise DataError(
-                f"{path}: column {k.source!r} has {width} values per row; its sub-key {k.name!r} "
-                f"is values [{k.start}, {k.end}) (meta/info.json or meta/modality.json)"
-            )
+def _concat(vectors: dict[str, np.ndarray], keys: tuple[KeySlice, ...]) -> np.ndarray:
     return np.concatenate([vectors[k.source][:, k.start : k.end] for k in keys], axis=1)
 
 
@@ -84,8 +77,8 @@ def _ints(table: pa.Table, column: str, path) -> np.ndarray:
     return col.to_numpy().astype(np.int64)
 
 
-def _vectors(table: pa.Table, column: str, path) -> np.ndarray:
-    """[rows, dim] float32 of a list column whose rows all have one length."""
+def _vectors(table: pa.Table, column: str, path, declared: int) -> np.ndarray:
+    """[rows, declared] float32 of a list column whose rows all have the ``declared`` length."""
     col = table.column(column).combine_chunks()
     kind = col.type
     if not (
@@ -102,8 +95,16 @@ def _vectors(table: pa.Table, column: str, path) -> np.ndarray:
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
     if col.null_count or len(set(lengths.tolist())) > 1:
         raise DataError(f"{path}: column {column!r} has null rows or rows of different lengths")
+    width = int(lengths[0]) if len(lengths) else declared
+    if width != declared:
+        # another layout than info.json's: sliced by its sub-keys, a long row would train on
+        # values without a word, a short one be sliced short
+        raise DataError(
+            f"{path}: column {column!r} has {width} values per row; meta/info.json's "
+            f"features.{column}.shape says {declared}"
+        )
     values = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
-    values = values.reshape(len(col), -1)
+    values = values.reshape(len(col), declared)
     finite = np.isfinite(values)
     if not finite.all():  # a NaN state or action is a NaN loss at the first step that draws it
         row, i = np.argwhere(~finite)[0]

@@ -79,6 +79,11 @@ class DatasetMeta:
     def action_dim(self) -> int:
         return self.modality.action_dim
 
+    def declared_width(self, feature: str) -> int:
+        """Values per row that info.json's ``features.<feature>.shape`` gives a state or action
+        feature (checked to be ``[D]`` when the modality was read)."""
+        return int(self.info["features"][feature]["shape"][0])
+
     @property
     def total_frames(self) -> int:
         return sum(e.length for e in self.episodes)

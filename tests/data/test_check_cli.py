@@ -154,7 +154,11 @@ def _set_column(path, name, values, kind=None):
     ("column", "values", "what"),
     [
         ("observation.state", lambda n: [[0.5] * 3] * n, "column 'observation.state' has 3 values per row; "
-         "its sub-key 'eef_rotation' is values [3, 6) (meta/info.json or meta/modality.json)"),
+         "meta/info.json's features.observation.state.shape says 8"),
+        ("observation.state", lambda n: [[0.5] * 100] * n, "column 'observation.state' has 100 values per "
+         "row; meta/info.json's features.observation.state.shape says 8"),
+        ("action", lambda n: [[0.5] * 8] * n, "column 'action' has 8 values per row; meta/info.json's "
+         "features.action.shape says 7"),
         ("action", lambda n: [[0.0] * 6 + [float("nan")]] * n, "column 'action' holds nan at row 0 (value 6); "
          "allowed: finite numbers"),
         ("observation.state", lambda n: [[float("inf")] * 8] * n, "column 'observation.state' holds inf at row 0 "
@@ -164,13 +168,14 @@ def _set_column(path, name, values, kind=None):
         ("action", lambda n: [["0.5"] * 7] * n, "column 'action' has type list<element: string>; "
          "expected a list of floats per row"),
     ],
-    ids=["short-rows", "nan-action", "inf-state", "nested-lists", "strings"],
+    ids=["short-rows", "wide-rows", "wide-action", "nan-action", "inf-state", "nested-lists", "strings"],
 )  # fmt: skip
-def test_check_refuses_vectors_shorter_than_declared_or_not_finite(
+def test_check_refuses_vectors_not_as_wide_as_declared_or_not_finite(
     broken_copy, capsys, column, values, what
 ):
-    """Each passed as OK: a short row was sliced to fewer dims, a NaN went on to the loss; lists of
-    lists or of strings were a ValueError traceback from numpy."""
+    """Each passed as OK: a short row was sliced to fewer dims, a wide one to the declared ones
+    (100 values against [8]), a NaN went on to the loss; lists of lists or of strings were a
+    ValueError traceback from numpy."""
     path = broken_copy / PARQUET
     _set_column(path, column, values(pq.read_metadata(path).num_rows))
     assert main(["data", "check", str(broken_copy)]) == 2

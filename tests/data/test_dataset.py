@@ -137,6 +137,21 @@ def test_parquet_without_a_column(broken_copy):
         Gr00tDataset(broken_copy, TINY).sample(1, 0)
 
 
+def test_state_rows_wider_than_declared(broken_copy):
+    """The loader read the 8 declared values of each 100-wide row and trained on them."""
+    path = broken_copy / PARQUET
+    table = pq.read_table(path)
+    wide = pa.array([[0.5] * 100] * table.num_rows)
+    i = table.schema.get_field_index("observation.state")
+    pq.write_table(table.set_column(i, "observation.state", wide), path)
+    with pytest.raises(
+        DataError,
+        match=r"episode_000001\.parquet: column 'observation\.state' has 100 values per row; "
+        r"meta/info\.json's features\.observation\.state\.shape says 8$",
+    ):
+        Gr00tDataset(broken_copy, TINY).sample(1, 0)
+
+
 def test_missing_meta_file(broken_copy):
     (broken_copy / "meta/episodes_stats.jsonl").unlink()
     with pytest.raises(DataError, match=r"meta/episodes_stats\.jsonl: missing"):
