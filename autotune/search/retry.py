@@ -19,6 +19,7 @@ import functools
 import json
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,12 +27,14 @@ import optuna
 import sqlalchemy.exc
 from optuna.exceptions import StorageInternalError
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, first_line, printable
 
 OUTAGE_S = 120.0
 """Seconds a call keeps trying after its first failure to reach the server."""
 MAX_WAIT_S = 10.0
 """Longest pause between two tries."""
+QUOTED_CHARS = 200
+"""Most characters of Optuna's message quoted from a stored value it could not read."""
 
 _depth = threading.local()
 
@@ -85,14 +88,9 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
                     "the study is kept there as it was before it: once the database takes its "
                     "requests again, run the same command to continue it"
                 ) from None
-            if isinstance(exc, (json.JSONDecodeError, RecursionError)):
-                # a value Optuna keeps as JSON text (an attribute, a distribution) that a hand or a
-                # damaged disk changed (or nested past Python's stack): Optuna's loader raises it
-                # from deep inside its reads
-                raise ConfigError(
-                    f"{shown}: the study there holds a value that is not JSON ({exc}); it is "
-                    "left as it is: repair or delete that row, or continue in another database"
-                ) from None
+            damaged = _damaged_row(exc, shown)
+            if damaged is not None:
+                raise damaged from None
             if not unreachable(exc):
                 raise
             now = time.monotonic()
@@ -104,6 +102,50 @@ def _with_retries(method, args, kwargs, shown: str, reason, outage_s: float) -> 
                 ) from None
             time.sleep(min(wait, MAX_WAIT_S, max(0.0, first + outage_s - now)))
             wait *= 2
+
+
+def _damaged_row(exc: BaseException, shown: str) -> ConfigError | None:
+    """The one line for a value of the study that Optuna's loader fails to read, deep inside its
+    reads (a row a hand or a damaged disk changed); None for any other error."""
+    if isinstance(exc, (json.JSONDecodeError, RecursionError)):
+        # a value Optuna keeps as JSON text (an attribute, a distribution), or nested past
+        # Python's stack
+        return ConfigError(
+            f"{shown}: the study there holds a value that is not JSON ({exc}); it is "
+            "left as it is: repair or delete that row, or continue in another database"
+        )
+    if unreadable_distribution(exc):
+        return ConfigError(
+            f"{shown}: the study there holds a parameter whose distribution (or value in it) "
+            f"Optuna cannot read ({_quoted(exc)}); it is left as it is: repair or delete "
+            "that row of trial_params, or continue in another database"
+        )
+    return None
+
+
+DISTRIBUTION_READERS = frozenset({"json_to_distribution", "to_external_repr"})
+"""Functions of ``optuna.distributions`` that a storage calls on what it holds only: a parameter's
+distribution (its JSON) and its value in that distribution."""
+
+
+def unreadable_distribution(exc: BaseException) -> bool:
+    """Whether ``exc`` is Optuna failing to read a stored distribution that is JSON but not one
+    (an unknown name or type, missing or unknown attributes, a choice index past the choices):
+    a row changed by hand, which Optuna's reader meets deep inside loading the trials."""
+    if not isinstance(exc, (LookupError, TypeError, ValueError)):
+        return False
+    return any(
+        frame.f_code.co_name in DISTRIBUTION_READERS
+        and frame.f_globals.get("__name__") == "optuna.distributions"
+        for frame, _ in traceback.walk_tb(exc.__traceback__)
+    )
+
+
+def _quoted(exc: BaseException) -> str:
+    """``ValueError: Unknown distribution class: X``, on one line, cut and escaped: the text may
+    quote what the row holds."""
+    text = printable(f"{type(exc).__name__}: {first_line(exc)}")
+    return text if len(text) <= QUOTED_CHARS else f"{text[: QUOTED_CHARS - 3]}..."
 
 
 def _skipped_on_failure(method: Callable) -> Callable:

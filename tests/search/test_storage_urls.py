@@ -75,3 +75,44 @@ def test_a_stored_value_that_is_not_json_is_one_line_naming_the_storage(
     ), caught.value
     with sqlite3.connect(tmp_path / "study.db") as db:
         assert db.execute(f"SELECT {column} FROM {table}").fetchall() == [(value,)]
+
+
+@pytest.mark.parametrize(
+    "column, value, why",
+    [
+        ("distribution_json", '{"name": "BetaDistribution", "attributes": {"a": 1}}',
+         "ValueError: Unknown distribution class: BetaDistribution"),
+        ("distribution_json", '{"type": "complex"}', "ValueError: Unknown distribution type: complex"),
+        ("distribution_json", '{"name": "FloatDistribution", "attributes": {"low": 0, "hi": 1}}',
+         "TypeError: FloatDistribution.__init__() got an unexpected keyword argument 'hi'"),
+        ("distribution_json", "[1, 2]", "TypeError: list indices must be integers or slices, not str"),
+        ("param_value", 7, "IndexError: tuple index out of range"),
+    ],
+    ids=["unknown-class", "unknown-type", "unknown-attribute", "a-list", "choice-past-the-choices"],
+)  # fmt: skip
+def test_a_stored_distribution_optuna_cannot_read_is_one_line_naming_the_storage(
+    tmp_path, column, value, why
+):
+    """Valid JSON that is no distribution Optuna knows (or a categorical value past its choices):
+    Optuna's ValueError (TypeError, IndexError) traceback from deep inside its loading of the
+    trials; the run gets one line naming the storage, and the row stays."""
+    import sqlite3
+
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(storage=open_storage(url, tmp_path), study_name="s").optimize(
+        lambda trial: len(trial.suggest_categorical("x", ["a", "bb"])), n_trials=1
+    )
+    with sqlite3.connect(tmp_path / "study.db") as db:
+        db.execute(f"UPDATE trial_params SET {column} = ?", (value,))
+    study = optuna.load_study(study_name="s", storage=open_storage(url, tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        study.get_trials()
+    assert str(caught.value) == (
+        f"--storage {url}: the study there holds a parameter whose distribution (or value in it) "
+        f"Optuna cannot read ({why}); it is left as it is: repair or delete that row of "
+        "trial_params, or continue in another database"
+    )
+    with sqlite3.connect(tmp_path / "study.db") as db:
+        assert db.execute(f"SELECT {column} FROM trial_params").fetchall() == [(value,)]
