@@ -9,7 +9,9 @@ import sys
 import threading
 from collections.abc import Iterator
 
-STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT") if hasattr(signal, name))
+STOPS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
+)
 """The signals whose handlers stop the process by raising (``Terminated``, ``KeyboardInterrupt``)."""
 
 _LOADER_SIGNALS = "torch.utils.data._utils.signal_handling"
@@ -73,7 +75,8 @@ def _in_stop_handler(frame) -> bool:
 
 @contextlib.contextmanager
 def stops_held() -> Iterator[None]:
-    """Hold SIGTERM and SIGINT while the code inside starts child processes; deliver them after.
+    """Hold SIGTERM, SIGINT and SIGHUP while the code inside starts child processes; deliver them
+    after.
 
     Their handlers raise wherever the main thread is, and a raise in the middle of a start leaves
     a half-made thing whose clean-up fails on its own words: a DataLoader iterator stopped inside

@@ -80,17 +80,18 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = sigterm.stop_again(unraisable)
     try:
         return _command(argv)
-    # a scheduler's or a user's kill (so that finally blocks run): its log says why the command ended
+    # a scheduler's or a user's kill, or a hang-up (so that finally blocks run): its log says why
+    # the command ended
     except Terminated as stop:
-        print(STOPPED, file=sys.stderr)
+        print(stopped_line(stop.code - 128), file=sys.stderr)
         return stop.code
     except BaseException:
         if not sigterm.received():
             raise
         # an error met while the stop waited (autotune.sigterm), from what the signal did to the
         # process group meanwhile (a loader's worker gone): the stop is why the command ended
-        print(STOPPED, file=sys.stderr)
-        return 128 + signal.SIGTERM
+        print(stopped_line(sigterm.stop_signal()), file=sys.stderr)
+        return 128 + sigterm.stop_signal()
     finally:
         sys.unraisablehook = unraisable
         sigterm.restore(previous)
@@ -155,10 +156,10 @@ def _torch_import_failed(exc: Exception, debug: bool) -> int:
 
 def _error(line: str) -> None:
     """The one line of a failed command; a password the user typed into a path or URL it names,
-    and the environment's secrets, are not repeated. After a SIGTERM the failure is the stop's
+    and the environment's secrets, are not repeated. After a stop signal the failure is the stop's
     doing (it came while the stop waited: see :mod:`autotune.sigterm`): the stop is raised."""
     if sigterm.received():
-        raise Terminated(128 + signal.SIGTERM)
+        raise Terminated(128 + sigterm.stop_signal())
     from autotune.redact import hide_secrets
 
     print(f"autotune: error: {printable(hide_secrets(line))}", file=sys.stderr)
@@ -175,8 +176,10 @@ def out_of_memory_line(exc: BaseException) -> str:
     )
 
 
-STOPPED = "autotune: stopped by SIGTERM"
-"""The one line of a command stopped by SIGTERM."""
+def stopped_line(signum: int) -> str:
+    """The one line of a command stopped by the signal ``signum`` (SIGTERM, SIGHUP)."""
+    return f"autotune: stopped by {signal.Signals(signum).name}"
+
 
 TRAINING = frozenset({"run", "train", "verify", "profile"})
 """Commands whose memory goes to training steps: the knobs of a step are the advice for them."""

@@ -1,9 +1,11 @@
-"""SIGTERM as the exception :class:`Terminated`, raised in the main thread where it can propagate.
+"""SIGTERM as the exception :class:`Terminated`, raised in the main thread where it can propagate;
+SIGHUP (a hang-up: the terminal or the ssh session is gone) likewise, but where ``nohup`` ignores
+it (:mod:`autotune.hangup`).
 
-The command line turns SIGTERM into an exception so that ``finally`` blocks run: a killed ``run``
-stops its trial's process group and removes its temporary folder. A signal handler runs wherever
-the main thread is, and in two kinds of places its raise would not end the command with its one
-line:
+The command line turns those signals into an exception so that ``finally`` blocks run: a killed
+``run`` stops its trial's process group and removes its temporary folder. A signal handler runs
+wherever the main thread is, and in two kinds of places its raise would not end the command with
+its one line:
 
 * inside a ``__del__``, a weakref callback or a garbage collection (a pipe's ``__del__`` runs as
   each loader batch is received). Python prints "Exception ignored in" with the traceback, drops
@@ -35,6 +37,7 @@ import time
 from collections.abc import Callable
 
 from autotune.childsignals import children_may_end
+from autotune.hangup import output_may_be_gone, stop_requests
 
 _IMPORT_FILES = frozenset(
     {
@@ -47,30 +50,31 @@ _IMPORT_FILES = frozenset(
 IMPORT_WAIT_S = 10.0
 """The longest a stop waits for imports to end: one that waits on something else may never end."""
 
-_received: list[float] = []
-"""When this process's SIGTERM came (empty: none came since :func:`exit_on_sigterm`)."""
+_received: list[tuple[float, int]] = []
+"""When this process's stop signal came, and which (empty: none since :func:`exit_on_sigterm`)."""
 
 
 class Terminated(SystemExit):
-    """SIGTERM, raised in the main thread (its code ``128 + SIGTERM``, the shell's for the signal)."""
+    """A stop signal, raised in the main thread (its code ``128 + signal``, the shell's for it)."""
 
 
-def exit_on_sigterm():
-    """Turn SIGTERM into :class:`Terminated` in this process (from its main thread; elsewhere
-    nothing is done and None returned). Returns the previous handler."""
+def exit_on_sigterm() -> dict[int, object] | None:
+    """Turn SIGTERM, and SIGHUP where it is not ignored, into :class:`Terminated` in this process
+    (from its main thread; elsewhere nothing is done and None returned). Returns the previous
+    handlers."""
     if threading.current_thread() is not threading.main_thread():
         return None
     _received.clear()
-    return signal.signal(signal.SIGTERM, _terminate)
+    return {signum: signal.signal(signum, _terminate) for signum in stop_requests()}
 
 
-def restore(previous) -> None:
+def restore(previous: dict[int, object] | None) -> None:
     """Put back ``previous`` (:func:`exit_on_sigterm`'s return; None: nothing to put back). After a
-    stop, a handler that does nothing takes its place instead: a signal made again while the stop
+    stop, a handler that does nothing takes their place instead: a signal made again while the stop
     waited (:func:`_signal_main_when`) may be on its way, and with the default handler back Python
     would print "Signal 15 ignored due to race condition" as the process ends."""
-    if previous is not None:
-        signal.signal(signal.SIGTERM, _nothing if received() else previous)
+    for signum, handler in (previous or {}).items():
+        signal.signal(signum, _nothing if received() else handler)
 
 
 def _nothing(signum, frame) -> None:
@@ -78,14 +82,20 @@ def _nothing(signum, frame) -> None:
 
 
 def received() -> bool:
-    """Whether SIGTERM came since :func:`exit_on_sigterm`, raised yet or not."""
+    """Whether a stop signal came since :func:`exit_on_sigterm`, raised yet or not."""
     return bool(_received)
+
+
+def stop_signal() -> int:
+    """The first stop signal that came (SIGTERM where none did)."""
+    return _received[0][1] if _received else signal.SIGTERM
 
 
 def _terminate(signum, frame) -> None:
     children_may_end()  # a scheduler's SIGTERM reaches the loader's workers too, now
+    output_may_be_gone()  # before the clean-up prints where a hang-up left no reader
     if not _received:
-        _received.append(time.monotonic())
+        _received.append((time.monotonic(), signum))
     if not _safe(frame):
         _signal_main_when(_safe, signum)
         return
@@ -105,7 +115,7 @@ def stop_again(hook):
 
 def _unraisable(hook, unraisable) -> None:
     if isinstance(unraisable.exc_value, Terminated):
-        _signal_main_when(_safe, signal.SIGTERM)
+        _signal_main_when(_safe, unraisable.exc_value.code - 128)
         return
     hook(unraisable)
 
@@ -132,7 +142,7 @@ def _importing(frame) -> bool:
 
 def _import_wait_over() -> bool:
     """Whether the stop has waited :data:`IMPORT_WAIT_S` (for imports) since it came."""
-    return not _received or time.monotonic() - _received[0] > IMPORT_WAIT_S
+    return not _received or time.monotonic() - _received[0][0] > IMPORT_WAIT_S
 
 
 def _signal_main_when(ready: Callable[[object], bool], signum: int) -> None:

@@ -95,8 +95,8 @@ def _make_in_fresh_process(path: Path, spec: MakeSpec) -> None:
 
     The child shares the terminal's process group, so a Ctrl-C there reaches it too: it starts with
     SIGINT blocked (a KeyboardInterrupt in its start-up would print a traceback under the command's
-    one line), and this process, stopped by Ctrl-C or SIGTERM, stops it with SIGTERM, which it
-    leaves through ``make_dataset``'s removal of its half-made folder."""
+    one line), and this process, stopped by Ctrl-C, SIGTERM or SIGHUP, stops it with SIGTERM, which
+    it leaves through ``make_dataset``'s removal of its half-made folder."""
     ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_make_in_child, args=(path, spec, send), name="autotune-dataset")
@@ -131,8 +131,8 @@ def _start(child) -> None:
 
 
 def _make_in_child(path: Path, spec: MakeSpec, send) -> None:
-    # SIGTERM raises Terminated (a SystemExit: the child ends with 143 and no word), where it can
-    # propagate: not in an import or a __del__ (autotune.sigterm)
+    # SIGTERM and SIGHUP raise Terminated (a SystemExit: the child ends with 128 + the signal and
+    # no word), where it can propagate: not in an import or a __del__ (autotune.sigterm)
     exit_on_sigterm()
     sys.unraisablehook = stop_again(sys.unraisablehook)
     try:

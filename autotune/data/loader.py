@@ -62,7 +62,7 @@ class HostLoader(DataLoader):
     """
 
     def _get_iterator(self):
-        """torch's iterator, its workers started with SIGTERM and SIGINT held (a stop inside its
+        """torch's iterator, its workers started with the stop signals held (a stop inside its
         ``__init__`` leaves half an iterator, whose ``__del__`` fails: :func:`stops_held`), and
         its workers' ends quiet while a stop begins (:func:`quiet_while_stopping`)."""
         with stops_held():

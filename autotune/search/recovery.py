@@ -183,8 +183,8 @@ def more_to_run(
 
 @contextmanager
 def interruptible(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
-    """Run the body; a SIGTERM (SystemExit) or Ctrl-C in it fails ``trial`` as ``interrupted`` and
-    queues it again before the exception goes on."""
+    """Run the body; a SIGTERM or SIGHUP (SystemExit) or Ctrl-C in it fails ``trial`` as
+    ``interrupted`` and queues it again before the exception goes on."""
     try:
         yield
     except (KeyboardInterrupt, SystemExit) as stop:
