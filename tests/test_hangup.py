@@ -1,7 +1,7 @@
 """Which handlers take SIGHUP: those that take SIGTERM, but where ``nohup`` ignores it (the user
 asked that a hang-up not stop the command); the line of a stopped command; the writes a hang-up
 leaves harmless. The commands' hang-ups themselves are tested on real terminals:
-``tests/search/test_hangup.py``."""
+``tests/search/test_hangup.py`` and ``tests/train/test_job_hangup.py``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import os
 import signal
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from autotune import sigterm
+from autotune.train.job import launch
+from autotune.train.job.control import Control
 from tests.clirun import ROOT
 from tests.terminal import start_attached
 
@@ -25,7 +28,25 @@ def by_the_command_line() -> list[tuple[int, object]]:
         sigterm.restore(previous)
 
 
-INSTALLERS = [by_the_command_line]
+def by_the_job() -> list[tuple[int, object]]:
+    control = Control(world_size=1)
+    control.catch_signals()
+    try:
+        return [(s, signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGHUP)]
+    finally:
+        control.release()
+
+
+def by_the_launcher() -> list[tuple[int, object]]:
+    previous = launch._forward_stops(SimpleNamespace(pid=0))  # torchrun's: not signalled here
+    try:
+        return [(s, signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGHUP)]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+INSTALLERS = [by_the_command_line, by_the_job, by_the_launcher]
 
 
 @pytest.fixture

@@ -224,7 +224,9 @@ def _train(
 def _print(r: dict) -> None:
     trained = len(r["losses"])
     where = f"resumed from {r['resumed_from']}" if r["resumed_from"] else "from the start"
-    stopped = f"; stopped by {r['stopped_by'] or 'SIGTERM'}" if r["preempted"] else ""
+    # a rank that met no signal itself stopped with the others at the step they agreed on
+    by = r["stopped_by"] or "a signal to another rank"
+    stopped = f"; stopped by {by}" if r["preempted"] else ""
     if not trained:  # stopped before its first step, or resumed at its --stop-at
         print(f"trained nothing: at step {r['final_step']} of {r['max_steps']} ({where}){stopped}")
         return

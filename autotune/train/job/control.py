@@ -1,6 +1,6 @@
-"""Decisions every rank of a job takes at the same step: stop (a SIGTERM or a first Ctrl-C on any
-rank), profile, and whether a step every rank takes together (choosing the checkpoint to resume
-from) succeeded everywhere (:meth:`Control.agree`).
+"""Decisions every rank of a job takes at the same step: stop (a SIGTERM, a SIGHUP or a first
+Ctrl-C on any rank), profile, and whether a step every rank takes together (choosing the checkpoint
+to resume from) succeeded everywhere (:meth:`Control.agree`).
 
 With several ranks the flags go through a gloo group on the CPU (no device synchronisation): each
 step boundary starts an all-reduce (max) of this rank's flags and reads the one started at the
@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.errors import TrialError
+from autotune.hangup import output_may_be_gone, stop_requests
 
 STOP, PROFILE = 0, 1
 T = TypeVar("T")
@@ -40,24 +41,28 @@ class Control:
         self._work = None
         self._buf: torch.Tensor | None = None
         self.terminated = False
-        """Set by SIGTERM (what a scheduler sends before it preempts) or a first Ctrl-C."""
+        """Set by SIGTERM (what a scheduler sends before it preempts), SIGHUP (the terminal or the
+        ssh session is gone) or a first Ctrl-C."""
         self.stopped_by: str | None = None
-        """The first of those signals: ``SIGTERM`` or ``SIGINT``."""
+        """The first of those signals: ``SIGTERM``, ``SIGHUP`` or ``SIGINT``."""
         self._previous: dict[int, Any] = {}
 
-    # -- SIGTERM and Ctrl-C -----------------------------------------------------------------------
+    # -- SIGTERM, SIGHUP and Ctrl-C ---------------------------------------------------------------
     def catch_signals(self) -> None:
-        """Record SIGTERM, and a first Ctrl-C, instead of dying (main thread only): the job stops
-        at the step boundary and saves it. A second Ctrl-C interrupts at once. A SIGINT ignored
-        already (a job started in the background) stays ignored. Loader workers forked after this
-        inherit the handler, so a signal sent to the whole process group does not kill them."""
+        """Record SIGTERM, SIGHUP and a first Ctrl-C instead of dying (main thread only): the job
+        stops at the step boundary and saves it. A second Ctrl-C interrupts at once. A SIGINT
+        ignored already (a job started in the background) stays ignored, and so does a SIGHUP
+        (``nohup``). Loader workers forked after this inherit the handler, so a signal sent to the
+        whole process group does not kill them."""
         if threading.current_thread() is not threading.main_thread():
             return
-        self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_signal)
+        for signum in stop_requests():
+            self._previous[signum] = signal.signal(signum, self._on_signal)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
+        output_may_be_gone()  # the job's last lines must not fail where a hang-up left no reader
         self.terminated = True
         self.stopped_by = self.stopped_by or signal.Signals(signum).name
         if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt

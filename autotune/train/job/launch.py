@@ -4,9 +4,10 @@ report of a failed rank, which the ranks make: :mod:`~autotune.train.job.torchru
 One node (``--nproc K``) uses torchrun's ``--standalone`` rendezvous; several nodes pass
 ``--nnodes``, ``--node-rank``, ``--rdzv-endpoint`` (and ``--rdzv-backend``, ``--rdzv-id``) through to
 torchrun's own rendezvous: run the same command on every node. A SIGTERM to this process (what a
-scheduler sends the job before preempting it) is forwarded to the ranks, which agree on a step,
-save a checkpoint there and exit 0; torchrun then exits 0 too. (Sent to torchrun itself, a SIGTERM
-makes torchrun kill its ranks after a grace period, checkpoint or not.)
+scheduler sends the job before preempting it), or a SIGHUP (its terminal closed), is forwarded to
+the ranks, which agree on a step, save a checkpoint there and exit 0; torchrun then exits 0 too.
+(Sent to torchrun itself, a SIGTERM makes torchrun kill its ranks after a grace period, checkpoint
+or not; torchrun runs in a session of its own, out of reach of the terminal's SIGHUP.)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import TrainConfig, save_config
+from autotune.hangup import output_may_be_gone, stop_requests
 from autotune.train.job.training import JobOptions
 from autotune.train.trial.launch import training_env
 
@@ -70,17 +72,20 @@ def options_from_json(text: str) -> JobOptions:
     return JobOptions(**data)
 
 
-def _forward_sigterm(proc: subprocess.Popen):
+def _forward_stops(proc: subprocess.Popen) -> dict[int, Any]:
+    """Forward each of :func:`~autotune.hangup.stop_requests` to the ranks torchrun (``proc``)
+    started, from the main thread (elsewhere nothing is forwarded); the previous handlers."""
     import psutil
 
     def forward(signum, frame) -> None:
+        output_may_be_gone()  # the job's result is printed here after the ranks saved
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(proc.pid).children():
-                child.send_signal(signal.SIGTERM)
+                child.send_signal(signum)
 
-    if threading.current_thread() is threading.main_thread():
-        return signal.signal(signal.SIGTERM, forward)
-    return None
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, forward) for signum in stop_requests()}
 
 
 def launch_job(
@@ -112,7 +117,7 @@ def launch_job(
         proc = subprocess.Popen(
             torchrun_command(nodes, worker, debug), env=env, start_new_session=True
         )
-        previous = _forward_sigterm(proc)
+        previous = _forward_stops(proc)
         try:
             code = proc.wait()
         except BaseException:
@@ -121,7 +126,7 @@ def launch_job(
             proc.wait()
             raise
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         return code, result

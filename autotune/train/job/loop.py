@@ -219,7 +219,8 @@ class Loop:
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> bool:
-        """Train to the end (or ``--stop-at``); True when a SIGTERM stopped the job first."""
+        """Train to the end (or ``--stop-at``); True when a signal (SIGTERM, SIGHUP, Ctrl-C)
+        stopped the job first."""
         job = self.job
         window_len = 3 + job.opts.profile_steps
         try:

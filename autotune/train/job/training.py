@@ -2,12 +2,12 @@
 
 One rank's run (torchrun starts several; ``job_launch`` starts them). Steps ``1..N`` are training
 steps from the first (the learning-rate schedule spans N); every K steps, at the end, at
-``--stop-at`` and on SIGTERM the job writes ``D/checkpoint-<step>`` (``checkpoint``; rank 0 writes
-in the background from a host copy, see ``state``). Started again with the same command it resumes
-after the newest complete checkpoint: weights, optimizer, schedule, every rank's random states and
-the data position (the draws its steps consumed: the sampler starts there, so no sample is seen
-twice or skipped whatever the loader's workers had made ahead) are restored, so that on the CPU it
-trains exactly what an uninterrupted run trains.
+``--stop-at`` and on SIGTERM or SIGHUP the job writes ``D/checkpoint-<step>`` (``checkpoint``; rank
+0 writes in the background from a host copy, see ``state``). Started again with the same command it
+resumes after the newest complete checkpoint: weights, optimizer, schedule, every rank's random
+states and the data position (the draws its steps consumed: the sampler starts there, so no sample
+is seen twice or skipped whatever the loader's workers had made ahead) are restored, so that on the
+CPU it trains exactly what an uninterrupted run trains.
 
     python -m autotune train --preset tiny --max-steps 20 --save-steps 5 --output-dir /tmp/job --json
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from autotune.childsignals import children_may_end
+from autotune.childsignals import STOPS, children_may_end
 from autotune.config import TrainConfig, to_dict
 from autotune.config.io import dump_config
 from autotune.errors import ConfigError, TrialError
@@ -94,7 +94,7 @@ class JobResult:
     init_from: str | None
     warnings: list[str] = field(default_factory=list)
     stopped_by: str | None = None
-    """``SIGTERM`` or ``SIGINT`` (Ctrl-C) where one stopped the job before its end."""
+    """``SIGTERM``, ``SIGHUP`` or ``SIGINT`` (Ctrl-C) where one stopped the job before its end."""
     profile: dict[str, Any] | None = None
     host_buffers_s: float | None = None
     """Seconds taken after the first step to allocate (and page-lock) the checkpoints' host buffers."""
@@ -116,16 +116,18 @@ def position_loader(loader, next_draw: int, batch_size: int, world: int):
 
 
 def _ignore_stop_signals(init, worker_id: int) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in STOPS:
+        signal.signal(signum, signal.SIG_IGN)
     if init is not None:
         init(worker_id)
 
 
 def shield_workers(loader) -> None:
-    """Loader workers ignore SIGTERM and SIGINT: torch's workers exit on them, and a scheduler that
-    signals the whole process group (or Ctrl-C, which a terminal sends to all of it) would
-    otherwise kill them (failing the job's main process) before the job has saved. They still stop when the job ends (a sentinel) or dies (they watch their parent).
+    """Loader workers ignore SIGTERM, SIGINT and SIGHUP: torch's workers exit on them, and a
+    scheduler that signals the whole process group (or Ctrl-C, which a terminal sends to all of it,
+    or the shell's SIGHUP to its jobs as the terminal closes) would otherwise kill them (failing
+    the job's main process) before the job has saved. They still stop when the job ends (a
+    sentinel) or dies (they watch their parent).
 
     At exit Python's multiprocessing stops its daemon children with SIGTERM and waits for them:
     workers whose iterator is still alive then (held by a traceback's frames, or one that failed
