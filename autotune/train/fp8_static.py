@@ -25,6 +25,8 @@ already captured or compiled reads its address), after weights are loaded into a
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 from torchao.float8.config import ScalingGranularity, ScalingType
@@ -114,9 +116,12 @@ class FrozenFloat8Linear(Float8Linear):
         scaled = input.to(torch.float32) * scale
         a = scaled.clamp(min=-self._fp8_max, max=self._fp8_max).to(self._fp8_dtype)
         a = a.reshape(-1, a.shape[-1])
-        # torchao calls _scaled_mm below autocast (from its tensor subclass's dispatch); a CPU
-        # autocast region rounds a scaled _scaled_mm otherwise, so it is left out here too
-        with torch.autocast(input.device.type, enabled=False):
+        # torchao calls _scaled_mm below autocast (from its tensor subclass's dispatch). A CPU
+        # autocast region rounds a scaled _scaled_mm otherwise, so it is left there; CUDA's leaves
+        # the call as it is (the GPU tests compare the two paths bit for bit), and its compiled
+        # graph stays free of autocast regions
+        cpu_autocast = torch.is_autocast_enabled("cpu")
+        with torch.autocast("cpu", enabled=False) if cpu_autocast else contextlib.nullcontext():
             out = torch._scaled_mm(
                 a,
                 self.fp8_weight_t._data,
