@@ -159,4 +159,6 @@ def test_a_noisy_stock_trial_does_not_make_a_speedup_and_the_study_converges(tmp
             record_of(trial).measurement is not None
         ):  # the named parts, not "other", hold most of it
             assert cost.parts["start"] > 0 and cost.parts["build"] > 0 and cost.parts["measure"] > 0
-            assert cost.parts["other"] < 0.5 * cost.wall_s
+            # half a second of margin: a sub-second trial's process exit on the host this test
+            # keeps busy is untimed
+            assert cost.parts["other"] < 0.5 * cost.wall_s + 0.5

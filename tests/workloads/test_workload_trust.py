@@ -27,7 +27,8 @@ def test_a_class_that_is_not_a_workload_is_never_instantiated(tmp_path):
     config.write_text(f"workload: {tmp_path / 'marker.py'}:Marker\n")
     line = one_line_error(autotune("train", "--config", config, "--steps", "1", cwd=tmp_path))
     assert line == (
-        f"autotune: error: workload '{tmp_path / 'marker.py'}:Marker': Marker is the class Marker, "
+        f"autotune: error: {config}: workload '{tmp_path / 'marker.py'}:Marker': Marker is the "
+        "class Marker, "
         "not a subclass of autotune.workloads.Workload (nor an instance of one)"
     )
     assert not (tmp_path / "instantiated").exists()
