@@ -18,13 +18,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path("/")
 """Where ``proc`` and the cgroup mounts are (a test passes a folder that imitates them)."""
 CGROUP_ORIGIN = "the cgroup's limit"
-V2 = ("memory.max", "memory.current")
-V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
-"""(limit, usage) files of a memory cgroup of each version."""
+
+
+class Files(NamedTuple):
+    """A memory cgroup's files of one version."""
+
+    limit: str
+    usage: str
+    events: str
+    """Where the kernel counts the OOM killer's kills (``oom_kill``)."""
+
+
+V2 = Files("memory.max", "memory.current", "memory.events")
+V1 = Files("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.oom_control")
 
 
 @dataclass(frozen=True)
@@ -70,11 +81,11 @@ def _machine(root: Path) -> tuple[int, int]:
 def _cgroup_limits(root: Path) -> Iterator[tuple[int, int | None]]:
     """(limit, usage or None) of each memory cgroup from this process's up to its mount's top
     that has a limit."""
-    for folder, top, (limit_file, usage_file) in _own_cgroups(root):
+    for folder, top, files in memory_cgroups(root):
         while True:
-            limit = _read_int(folder / limit_file)
+            limit = _read_int(folder / files.limit)
             if limit is not None:
-                yield limit, _read_int(folder / usage_file)
+                yield limit, _read_int(folder / files.usage)
             if folder == top or top not in folder.parents:
                 break
             folder = folder.parent
@@ -88,7 +99,7 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None  # "max": no limit
 
 
-def _own_cgroups(root: Path) -> list[tuple[Path, Path, tuple[str, str]]]:
+def memory_cgroups(root: Path = ROOT) -> list[tuple[Path, Path, Files]]:
     """(folder of this process's memory cgroup, the top of its mount, its files) for each
     hierarchy that has a memory controller (both on a hybrid host)."""
     mounts = _mounts(root)

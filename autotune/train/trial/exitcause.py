@@ -16,7 +16,6 @@ import signal
 from collections.abc import Iterable
 from pathlib import Path
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 _KMSG_OOM = re.compile(rb"(?:Killed process |oom-kill:.*\bpid=)(\d+)")
 _TORCHRUN_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)")
 STOPPING = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
@@ -35,23 +34,13 @@ def oom_kills() -> int | None:
 
 
 def _oom_counter_files() -> list[Path]:
-    """Where the counter may be: under this process's cgroup, then at the root of the mount
-    (inside a cgroup namespace ``/proc/self/cgroup`` names paths the mount does not have)."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return []
-    files = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        rel = path.lstrip("/")
-        if controllers == "":  # cgroup v2
-            files += [CGROUP_ROOT / rel / "memory.events", CGROUP_ROOT / "memory.events"]
-        elif "memory" in controllers.split(","):  # cgroup v1
-            files += [
-                CGROUP_ROOT / "memory" / rel / "memory.oom_control",
-                CGROUP_ROOT / "memory" / "memory.oom_control",
-            ]
+    """Where the counter may be: under this process's cgroup, then at the top of its mount (inside
+    a cgroup namespace ``/proc/self/cgroup`` names paths the mount does not have)."""
+    from autotune.memlimit import memory_cgroups
+
+    files = [
+        where / names.events for folder, top, names in memory_cgroups() for where in (folder, top)
+    ]
     return [f for f in files if f.is_file()]
 
 
